@@ -1,0 +1,2 @@
+//! Placeholder; replaced by the request-parser benchmarks.
+fn main() {}

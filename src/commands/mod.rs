@@ -1,0 +1,10 @@
+//! What a command is to corral: its route, the per-client session state, and the commands
+//! answered locally.
+
+pub mod local;
+pub mod session;
+pub mod table;
+
+pub use local::{LocalCtx, Outcome};
+pub use session::Session;
+pub use table::{Local, Route, classify};

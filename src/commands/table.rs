@@ -1,0 +1,183 @@
+//! Where each command goes: answered by corral, forwarded on a shared connection, or refused.
+//!
+//! Unknown commands are forwarded: Redis itself then gives the exact error (or runs a command
+//! newer than this table). Only commands whose effect would leak into the shared upstream
+//! connection are refused, each with a reason.
+
+use crate::resp::Args;
+
+/// Commands corral answers itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Local {
+    /// PING [message]
+    Ping,
+    /// ECHO message
+    Echo,
+    /// QUIT
+    Quit,
+    /// RESET
+    Reset,
+    /// HELLO [protover [AUTH user pass] [SETNAME name]]
+    Hello,
+    /// AUTH [user] pass
+    Auth,
+    /// SELECT db
+    Select,
+    /// CLIENT SETNAME/GETNAME/ID/SETINFO/INFO
+    Client,
+}
+
+/// The route of one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    /// Sent as-is on the client's shared upstream connection.
+    Forward,
+    /// Forwarded, then corral appends its own `# Proxy` section to the reply.
+    Info,
+    /// Answered by corral.
+    Local(Local),
+    /// Refused with a clear error: `name` is the command, `why` the reason.
+    Unsupported {
+        /// Command name as the client should see it.
+        name: &'static str,
+        /// Why corral refuses it.
+        why: &'static str,
+    },
+}
+
+const STATEFUL: &str = "needs a dedicated upstream connection (not yet supported)";
+const BLOCKING: &str = "blocking commands are not yet supported";
+const PUBSUB: &str = "pub/sub subscriptions are not yet supported";
+const REPLICATION: &str = "replication commands cannot go through a proxy";
+const CONN_STATE: &str = "it would change a shared upstream connection";
+
+/// Longest command name looked up; longer names cannot be in the table.
+const MAX_NAME: usize = 24;
+
+/// Upper-cases `name` into `buf`; `None` if it is too long to be a known command.
+pub fn upper<'b>(name: &[u8], buf: &'b mut [u8; MAX_NAME]) -> Option<&'b [u8]> {
+    let out = buf.get_mut(..name.len())?;
+    for (o, &c) in out.iter_mut().zip(name) {
+        *o = c.to_ascii_uppercase();
+    }
+    Some(out)
+}
+
+/// Decides the route of a request from its arguments (name first).
+pub fn classify(args: &Args<'_>) -> Route {
+    let mut buf = [0u8; MAX_NAME];
+    let Some(name) = args.get(0).and_then(|n| upper(n, &mut buf)) else {
+        return Route::Forward;
+    };
+    let unsupported = |name, why| Route::Unsupported { name, why };
+    match name {
+        b"GET" | b"SET" => Route::Forward,
+        b"PING" => Route::Local(Local::Ping),
+        b"ECHO" => Route::Local(Local::Echo),
+        b"QUIT" => Route::Local(Local::Quit),
+        b"RESET" => Route::Local(Local::Reset),
+        b"HELLO" => Route::Local(Local::Hello),
+        b"AUTH" => Route::Local(Local::Auth),
+        b"SELECT" => Route::Local(Local::Select),
+        b"INFO" => Route::Info,
+        b"CLIENT" => classify_client(args),
+        b"MULTI" => unsupported("multi", STATEFUL),
+        b"EXEC" => unsupported("exec", STATEFUL),
+        b"DISCARD" => unsupported("discard", STATEFUL),
+        b"WATCH" => unsupported("watch", STATEFUL),
+        b"UNWATCH" => unsupported("unwatch", STATEFUL),
+        b"BLPOP" => unsupported("blpop", BLOCKING),
+        b"BRPOP" => unsupported("brpop", BLOCKING),
+        b"BLMOVE" => unsupported("blmove", BLOCKING),
+        b"BRPOPLPUSH" => unsupported("brpoplpush", BLOCKING),
+        b"BLMPOP" => unsupported("blmpop", BLOCKING),
+        b"BZPOPMIN" => unsupported("bzpopmin", BLOCKING),
+        b"BZPOPMAX" => unsupported("bzpopmax", BLOCKING),
+        b"BZMPOP" => unsupported("bzmpop", BLOCKING),
+        b"WAIT" => unsupported("wait", BLOCKING),
+        b"WAITAOF" => unsupported("waitaof", BLOCKING),
+        b"XREAD" if has_block_option(args) => unsupported("xread", BLOCKING),
+        b"XREADGROUP" if has_block_option(args) => unsupported("xreadgroup", BLOCKING),
+        b"SUBSCRIBE" => unsupported("subscribe", PUBSUB),
+        b"PSUBSCRIBE" => unsupported("psubscribe", PUBSUB),
+        b"SSUBSCRIBE" => unsupported("ssubscribe", PUBSUB),
+        b"UNSUBSCRIBE" => unsupported("unsubscribe", PUBSUB),
+        b"PUNSUBSCRIBE" => unsupported("punsubscribe", PUBSUB),
+        b"SUNSUBSCRIBE" => unsupported("sunsubscribe", PUBSUB),
+        b"MONITOR" => unsupported("monitor", STATEFUL),
+        b"SYNC" => unsupported("sync", REPLICATION),
+        b"PSYNC" => unsupported("psync", REPLICATION),
+        b"REPLCONF" => unsupported("replconf", REPLICATION),
+        _ => Route::Forward,
+    }
+}
+
+fn classify_client(args: &Args<'_>) -> Route {
+    let mut buf = [0u8; MAX_NAME];
+    let Some(sub) = args.get(1).and_then(|n| upper(n, &mut buf)) else {
+        return Route::Forward;
+    };
+    let unsupported = |name, why| Route::Unsupported { name, why };
+    match sub {
+        b"SETNAME" | b"GETNAME" | b"ID" | b"SETINFO" | b"INFO" => Route::Local(Local::Client),
+        b"LIST" => unsupported("client|list", STATEFUL),
+        b"KILL" => unsupported("client|kill", CONN_STATE),
+        b"REPLY" => unsupported("client|reply", CONN_STATE),
+        b"TRACKING" => unsupported("client|tracking", CONN_STATE),
+        b"CACHING" => unsupported("client|caching", CONN_STATE),
+        b"GETREDIR" => unsupported("client|getredir", CONN_STATE),
+        b"TRACKINGINFO" => unsupported("client|trackinginfo", CONN_STATE),
+        b"NO-EVICT" => unsupported("client|no-evict", CONN_STATE),
+        b"NO-TOUCH" => unsupported("client|no-touch", CONN_STATE),
+        b"UNBLOCK" => unsupported("client|unblock", CONN_STATE),
+        _ => Route::Forward,
+    }
+}
+
+/// XREAD/XREADGROUP block only with a BLOCK option before STREAMS.
+fn has_block_option(args: &Args<'_>) -> bool {
+    args.iter()
+        .skip(1)
+        .take_while(|a| !a.eq_ignore_ascii_case(b"STREAMS"))
+        .any(|a| a.eq_ignore_ascii_case(b"BLOCK"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn route(words: &[&str]) -> Route {
+        let owned: Vec<Vec<u8>> = words.iter().map(|w| w.as_bytes().to_vec()).collect();
+        classify(&Args::Owned(&owned))
+    }
+
+    #[test]
+    fn names_are_case_insensitive() {
+        assert_eq!(route(&["ping"]), Route::Local(Local::Ping));
+        assert_eq!(route(&["PiNg"]), Route::Local(Local::Ping));
+        assert_eq!(route(&["get", "k"]), Route::Forward);
+    }
+
+    #[test]
+    fn unknown_and_long_names_are_forwarded() {
+        assert_eq!(route(&["NOSUCHCOMMAND"]), Route::Forward);
+        assert_eq!(route(&[&"X".repeat(100)]), Route::Forward);
+    }
+
+    #[test]
+    fn stateful_commands_are_refused_with_a_reason() {
+        assert!(matches!(
+            route(&["multi"]),
+            Route::Unsupported { name: "multi", .. }
+        ));
+        assert!(matches!(
+            route(&["client", "reply", "off"]),
+            Route::Unsupported { .. }
+        ));
+        assert!(matches!(
+            route(&["xread", "BLOCK", "0", "STREAMS", "s", "$"]),
+            Route::Unsupported { .. }
+        ));
+        assert_eq!(route(&["xread", "STREAMS", "block", "0"]), Route::Forward);
+    }
+}

@@ -1,0 +1,293 @@
+//! Configuration: a TOML file (see `conf/corral.toml`) with defaults for every field.
+//! The config is validated once at startup and then shared read-only as `Arc<Config>`.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::error::ConfigError;
+use crate::upstream::UpstreamUrl;
+
+/// The whole configuration of one corral process.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Address clients connect to.
+    pub listen: String,
+    /// Address of the HTTP admin endpoint (`/healthz`, `/metrics`); empty disables it.
+    pub admin: String,
+    /// Password clients must give with AUTH or HELLO before anything else; empty disables it.
+    pub requirepass: Secret,
+    /// Log filter (`error`, `warn`, `info`, `debug`, `trace` or a `tracing` directive).
+    pub log_level: String,
+    /// Most clients connected at once; further connections get an error and are closed.
+    pub max_clients: usize,
+    /// How long shutdown waits for in-flight requests before giving up.
+    pub shutdown_grace_ms: u64,
+    /// Where requests go.
+    pub upstream: UpstreamConfig,
+    /// Bounds on what one client may send.
+    pub limits: LimitsConfig,
+    /// Local cache and read coalescing.
+    pub cache: CacheConfig,
+}
+
+/// The upstream Redis and how corral talks to it.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct UpstreamConfig {
+    /// `redis://[user[:pass]@]host:port` of the upstream server.
+    pub url: String,
+    /// Shared pipelined connections per protocol version (RESP2, RESP3).
+    pub connections: usize,
+    /// Deadline for establishing (and authenticating) one upstream connection.
+    pub connect_timeout_ms: u64,
+    /// Deadline for the reply to a forwarded request; 0 waits forever.
+    pub request_timeout_ms: u64,
+    /// First delay between reconnection attempts; doubles up to `reconnect_max_ms`.
+    pub reconnect_min_ms: u64,
+    /// Largest delay between reconnection attempts.
+    pub reconnect_max_ms: u64,
+}
+
+/// Per-client limits, named after the Redis settings they mirror.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsConfig {
+    /// Largest bulk string in a request (`proto-max-bulk-len`).
+    pub proto_max_bulk_len: usize,
+    /// Most arguments in one request.
+    pub max_multibulk_len: usize,
+    /// Longest inline (telnet-style) request line.
+    pub max_inline_len: usize,
+    /// Most unparsed request bytes buffered for one client (`client-query-buffer-limit`).
+    pub client_query_buffer_limit: usize,
+    /// Most reply bytes waiting to be written to one client; 0 means no limit.
+    pub client_output_buffer_limit: usize,
+}
+
+/// The local hot-key cache and GET coalescing.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CacheConfig {
+    /// Turns the local cache and coalescing on or off (`--no-cache` turns them off).
+    pub enabled: bool,
+}
+
+/// A password: shown as `MASKED` in logs and debug output.
+#[derive(Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(transparent)]
+pub struct Secret(pub String);
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("MASKED")
+    }
+}
+
+impl Secret {
+    /// The password, or `None` when none is set.
+    pub fn get(&self) -> Option<&str> {
+        (!self.0.is_empty()).then_some(self.0.as_str())
+    }
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen: "127.0.0.1:6380".into(),
+            admin: String::new(),
+            requirepass: Secret::default(),
+            log_level: "info".into(),
+            max_clients: 10_000,
+            shutdown_grace_ms: 5_000,
+            upstream: UpstreamConfig::default(),
+            limits: LimitsConfig::default(),
+            cache: CacheConfig::default(),
+        }
+    }
+}
+
+impl Default for UpstreamConfig {
+    fn default() -> Self {
+        UpstreamConfig {
+            url: "redis://127.0.0.1:6379".into(),
+            connections: 2,
+            connect_timeout_ms: 1_000,
+            request_timeout_ms: 5_000,
+            reconnect_min_ms: 50,
+            reconnect_max_ms: 2_000,
+        }
+    }
+}
+
+impl UpstreamConfig {
+    /// The upstream address without credentials, for logs.
+    pub fn url_for_log(&self) -> String {
+        UpstreamUrl::parse(&self.url)
+            .map(|u| u.addr)
+            .unwrap_or_default()
+    }
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        LimitsConfig {
+            proto_max_bulk_len: 512 * 1024 * 1024,
+            max_multibulk_len: i32::MAX as usize,
+            max_inline_len: 64 * 1024,
+            client_query_buffer_limit: 1024 * 1024 * 1024,
+            client_output_buffer_limit: 0,
+        }
+    }
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        CacheConfig { enabled: true }
+    }
+}
+
+impl Config {
+    /// Parses a TOML document and validates it.
+    ///
+    /// # Errors
+    /// A syntax error, an unknown field, or a value that fails [`Config::validate`].
+    pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
+        let cfg: Config = toml::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Reads and parses a TOML file.
+    ///
+    /// # Errors
+    /// The file cannot be read, or [`Config::from_toml`] fails.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
+            path: path.display().to_string(),
+            cause: e.to_string(),
+        })?;
+        Config::from_toml(&text)
+    }
+
+    /// Checks values that parse but make no sense; the error names the field.
+    ///
+    /// # Errors
+    /// The first invalid field found.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |field: &'static str, why: &str| ConfigError::Invalid {
+            field,
+            why: why.to_string(),
+        };
+        self.listen
+            .parse::<SocketAddr>()
+            .map_err(|e| invalid("listen", &e.to_string()))?;
+        if !self.admin.is_empty() {
+            self.admin
+                .parse::<SocketAddr>()
+                .map_err(|e| invalid("admin", &e.to_string()))?;
+        }
+        UpstreamUrl::parse(&self.upstream.url).map_err(|e| invalid("upstream.url", &e))?;
+        if self.upstream.connections == 0 || self.upstream.connections > 64 {
+            return Err(invalid("upstream.connections", "must be 1 to 64"));
+        }
+        if self.upstream.connect_timeout_ms == 0 {
+            return Err(invalid("upstream.connect_timeout_ms", "must be positive"));
+        }
+        if self.upstream.reconnect_min_ms == 0
+            || self.upstream.reconnect_max_ms < self.upstream.reconnect_min_ms
+        {
+            return Err(invalid(
+                "upstream.reconnect_min_ms",
+                "must be positive and at most reconnect_max_ms",
+            ));
+        }
+        if self.max_clients == 0 {
+            return Err(invalid("max_clients", "must be positive"));
+        }
+        let l = &self.limits;
+        if l.proto_max_bulk_len < 1024 {
+            return Err(invalid(
+                "limits.proto_max_bulk_len",
+                "must be at least 1024",
+            ));
+        }
+        if l.max_inline_len < 1024 {
+            return Err(invalid("limits.max_inline_len", "must be at least 1024"));
+        }
+        if l.max_multibulk_len == 0 {
+            return Err(invalid("limits.max_multibulk_len", "must be positive"));
+        }
+        if l.client_query_buffer_limit < l.max_inline_len {
+            return Err(invalid(
+                "limits.client_query_buffer_limit",
+                "must be at least max_inline_len",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The parsed upstream URL (valid after [`Config::validate`]).
+    ///
+    /// # Errors
+    /// The URL does not parse.
+    pub fn upstream_url(&self) -> Result<UpstreamUrl, ConfigError> {
+        UpstreamUrl::parse(&self.upstream.url).map_err(|why| ConfigError::Invalid {
+            field: "upstream.url",
+            why,
+        })
+    }
+
+    /// Deadline for one upstream connect.
+    pub fn connect_timeout(&self) -> Duration {
+        Duration::from_millis(self.upstream.connect_timeout_ms)
+    }
+
+    /// Deadline for one forwarded request, `None` for no deadline.
+    pub fn request_timeout(&self) -> Option<Duration> {
+        (self.upstream.request_timeout_ms > 0)
+            .then(|| Duration::from_millis(self.upstream.request_timeout_ms))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_document_gives_defaults() {
+        let cfg = Config::from_toml("").unwrap();
+        assert_eq!(cfg.listen, "127.0.0.1:6380");
+        assert_eq!(cfg.upstream.url, "redis://127.0.0.1:6379");
+        assert!(cfg.cache.enabled);
+    }
+
+    #[test]
+    fn unknown_field_is_rejected() {
+        let err = Config::from_toml("listne = \"x\"").unwrap_err();
+        assert!(err.to_string().contains("listne"), "{err}");
+    }
+
+    #[test]
+    fn invalid_value_names_the_field() {
+        let err = Config::from_toml("[upstream]\nconnections = 0").unwrap_err();
+        assert!(err.to_string().contains("upstream.connections"), "{err}");
+    }
+
+    #[test]
+    fn secret_is_masked_in_debug() {
+        let cfg = Config::from_toml("requirepass = \"hunter2\"").unwrap();
+        assert!(!format!("{cfg:?}").contains("hunter2"));
+        assert_eq!(cfg.requirepass.get(), Some("hunter2"));
+    }
+
+    #[test]
+    fn shipped_example_config_parses() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("conf/corral.toml");
+        Config::load(&path).unwrap();
+    }
+}

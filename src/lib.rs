@@ -1,0 +1,79 @@
+//! corral: a drop-in caching proxy for Redis.
+//!
+//! Clients speak RESP2 or RESP3 to corral as they would to Redis. Requests are answered locally
+//! where forwarding would be wrong (connection state such as HELLO, AUTH, CLIENT SETNAME) and
+//! otherwise forwarded, pipelined, over a few shared upstream connections. Layers, bottom up:
+//! [`resp`] (bytes and frames), [`commands`] (routing and per-client state), [`upstream`]
+//! (connections), [`server`] (accept loop and client connections).
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod admin;
+pub mod commands;
+pub mod config;
+pub mod error;
+pub mod metrics;
+pub mod resp;
+pub mod server;
+pub mod upstream;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{info, warn};
+
+pub use config::Config;
+pub use error::{Error, Result};
+
+/// corral's version.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// The sockets a server serves on, bound by the caller (tests bind ephemeral ports).
+#[derive(Debug)]
+pub struct Listeners {
+    /// Client (RESP) listener.
+    pub client: TcpListener,
+    /// Admin HTTP listener, if enabled.
+    pub admin: Option<TcpListener>,
+}
+
+/// Runs corral until `shutdown` is cancelled, then stops accepting, lets connections finish
+/// the request they are on within `shutdown_grace_ms`, and returns.
+///
+/// # Errors
+/// The configuration is invalid.
+pub async fn run(
+    cfg: Arc<Config>,
+    listeners: Listeners,
+    shutdown: CancellationToken,
+) -> Result<()> {
+    cfg.validate()?;
+    // Upstream connections outlive client connections during the drain, so in-flight requests
+    // can complete; they get their own token, cancelled last.
+    let upstream_token = CancellationToken::new();
+    let upstream = upstream::Upstream::start(&cfg, &upstream_token)?;
+    let metrics = Arc::new(metrics::Metrics::default());
+    let shared = Arc::new(server::Shared::new(cfg.clone(), upstream, metrics));
+    if let Some(admin) = listeners.admin {
+        tokio::spawn(admin::serve(admin, shared.clone(), upstream_token.clone()));
+    }
+    let tracker = TaskTracker::new();
+    if let Ok(addr) = listeners.client.local_addr() {
+        info!(listen = %addr, upstream = %cfg.upstream.url_for_log(), "corral ready");
+    }
+    server::serve(listeners.client, shared, shutdown, tracker.clone()).await;
+    tracker.close();
+    let grace = Duration::from_millis(cfg.shutdown_grace_ms);
+    if tokio::time::timeout(grace, tracker.wait()).await.is_err() {
+        warn!(
+            remaining = tracker.len(),
+            "shutdown grace period over, dropping connections"
+        );
+    }
+    upstream_token.cancel();
+    info!("corral stopped");
+    Ok(())
+}

@@ -1,0 +1,137 @@
+//! The `corral` binary: flags and config file, logging, signals; the work is in the library.
+#![forbid(unsafe_code)]
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::Parser;
+use corral::{Config, Listeners};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tracing_subscriber::EnvFilter;
+
+/// A drop-in caching proxy for Redis.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Args {
+    /// TOML config file; flags override its values.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Address clients connect to [default: 127.0.0.1:6380].
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<String>,
+    /// Upstream Redis, redis://[user[:pass]@]HOST:PORT [default: redis://127.0.0.1:6379].
+    #[arg(long, value_name = "URL")]
+    upstream: Option<String>,
+    /// Address of the HTTP admin endpoint (/healthz, /metrics).
+    #[arg(long, value_name = "ADDR")]
+    admin: Option<String>,
+    /// Turn off the local cache and read coalescing.
+    #[arg(long)]
+    no_cache: bool,
+    /// Password clients must give with AUTH or HELLO.
+    #[arg(
+        long,
+        value_name = "PASS",
+        env = "CORRAL_REQUIREPASS",
+        hide_env_values = true
+    )]
+    requirepass: Option<String>,
+    /// Log level or tracing filter (RUST_LOG overrides it).
+    #[arg(long, value_name = "LEVEL")]
+    log_level: Option<String>,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let cfg = match load(&args) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("corral: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let filter = EnvFilter::try_from_default_env()
+        .or_else(|_| EnvFilter::try_new(&cfg.log_level))
+        .unwrap_or_else(|_| EnvFilter::new("info"));
+    tracing_subscriber::fmt().with_env_filter(filter).init();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("corral: cannot start runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(serve(cfg)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn load(args: &Args) -> Result<Config, corral::error::ConfigError> {
+    let mut cfg = match &args.config {
+        Some(path) => Config::load(path)?,
+        None => Config::default(),
+    };
+    if let Some(v) = &args.listen {
+        cfg.listen.clone_from(v);
+    }
+    if let Some(v) = &args.upstream {
+        cfg.upstream.url.clone_from(v);
+    }
+    if let Some(v) = &args.admin {
+        cfg.admin.clone_from(v);
+    }
+    if args.no_cache {
+        cfg.cache.enabled = false;
+    }
+    if let Some(v) = &args.requirepass {
+        cfg.requirepass = corral::config::Secret(v.clone());
+    }
+    if let Some(v) = &args.log_level {
+        cfg.log_level.clone_from(v);
+    }
+    cfg.validate()?;
+    Ok(cfg)
+}
+
+async fn serve(cfg: Config) -> Result<(), corral::Error> {
+    let bind = |addr: String| async move {
+        TcpListener::bind(&addr)
+            .await
+            .map_err(|cause| corral::Error::Io {
+                what: format!("cannot listen on {addr}"),
+                cause,
+            })
+    };
+    let client = bind(cfg.listen.clone()).await?;
+    let admin = match cfg.admin.as_str() {
+        "" => None,
+        a => Some(bind(a.to_string()).await?),
+    };
+    let shutdown = CancellationToken::new();
+    tokio::spawn(signals(shutdown.clone()));
+    corral::run(Arc::new(cfg), Listeners { client, admin }, shutdown).await
+}
+
+/// SIGTERM or SIGINT starts a graceful shutdown.
+async fn signals(shutdown: CancellationToken) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        tracing::error!("cannot install signal handlers");
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+    tracing::info!("shutdown requested");
+    shutdown.cancel();
+}

@@ -1,0 +1,9 @@
+//! RESP wire format: the client request parser, the upstream reply scanner and reply encoding.
+
+pub mod reply;
+pub mod request;
+pub mod scan;
+
+pub use reply::{Encoder, Proto};
+pub use request::{Args, Limits, Parsed, ProtocolError, RequestParser};
+pub use scan::{FrameEnd, ReplyScanner, ScanError};

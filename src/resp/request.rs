@@ -1,0 +1,555 @@
+//! Incremental parser for client requests: RESP arrays of bulk strings and inline commands,
+//! with Redis's limits and error texts.
+//!
+//! `redis-protocol` re-parses a partial frame from its start on every read and has no size
+//! limits or inline support, so the request path uses this offset-based parser instead (see
+//! `benches/codec.rs` for the comparison). Parsing resumes where the last call stopped, so a
+//! large request arriving in small pieces costs time linear in its size.
+
+use std::ops::Range;
+
+/// Limits applied while parsing, mirroring Redis's.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Largest bulk string (`proto-max-bulk-len`).
+    pub max_bulk_len: usize,
+    /// Most elements in one request array.
+    pub max_multibulk_len: usize,
+    /// Longest inline request line, and longest `*`/`$` header line.
+    pub max_inline_len: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_bulk_len: 512 * 1024 * 1024,
+            max_multibulk_len: i32::MAX as usize,
+            max_inline_len: 64 * 1024,
+        }
+    }
+}
+
+/// Redis lets clients that still have to authenticate send only small requests.
+const UNAUTH_MAX_MULTIBULK: usize = 10;
+const UNAUTH_MAX_BULK: usize = 16 * 1024;
+
+/// A request Redis would reject with `-ERR Protocol error: ...` and then close the connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProtocolError(pub String);
+
+impl ProtocolError {
+    fn new(msg: &str) -> Self {
+        ProtocolError(msg.to_string())
+    }
+
+    /// The error reply Redis sends before closing the connection.
+    pub fn to_reply(&self) -> Vec<u8> {
+        format!("-ERR Protocol error: {}\r\n", self.0).into_bytes()
+    }
+}
+
+/// One complete request found at the start of the buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Parsed {
+    /// A RESP array of bulk strings, `len` bytes long; its arguments are in [`RequestParser::args`].
+    Multibulk {
+        /// Bytes the request takes in the buffer.
+        len: usize,
+    },
+    /// An inline command line, `len` bytes long; its arguments are in [`RequestParser::args`].
+    Inline {
+        /// Bytes the request takes in the buffer.
+        len: usize,
+    },
+    /// An empty line or an empty/null array: no command; skip `len` bytes.
+    Empty {
+        /// Bytes to skip.
+        len: usize,
+    },
+}
+
+/// Arguments of the last parsed request.
+#[derive(Debug, Clone, Copy)]
+pub enum Args<'a> {
+    /// Offsets into the request buffer.
+    Ranges(&'a [u8], &'a [Range<usize>]),
+    /// Unquoted inline arguments.
+    Owned(&'a [Vec<u8>]),
+}
+
+impl<'a> Args<'a> {
+    /// Number of arguments, the command name included.
+    pub fn len(&self) -> usize {
+        match self {
+            Args::Ranges(_, r) => r.len(),
+            Args::Owned(v) => v.len(),
+        }
+    }
+
+    /// True when there are no arguments.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Argument `i`; `None` past the end.
+    pub fn get(&self, i: usize) -> Option<&'a [u8]> {
+        match self {
+            Args::Ranges(buf, r) => r.get(i).map(|r| &buf[r.clone()]),
+            Args::Owned(v) => v.get(i).map(Vec::as_slice),
+        }
+    }
+
+    /// Iterates over all arguments.
+    pub fn iter(&self) -> impl Iterator<Item = &'a [u8]> + '_ {
+        (0..self.len()).filter_map(|i| self.get(i))
+    }
+}
+
+#[derive(Debug, Default)]
+enum State {
+    #[default]
+    Start,
+    /// Inside an array: `expected` elements, resume scanning at `pos`.
+    Multibulk { expected: usize, pos: usize },
+}
+
+/// Resumable request parser. Feed it the same buffer (grown by new reads, never consumed at
+/// the front) until it returns a request; then consume that request and call again.
+#[derive(Debug, Default)]
+pub struct RequestParser {
+    limits: Limits,
+    state: State,
+    ranges: Vec<Range<usize>>,
+    owned: Vec<Vec<u8>>,
+    inline: bool,
+    need: usize,
+}
+
+impl RequestParser {
+    /// A parser enforcing `limits`.
+    pub fn new(limits: Limits) -> Self {
+        RequestParser {
+            limits,
+            ..Default::default()
+        }
+    }
+
+    /// Arguments of the request last returned by [`RequestParser::parse`]; `buf` is the buffer
+    /// that was parsed.
+    pub fn args<'a>(&'a self, buf: &'a [u8]) -> Args<'a> {
+        if self.inline {
+            Args::Owned(&self.owned)
+        } else {
+            Args::Ranges(buf, &self.ranges)
+        }
+    }
+
+    /// Total buffer size known to be needed to finish the current request (0 if unknown), so
+    /// the caller can reserve room for a large bulk string at once.
+    pub fn needed(&self) -> usize {
+        self.need
+    }
+
+    /// Parses one request at the start of `buf`. `Ok(None)` means more bytes are needed.
+    ///
+    /// # Errors
+    /// Input that Redis rejects as a protocol error; the connection should be closed after
+    /// replying with [`ProtocolError::to_reply`].
+    pub fn parse(
+        &mut self,
+        buf: &[u8],
+        authenticated: bool,
+    ) -> Result<Option<Parsed>, ProtocolError> {
+        if let State::Start = self.state {
+            let Some(&first) = buf.first() else {
+                return Ok(None);
+            };
+            if first != b'*' {
+                return self.parse_inline(buf);
+            }
+            let Some((count, pos)) = self.header(buf, 1, "too big mbulk count string")? else {
+                return Ok(None);
+            };
+            let count = match count {
+                Some(n) if n <= 0 => return Ok(Some(Parsed::Empty { len: pos })),
+                Some(n) if (n as u64) <= self.limits.max_multibulk_len as u64 => n as usize,
+                _ => return Err(ProtocolError::new("invalid multibulk length")),
+            };
+            if !authenticated && count > UNAUTH_MAX_MULTIBULK {
+                return Err(ProtocolError::new("unauthenticated multibulk length"));
+            }
+            self.ranges.clear();
+            self.ranges.reserve(count.min(1024));
+            self.state = State::Multibulk {
+                expected: count,
+                pos,
+            };
+        }
+        self.parse_bulks(buf, authenticated)
+    }
+
+    fn parse_bulks(
+        &mut self,
+        buf: &[u8],
+        authenticated: bool,
+    ) -> Result<Option<Parsed>, ProtocolError> {
+        let State::Multibulk { expected, mut pos } = self.state else {
+            return Ok(None);
+        };
+        while self.ranges.len() < expected {
+            if pos >= buf.len() {
+                break;
+            }
+            // Like Redis, wait for the whole header line before looking at its type byte.
+            let Some((len, data)) = self.header(&buf[pos..], 1, "too big bulk count string")?
+            else {
+                break;
+            };
+            if buf[pos] != b'$' {
+                return Err(ProtocolError(format!(
+                    "expected '$', got '{}'",
+                    char::from(buf[pos])
+                )));
+            }
+            let len = match len {
+                Some(n) if n >= 0 && (n as u64) <= self.limits.max_bulk_len as u64 => n as usize,
+                _ => return Err(ProtocolError::new("invalid bulk length")),
+            };
+            if !authenticated && len > UNAUTH_MAX_BULK {
+                return Err(ProtocolError::new("unauthenticated bulk length"));
+            }
+            let start = pos + data;
+            // Redis skips the two bytes after the payload without checking them; so do we.
+            let end = start + len + 2;
+            if buf.len() < end {
+                self.need = end;
+                break;
+            }
+            self.ranges.push(start..start + len);
+            pos = end;
+        }
+        if self.ranges.len() < expected {
+            self.state = State::Multibulk { expected, pos };
+            return Ok(None);
+        }
+        self.state = State::Start;
+        self.need = 0;
+        self.inline = false;
+        Ok(Some(Parsed::Multibulk { len: pos }))
+    }
+
+    /// Parses a `<prefix><integer>\r\n` line at the start of `buf`. Returns the integer
+    /// (`None` if not a valid one) and the offset after the line.
+    #[allow(clippy::type_complexity)]
+    fn header(
+        &self,
+        buf: &[u8],
+        skip: usize,
+        too_big: &str,
+    ) -> Result<Option<(Option<i64>, usize)>, ProtocolError> {
+        let scan = &buf[..buf.len().min(self.limits.max_inline_len + skip + 1)];
+        match memchr(b'\r', scan) {
+            // Redis needs the '\n' too before it goes on.
+            Some(cr) if cr + 1 < buf.len() => Ok(Some((parse_int(&buf[skip..cr]), cr + 2))),
+            Some(_) => Ok(None),
+            None if buf.len() > self.limits.max_inline_len => Err(ProtocolError::new(too_big)),
+            None => Ok(None),
+        }
+    }
+
+    fn parse_inline(&mut self, buf: &[u8]) -> Result<Option<Parsed>, ProtocolError> {
+        let scan = &buf[..buf.len().min(self.limits.max_inline_len + 1)];
+        let Some(nl) = memchr(b'\n', scan) else {
+            if buf.len() > self.limits.max_inline_len {
+                return Err(ProtocolError::new("too big inline request"));
+            }
+            return Ok(None);
+        };
+        let mut line = &buf[..nl];
+        if let Some(stripped) = line.strip_suffix(b"\r") {
+            line = stripped;
+        }
+        self.owned.clear();
+        split_args(line, &mut self.owned)
+            .ok_or_else(|| ProtocolError::new("unbalanced quotes in request"))?;
+        if self.owned.is_empty() {
+            return Ok(Some(Parsed::Empty { len: nl + 1 }));
+        }
+        self.inline = true;
+        Ok(Some(Parsed::Inline { len: nl + 1 }))
+    }
+}
+
+/// Encodes a request as a RESP array of bulk strings, the form Redis and every client use.
+pub fn encode_request(args: &[&[u8]], out: &mut bytes::BytesMut) {
+    let mut num = itoa::Buffer::new();
+    out.extend_from_slice(b"*");
+    out.extend_from_slice(num.format(args.len()).as_bytes());
+    out.extend_from_slice(b"\r\n");
+    for a in args {
+        out.extend_from_slice(b"$");
+        out.extend_from_slice(num.format(a.len()).as_bytes());
+        out.extend_from_slice(b"\r\n");
+        out.extend_from_slice(a);
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
+fn memchr(needle: u8, hay: &[u8]) -> Option<usize> {
+    hay.iter().position(|&b| b == needle)
+}
+
+/// Redis's `string2ll`: an optional '-', then digits with no leading zero, fitting in i64.
+pub fn parse_int(s: &[u8]) -> Option<i64> {
+    let (neg, digits) = match s {
+        [b'-', rest @ ..] => (true, rest),
+        _ => (false, s),
+    };
+    match digits {
+        [] => return None,
+        [b'0'] => return (!neg).then_some(0),
+        [b'0', ..] => return None,
+        _ => {}
+    }
+    let mut v: i64 = 0;
+    for &d in digits {
+        if !d.is_ascii_digit() {
+            return None;
+        }
+        let d = i64::from(d - b'0');
+        v = if neg {
+            v.checked_mul(10)?.checked_sub(d)?
+        } else {
+            v.checked_mul(10)?.checked_add(d)?
+        };
+    }
+    Some(v)
+}
+
+/// Splits an inline line into arguments like Redis's `sdssplitargs`: whitespace-separated,
+/// with "double quotes" (C-style escapes, `\xHH`) and 'single quotes'. `None` on unbalanced
+/// quotes or a closing quote not followed by a space.
+fn split_args(line: &[u8], out: &mut Vec<Vec<u8>>) -> Option<()> {
+    let mut i = 0;
+    loop {
+        while i < line.len() && is_space(line[i]) {
+            i += 1;
+        }
+        if i >= line.len() {
+            return Some(());
+        }
+        let mut arg = Vec::new();
+        let mut in_dq = false;
+        let mut in_sq = false;
+        loop {
+            let c = line.get(i).copied();
+            if in_dq {
+                match c {
+                    None => return None,
+                    Some(b'\\') if hex_escape(&line[i..]).is_some() => {
+                        arg.extend(hex_escape(&line[i..]));
+                        i += 3;
+                    }
+                    Some(b'\\') if i + 1 < line.len() => {
+                        i += 1;
+                        arg.push(match line[i] {
+                            b'n' => b'\n',
+                            b'r' => b'\r',
+                            b't' => b'\t',
+                            b'b' => 8,
+                            b'a' => 7,
+                            other => other,
+                        });
+                    }
+                    Some(b'"') => {
+                        if line.get(i + 1).is_some_and(|&n| !is_space(n)) {
+                            return None;
+                        }
+                        in_dq = false;
+                        i += 1;
+                        break;
+                    }
+                    Some(other) => arg.push(other),
+                }
+            } else if in_sq {
+                match c {
+                    None => return None,
+                    Some(b'\\') if line.get(i + 1) == Some(&b'\'') => {
+                        i += 1;
+                        arg.push(b'\'');
+                    }
+                    Some(b'\'') => {
+                        if line.get(i + 1).is_some_and(|&n| !is_space(n)) {
+                            return None;
+                        }
+                        in_sq = false;
+                        i += 1;
+                        break;
+                    }
+                    Some(other) => arg.push(other),
+                }
+            } else {
+                match c {
+                    None => break,
+                    Some(b) if is_space(b) => break,
+                    Some(b'"') => in_dq = true,
+                    Some(b'\'') => in_sq = true,
+                    Some(other) => arg.push(other),
+                }
+            }
+            i += 1;
+        }
+        debug_assert!(!in_dq && !in_sq);
+        out.push(arg);
+    }
+}
+
+fn is_space(b: u8) -> bool {
+    matches!(b, b' ' | b'\t' | b'\n' | b'\r' | 0x0b | 0x0c)
+}
+
+/// The byte of a `\xHH` escape at the start of `s`, if it is one.
+fn hex_escape(s: &[u8]) -> Option<u8> {
+    match s {
+        [b'\\', b'x', h, l, ..] => {
+            let h = (*h as char).to_digit(16)?;
+            let l = (*l as char).to_digit(16)?;
+            Some((h * 16 + l) as u8)
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_all(input: &[u8]) -> Result<Vec<Vec<Vec<u8>>>, ProtocolError> {
+        let mut p = RequestParser::new(Limits::default());
+        let mut off = 0;
+        let mut out = Vec::new();
+        while let Some(parsed) = p.parse(&input[off..], true)? {
+            let len = match parsed {
+                Parsed::Multibulk { len } | Parsed::Inline { len } => {
+                    out.push(p.args(&input[off..]).iter().map(<[u8]>::to_vec).collect());
+                    len
+                }
+                Parsed::Empty { len } => len,
+            };
+            off += len;
+        }
+        Ok(out)
+    }
+
+    #[test]
+    fn exact_multibulk_parses() {
+        let got = parse_all(b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n").unwrap();
+        assert_eq!(got, vec![vec![b"GET".to_vec(), b"k".to_vec()]]);
+    }
+
+    #[test]
+    fn padded_multibulk_leaves_the_rest() {
+        let mut p = RequestParser::new(Limits::default());
+        let buf = b"*1\r\n$4\r\nPING\r\n*1\r\n$4";
+        assert_eq!(
+            p.parse(buf, true).unwrap(),
+            Some(Parsed::Multibulk { len: 14 })
+        );
+        assert_eq!(p.parse(&buf[14..], true).unwrap(), None);
+    }
+
+    #[test]
+    fn truncated_multibulk_returns_none_at_every_cut() {
+        let full = b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$5\r\nvalue\r\n";
+        for cut in 0..full.len() {
+            let mut p = RequestParser::new(Limits::default());
+            assert_eq!(p.parse(&full[..cut], true).unwrap(), None, "cut {cut}");
+            // Resuming with the whole buffer finishes the same request.
+            let got = p.parse(full, true).unwrap();
+            assert_eq!(
+                got,
+                Some(Parsed::Multibulk { len: full.len() }),
+                "cut {cut}"
+            );
+            assert_eq!(p.args(full).get(2), Some(&b"value"[..]));
+        }
+    }
+
+    #[test]
+    fn inline_splits_and_unquotes() {
+        let got = parse_all(b"SET k \"a b\\x41\\n\" 'it\\'s'\r\nPING\n").unwrap();
+        assert_eq!(
+            got,
+            vec![
+                vec![
+                    b"SET".to_vec(),
+                    b"k".to_vec(),
+                    b"a bA\n".to_vec(),
+                    b"it's".to_vec()
+                ],
+                vec![b"PING".to_vec()]
+            ]
+        );
+    }
+
+    #[test]
+    fn empty_lines_and_arrays_are_skipped() {
+        assert_eq!(
+            parse_all(b"\r\n*0\r\n*-1\r\n  \n").unwrap(),
+            Vec::<Vec<Vec<u8>>>::new()
+        );
+    }
+
+    #[test]
+    fn protocol_errors_match_redis_texts() {
+        let cases: &[(&[u8], &str)] = &[
+            (b"*x\r\n", "invalid multibulk length"),
+            (b"*1\r\nx\r\n", "expected '$', got 'x'"),
+            (b"*1\r\n$-5\r\n", "invalid bulk length"),
+            (b"*1\r\n$999999999999\r\n", "invalid bulk length"),
+            (b"*3000000000\r\n", "invalid multibulk length"),
+            (b"SET \"a\r\n", "unbalanced quotes in request"),
+            (b"SET \"a\"b\r\n", "unbalanced quotes in request"),
+        ];
+        for (input, msg) in cases {
+            assert_eq!(parse_all(input).unwrap_err().0, *msg, "{input:?}");
+        }
+    }
+
+    #[test]
+    fn oversized_lines_are_rejected_without_waiting() {
+        let long = vec![b'a'; 70 * 1024];
+        assert_eq!(parse_all(&long).unwrap_err().0, "too big inline request");
+        let mut mb = b"*".to_vec();
+        mb.extend(vec![b'1'; 70 * 1024]);
+        assert_eq!(parse_all(&mb).unwrap_err().0, "too big mbulk count string");
+    }
+
+    #[test]
+    fn unauthenticated_clients_get_small_limits() {
+        let mut p = RequestParser::new(Limits::default());
+        let err = p.parse(b"*11\r\n", false).unwrap_err();
+        assert_eq!(err.0, "unauthenticated multibulk length");
+        let mut p = RequestParser::new(Limits::default());
+        let err = p.parse(b"*1\r\n$20000\r\n", false).unwrap_err();
+        assert_eq!(err.0, "unauthenticated bulk length");
+    }
+
+    #[test]
+    fn needed_reports_large_bulk_size() {
+        let mut p = RequestParser::new(Limits::default());
+        assert_eq!(p.parse(b"*1\r\n$100000\r\nab", true).unwrap(), None);
+        assert_eq!(p.needed(), 13 + 100_000 + 2);
+    }
+
+    #[test]
+    fn parse_int_is_strict() {
+        assert_eq!(parse_int(b"0"), Some(0));
+        assert_eq!(parse_int(b"-12"), Some(-12));
+        assert_eq!(parse_int(b"012"), None);
+        assert_eq!(parse_int(b"+1"), None);
+        assert_eq!(parse_int(b"-0"), None);
+        assert_eq!(parse_int(b""), None);
+        assert_eq!(parse_int(b"99999999999999999999"), None);
+    }
+}

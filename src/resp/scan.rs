@@ -1,0 +1,238 @@
+//! Finds reply frame boundaries in an upstream byte stream without decoding values.
+//!
+//! Forwarded replies are passed to clients as the exact bytes Redis sent, so all the proxy
+//! needs is where each top-level frame ends (and whether it is a RESP3 push). The scanner is
+//! resumable: a large reply arriving in many reads is scanned once, not once per read.
+
+/// The upstream sent bytes that are not RESP; the connection cannot be trusted any more.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid reply from upstream: {0}")]
+pub struct ScanError(pub &'static str);
+
+/// A complete top-level frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameEnd {
+    /// Offset just past the frame, relative to the buffer start.
+    pub end: usize,
+    /// The frame is a RESP3 push (`>`), not a reply to a request.
+    pub push: bool,
+}
+
+const MAX_DEPTH: usize = 128;
+
+/// Resumable scanner over one connection's read buffer.
+#[derive(Debug, Default)]
+pub struct ReplyScanner {
+    /// Where scanning continues, relative to the buffer start.
+    pos: usize,
+    /// Elements still missing in each open aggregate, innermost last.
+    open: Vec<u64>,
+    /// The current top-level frame is a push.
+    push: bool,
+}
+
+impl ReplyScanner {
+    /// A scanner at the start of a stream.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Tells the scanner that `n` bytes were removed from the front of the buffer.
+    ///
+    /// # Panics
+    /// Never for `n` up to the end of the last returned frame, which is the only valid use.
+    pub fn consumed(&mut self, n: usize) {
+        debug_assert!(n <= self.pos);
+        self.pos = self.pos.saturating_sub(n);
+    }
+
+    /// True when no frame is partially scanned.
+    pub fn at_boundary(&self) -> bool {
+        self.open.is_empty()
+    }
+
+    /// Scans on from the last position; returns the next complete top-level frame, or
+    /// `Ok(None)` when more bytes are needed.
+    ///
+    /// # Errors
+    /// Bytes that are not valid RESP2/RESP3.
+    pub fn next_frame(&mut self, buf: &[u8]) -> Result<Option<FrameEnd>, ScanError> {
+        loop {
+            let Some(&kind) = buf.get(self.pos) else {
+                return Ok(None);
+            };
+            let Some(line_end) = find_crlf(buf, self.pos + 1) else {
+                return Ok(None);
+            };
+            let after_line = line_end + 2;
+            let top = self.open.is_empty();
+            let end = match kind {
+                b'+' | b'-' | b':' | b'_' | b',' | b'#' | b'(' => after_line,
+                b'$' | b'!' | b'=' => {
+                    let n = int(&buf[self.pos + 1..line_end])?;
+                    if n < 0 {
+                        if n != -1 || kind != b'$' {
+                            return Err(ScanError("negative length"));
+                        }
+                        after_line
+                    } else {
+                        let end = after_line + n as usize + 2;
+                        if buf.len() < end {
+                            return Ok(None);
+                        }
+                        end
+                    }
+                }
+                b'*' | b'~' | b'>' | b'%' | b'|' => {
+                    let n = int(&buf[self.pos + 1..line_end])?;
+                    if top {
+                        self.push = kind == b'>';
+                    }
+                    if n < 0 {
+                        if n != -1 || kind != b'*' {
+                            return Err(ScanError("negative length"));
+                        }
+                        after_line
+                    } else {
+                        let n = n as u64;
+                        // A map has two elements per entry; an attribute map is followed by
+                        // the value it annotates, which belongs to the same frame.
+                        let children = match kind {
+                            b'%' => n * 2,
+                            b'|' => n * 2 + 1,
+                            _ => n,
+                        };
+                        if children > 0 {
+                            if self.open.len() >= MAX_DEPTH {
+                                return Err(ScanError("nesting too deep"));
+                            }
+                            self.open.push(children);
+                            self.pos = after_line;
+                            continue;
+                        }
+                        after_line
+                    }
+                }
+                _ => return Err(ScanError("unknown type byte")),
+            };
+            self.pos = end;
+            if self.element_done() {
+                let push = std::mem::take(&mut self.push);
+                return Ok(Some(FrameEnd { end, push }));
+            }
+        }
+    }
+
+    /// Counts one finished element against the open aggregates; true when that finished the
+    /// top-level frame.
+    fn element_done(&mut self) -> bool {
+        while let Some(left) = self.open.last_mut() {
+            *left -= 1;
+            if *left > 0 {
+                return false;
+            }
+            self.open.pop();
+        }
+        true
+    }
+}
+
+fn find_crlf(buf: &[u8], from: usize) -> Option<usize> {
+    let hay = buf.get(from..)?;
+    let mut i = 0;
+    while let Some(p) = hay[i..].iter().position(|&b| b == b'\r') {
+        let at = i + p;
+        match hay.get(at + 1) {
+            Some(b'\n') => return Some(from + at),
+            Some(_) => i = at + 1,
+            None => return None,
+        }
+    }
+    None
+}
+
+fn int(s: &[u8]) -> Result<i64, ScanError> {
+    super::request::parse_int(s).ok_or(ScanError("bad length"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frames(buf: &[u8]) -> Vec<FrameEnd> {
+        let mut s = ReplyScanner::new();
+        let mut out = Vec::new();
+        while let Some(f) = s.next_frame(buf).unwrap() {
+            out.push(f);
+        }
+        out
+    }
+
+    fn ends(buf: &[u8]) -> Vec<usize> {
+        frames(buf).iter().map(|f| f.end).collect()
+    }
+
+    #[test]
+    fn simple_types_are_one_line() {
+        assert_eq!(
+            ends(b"+OK\r\n-ERR x\r\n:1\r\n_\r\n,1.5\r\n#t\r\n(12\r\n"),
+            vec![5, 13, 17, 20, 26, 30, 35]
+        );
+    }
+
+    #[test]
+    fn bulk_with_crlf_inside_is_one_frame() {
+        assert_eq!(ends(b"$4\r\na\r\nb\r\n$-1\r\n"), vec![10, 15]);
+    }
+
+    #[test]
+    fn nested_aggregates_count_children() {
+        let buf = b"*2\r\n*1\r\n:1\r\n%1\r\n+k\r\n*0\r\n:9\r\n";
+        assert_eq!(ends(buf), vec![buf.len() - 4, buf.len()]);
+    }
+
+    #[test]
+    fn attribute_belongs_to_following_value() {
+        let buf = b"|1\r\n+a\r\n+b\r\n:5\r\n";
+        assert_eq!(ends(buf), vec![buf.len()]);
+    }
+
+    #[test]
+    fn push_is_flagged() {
+        let buf = b">2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\nk\r\n+OK\r\n";
+        let f = frames(buf);
+        assert_eq!(f.len(), 2);
+        assert!(f[0].push);
+        assert!(!f[1].push);
+    }
+
+    #[test]
+    fn resumes_over_every_split() {
+        let buf = b"*3\r\n$3\r\nfoo\r\n*-1\r\n%1\r\n$1\r\na\r\n=5\r\ntxt:x\r\n+OK\r\n";
+        let whole = ends(buf);
+        for cut in 0..buf.len() {
+            let mut s = ReplyScanner::new();
+            let mut got = Vec::new();
+            while let Some(f) = s.next_frame(&buf[..cut]).unwrap() {
+                got.push(f.end);
+            }
+            while let Some(f) = s.next_frame(buf).unwrap() {
+                got.push(f.end);
+            }
+            assert_eq!(got, whole, "cut {cut}");
+        }
+    }
+
+    #[test]
+    fn garbage_is_an_error() {
+        assert!(ReplyScanner::new().next_frame(b"hello\r\n").is_err());
+        assert!(ReplyScanner::new().next_frame(b"$-7\r\n").is_err());
+        assert!(ReplyScanner::new().next_frame(b"*x\r\n").is_err());
+    }
+
+    #[test]
+    fn deep_nesting_is_bounded() {
+        let buf = b"*1\r\n".repeat(MAX_DEPTH + 1);
+        assert!(ReplyScanner::new().next_frame(&buf).is_err());
+    }
+}

@@ -1,0 +1,124 @@
+//! INFO: the upstream's text with corral's own `# Proxy` section appended.
+
+use std::fmt::Write;
+
+use bytes::BytesMut;
+
+use super::Shared;
+use crate::resp::Args;
+use crate::resp::reply::{Encoder, Proto};
+use crate::resp::request::parse_int;
+
+/// Whether `INFO [section ...]` asks for the proxy section: with no section, or with `all`,
+/// `everything`, `default` or `proxy` among them.
+pub fn wants_proxy_section(args: &Args<'_>) -> bool {
+    args.len() == 1
+        || args.iter().skip(1).any(|a| {
+            [&b"all"[..], b"everything", b"default", b"proxy"]
+                .iter()
+                .any(|s| a.eq_ignore_ascii_case(s))
+        })
+}
+
+/// The `# Proxy` section, in INFO's `key:value\r\n` format.
+pub fn proxy_section(shared: &Shared) -> String {
+    let status = &shared.upstream.status;
+    let m = &shared.metrics;
+    let mut s = String::from("# Proxy\r\n");
+    let mut line = |k: &str, v: &dyn std::fmt::Display| {
+        let _ = write!(s, "{k}:{v}\r\n");
+    };
+    line("corral_version", &crate::VERSION);
+    line("uptime_in_seconds", &shared.started.elapsed().as_secs());
+    line("connected_clients", &shared.clients());
+    line("total_connections_received", &m.connections.get());
+    line("rejected_connections", &m.rejected_connections.get());
+    line("total_commands_processed", &m.commands.get());
+    line("local_commands_processed", &m.local_commands.get());
+    line("upstream_errors", &m.upstream_errors.get());
+    line("protocol_errors", &m.protocol_errors.get());
+    line(
+        "upstream",
+        &shared
+            .cfg
+            .upstream_url()
+            .map(|u| u.addr)
+            .unwrap_or_default(),
+    );
+    line("upstream_connections", &status.connected_count());
+    line("upstream_connects", &status.connects_total());
+    line(
+        "upstream_last_error",
+        &status
+            .last_error()
+            .unwrap_or_default()
+            .replace(['\r', '\n'], " "),
+    );
+    line("cache_enabled", &u8::from(shared.cfg.cache.enabled));
+    s
+}
+
+/// Writes `reply` (an INFO reply: bulk or verbatim string) with `section` appended; any other
+/// reply (an error) is passed on unchanged.
+pub fn append_section(reply: &[u8], section: &str, out: &mut BytesMut) {
+    let Some((kind, body)) = string_body(reply) else {
+        out.extend_from_slice(reply);
+        return;
+    };
+    let mut text = Vec::with_capacity(body.len() + section.len() + 2);
+    text.extend_from_slice(body);
+    if !text.is_empty() && !text.ends_with(b"\r\n\r\n") {
+        text.extend_from_slice(b"\r\n");
+    }
+    text.extend_from_slice(section.as_bytes());
+    let proto = if kind == b'=' {
+        Proto::Resp3
+    } else {
+        Proto::Resp2
+    };
+    Encoder { proto, out }.verbatim(&text);
+}
+
+/// Splits a `$` or `=` reply into its type and text (without the verbatim `txt:` prefix).
+fn string_body(reply: &[u8]) -> Option<(u8, &[u8])> {
+    let kind = *reply.first()?;
+    if kind != b'$' && kind != b'=' {
+        return None;
+    }
+    let cr = reply.iter().position(|&b| b == b'\r')?;
+    let len = usize::try_from(parse_int(&reply[1..cr])?).ok()?;
+    let body = reply.get(cr + 2..cr + 2 + len)?;
+    if kind == b'=' {
+        Some((kind, body.get(4..)?))
+    } else {
+        Some((kind, body))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn appended(reply: &[u8]) -> Vec<u8> {
+        let mut out = BytesMut::new();
+        append_section(reply, "# Proxy\r\na:1\r\n", &mut out);
+        out.to_vec()
+    }
+
+    #[test]
+    fn keeps_the_reply_type() {
+        assert_eq!(
+            appended(b"$10\r\n# S\r\nx:1\r\n\r\n"),
+            b"$26\r\n# S\r\nx:1\r\n\r\n# Proxy\r\na:1\r\n\r\n"
+        );
+        assert_eq!(
+            appended(b"=14\r\ntxt:# S\r\nx:1\r\n\r\n"),
+            b"=30\r\ntxt:# S\r\nx:1\r\n\r\n# Proxy\r\na:1\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn errors_pass_through() {
+        assert_eq!(appended(b"-ERR x\r\n"), b"-ERR x\r\n");
+    }
+}

@@ -1,0 +1,114 @@
+//! The client-facing server: accept loop, client limit, one task per connection.
+
+mod connection;
+mod info;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{Instrument, debug, debug_span, error, warn};
+
+use crate::config::Config;
+use crate::metrics::Metrics;
+use crate::resp::reply;
+use crate::upstream::Upstream;
+
+/// State shared by all connections.
+#[derive(Debug)]
+pub struct Shared {
+    /// Frozen configuration.
+    pub cfg: Arc<Config>,
+    /// Upstream connections.
+    pub upstream: Upstream,
+    /// Metrics registry.
+    pub metrics: Arc<Metrics>,
+    /// When the server started (INFO uptime).
+    pub started: Instant,
+    next_id: AtomicU64,
+    clients: AtomicUsize,
+}
+
+impl Shared {
+    /// Shared state for a server in front of `upstream`.
+    pub fn new(cfg: Arc<Config>, upstream: Upstream, metrics: Arc<Metrics>) -> Self {
+        Shared {
+            cfg,
+            upstream,
+            metrics,
+            started: Instant::now(),
+            next_id: AtomicU64::new(1),
+            clients: AtomicUsize::new(0),
+        }
+    }
+
+    /// Clients connected now.
+    pub fn clients(&self) -> usize {
+        self.clients.load(Ordering::Relaxed)
+    }
+}
+
+/// Decrements the client count when a connection task ends, however it ends.
+struct ClientSlot(Arc<Shared>);
+
+impl Drop for ClientSlot {
+    fn drop(&mut self) {
+        self.0.clients.fetch_sub(1, Ordering::Relaxed);
+        self.0.metrics.connected_clients.dec();
+    }
+}
+
+/// Accepts clients until `shutdown` is cancelled. Connection tasks are spawned on `tracker`
+/// so the caller can wait for them to finish.
+pub async fn serve(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    shutdown: CancellationToken,
+    tracker: TaskTracker,
+) {
+    loop {
+        let accepted = tokio::select! {
+            r = listener.accept() => r,
+            _ = shutdown.cancelled() => return,
+        };
+        let (mut stream, addr) = match accepted {
+            Ok(a) => a,
+            Err(e) => {
+                // Usually EMFILE: wait a little instead of spinning.
+                error!(cause = %e, "failed to accept");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        if shared.clients.fetch_add(1, Ordering::Relaxed) >= shared.cfg.max_clients {
+            shared.clients.fetch_sub(1, Ordering::Relaxed);
+            shared.metrics.rejected_connections.inc();
+            warn!(client.addr = %addr, "max clients reached, refusing connection");
+            tracker.spawn(async move {
+                let _ = stream.write_all(reply::MAX_CLIENTS).await;
+            });
+            continue;
+        }
+        shared.metrics.connections.inc();
+        shared.metrics.connected_clients.inc();
+        let _ = stream.set_nodelay(true);
+        let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
+        let slot = ClientSlot(shared.clone());
+        let span = debug_span!("client", id, client.addr = %addr);
+        let token = shutdown.child_token();
+        let conn_shared = shared.clone();
+        tracker.spawn(
+            async move {
+                let _slot = slot;
+                if let Err(e) = connection::run(stream, id, conn_shared, token).await {
+                    debug!(cause = %e, "connection closed with error");
+                }
+            }
+            .instrument(span),
+        );
+    }
+}

@@ -1,0 +1,341 @@
+//! One shared, pipelined connection to the upstream, kept alive by its own task.
+//!
+//! Clients hand it a [`Job`]: the encoded bytes of one or more consecutive requests and how many
+//! replies they produce. Jobs are written in arrival order; replies come back in the same order,
+//! so the task hands each job the contiguous slice of the read buffer that holds its replies.
+//! The task reconnects with jittered exponential backoff; while the upstream is unreachable,
+//! jobs fail at once instead of waiting.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Buf, Bytes, BytesMut};
+use rand::Rng;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::{Notify, mpsc, oneshot};
+use tokio::time::{Instant, sleep_until, timeout};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use super::handshake;
+use super::status::UpstreamStatus;
+use crate::error::UpstreamError;
+use crate::resp::{Proto, ReplyScanner};
+
+/// Replies to a job: the raw bytes of all its replies, or why there are none.
+pub type JobResult = Result<Bytes, UpstreamError>;
+
+/// Requests sent together, answered together.
+#[derive(Debug)]
+pub struct Job {
+    /// Encoded requests.
+    pub bytes: Bytes,
+    /// How many top-level replies they produce.
+    pub count: u32,
+    /// Where the replies go.
+    pub reply: oneshot::Sender<JobResult>,
+}
+
+/// Settings one connection task needs.
+#[derive(Debug, Clone)]
+pub struct ConnSettings {
+    /// `host:port`.
+    pub addr: String,
+    /// ACL user for AUTH/HELLO.
+    pub user: Option<String>,
+    /// Password for AUTH/HELLO.
+    pub password: Option<String>,
+    /// Protocol spoken on this connection.
+    pub proto: Proto,
+    /// Deadline for connect plus handshake.
+    pub connect_timeout: Duration,
+    /// First reconnect delay.
+    pub backoff_min: Duration,
+    /// Largest reconnect delay.
+    pub backoff_max: Duration,
+}
+
+/// Handle to a connection task; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct UpstreamConn {
+    tx: mpsc::Sender<Job>,
+    reset: Arc<Notify>,
+    addr: Arc<str>,
+}
+
+/// Most jobs queued per connection before senders wait (backpressure, bounded memory).
+const QUEUE: usize = 4096;
+/// Stop gathering more jobs into one write once this much is buffered.
+const WRITE_BATCH: usize = 64 * 1024;
+/// Read buffer growth step.
+const READ_CHUNK: usize = 16 * 1024;
+
+impl UpstreamConn {
+    /// Starts the connection task.
+    pub fn spawn(
+        settings: ConnSettings,
+        status: Arc<UpstreamStatus>,
+        shutdown: CancellationToken,
+    ) -> UpstreamConn {
+        let (tx, rx) = mpsc::channel(QUEUE);
+        let reset = Arc::new(Notify::new());
+        let handle = UpstreamConn {
+            tx,
+            reset: reset.clone(),
+            addr: settings.addr.clone().into(),
+        };
+        tokio::spawn(run(settings, status, rx, reset, shutdown));
+        handle
+    }
+
+    /// Queues `bytes` (holding `count` requests) and returns where their replies will arrive.
+    pub async fn send(&self, bytes: Bytes, count: u32) -> oneshot::Receiver<JobResult> {
+        let (reply, rx) = oneshot::channel();
+        if let Err(mpsc::error::SendError(job)) = self
+            .tx
+            .send(Job {
+                bytes,
+                count,
+                reply,
+            })
+            .await
+        {
+            let _ = job.reply.send(Err(UpstreamError::ShuttingDown));
+        }
+        rx
+    }
+
+    /// Drops the current connection (failing what is in flight) and reconnects; used when a
+    /// reply is overdue, since nothing after it on this connection can arrive sooner.
+    pub fn reset(&self) {
+        self.reset.notify_one();
+    }
+
+    /// The upstream address, for error messages.
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+}
+
+async fn run(
+    s: ConnSettings,
+    status: Arc<UpstreamStatus>,
+    mut rx: mpsc::Receiver<Job>,
+    reset: Arc<Notify>,
+    shutdown: CancellationToken,
+) {
+    let mut backoff = s.backoff_min;
+    loop {
+        let attempt = tokio::select! {
+            r = timeout(s.connect_timeout, connect(&s, &status)) => r,
+            _ = shutdown.cancelled() => return,
+        };
+        let cause = match attempt {
+            Ok(Ok(stream)) => {
+                backoff = s.backoff_min;
+                status.connected();
+                info!(upstream = %s.addr, proto = s.proto.as_int(), "upstream connected");
+                let mut link = Link::new(&s.addr);
+                let cause = tokio::select! {
+                    r = link.serve(stream, &mut rx) => r,
+                    _ = reset.notified() => "reset after a request timed out".to_string(),
+                    _ = shutdown.cancelled() => "shutting down".to_string(),
+                };
+                link.fail_all(&cause);
+                status.lost();
+                status.disconnected(&cause);
+                if shutdown.is_cancelled() {
+                    return;
+                }
+                warn!(upstream = %s.addr, %cause, "upstream connection lost");
+                // Reconnect at once after losing a working connection; back off only on
+                // failed attempts.
+                continue;
+            }
+            Ok(Err(e)) => e,
+            Err(_) => "connect timed out".to_string(),
+        };
+        status.disconnected(&cause);
+        warn!(upstream = %s.addr, %cause, retry_ms = backoff.as_millis() as u64, "upstream unavailable");
+        let jitter = rand::rng().random_range(0.5..1.0);
+        let deadline = Instant::now() + backoff.mul_f64(jitter);
+        backoff = (backoff * 2).min(s.backoff_max);
+        // Fail fast while waiting: a client should learn at once that the upstream is down.
+        loop {
+            tokio::select! {
+                _ = sleep_until(deadline) => break,
+                job = rx.recv() => match job {
+                    Some(job) => {
+                        let _ = job.reply.send(Err(UpstreamError::Unavailable {
+                            addr: s.addr.clone(),
+                            cause: cause.clone(),
+                        }));
+                    }
+                    None => return,
+                },
+                _ = shutdown.cancelled() => return,
+            }
+        }
+    }
+}
+
+async fn connect(s: &ConnSettings, status: &UpstreamStatus) -> Result<TcpStream, String> {
+    let mut stream = TcpStream::connect(&s.addr)
+        .await
+        .map_err(|e| e.to_string())?;
+    stream.set_nodelay(true).map_err(|e| e.to_string())?;
+    let version = handshake::hello(
+        &mut stream,
+        s.proto,
+        s.user.as_deref(),
+        s.password.as_deref(),
+    )
+    .await?;
+    if let Some(v) = version {
+        status.set_version(&v);
+    }
+    Ok(stream)
+}
+
+/// A job whose replies are still arriving.
+struct Waiter {
+    remaining: u32,
+    reply: oneshot::Sender<JobResult>,
+    /// Replies already received, when a push frame split them (never on shared connections in
+    /// practice, since they do not subscribe or track).
+    partial: BytesMut,
+}
+
+/// State of one live connection.
+struct Link {
+    addr: String,
+    inflight: VecDeque<Waiter>,
+    rbuf: BytesMut,
+    wbuf: BytesMut,
+    scanner: ReplyScanner,
+    /// Start of the next frame in `rbuf`, relative to its front.
+    frame_start: usize,
+}
+
+impl Link {
+    fn new(addr: &str) -> Self {
+        Link {
+            addr: addr.to_string(),
+            inflight: VecDeque::new(),
+            rbuf: BytesMut::with_capacity(READ_CHUNK),
+            wbuf: BytesMut::with_capacity(READ_CHUNK),
+            scanner: ReplyScanner::new(),
+            frame_start: 0,
+        }
+    }
+
+    /// Moves jobs to the socket and replies to their senders until the connection fails;
+    /// returns why. Reads and writes proceed independently, so a large pipelined write can
+    /// never deadlock against a large reply.
+    async fn serve(&mut self, mut stream: TcpStream, rx: &mut mpsc::Receiver<Job>) -> String {
+        let (mut rd, mut wr) = stream.split();
+        loop {
+            if self.rbuf.capacity() - self.rbuf.len() < READ_CHUNK / 4 {
+                self.rbuf.reserve(READ_CHUNK);
+            }
+            tokio::select! {
+                biased;
+                r = rd.read_buf(&mut self.rbuf) => match r {
+                    Ok(0) => return "closed by upstream".into(),
+                    Ok(_) => {
+                        if let Err(e) = self.deliver() {
+                            return e;
+                        }
+                    }
+                    Err(e) => return e.to_string(),
+                },
+                r = wr.write_buf(&mut self.wbuf), if !self.wbuf.is_empty() => {
+                    if let Err(e) = r {
+                        return e.to_string();
+                    }
+                }
+                job = rx.recv(), if self.wbuf.len() < WRITE_BATCH => match job {
+                    Some(job) => {
+                        self.enqueue(job);
+                        while self.wbuf.len() < WRITE_BATCH {
+                            match rx.try_recv() {
+                                Ok(job) => self.enqueue(job),
+                                Err(_) => break,
+                            }
+                        }
+                    }
+                    None => return "shutting down".into(),
+                },
+            }
+        }
+    }
+
+    fn enqueue(&mut self, job: Job) {
+        if job.reply.is_closed() {
+            // The client gave up (timed out or disconnected) before this was written: nothing
+            // has reached Redis yet, so skip it rather than run it.
+            return;
+        }
+        self.wbuf.extend_from_slice(&job.bytes);
+        self.inflight.push_back(Waiter {
+            remaining: job.count,
+            reply: job.reply,
+            partial: BytesMut::new(),
+        });
+    }
+
+    /// Hands complete replies to their waiters.
+    fn deliver(&mut self) -> Result<(), String> {
+        while let Some(frame) = self
+            .scanner
+            .next_frame(&self.rbuf)
+            .map_err(|e| e.to_string())?
+        {
+            if frame.push {
+                // Keep the replies before the push, drop the push itself.
+                if let Some(front) = self.inflight.front_mut() {
+                    front
+                        .partial
+                        .extend_from_slice(&self.rbuf[..self.frame_start]);
+                }
+                self.rbuf.advance(frame.end);
+                self.scanner.consumed(frame.end);
+                self.frame_start = 0;
+                debug!(upstream = %self.addr, "dropped push frame on shared connection");
+                continue;
+            }
+            let Some(front) = self.inflight.front_mut() else {
+                return Err("reply without a request".into());
+            };
+            self.frame_start = frame.end;
+            front.remaining -= 1;
+            if front.remaining > 0 {
+                continue;
+            }
+            let mut bytes = self.rbuf.split_to(frame.end);
+            self.scanner.consumed(frame.end);
+            self.frame_start = 0;
+            if let Some(w) = self.inflight.pop_front() {
+                if !w.partial.is_empty() {
+                    let mut all = w.partial;
+                    all.extend_from_slice(&bytes);
+                    bytes = all;
+                }
+                // A closed receiver means the client went away; its replies are dropped.
+                let _ = w.reply.send(Ok(bytes.freeze()));
+            }
+        }
+        Ok(())
+    }
+
+    fn fail_all(&mut self, cause: &str) {
+        for w in self.inflight.drain(..) {
+            let _ = w.reply.send(Err(UpstreamError::ConnectionLost {
+                addr: self.addr.clone(),
+                cause: cause.to_string(),
+            }));
+        }
+    }
+}

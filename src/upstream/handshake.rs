@@ -1,0 +1,151 @@
+//! Connection setup: `HELLO <proto> [AUTH user pass]`, with a plain AUTH fallback for servers
+//! older than Redis 6. Replies here are decoded in full with `redis-protocol`: it is a cold path.
+
+use bytes::BytesMut;
+use redis_protocol::resp2::types::OwnedFrame as Frame2;
+use redis_protocol::resp3::types::OwnedFrame as Frame3;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::resp::request::encode_request;
+use crate::resp::{Proto, ReplyScanner};
+
+/// A decoded handshake reply, reduced to what the handshake needs.
+#[derive(Debug, PartialEq)]
+enum Reply {
+    Error(String),
+    Ok(Option<String>),
+}
+
+/// Authenticates and selects the protocol on a fresh connection. Returns the server version
+/// when the server reports it.
+///
+/// # Errors
+/// The server's error text, or the I/O error.
+pub async fn hello(
+    stream: &mut TcpStream,
+    proto: Proto,
+    user: Option<&str>,
+    password: Option<&str>,
+) -> Result<Option<String>, String> {
+    let version = proto.as_int().to_string();
+    let mut args: Vec<&[u8]> = vec![b"HELLO", version.as_bytes()];
+    if let Some(pass) = password {
+        args.extend([
+            &b"AUTH"[..],
+            user.unwrap_or("default").as_bytes(),
+            pass.as_bytes(),
+        ]);
+    }
+    match command(stream, &args, proto).await? {
+        Reply::Ok(version) => Ok(version),
+        Reply::Error(e) if e.contains("unknown command") && proto == Proto::Resp2 => {
+            // Redis before 6.0: no HELLO, no ACL users.
+            if let Some(pass) = password {
+                match command(stream, &[b"AUTH", pass.as_bytes()], proto).await? {
+                    Reply::Error(e) => return Err(e),
+                    Reply::Ok(_) => {}
+                }
+            }
+            Ok(None)
+        }
+        Reply::Error(e) => Err(e),
+    }
+}
+
+async fn command(stream: &mut TcpStream, args: &[&[u8]], proto: Proto) -> Result<Reply, String> {
+    let mut out = BytesMut::new();
+    encode_request(args, &mut out);
+    stream.write_all(&out).await.map_err(|e| e.to_string())?;
+    let mut buf = BytesMut::with_capacity(1024);
+    let mut scanner = ReplyScanner::new();
+    loop {
+        if let Some(f) = scanner.next_frame(&buf).map_err(|e| e.to_string())? {
+            if f.push {
+                continue;
+            }
+            return decode(&buf[..f.end], proto);
+        }
+        if buf.len() > 1024 * 1024 {
+            return Err("handshake reply too large".into());
+        }
+        if stream.read_buf(&mut buf).await.map_err(|e| e.to_string())? == 0 {
+            return Err("closed by upstream during handshake".into());
+        }
+    }
+}
+
+fn decode(bytes: &[u8], proto: Proto) -> Result<Reply, String> {
+    let bad = |e: String| format!("bad handshake reply: {e}");
+    match proto {
+        Proto::Resp2 => {
+            let (frame, _) = redis_protocol::resp2::decode::decode(bytes)
+                .map_err(|e| bad(e.to_string()))?
+                .ok_or_else(|| bad("incomplete".into()))?;
+            Ok(match frame {
+                Frame2::Error(e) => Reply::Error(e),
+                Frame2::Array(items) => {
+                    Reply::Ok(version_in(items.chunks(2).filter_map(|kv| match kv {
+                        [Frame2::BulkString(k), Frame2::BulkString(v)] => Some((k, v)),
+                        _ => None,
+                    })))
+                }
+                _ => Reply::Ok(None),
+            })
+        }
+        Proto::Resp3 => {
+            let (frame, _) = redis_protocol::resp3::decode::complete::decode(bytes)
+                .map_err(|e| bad(e.to_string()))?
+                .ok_or_else(|| bad("incomplete".into()))?;
+            Ok(match frame {
+                Frame3::SimpleError { data, .. } => Reply::Error(data),
+                Frame3::BlobError { data, .. } => {
+                    Reply::Error(String::from_utf8_lossy(&data).into_owned())
+                }
+                Frame3::Map { data, .. } => {
+                    Reply::Ok(version_in(data.iter().filter_map(|(k, v)| match (k, v) {
+                        (
+                            Frame3::BlobString { data: k, .. },
+                            Frame3::BlobString { data: v, .. },
+                        ) => Some((k, v)),
+                        _ => None,
+                    })))
+                }
+                _ => Reply::Ok(None),
+            })
+        }
+    }
+}
+
+fn version_in<'a>(mut pairs: impl Iterator<Item = (&'a Vec<u8>, &'a Vec<u8>)>) -> Option<String> {
+    pairs
+        .find(|(k, _)| k.as_slice() == b"version")
+        .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_version_in_both_protocols() {
+        let r2 = b"*4\r\n$6\r\nserver\r\n$5\r\nredis\r\n$7\r\nversion\r\n$6\r\n7.0.15\r\n";
+        assert_eq!(
+            decode(r2, Proto::Resp2),
+            Ok(Reply::Ok(Some("7.0.15".into())))
+        );
+        let r3 = b"%2\r\n$6\r\nserver\r\n$5\r\nredis\r\n$7\r\nversion\r\n$5\r\n7.2.0\r\n";
+        assert_eq!(
+            decode(r3, Proto::Resp3),
+            Ok(Reply::Ok(Some("7.2.0".into())))
+        );
+    }
+
+    #[test]
+    fn error_reply_is_reported() {
+        assert_eq!(
+            decode(b"-WRONGPASS bad\r\n", Proto::Resp2),
+            Ok(Reply::Error("WRONGPASS bad".into()))
+        );
+    }
+}

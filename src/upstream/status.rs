@@ -1,0 +1,64 @@
+//! What is known about the upstream: reachable or not, why not, and its version.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+/// Shared upstream health, read by INFO, HELLO and `/healthz`.
+#[derive(Debug, Default)]
+pub struct UpstreamStatus {
+    connected: AtomicUsize,
+    reconnects: AtomicU64,
+    version: Mutex<Option<String>>,
+    last_error: Mutex<Option<String>>,
+}
+
+impl UpstreamStatus {
+    /// A connection came up.
+    pub fn connected(&self) {
+        self.connected.fetch_add(1, Ordering::Relaxed);
+        self.reconnects.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Records why a connection attempt failed or a live connection was lost.
+    pub fn disconnected(&self, cause: &str) {
+        if let Ok(mut e) = self.last_error.lock() {
+            *e = Some(cause.to_string());
+        }
+    }
+
+    /// A live connection went down.
+    pub fn lost(&self) {
+        let _ = self
+            .connected
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+    }
+
+    /// Records the server version from the handshake.
+    pub fn set_version(&self, v: &str) {
+        if let Ok(mut cur) = self.version.lock()
+            && cur.as_deref() != Some(v)
+        {
+            *cur = Some(v.to_string());
+        }
+    }
+
+    /// The upstream server's version, once a handshake reported it.
+    pub fn version(&self) -> Option<String> {
+        self.version.lock().ok().and_then(|v| v.clone())
+    }
+
+    /// Live upstream connections.
+    pub fn connected_count(&self) -> usize {
+        self.connected.load(Ordering::Relaxed)
+    }
+
+    /// Successful connects since start.
+    pub fn connects_total(&self) -> u64 {
+        self.reconnects.load(Ordering::Relaxed)
+    }
+
+    /// The last connection error, if any.
+    pub fn last_error(&self) -> Option<String> {
+        self.last_error.lock().ok().and_then(|e| e.clone())
+    }
+}
