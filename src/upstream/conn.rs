@@ -110,7 +110,9 @@ impl UpstreamConn {
     /// Drops the current connection (failing what is in flight) and reconnects; used when a
     /// reply is overdue, since nothing after it on this connection can arrive sooner.
     pub fn reset(&self) {
-        self.reset.notify_one();
+        // Wakes only a live connection's waiter: no permit is stored, so a reset asked for
+        // while reconnecting cannot kill the next, healthy connection.
+        self.reset.notify_waiters();
     }
 
     /// The upstream address, for error messages.
