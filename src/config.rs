@@ -75,6 +75,19 @@ pub struct LimitsConfig {
 pub struct CacheConfig {
     /// Turns the local cache and coalescing on or off (`--no-cache` turns them off).
     pub enabled: bool,
+    /// Memory budget of the local cache: keys, values and per-entry overhead.
+    pub max_bytes: u64,
+    /// Frequency estimate (1..=15, in a decaying window) at which a key counts as hot and is
+    /// cached locally.
+    pub hot_threshold: u8,
+    /// Values larger than this are never cached (big keys).
+    pub max_value_bytes: usize,
+    /// Longest time an entry is served without a refresh, even for keys without a TTL.
+    pub max_age_ms: u64,
+    /// Entry lifetime when the upstream cannot track keys (no `CLIENT TRACKING`).
+    pub fallback_ttl_ms: u64,
+    /// XFetch β: larger refreshes hot entries earlier before they expire; 0 disables refresh.
+    pub refresh_beta: f64,
 }
 
 /// A password: shown as `MASKED` in logs and debug output.
@@ -147,7 +160,15 @@ impl Default for LimitsConfig {
 
 impl Default for CacheConfig {
     fn default() -> Self {
-        CacheConfig { enabled: true }
+        CacheConfig {
+            enabled: true,
+            max_bytes: 256 * 1024 * 1024,
+            hot_threshold: 4,
+            max_value_bytes: 512 * 1024,
+            max_age_ms: 60_000,
+            fallback_ttl_ms: 1_000,
+            refresh_beta: 1.0,
+        }
     }
 }
 
@@ -227,6 +248,22 @@ impl Config {
                 "limits.client_query_buffer_limit",
                 "must be at least max_inline_len",
             ));
+        }
+        let c = &self.cache;
+        if c.hot_threshold == 0 || c.hot_threshold > 15 {
+            return Err(invalid("cache.hot_threshold", "must be 1 to 15"));
+        }
+        if c.max_bytes < 1024 * 1024 {
+            return Err(invalid("cache.max_bytes", "must be at least 1 MiB"));
+        }
+        if c.max_age_ms == 0 || c.fallback_ttl_ms == 0 {
+            return Err(invalid(
+                "cache.max_age_ms",
+                "max_age_ms and fallback_ttl_ms must be positive",
+            ));
+        }
+        if !(0.0..=100.0).contains(&c.refresh_beta) {
+            return Err(invalid("cache.refresh_beta", "must be 0 to 100"));
         }
         Ok(())
     }

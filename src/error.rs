@@ -51,6 +51,18 @@ pub enum UpstreamError {
         /// The upstream address.
         addr: String,
     },
+    /// Too many requests are queued for the upstream connection.
+    #[error("upstream {addr} busy: too many queued requests")]
+    Busy {
+        /// The upstream address.
+        addr: String,
+    },
+    /// The upstream replied with something corral could not use.
+    #[error("unexpected upstream reply: {cause}")]
+    BadReply {
+        /// What was wrong.
+        cause: String,
+    },
     /// corral is shutting down.
     #[error("corral is shutting down")]
     ShuttingDown,

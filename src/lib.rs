@@ -2,13 +2,16 @@
 //!
 //! Clients speak RESP2 or RESP3 to corral as they would to Redis. Requests are answered locally
 //! where forwarding would be wrong (connection state such as HELLO, AUTH, CLIENT SETNAME) and
-//! otherwise forwarded, pipelined, over a few shared upstream connections. Layers, bottom up:
-//! [`resp`] (bytes and frames), [`commands`] (routing and per-client state), [`upstream`]
-//! (connections), [`server`] (accept loop and client connections).
+//! otherwise forwarded, pipelined, over a few shared upstream connections. GETs are coalesced
+//! per key and hot keys are served from a local cache kept coherent with `CLIENT TRACKING`.
+//! Layers, bottom up: [`resp`] (bytes and frames), [`commands`] (routing and per-client
+//! state), [`upstream`] (connections), [`cache`] (local cache, coalescing, tracking lane),
+//! [`server`] (accept loop and client connections).
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod admin;
+pub mod cache;
 pub mod commands;
 pub mod config;
 pub mod error;
@@ -55,8 +58,22 @@ pub async fn run(
     // can complete; they get their own token, cancelled last.
     let upstream_token = CancellationToken::new();
     let upstream = upstream::Upstream::start(&cfg, &upstream_token)?;
-    let metrics = Arc::new(metrics::Metrics::default());
-    let shared = Arc::new(server::Shared::new(cfg.clone(), upstream, metrics));
+    let mut metrics = metrics::Metrics::default();
+    let cache = if cfg.cache.enabled {
+        let settings = upstream::Upstream::settings(&cfg)?;
+        let status = upstream.status.clone();
+        let c = cache::Cache::start(&cfg, settings, status, upstream_token.child_token());
+        c.register(metrics.registry_mut());
+        Some(c)
+    } else {
+        None
+    };
+    let shared = Arc::new(server::Shared::new(
+        cfg.clone(),
+        upstream,
+        cache,
+        Arc::new(metrics),
+    ));
     if let Some(admin) = listeners.admin {
         tokio::spawn(admin::serve(admin, shared.clone(), upstream_token.clone()));
     }

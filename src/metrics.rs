@@ -96,6 +96,11 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// The registry, for other components to register their metrics at startup.
+    pub fn registry_mut(&mut self) -> &mut Registry {
+        &mut self.registry
+    }
+
     /// The Prometheus text exposition of all metrics.
     pub fn render(&self) -> String {
         let mut out = String::new();

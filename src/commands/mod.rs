@@ -1,10 +1,12 @@
 //! What a command is to corral: its route, the per-client session state, and the commands
 //! answered locally.
 
+pub mod keys;
 pub mod local;
 pub mod session;
 pub mod table;
 
+pub use keys::Access;
 pub use local::{LocalCtx, Outcome};
 pub use session::Session;
 pub use table::{Local, Route, classify};

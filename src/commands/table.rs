@@ -4,6 +4,7 @@
 //! newer than this table). Only commands whose effect would leak into the shared upstream
 //! connection are refused, each with a reason.
 
+use super::keys::{Access, access};
 use crate::resp::Args;
 
 /// Commands corral answers itself.
@@ -30,8 +31,10 @@ pub enum Local {
 /// The route of one request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Route {
-    /// Sent as-is on the client's shared upstream connection.
-    Forward,
+    /// Sent as-is on the client's shared upstream connection; what it does to keys.
+    Forward(Access),
+    /// `CORRAL ...`: corral's own introspection commands.
+    Corral,
     /// Forwarded, then corral appends its own `# Proxy` section to the reply.
     Info,
     /// Answered by corral.
@@ -67,11 +70,13 @@ pub fn upper<'b>(name: &[u8], buf: &'b mut [u8; MAX_NAME]) -> Option<&'b [u8]> {
 pub fn classify(args: &Args<'_>) -> Route {
     let mut buf = [0u8; MAX_NAME];
     let Some(name) = args.get(0).and_then(|n| upper(n, &mut buf)) else {
-        return Route::Forward;
+        return Route::Forward(Access::Write);
     };
     let unsupported = |name, why| Route::Unsupported { name, why };
     match name {
-        b"GET" | b"SET" => Route::Forward,
+        b"GET" => Route::Forward(Access::Get),
+        b"SET" => Route::Forward(Access::Write),
+        b"CORRAL" => Route::Corral,
         b"PING" => Route::Local(Local::Ping),
         b"ECHO" => Route::Local(Local::Echo),
         b"QUIT" => Route::Local(Local::Quit),
@@ -108,14 +113,14 @@ pub fn classify(args: &Args<'_>) -> Route {
         b"SYNC" => unsupported("sync", REPLICATION),
         b"PSYNC" => unsupported("psync", REPLICATION),
         b"REPLCONF" => unsupported("replconf", REPLICATION),
-        _ => Route::Forward,
+        _ => Route::Forward(access(name)),
     }
 }
 
 fn classify_client(args: &Args<'_>) -> Route {
     let mut buf = [0u8; MAX_NAME];
     let Some(sub) = args.get(1).and_then(|n| upper(n, &mut buf)) else {
-        return Route::Forward;
+        return Route::Forward(Access::Read);
     };
     let unsupported = |name, why| Route::Unsupported { name, why };
     match sub {
@@ -130,7 +135,7 @@ fn classify_client(args: &Args<'_>) -> Route {
         b"NO-EVICT" => unsupported("client|no-evict", CONN_STATE),
         b"NO-TOUCH" => unsupported("client|no-touch", CONN_STATE),
         b"UNBLOCK" => unsupported("client|unblock", CONN_STATE),
-        _ => Route::Forward,
+        _ => Route::Forward(Access::Read),
     }
 }
 
@@ -155,13 +160,13 @@ mod tests {
     fn names_are_case_insensitive() {
         assert_eq!(route(&["ping"]), Route::Local(Local::Ping));
         assert_eq!(route(&["PiNg"]), Route::Local(Local::Ping));
-        assert_eq!(route(&["get", "k"]), Route::Forward);
+        assert_eq!(route(&["get", "k"]), Route::Forward(Access::Get));
     }
 
     #[test]
     fn unknown_and_long_names_are_forwarded() {
-        assert_eq!(route(&["NOSUCHCOMMAND"]), Route::Forward);
-        assert_eq!(route(&[&"X".repeat(100)]), Route::Forward);
+        assert_eq!(route(&["NOSUCHCOMMAND"]), Route::Forward(Access::Write));
+        assert_eq!(route(&[&"X".repeat(100)]), Route::Forward(Access::Write));
     }
 
     #[test]
@@ -178,6 +183,9 @@ mod tests {
             route(&["xread", "BLOCK", "0", "STREAMS", "s", "$"]),
             Route::Unsupported { .. }
         ));
-        assert_eq!(route(&["xread", "STREAMS", "block", "0"]), Route::Forward);
+        assert_eq!(
+            route(&["xread", "STREAMS", "block", "0"]),
+            Route::Forward(Access::Read)
+        );
     }
 }

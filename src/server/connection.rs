@@ -2,26 +2,25 @@
 //!
 //! Each round parses every complete request in the read buffer. Consecutive forwarded requests
 //! become one job on the client's upstream connection; local replies are produced on the spot.
-//! The round's replies are then collected in request order and written with one write.
+//! The round's replies are then collected in request order (see `slot.rs`) and written with
+//! one write. With the cache on, GETs are looked up or coalesced and writes invalidate.
 
 use std::sync::Arc;
 
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::sync::oneshot;
-use tokio::time::timeout;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
-use super::Shared;
-use super::info;
-use crate::commands::{self, Local, LocalCtx, Outcome, Route, Session};
-use crate::error::UpstreamError;
+use super::slot::Slot;
+use super::{Shared, corral, info};
+use crate::cache::{Cache, Lookup};
+use crate::commands::{self, Access, Local, LocalCtx, Outcome, Route, Session};
 use crate::resp::reply::{self, Encoder};
 use crate::resp::request::encode_request;
-use crate::resp::{Limits, Parsed, Proto, RequestParser};
-use crate::upstream::JobResult;
+use crate::resp::{Args, Limits, Parsed, RequestParser};
+use crate::upstream::UpstreamConn;
 
 /// Most requests handled in one round; bounds the replies buffered per client.
 const MAX_PER_ROUND: usize = 1024;
@@ -29,37 +28,21 @@ const MAX_PER_ROUND: usize = 1024;
 const MAX_ROUND_BYTES: usize = 1024 * 1024;
 const READ_CHUNK: usize = 16 * 1024;
 
-/// A reply, or replies, still to be written, in request order.
-enum Slot {
-    /// Produced locally.
-    Ready(Bytes),
-    /// `count` replies from the upstream connection of protocol `proto`.
-    Upstream {
-        rx: oneshot::Receiver<JobResult>,
-        count: u32,
-        proto: Proto,
-    },
-    /// An INFO reply to extend with the proxy section.
-    Info {
-        rx: oneshot::Receiver<JobResult>,
-        proto: Proto,
-        with_proxy: bool,
-    },
-}
-
-struct Conn {
-    shared: Arc<Shared>,
-    session: Session,
+pub(super) struct Conn {
+    pub(super) shared: Arc<Shared>,
+    pub(super) session: Session,
     parser: RequestParser,
     rbuf: BytesMut,
-    wbuf: BytesMut,
+    pub(super) wbuf: BytesMut,
     /// Scratch space for local replies, split off into `Slot::Ready`.
     local: BytesMut,
     /// Forwarded requests not yet handed to the upstream.
     batch: BytesMut,
     batch_count: u32,
-    slots: Vec<Slot>,
-    closing: bool,
+    /// Writes in this round and batch, for the cache.
+    writes: Writes,
+    pub(super) slots: Vec<Slot>,
+    pub(super) closing: bool,
 }
 
 /// Serves one client until it disconnects, sends QUIT, breaks the protocol, or shutdown.
@@ -89,6 +72,7 @@ pub async fn run(
         local: BytesMut::new(),
         batch: BytesMut::new(),
         batch_count: 0,
+        writes: Writes::default(),
         slots: Vec::new(),
         closing: false,
         shared,
@@ -136,6 +120,8 @@ enum Pending {
     Batched,
     /// A reply to queue after the batch so far.
     Ready(Bytes),
+    /// A cache hit or a read to wait for, queued after the batch so far.
+    Slot(Slot),
     /// An INFO request to send on its own.
     Info { req: Bytes, with_proxy: bool },
 }
@@ -147,6 +133,7 @@ impl Conn {
         let mut off = 0;
         let mut handled = 0;
         let mut wants_input = false;
+        self.writes.in_round = false;
         while !self.closing {
             if handled == MAX_PER_ROUND || self.batch.len() >= MAX_ROUND_BYTES {
                 break;
@@ -181,6 +168,10 @@ impl Conn {
             match self.route(off, len, inline) {
                 Pending::Batched => {}
                 Pending::Ready(bytes) => self.push_ready(bytes).await,
+                Pending::Slot(slot) => {
+                    self.flush_batch().await;
+                    self.slots.push(slot);
+                }
                 Pending::Info { req, with_proxy } => {
                     self.flush_batch().await;
                     let proto = self.session.proto;
@@ -220,7 +211,16 @@ impl Conn {
             return Pending::Ready(Bytes::from_static(reply::NOAUTH));
         }
         match route {
-            Route::Forward => {
+            Route::Forward(access) => {
+                if let Some(cache) = &self.shared.cache {
+                    let conn = self
+                        .shared
+                        .upstream
+                        .conn(self.session.proto, self.session.id);
+                    if let Some(p) = cache_step(cache, conn, &mut self.writes, access, &args) {
+                        return p;
+                    }
+                }
                 if inline {
                     let argv: Vec<&[u8]> = args.iter().collect();
                     encode_request(&argv, &mut self.batch);
@@ -229,6 +229,10 @@ impl Conn {
                 }
                 self.batch_count += 1;
                 Pending::Batched
+            }
+            Route::Corral => {
+                self.shared.metrics.local_commands.inc();
+                Pending::Ready(corral::execute(&args, &self.shared, self.session.proto))
             }
             Route::Info => {
                 let mut req = BytesMut::new();
@@ -281,67 +285,64 @@ impl Conn {
         let proto = self.session.proto;
         let conn = self.shared.upstream.conn(proto, self.session.id);
         let rx = conn.send(bytes, count).await;
-        self.slots.push(Slot::Upstream { rx, count, proto });
+        self.slots.push(Slot::Upstream {
+            rx,
+            count,
+            proto,
+            writes: std::mem::take(&mut self.writes.keys),
+            writes_all: std::mem::take(&mut self.writes.all),
+        });
     }
+}
 
-    /// Waits for every slot in order and appends its bytes to the write buffer.
-    async fn collect(&mut self) {
-        let mut slots = std::mem::take(&mut self.slots);
-        for slot in slots.drain(..) {
-            match slot {
-                Slot::Ready(b) => self.wbuf.extend_from_slice(&b),
-                Slot::Upstream { rx, count, proto } => match self.wait(rx, proto).await {
-                    Ok(b) => self.wbuf.extend_from_slice(&b),
-                    Err(e) => self.upstream_error(&e, count),
-                },
-                Slot::Info {
-                    rx,
-                    proto,
-                    with_proxy,
-                } => match self.wait(rx, proto).await {
-                    Ok(b) if with_proxy => {
-                        let section = info::proxy_section(&self.shared);
-                        info::append_section(&b, &section, &mut self.wbuf);
-                    }
-                    Ok(b) => self.wbuf.extend_from_slice(&b),
-                    Err(e) => self.upstream_error(&e, 1),
-                },
-            }
-            let limit = self.shared.cfg.limits.client_output_buffer_limit;
-            if limit > 0 && self.wbuf.len() > limit {
-                warn!(limit, "closing client over the output buffer limit");
-                self.wbuf.clear();
-                self.closing = true;
-                break;
-            }
+/// Writes seen by a connection, as the cache needs them.
+#[derive(Default)]
+struct Writes {
+    /// This round forwarded a write: later GETs in it must not be served from the cache or
+    /// coalesced, or they could miss the write.
+    in_round: bool,
+    /// Keys written by the current batch, invalidated again once it is acknowledged.
+    keys: Vec<Bytes>,
+    /// The current batch holds a command that may change every key.
+    all: bool,
+}
+
+/// The cache's part in a forwarded command: a GET is looked up (and becomes the returned
+/// slot); a write invalidates its keys now, and records them to invalidate again once it is
+/// acknowledged.
+fn cache_step(
+    cache: &Cache,
+    conn: &UpstreamConn,
+    writes: &mut Writes,
+    access: Access,
+    args: &Args<'_>,
+) -> Option<Pending> {
+    match access {
+        Access::Get if args.len() == 2 && !writes.in_round => {
+            let key = args.get(1)?;
+            Some(Pending::Slot(match cache.get(key, conn) {
+                Lookup::Hit(v) => Slot::Value(v),
+                Lookup::Wait(rx) => Slot::Fill(rx),
+            }))
         }
-        // Keep the allocation for the next round.
-        self.slots = slots;
-        self.slots.clear();
-    }
-
-    async fn wait(&self, rx: oneshot::Receiver<JobResult>, proto: Proto) -> JobResult {
-        let conn = self.shared.upstream.conn(proto, self.session.id);
-        let result = match self.shared.upstream.request_timeout {
-            Some(d) => match timeout(d, rx).await {
-                Ok(r) => r,
-                Err(_) => {
-                    conn.reset();
-                    return Err(UpstreamError::Timeout {
-                        addr: conn.addr().to_string(),
-                    });
-                }
-            },
-            None => rx.await,
-        };
-        result.unwrap_or(Err(UpstreamError::ShuttingDown))
-    }
-
-    fn upstream_error(&mut self, e: &UpstreamError, count: u32) {
-        self.shared.metrics.upstream_errors.inc_by(u64::from(count));
-        let reply = e.to_reply();
-        for _ in 0..count {
-            self.wbuf.extend_from_slice(&reply);
+        Access::Get | Access::Read => None,
+        Access::Write => {
+            writes.in_round = true;
+            let mut buf = [0u8; 24];
+            let name = args
+                .get(0)
+                .and_then(|n| commands::table::upper(n, &mut buf));
+            commands::keys::write_keys(name.unwrap_or_default(), args, |k| {
+                cache.invalidate_for_write(k);
+                writes.keys.push(Bytes::copy_from_slice(k));
+            });
+            None
+        }
+        Access::All => {
+            writes.in_round = true;
+            cache.flush();
+            writes.all = true;
+            None
         }
     }
 }

@@ -9,15 +9,27 @@ use crate::resp::Args;
 use crate::resp::reply::{Encoder, Proto};
 use crate::resp::request::parse_int;
 
-/// Whether `INFO [section ...]` asks for the proxy section: with no section, or with `all`,
-/// `everything`, `default` or `proxy` among them.
+/// Whether `INFO [section ...]` asks for corral's sections: with no section, or with `all`,
+/// `everything`, `default`, `proxy` or `cache` among them.
 pub fn wants_proxy_section(args: &Args<'_>) -> bool {
     args.len() == 1
         || args.iter().skip(1).any(|a| {
-            [&b"all"[..], b"everything", b"default", b"proxy"]
+            [&b"all"[..], b"everything", b"default", b"proxy", b"cache"]
                 .iter()
                 .any(|s| a.eq_ignore_ascii_case(s))
         })
+}
+
+/// corral's INFO sections: `# Proxy`, and `# Cache` when the cache is on.
+pub fn proxy_sections(shared: &Shared) -> String {
+    let mut s = proxy_section(shared);
+    if let Some(cache) = &shared.cache {
+        s.push_str("\r\n# Cache\r\n");
+        for (k, v) in cache.stats() {
+            let _ = write!(s, "{k}:{v}\r\n");
+        }
+    }
+    s
 }
 
 /// The `# Proxy` section, in INFO's `key:value\r\n` format.
@@ -54,7 +66,7 @@ pub fn proxy_section(shared: &Shared) -> String {
             .unwrap_or_default()
             .replace(['\r', '\n'], " "),
     );
-    line("cache_enabled", &u8::from(shared.cfg.cache.enabled));
+    line("cache_enabled", &u8::from(shared.cache.is_some()));
     s
 }
 

@@ -1,7 +1,9 @@
 //! The client-facing server: accept loop, client limit, one task per connection.
 
 mod connection;
+mod corral;
 mod info;
+mod slot;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -13,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument, debug, debug_span, error, warn};
 
+use crate::cache::Cache;
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::resp::reply;
@@ -25,6 +28,8 @@ pub struct Shared {
     pub cfg: Arc<Config>,
     /// Upstream connections.
     pub upstream: Upstream,
+    /// Local cache and coalescing; `None` with `--no-cache`.
+    pub cache: Option<Cache>,
     /// Metrics registry.
     pub metrics: Arc<Metrics>,
     /// When the server started (INFO uptime).
@@ -35,10 +40,16 @@ pub struct Shared {
 
 impl Shared {
     /// Shared state for a server in front of `upstream`.
-    pub fn new(cfg: Arc<Config>, upstream: Upstream, metrics: Arc<Metrics>) -> Self {
+    pub fn new(
+        cfg: Arc<Config>,
+        upstream: Upstream,
+        cache: Option<Cache>,
+        metrics: Arc<Metrics>,
+    ) -> Self {
         Shared {
             cfg,
             upstream,
+            cache,
             metrics,
             started: Instant::now(),
             next_id: AtomicU64::new(1),

@@ -27,6 +27,42 @@ use crate::resp::{Proto, ReplyScanner};
 /// Replies to a job: the raw bytes of all its replies, or why there are none.
 pub type JobResult = Result<Bytes, UpstreamError>;
 
+/// Where a job's replies go.
+pub enum ReplyTo {
+    /// To a waiting task.
+    Channel(oneshot::Sender<JobResult>),
+    /// To a function run on the connection task itself, in wire order with push frames; it
+    /// must be quick and must not block.
+    Call(Box<dyn FnOnce(JobResult) + Send>),
+}
+
+impl std::fmt::Debug for ReplyTo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ReplyTo::Channel(_) => "Channel",
+            ReplyTo::Call(_) => "Call",
+        })
+    }
+}
+
+impl ReplyTo {
+    fn send(self, r: JobResult) {
+        match self {
+            // A closed receiver means the client went away; its replies are dropped.
+            ReplyTo::Channel(tx) => drop(tx.send(r)),
+            ReplyTo::Call(f) => f(r),
+        }
+    }
+
+    /// Nobody waits for the reply any more.
+    fn is_closed(&self) -> bool {
+        match self {
+            ReplyTo::Channel(tx) => tx.is_closed(),
+            ReplyTo::Call(_) => false,
+        }
+    }
+}
+
 /// Requests sent together, answered together.
 #[derive(Debug)]
 pub struct Job {
@@ -35,7 +71,18 @@ pub struct Job {
     /// How many top-level replies they produce.
     pub count: u32,
     /// Where the replies go.
-    pub reply: oneshot::Sender<JobResult>,
+    pub reply: ReplyTo,
+}
+
+/// Told about a connection's life and its push frames, on the connection task, in wire order
+/// with replies. The cache's tracking lane uses this to apply invalidations.
+pub trait LinkObserver: Send + Sync + std::fmt::Debug {
+    /// A connection is up; `tracking` says whether `CLIENT TRACKING ON` succeeded.
+    fn up(&self, tracking: bool);
+    /// The connection is gone: anything learnt through it may have missed invalidations.
+    fn down(&self);
+    /// A RESP3 push frame arrived (whole frame bytes).
+    fn push(&self, frame: &[u8]);
 }
 
 /// Settings one connection task needs.
@@ -55,6 +102,8 @@ pub struct ConnSettings {
     pub backoff_min: Duration,
     /// Largest reconnect delay.
     pub backoff_max: Duration,
+    /// Turn on `CLIENT TRACKING` after the handshake (RESP3 only).
+    pub tracking: bool,
 }
 
 /// Handle to a connection task; cheap to clone.
@@ -78,6 +127,7 @@ impl UpstreamConn {
         settings: ConnSettings,
         status: Arc<UpstreamStatus>,
         shutdown: CancellationToken,
+        observer: Option<Arc<dyn LinkObserver>>,
     ) -> UpstreamConn {
         let (tx, rx) = mpsc::channel(QUEUE);
         let reset = Arc::new(Notify::new());
@@ -86,25 +136,46 @@ impl UpstreamConn {
             reset: reset.clone(),
             addr: settings.addr.clone().into(),
         };
-        tokio::spawn(run(settings, status, rx, reset, shutdown));
+        tokio::spawn(run(settings, status, rx, reset, shutdown, observer));
         handle
     }
 
     /// Queues `bytes` (holding `count` requests) and returns where their replies will arrive.
     pub async fn send(&self, bytes: Bytes, count: u32) -> oneshot::Receiver<JobResult> {
-        let (reply, rx) = oneshot::channel();
-        if let Err(mpsc::error::SendError(job)) = self
-            .tx
-            .send(Job {
-                bytes,
-                count,
-                reply,
-            })
-            .await
-        {
-            let _ = job.reply.send(Err(UpstreamError::ShuttingDown));
-        }
+        let (tx, rx) = oneshot::channel();
+        self.send_to(bytes, count, ReplyTo::Channel(tx)).await;
         rx
+    }
+
+    /// Queues `bytes` (holding `count` requests); their replies go to `reply`.
+    pub async fn send_to(&self, bytes: Bytes, count: u32, reply: ReplyTo) {
+        let job = Job {
+            bytes,
+            count,
+            reply,
+        };
+        if let Err(mpsc::error::SendError(job)) = self.tx.send(job).await {
+            job.reply.send(Err(UpstreamError::ShuttingDown));
+        }
+    }
+
+    /// Like [`UpstreamConn::send_to`] without waiting: fails the job at once (with `Busy`)
+    /// when the queue is full. For callers that cannot await.
+    pub fn try_send_to(&self, bytes: Bytes, count: u32, reply: ReplyTo) {
+        let job = Job {
+            bytes,
+            count,
+            reply,
+        };
+        match self.tx.try_send(job) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(job)) => job.reply.send(Err(UpstreamError::Busy {
+                addr: self.addr.to_string(),
+            })),
+            Err(mpsc::error::TrySendError::Closed(job)) => {
+                job.reply.send(Err(UpstreamError::ShuttingDown))
+            }
+        }
     }
 
     /// Drops the current connection (failing what is in flight) and reconnects; used when a
@@ -127,6 +198,7 @@ async fn run(
     mut rx: mpsc::Receiver<Job>,
     reset: Arc<Notify>,
     shutdown: CancellationToken,
+    observer: Option<Arc<dyn LinkObserver>>,
 ) {
     let mut backoff = s.backoff_min;
     loop {
@@ -135,17 +207,23 @@ async fn run(
             _ = shutdown.cancelled() => return,
         };
         let cause = match attempt {
-            Ok(Ok(stream)) => {
+            Ok(Ok((stream, tracking))) => {
                 backoff = s.backoff_min;
                 status.connected();
-                info!(upstream = %s.addr, proto = s.proto.as_int(), "upstream connected");
-                let mut link = Link::new(&s.addr);
+                info!(upstream = %s.addr, proto = s.proto.as_int(), tracking, "upstream connected");
+                if let Some(o) = &observer {
+                    o.up(tracking);
+                }
+                let mut link = Link::new(&s.addr, observer.clone());
                 let cause = tokio::select! {
                     r = link.serve(stream, &mut rx) => r,
                     _ = reset.notified() => "reset after a request timed out".to_string(),
                     _ = shutdown.cancelled() => "shutting down".to_string(),
                 };
                 link.fail_all(&cause);
+                if let Some(o) = &observer {
+                    o.down();
+                }
                 status.lost();
                 status.disconnected(&cause);
                 if shutdown.is_cancelled() {
@@ -170,7 +248,7 @@ async fn run(
                 _ = sleep_until(deadline) => break,
                 job = rx.recv() => match job {
                     Some(job) => {
-                        let _ = job.reply.send(Err(UpstreamError::Unavailable {
+                        job.reply.send(Err(UpstreamError::Unavailable {
                             addr: s.addr.clone(),
                             cause: cause.clone(),
                         }));
@@ -183,7 +261,8 @@ async fn run(
     }
 }
 
-async fn connect(s: &ConnSettings, status: &UpstreamStatus) -> Result<TcpStream, String> {
+/// Connects and runs the handshake; returns the stream and whether tracking is on.
+async fn connect(s: &ConnSettings, status: &UpstreamStatus) -> Result<(TcpStream, bool), String> {
     let mut stream = TcpStream::connect(&s.addr)
         .await
         .map_err(|e| e.to_string())?;
@@ -198,13 +277,14 @@ async fn connect(s: &ConnSettings, status: &UpstreamStatus) -> Result<TcpStream,
     if let Some(v) = version {
         status.set_version(&v);
     }
-    Ok(stream)
+    let tracking = s.tracking && handshake::tracking_on(&mut stream, s.proto).await?;
+    Ok((stream, tracking))
 }
 
 /// A job whose replies are still arriving.
 struct Waiter {
     remaining: u32,
-    reply: oneshot::Sender<JobResult>,
+    reply: ReplyTo,
     /// Replies already received, when a push frame split them (never on shared connections in
     /// practice, since they do not subscribe or track).
     partial: BytesMut,
@@ -219,11 +299,13 @@ struct Link {
     scanner: ReplyScanner,
     /// Start of the next frame in `rbuf`, relative to its front.
     frame_start: usize,
+    observer: Option<Arc<dyn LinkObserver>>,
 }
 
 impl Link {
-    fn new(addr: &str) -> Self {
+    fn new(addr: &str, observer: Option<Arc<dyn LinkObserver>>) -> Self {
         Link {
+            observer,
             addr: addr.to_string(),
             inflight: VecDeque::new(),
             rbuf: BytesMut::with_capacity(READ_CHUNK),
@@ -296,16 +378,18 @@ impl Link {
             .map_err(|e| e.to_string())?
         {
             if frame.push {
-                // Keep the replies before the push, drop the push itself.
+                // Keep the replies before the push; hand the push to the observer.
+                let start = self.frame_start;
+                match &self.observer {
+                    Some(o) => o.push(&self.rbuf[start..frame.end]),
+                    None => debug!(upstream = %self.addr, "dropped push frame"),
+                }
                 if let Some(front) = self.inflight.front_mut() {
-                    front
-                        .partial
-                        .extend_from_slice(&self.rbuf[..self.frame_start]);
+                    front.partial.extend_from_slice(&self.rbuf[..start]);
                 }
                 self.rbuf.advance(frame.end);
                 self.scanner.consumed(frame.end);
                 self.frame_start = 0;
-                debug!(upstream = %self.addr, "dropped push frame on shared connection");
                 continue;
             }
             let Some(front) = self.inflight.front_mut() else {
@@ -325,8 +409,7 @@ impl Link {
                     all.extend_from_slice(&bytes);
                     bytes = all;
                 }
-                // A closed receiver means the client went away; its replies are dropped.
-                let _ = w.reply.send(Ok(bytes.freeze()));
+                w.reply.send(Ok(bytes.freeze()));
             }
         }
         Ok(())
@@ -334,7 +417,7 @@ impl Link {
 
     fn fail_all(&mut self, cause: &str) {
         for w in self.inflight.drain(..) {
-            let _ = w.reply.send(Err(UpstreamError::ConnectionLost {
+            w.reply.send(Err(UpstreamError::ConnectionLost {
                 addr: self.addr.clone(),
                 cause: cause.to_string(),
             }));

@@ -53,6 +53,19 @@ pub async fn hello(
     }
 }
 
+/// Turns on server-assisted client-side caching (default mode: the server remembers the keys
+/// this connection reads). Returns false when the server refuses it (tracking unsupported or
+/// disabled), so the caller can fall back to a TTL-only cache.
+///
+/// # Errors
+/// I/O errors.
+pub async fn tracking_on(stream: &mut TcpStream, proto: Proto) -> Result<bool, String> {
+    Ok(matches!(
+        command(stream, &[b"CLIENT", b"TRACKING", b"ON"], proto).await?,
+        Reply::Ok(_)
+    ))
+}
+
 async fn command(stream: &mut TcpStream, args: &[&[u8]], proto: Proto) -> Result<Reply, String> {
     let mut out = BytesMut::new();
     encode_request(args, &mut out);

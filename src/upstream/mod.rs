@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-pub use conn::{ConnSettings, Job, JobResult, UpstreamConn};
+pub use conn::{ConnSettings, Job, JobResult, LinkObserver, ReplyTo, UpstreamConn};
 pub use status::UpstreamStatus;
 pub use url::UpstreamUrl;
 
@@ -36,21 +36,16 @@ impl Upstream {
     /// # Errors
     /// The upstream URL in `cfg` is invalid.
     pub fn start(cfg: &Config, shutdown: &CancellationToken) -> Result<Upstream, ConfigError> {
-        let url = cfg.upstream_url()?;
         let status = Arc::new(UpstreamStatus::default());
+        let base = Self::settings(cfg)?;
         let pool = |proto| {
             (0..cfg.upstream.connections)
                 .map(|_| {
                     let settings = ConnSettings {
-                        addr: url.addr.clone(),
-                        user: url.user.clone(),
-                        password: url.password.clone(),
                         proto,
-                        connect_timeout: cfg.connect_timeout(),
-                        backoff_min: Duration::from_millis(cfg.upstream.reconnect_min_ms),
-                        backoff_max: Duration::from_millis(cfg.upstream.reconnect_max_ms),
+                        ..base.clone()
                     };
-                    UpstreamConn::spawn(settings, status.clone(), shutdown.child_token())
+                    UpstreamConn::spawn(settings, status.clone(), shutdown.child_token(), None)
                 })
                 .collect::<Vec<_>>()
         };
@@ -59,6 +54,24 @@ impl Upstream {
             resp3: pool(Proto::Resp3),
             status,
             request_timeout: cfg.request_timeout(),
+        })
+    }
+
+    /// Connection settings from the config (RESP2, no tracking).
+    ///
+    /// # Errors
+    /// The upstream URL in `cfg` is invalid.
+    pub fn settings(cfg: &Config) -> Result<ConnSettings, ConfigError> {
+        let url = cfg.upstream_url()?;
+        Ok(ConnSettings {
+            addr: url.addr,
+            user: url.user,
+            password: url.password,
+            proto: Proto::Resp2,
+            connect_timeout: cfg.connect_timeout(),
+            backoff_min: Duration::from_millis(cfg.upstream.reconnect_min_ms),
+            backoff_max: Duration::from_millis(cfg.upstream.reconnect_max_ms),
+            tracking: false,
         })
     }
 

@@ -1,0 +1,689 @@
+//! The local hot-key cache and GET coalescing.
+//!
+//! Every GET that is not a local hit becomes, or joins, one in-flight upstream read per key
+//! (singleflight). Keys the frequency sketch finds hot are read over a dedicated RESP3
+//! connection with `CLIENT TRACKING ON` (the tracking lane) as `MULTI / PTTL k / GET k / EXEC`
+//! and kept locally. Coherence rests on three rules:
+//!
+//! 1. The lane's replies and Redis's invalidation pushes share one FIFO and are applied by the
+//!    lane's own task, in wire order: a fill inserts before the push that invalidates it is
+//!    applied, never after.
+//! 2. An invalidation (a push, or a write through corral before it is forwarded and again when
+//!    it is acknowledged) removes the key's in-flight read from the singleflight map: that read
+//!    can no longer insert, and later GETs cannot join it.
+//! 3. Losing the lane, or (re)connecting it, flushes everything: invalidations may have been
+//!    missed.
+
+mod hotkeys;
+mod sketch;
+mod store;
+mod value;
+
+use std::hash::BuildHasher;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use dashmap::DashMap;
+use dashmap::mapref::entry::Entry as MapEntry;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use rand::Rng;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+pub use hotkeys::HotKey;
+pub use value::Value;
+
+use crate::config::Config;
+use crate::error::UpstreamError;
+use crate::resp::request::encode_request;
+use crate::upstream::{
+    ConnSettings, JobResult, LinkObserver, ReplyTo, UpstreamConn, UpstreamStatus,
+};
+use hotkeys::HotKeys;
+use sketch::FrequencySketch;
+use store::{Entry, Store};
+
+/// What a waiter eventually receives: the GET result or why there is none.
+pub type FillResult = Result<Value, UpstreamError>;
+/// Where a waiter watches for its result (`None` until it arrives).
+pub type FillRx = watch::Receiver<Option<FillResult>>;
+
+/// Outcome of a GET lookup.
+#[derive(Debug)]
+pub enum Lookup {
+    /// Served from the local cache.
+    Hit(Value),
+    /// Wait for an upstream read (started now, or joined).
+    Wait(FillRx),
+}
+
+/// State of the tracking lane.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tracking {
+    /// Not connected yet, or reconnecting: nothing is cached.
+    Down,
+    /// Connected with `CLIENT TRACKING ON`: entries live until invalidated or expired.
+    On,
+    /// Connected, but the upstream refused tracking: entries live `fallback_ttl_ms` at most.
+    Fallback,
+}
+
+impl Tracking {
+    /// Label for INFO and logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Tracking::Down => "down",
+            Tracking::On => "on",
+            Tracking::Fallback => "off (ttl-only fallback)",
+        }
+    }
+
+    fn from_u8(v: u8) -> Self {
+        match v {
+            1 => Tracking::On,
+            2 => Tracking::Fallback,
+            _ => Tracking::Down,
+        }
+    }
+}
+
+/// Cache counters, exported to INFO, `CORRAL CACHE STATS` and Prometheus.
+#[derive(Debug, Default)]
+struct Stats {
+    hits: Counter,
+    misses: Counter,
+    coalesced: Counter,
+    fills: Counter,
+    reads: Counter,
+    inserts: Counter,
+    invalidations: Counter,
+    local_invalidations: Counter,
+    flushes: Counter,
+    refreshes: Counter,
+    oversized: Counter,
+    entries: Gauge,
+    bytes: Gauge,
+    evictions: Gauge,
+}
+
+/// One in-flight upstream read that waiters share.
+#[derive(Debug)]
+struct Fill {
+    tx: watch::Sender<Option<FillResult>>,
+    started: Instant,
+}
+
+#[derive(Debug)]
+struct Core {
+    store: Store,
+    fills: DashMap<Bytes, Arc<Fill>, foldhash::fast::RandomState>,
+    reads: FrequencySketch,
+    writes: FrequencySketch,
+    hot: HotKeys,
+    hasher: foldhash::fast::RandomState,
+    tracking: AtomicU8,
+    stats: Stats,
+    hot_threshold: u8,
+    max_value: usize,
+    max_age: Duration,
+    fallback_ttl: Duration,
+    beta: f64,
+}
+
+/// The cache facade used by client connections.
+#[derive(Debug)]
+pub struct Cache {
+    core: Arc<Core>,
+    lane: UpstreamConn,
+}
+
+impl Cache {
+    /// Creates the cache and starts its tracking lane to the upstream.
+    pub fn start(
+        cfg: &Config,
+        settings: ConnSettings,
+        status: Arc<UpstreamStatus>,
+        shutdown: CancellationToken,
+    ) -> Cache {
+        let c = &cfg.cache;
+        let candidates = (c.max_bytes / 1024).clamp(4096, 1 << 20) as usize;
+        let core = Arc::new(Core {
+            store: Store::new(c.max_bytes),
+            fills: DashMap::default(),
+            reads: FrequencySketch::new(candidates),
+            writes: FrequencySketch::new(candidates),
+            hot: HotKeys::default(),
+            hasher: foldhash::fast::RandomState::default(),
+            tracking: AtomicU8::new(0),
+            stats: Stats::default(),
+            hot_threshold: c.hot_threshold,
+            max_value: c.max_value_bytes,
+            max_age: Duration::from_millis(c.max_age_ms),
+            fallback_ttl: Duration::from_millis(c.fallback_ttl_ms),
+            beta: c.refresh_beta,
+        });
+        let settings = ConnSettings {
+            proto: crate::resp::Proto::Resp3,
+            tracking: true,
+            ..settings
+        };
+        let observer: Arc<dyn LinkObserver> = Arc::new(Lane(core.clone()));
+        let lane = UpstreamConn::spawn(settings, status, shutdown.clone(), Some(observer));
+        tokio::spawn(decay_hot_keys(core.clone(), shutdown));
+        Cache { core, lane }
+    }
+
+    /// Registers the cache's metrics.
+    pub fn register(&self, registry: &mut Registry) {
+        let s = &self.core.stats;
+        let counters: [(&str, &str, &Counter); 11] = [
+            ("cache_hits", "GETs answered from the local cache", &s.hits),
+            ("cache_misses", "GETs not answered locally", &s.misses),
+            (
+                "cache_coalesced",
+                "GETs that joined another client's upstream read",
+                &s.coalesced,
+            ),
+            (
+                "cache_fills",
+                "Hot-key reads over the tracking connection",
+                &s.fills,
+            ),
+            (
+                "cache_reads",
+                "Coalesced GETs sent upstream for keys not hot",
+                &s.reads,
+            ),
+            ("cache_inserts", "Entries stored", &s.inserts),
+            (
+                "cache_invalidations",
+                "Keys invalidated by Redis (CLIENT TRACKING)",
+                &s.invalidations,
+            ),
+            (
+                "cache_local_invalidations",
+                "Keys invalidated by writes through corral",
+                &s.local_invalidations,
+            ),
+            (
+                "cache_flushes",
+                "Whole-cache flushes (FLUSHALL, lost tracking)",
+                &s.flushes,
+            ),
+            (
+                "cache_refreshes",
+                "Background refreshes of entries near expiry",
+                &s.refreshes,
+            ),
+            ("cache_oversized", "Values too large to cache", &s.oversized),
+        ];
+        for (name, help, c) in counters {
+            registry.register(name, help, c.clone());
+        }
+        registry.register(
+            "cache_entries",
+            "Entries in the local cache",
+            s.entries.clone(),
+        );
+        registry.register(
+            "cache_bytes",
+            "Bytes charged to the cache budget",
+            s.bytes.clone(),
+        );
+        registry.register(
+            "cache_evictions",
+            "Entries evicted for the memory budget",
+            s.evictions.clone(),
+        );
+    }
+
+    /// Refreshes the gauges (entries, bytes, evictions) before a scrape.
+    pub fn update_gauges(&self) {
+        let s = &self.core.stats;
+        let st = &self.core.store;
+        s.entries.set(st.len() as i64);
+        s.bytes.set(st.bytes() as i64);
+        s.evictions.set(st.evictions() as i64);
+    }
+
+    /// Looks up a GET of `key`: a local hit, or an upstream read to wait for. A read that is
+    /// started goes over the tracking lane for hot keys, else over `conn`.
+    pub fn get(&self, key: &[u8], conn: &UpstreamConn) -> Lookup {
+        let core = &self.core;
+        let now = Instant::now();
+        let hash = core.hasher.hash_one(key);
+        core.reads.increment(hash);
+        if rand::rng().random_ratio(1, hotkeys::SAMPLE_EVERY as u32) {
+            core.hot.record(key);
+        }
+        if let Some(e) = core.store.get(key, now) {
+            core.stats.hits.inc();
+            if core.should_refresh(&e, now) {
+                self.refresh(key);
+            }
+            return Lookup::Hit(e.value);
+        }
+        core.stats.misses.inc();
+        if let Some(f) = core.fills.get(key) {
+            core.stats.coalesced.inc();
+            return Lookup::Wait(f.tx.subscribe());
+        }
+        let key = Bytes::copy_from_slice(key);
+        let fill = match core.fills.entry(key.clone()) {
+            // Another client started a read in between.
+            MapEntry::Occupied(o) => {
+                core.stats.coalesced.inc();
+                return Lookup::Wait(o.get().tx.subscribe());
+            }
+            MapEntry::Vacant(v) => {
+                let fill = Arc::new(Fill {
+                    tx: watch::Sender::new(None),
+                    started: now,
+                });
+                v.insert(fill.clone());
+                fill
+            }
+        };
+        let rx = fill.tx.subscribe();
+        if core.admit(hash) {
+            self.start_fill(key, fill);
+        } else {
+            core.stats.reads.inc();
+            let mut req = BytesMut::new();
+            encode_request(&[b"GET", &key], &mut req);
+            let core = self.core.clone();
+            let reply = ReplyTo::Call(Box::new(move |r| core.complete_read(key, fill, r)));
+            conn.try_send_to(req.freeze(), 1, reply);
+        }
+        Lookup::Wait(rx)
+    }
+
+    /// Sends a tracked fill for `key` over the lane.
+    fn start_fill(&self, key: Bytes, fill: Arc<Fill>) {
+        self.core.stats.fills.inc();
+        let mut req = BytesMut::new();
+        encode_request(&[b"MULTI"], &mut req);
+        encode_request(&[b"PTTL", &key], &mut req);
+        encode_request(&[b"GET", &key], &mut req);
+        encode_request(&[b"EXEC"], &mut req);
+        let core = self.core.clone();
+        let reply = ReplyTo::Call(Box::new(move |r| core.complete_fill(key, fill, r)));
+        self.lane.try_send_to(req.freeze(), 4, reply);
+    }
+
+    /// Starts a background refresh of `key` unless a read is already in flight.
+    fn refresh(&self, key: &[u8]) {
+        let core = &self.core;
+        let key = Bytes::copy_from_slice(key);
+        let fill = match core.fills.entry(key.clone()) {
+            MapEntry::Occupied(_) => return,
+            MapEntry::Vacant(v) => {
+                let fill = Arc::new(Fill {
+                    tx: watch::Sender::new(None),
+                    started: Instant::now(),
+                });
+                v.insert(fill.clone());
+                fill
+            }
+        };
+        core.stats.refreshes.inc();
+        self.start_fill(key, fill);
+    }
+
+    /// A write through corral to `key` is about to be forwarded, or was acknowledged.
+    pub fn invalidate_for_write(&self, key: &[u8]) {
+        let core = &self.core;
+        core.writes.increment(core.hasher.hash_one(key));
+        if core.invalidate(key) {
+            core.stats.local_invalidations.inc();
+        }
+    }
+
+    /// Drops every entry and in-flight read (FLUSHALL, FLUSHDB, SWAPDB through corral).
+    pub fn flush(&self) {
+        self.core.flush();
+    }
+
+    /// The `n` hottest keys with estimated GET rates and whether each is cached now.
+    pub fn hot_keys(&self, n: usize) -> Vec<(HotKey, bool)> {
+        self.core
+            .hot
+            .top(n)
+            .into_iter()
+            .map(|h| {
+                let cached = self.core.store.contains(&h.key);
+                (h, cached)
+            })
+            .collect()
+    }
+
+    /// State of the tracking lane.
+    pub fn tracking(&self) -> Tracking {
+        Tracking::from_u8(self.core.tracking.load(Ordering::Relaxed))
+    }
+
+    /// `name:value` lines for INFO's `# Cache` section and `CORRAL CACHE STATS`.
+    pub fn stats(&self) -> Vec<(&'static str, String)> {
+        let s = &self.core.stats;
+        let st = &self.core.store;
+        vec![
+            ("cache_tracking", self.tracking().as_str().to_string()),
+            ("cache_hits", s.hits.get().to_string()),
+            ("cache_misses", s.misses.get().to_string()),
+            ("cache_coalesced", s.coalesced.get().to_string()),
+            ("cache_fills", s.fills.get().to_string()),
+            ("cache_reads", s.reads.get().to_string()),
+            ("cache_inserts", s.inserts.get().to_string()),
+            ("cache_invalidations", s.invalidations.get().to_string()),
+            (
+                "cache_local_invalidations",
+                s.local_invalidations.get().to_string(),
+            ),
+            ("cache_flushes", s.flushes.get().to_string()),
+            ("cache_refreshes", s.refreshes.get().to_string()),
+            ("cache_oversized", s.oversized.get().to_string()),
+            ("cache_evictions", st.evictions().to_string()),
+            ("cache_entries", st.len().to_string()),
+            ("cache_bytes", st.bytes().to_string()),
+            ("cache_inflight_reads", self.core.fills.len().to_string()),
+        ]
+    }
+}
+
+impl Core {
+    /// Hot enough to keep, and read clearly more often than written.
+    fn admit(&self, hash: u64) -> bool {
+        if Tracking::from_u8(self.tracking.load(Ordering::Relaxed)) == Tracking::Down {
+            return false;
+        }
+        let reads = self.reads.estimate(hash);
+        reads >= self.hot_threshold && self.writes.estimate(hash) * 2 < reads
+    }
+
+    /// XFetch: refresh with a probability that grows as expiry nears, earlier for keys whose
+    /// fill took longer.
+    fn should_refresh(&self, e: &Entry, now: Instant) -> bool {
+        if self.beta <= 0.0 {
+            return false;
+        }
+        let r: f64 = rand::rng().random_range(f64::MIN_POSITIVE..1.0);
+        let early = e.delta.as_secs_f64() * self.beta * -r.ln();
+        now + Duration::from_secs_f64(early.min(3600.0)) >= e.expires
+    }
+
+    /// Removes `key` and its in-flight read. Order matters: the read is unlinked first, so it
+    /// cannot insert after the store removal.
+    fn invalidate(&self, key: &[u8]) -> bool {
+        let unlinked = self.fills.remove(key).is_some();
+        let removed = self.store.remove(key);
+        unlinked || removed
+    }
+
+    fn flush(&self) {
+        self.fills.clear();
+        self.store.clear();
+        self.stats.flushes.inc();
+    }
+
+    /// A tracked fill finished (runs on the lane task, in wire order with invalidations).
+    fn complete_fill(&self, key: Bytes, fill: Arc<Fill>, r: JobResult) {
+        let parsed = r.and_then(|bytes| {
+            value::parse_fill_reply(&bytes).map_err(|cause| UpstreamError::BadReply { cause })
+        });
+        let result = match parsed {
+            Ok((pttl, value)) => {
+                self.insert_if_current(&key, &fill, pttl, &value);
+                Ok(value)
+            }
+            Err(e) => {
+                self.fills.remove_if(&key, |_, f| Arc::ptr_eq(f, &fill));
+                Err(e)
+            }
+        };
+        fill.tx.send_replace(Some(result));
+    }
+
+    /// A coalesced plain GET finished: share it, keep nothing.
+    fn complete_read(&self, key: Bytes, fill: Arc<Fill>, r: JobResult) {
+        self.fills.remove_if(&key, |_, f| Arc::ptr_eq(f, &fill));
+        let result = r.and_then(|bytes| {
+            Value::from_get_reply(&bytes).ok_or_else(|| UpstreamError::BadReply {
+                cause: format!(
+                    "unexpected GET reply {:?}",
+                    String::from_utf8_lossy(&bytes[..bytes.len().min(64)])
+                ),
+            })
+        });
+        fill.tx.send_replace(Some(result));
+    }
+
+    /// Stores the value if `fill` is still the key's current read, i.e. no invalidation came
+    /// since it was sent.
+    fn insert_if_current(&self, key: &Bytes, fill: &Arc<Fill>, pttl: i64, value: &Value) {
+        let tracking = Tracking::from_u8(self.tracking.load(Ordering::Relaxed));
+        let cacheable = match value {
+            Value::Error(_) => false,
+            v if v.size() > self.max_value => {
+                self.stats.oversized.inc();
+                false
+            }
+            _ => tracking != Tracking::Down,
+        };
+        // The key's TTL counts from when Redis ran the read, which is after `started`.
+        let mut life = self.max_age;
+        if pttl >= 0 {
+            life = life.min(Duration::from_millis(pttl as u64));
+        }
+        if tracking == Tracking::Fallback {
+            life = life.min(self.fallback_ttl);
+        }
+        if let MapEntry::Occupied(o) = self.fills.entry(key.clone()) {
+            if !Arc::ptr_eq(o.get(), fill) {
+                return;
+            }
+            if cacheable && !life.is_zero() {
+                self.store.insert(
+                    key.clone(),
+                    Entry {
+                        value: value.clone(),
+                        expires: fill.started + life,
+                        delta: fill.started.elapsed(),
+                    },
+                );
+                self.stats.inserts.inc();
+            }
+            o.remove();
+        }
+    }
+}
+
+/// The tracking lane's observer: applies invalidation pushes and connection changes.
+#[derive(Debug)]
+struct Lane(Arc<Core>);
+
+impl LinkObserver for Lane {
+    fn up(&self, tracking: bool) {
+        self.0.flush();
+        let state = if tracking {
+            info!("cache tracking connection up");
+            Tracking::On
+        } else {
+            warn!(
+                ttl_ms = self.0.fallback_ttl.as_millis() as u64,
+                "upstream refused CLIENT TRACKING: cache entries are bounded by fallback_ttl_ms and may be stale that long"
+            );
+            Tracking::Fallback
+        };
+        self.0.tracking.store(state as u8, Ordering::Relaxed);
+    }
+
+    fn down(&self) {
+        self.0
+            .tracking
+            .store(Tracking::Down as u8, Ordering::Relaxed);
+        self.0.flush();
+    }
+
+    fn push(&self, frame: &[u8]) {
+        use redis_protocol::resp3::types::OwnedFrame as F;
+        let decoded = redis_protocol::resp3::decode::complete::decode(frame);
+        let Ok(Some((F::Push { data, .. }, _))) = decoded else {
+            debug!("undecodable push on tracking connection");
+            return;
+        };
+        let core = &self.0;
+        match data.as_slice() {
+            [F::BlobString { data: kind, .. }, keys] if kind.as_slice() == b"invalidate" => {
+                match keys {
+                    F::Array { data: keys, .. } => {
+                        for k in keys {
+                            if let F::BlobString { data: k, .. } = k {
+                                core.writes.increment(core.hasher.hash_one(k.as_slice()));
+                                core.invalidate(k);
+                                core.stats.invalidations.inc();
+                            }
+                        }
+                    }
+                    // FLUSHALL/FLUSHDB anywhere, or tracking table overflow.
+                    F::Null => core.flush(),
+                    _ => debug!("unexpected invalidate payload"),
+                }
+            }
+            _ => debug!("ignored push on tracking connection"),
+        }
+    }
+}
+
+async fn decay_hot_keys(core: Arc<Core>, shutdown: CancellationToken) {
+    let mut tick = tokio::time::interval(Duration::from_secs(10));
+    loop {
+        tokio::select! {
+            _ = tick.tick() => core.hot.decay(),
+            _ = shutdown.cancelled() => return,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn core() -> Core {
+        Core {
+            store: Store::new(1 << 20),
+            fills: DashMap::default(),
+            reads: FrequencySketch::new(1024),
+            writes: FrequencySketch::new(1024),
+            hot: HotKeys::default(),
+            hasher: foldhash::fast::RandomState::default(),
+            tracking: AtomicU8::new(Tracking::On as u8),
+            stats: Stats::default(),
+            hot_threshold: 2,
+            max_value: 1024,
+            max_age: Duration::from_secs(60),
+            fallback_ttl: Duration::from_secs(1),
+            beta: 1.0,
+        }
+    }
+
+    fn fill(c: &Core, key: &'static [u8]) -> Arc<Fill> {
+        let f = Arc::new(Fill {
+            tx: watch::Sender::new(None),
+            started: Instant::now(),
+        });
+        c.fills.insert(Bytes::from_static(key), f.clone());
+        f
+    }
+
+    const REPLY: &[u8] = b"+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n:-1\r\n$1\r\nv\r\n";
+
+    #[test]
+    fn fill_inserts_when_nothing_intervened() {
+        let c = core();
+        let f = fill(&c, b"k");
+        let rx = f.tx.subscribe();
+        c.complete_fill(Bytes::from_static(b"k"), f, Ok(Bytes::from_static(REPLY)));
+        assert!(c.store.get(b"k", Instant::now()).is_some());
+        assert!(c.fills.is_empty());
+        assert_eq!(
+            *rx.borrow(),
+            Some(Ok(Value::Bulk(Bytes::from_static(b"v"))))
+        );
+    }
+
+    #[test]
+    fn fill_after_invalidation_does_not_insert_but_answers_waiters() {
+        let c = core();
+        let f = fill(&c, b"k");
+        let rx = f.tx.subscribe();
+        c.invalidate(b"k");
+        c.complete_fill(Bytes::from_static(b"k"), f, Ok(Bytes::from_static(REPLY)));
+        assert!(c.store.get(b"k", Instant::now()).is_none());
+        assert!(rx.borrow().is_some());
+    }
+
+    #[test]
+    fn superseded_fill_does_not_remove_the_new_one() {
+        let c = core();
+        let old = fill(&c, b"k");
+        c.invalidate(b"k");
+        let new = fill(&c, b"k");
+        c.complete_fill(Bytes::from_static(b"k"), old, Ok(Bytes::from_static(REPLY)));
+        assert!(c.store.get(b"k", Instant::now()).is_none());
+        assert!(Arc::ptr_eq(&*c.fills.get(&b"k"[..]).unwrap(), &new));
+    }
+
+    #[test]
+    fn oversized_errors_and_untracked_values_are_not_cached() {
+        let c = core();
+        let big = format!(
+            "+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n:-1\r\n$2000\r\n{}\r\n",
+            "x".repeat(2000)
+        );
+        let f = fill(&c, b"big");
+        c.complete_fill(Bytes::from_static(b"big"), f, Ok(Bytes::from(big)));
+        assert!((c.store.len() == 0));
+        let f = fill(&c, b"e");
+        let err = b"+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n:-1\r\n-WRONGTYPE x\r\n";
+        c.complete_fill(Bytes::from_static(b"e"), f, Ok(Bytes::from_static(err)));
+        assert!((c.store.len() == 0));
+        c.tracking.store(Tracking::Down as u8, Ordering::Relaxed);
+        let f = fill(&c, b"k");
+        c.complete_fill(Bytes::from_static(b"k"), f, Ok(Bytes::from_static(REPLY)));
+        assert!((c.store.len() == 0));
+    }
+
+    #[test]
+    fn invalidation_push_removes_keys_and_null_flushes() {
+        let lane = Lane(Arc::new(core()));
+        for k in [&b"a"[..], b"b"] {
+            lane.0.store.insert(
+                Bytes::copy_from_slice(k),
+                Entry {
+                    value: Value::Nil,
+                    expires: Instant::now() + Duration::from_secs(60),
+                    delta: Duration::ZERO,
+                },
+            );
+        }
+        lane.push(b">2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\na\r\n");
+        assert!(!lane.0.store.contains(b"a"));
+        assert!(lane.0.store.contains(b"b"));
+        lane.push(b">2\r\n$10\r\ninvalidate\r\n_\r\n");
+        assert!((lane.0.store.len() == 0));
+    }
+
+    #[test]
+    fn ttl_bounds_entry_life() {
+        let c = core();
+        let f = fill(&c, b"k");
+        let r = b"+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n:0\r\n$1\r\nv\r\n";
+        c.complete_fill(Bytes::from_static(b"k"), f, Ok(Bytes::from_static(r)));
+        assert!(c.store.get(b"k", Instant::now()).is_none());
+    }
+}

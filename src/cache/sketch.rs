@@ -1,0 +1,120 @@
+//! Frequency sketch for hot-key admission: a count-min sketch of 4-bit counters with periodic
+//! halving (TinyLFU), so estimates follow recent traffic. Lock-free; counters are approximate
+//! under concurrency, which only blurs estimates.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+/// 16 four-bit counters per word; each key touches one counter in each of 4 rows.
+#[derive(Debug)]
+pub struct FrequencySketch {
+    table: Box<[AtomicU64]>,
+    mask: u64,
+    additions: AtomicUsize,
+    /// After this many increments every counter is halved.
+    sample_size: usize,
+}
+
+const SEEDS: [u64; 4] = [
+    0x97cb_3127_eaf1_aa1b,
+    0xc2b2_ae3d_27d4_eb4f,
+    0x1656_67b1_9e37_79f9,
+    0xa076_1d64_78bd_642f,
+];
+
+impl FrequencySketch {
+    /// A sketch sized for about `capacity` distinct hot candidates.
+    pub fn new(capacity: usize) -> Self {
+        let words = capacity.clamp(64, 1 << 24).next_power_of_two();
+        FrequencySketch {
+            table: (0..words).map(|_| AtomicU64::new(0)).collect(),
+            mask: (words - 1) as u64,
+            additions: AtomicUsize::new(0),
+            sample_size: words * 10,
+        }
+    }
+
+    fn slot(&self, hash: u64, row: usize) -> (usize, u32) {
+        let h = hash.wrapping_mul(SEEDS[row]).rotate_left(31);
+        let word = ((h >> 8) & self.mask) as usize;
+        let nibble = ((h & 0xf) as u32) * 4;
+        (word, nibble)
+    }
+
+    /// Counts one occurrence of the key with this hash.
+    pub fn increment(&self, hash: u64) {
+        let mut added = false;
+        for row in 0..4 {
+            let (w, shift) = self.slot(hash, row);
+            let cell = &self.table[w];
+            let cur = cell.load(Ordering::Relaxed);
+            // A saturated counter needs no write: hot keys cost reads only.
+            if (cur >> shift) & 0xf < 15 {
+                cell.fetch_add(1 << shift, Ordering::Relaxed);
+                added = true;
+            }
+        }
+        if added && self.additions.fetch_add(1, Ordering::Relaxed) + 1 >= self.sample_size {
+            self.halve();
+        }
+    }
+
+    /// The estimated count (0..=15): the minimum over the rows.
+    pub fn estimate(&self, hash: u64) -> u8 {
+        (0..4)
+            .map(|row| {
+                let (w, shift) = self.slot(hash, row);
+                ((self.table[w].load(Ordering::Relaxed) >> shift) & 0xf) as u8
+            })
+            .min()
+            .unwrap_or(0)
+    }
+
+    fn halve(&self) {
+        self.additions.store(0, Ordering::Relaxed);
+        for cell in self.table.iter() {
+            let _ = cell.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+                Some((v >> 1) & 0x7777_7777_7777_7777)
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_and_saturates() {
+        let s = FrequencySketch::new(1024);
+        for _ in 0..5 {
+            s.increment(42);
+        }
+        assert_eq!(s.estimate(42), 5);
+        for _ in 0..100 {
+            s.increment(42);
+        }
+        assert_eq!(s.estimate(42), 15);
+        assert_eq!(s.estimate(7), 0);
+    }
+
+    #[test]
+    fn halving_forgets_old_traffic() {
+        let s = FrequencySketch::new(1 << 16);
+        for _ in 0..8 {
+            s.increment(1);
+        }
+        s.halve();
+        assert_eq!(s.estimate(1), 4);
+    }
+
+    #[test]
+    fn halving_happens_after_a_sample() {
+        let s = FrequencySketch::new(64);
+        for k in 0..(64 * 10 - 1) as u64 {
+            s.increment(k);
+        }
+        assert_eq!(s.additions.load(Ordering::Relaxed), 64 * 10 - 1);
+        s.increment(u64::MAX);
+        assert_eq!(s.additions.load(Ordering::Relaxed), 0);
+    }
+}

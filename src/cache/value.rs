@@ -1,0 +1,144 @@
+//! A cached GET result, stored protocol-neutral and encoded per client, and the parsers for
+//! the upstream replies that produce it.
+
+use bytes::{Bytes, BytesMut};
+
+use crate::resp::request::parse_int;
+use crate::resp::{Encoder, Proto, ReplyScanner};
+
+/// The result of a GET: a string, nil, or an error reply (e.g. WRONGTYPE).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Value {
+    /// A bulk string.
+    Bulk(Bytes),
+    /// The key does not exist.
+    Nil,
+    /// An error reply, without the leading `-` and trailing CRLF.
+    Error(Bytes),
+}
+
+impl Value {
+    /// Writes the reply Redis would send in `proto`.
+    pub fn encode(&self, proto: Proto, out: &mut BytesMut) {
+        let mut e = Encoder { proto, out };
+        match self {
+            Value::Bulk(b) => e.bulk(b),
+            Value::Nil => e.null(),
+            Value::Error(msg) => {
+                e.raw(b"-");
+                e.raw(msg);
+                e.raw(b"\r\n");
+            }
+        }
+    }
+
+    /// Bytes the value occupies, for the cache's memory budget.
+    pub fn size(&self) -> usize {
+        match self {
+            Value::Bulk(b) | Value::Error(b) => b.len(),
+            Value::Nil => 0,
+        }
+    }
+
+    /// Parses a GET reply in either protocol (`$n`, `$-1`, `_`, `-ERR`); `None` for anything
+    /// else. The value is copied into its own allocation so a cached entry does not keep a
+    /// whole read buffer alive.
+    pub fn from_get_reply(reply: &[u8]) -> Option<Value> {
+        let (&kind, _) = reply.split_first()?;
+        let cr = reply.iter().position(|&b| b == b'\r')?;
+        match kind {
+            b'_' => Some(Value::Nil),
+            b'-' => Some(Value::Error(Bytes::copy_from_slice(&reply[1..cr]))),
+            b'$' => match parse_int(&reply[1..cr])? {
+                -1 => Some(Value::Nil),
+                n if n >= 0 => {
+                    let start = cr + 2;
+                    let body = reply.get(start..start + n as usize)?;
+                    Some(Value::Bulk(Bytes::copy_from_slice(body)))
+                }
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+}
+
+/// Parses the replies to `MULTI / PTTL k / GET k / EXEC`: `+OK`, `+QUEUED`, `+QUEUED`, then
+/// `*2 :pttl <GET reply>`. Returns the PTTL and the value, or the error text when the
+/// transaction did not run as expected.
+pub fn parse_fill_reply(replies: &[u8]) -> Result<(i64, Value), String> {
+    let mut scanner = ReplyScanner::new();
+    let mut start = 0;
+    let mut frames = Vec::with_capacity(4);
+    while let Some(f) = scanner.next_frame(replies).map_err(|e| e.to_string())? {
+        if !f.push {
+            frames.push(&replies[start..f.end]);
+        }
+        start = f.end;
+    }
+    let [ok, q1, q2, exec] = frames[..] else {
+        return Err(format!("fill got {} replies, expected 4", frames.len()));
+    };
+    for r in [ok, q1, q2] {
+        if r.first() == Some(&b'-') {
+            return Err(String::from_utf8_lossy(&r[1..r.len() - 2]).into_owned());
+        }
+    }
+    let Some(body) = exec.strip_prefix(b"*2\r\n:") else {
+        return Err(format!(
+            "unexpected EXEC reply {:?}",
+            String::from_utf8_lossy(&exec[..exec.len().min(64)])
+        ));
+    };
+    let cr = body
+        .iter()
+        .position(|&b| b == b'\r')
+        .ok_or("bad EXEC reply")?;
+    let pttl = parse_int(&body[..cr]).ok_or("bad PTTL in EXEC reply")?;
+    let value = Value::from_get_reply(&body[cr + 2..]).ok_or("bad GET in EXEC reply")?;
+    Ok((pttl, value))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn get_replies_parse_in_both_protocols() {
+        assert_eq!(
+            Value::from_get_reply(b"$3\r\na\r\n\r\n"),
+            Some(Value::Bulk(Bytes::from_static(b"a\r\n")))
+        );
+        assert_eq!(Value::from_get_reply(b"$-1\r\n"), Some(Value::Nil));
+        assert_eq!(Value::from_get_reply(b"_\r\n"), Some(Value::Nil));
+        assert_eq!(
+            Value::from_get_reply(b"-WRONGTYPE x\r\n"),
+            Some(Value::Error(Bytes::from_static(b"WRONGTYPE x")))
+        );
+        assert_eq!(Value::from_get_reply(b":1\r\n"), None);
+    }
+
+    #[test]
+    fn encodes_per_protocol() {
+        let mut out = BytesMut::new();
+        Value::Nil.encode(Proto::Resp2, &mut out);
+        Value::Nil.encode(Proto::Resp3, &mut out);
+        Value::Bulk(Bytes::from_static(b"v")).encode(Proto::Resp3, &mut out);
+        assert_eq!(&out[..], b"$-1\r\n_\r\n$1\r\nv\r\n");
+    }
+
+    #[test]
+    fn fill_reply_gives_ttl_and_value() {
+        let r = b"+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n:1500\r\n$2\r\nhi\r\n";
+        assert_eq!(
+            parse_fill_reply(r),
+            Ok((1500, Value::Bulk(Bytes::from_static(b"hi"))))
+        );
+        let r = b"+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n:-2\r\n_\r\n";
+        assert_eq!(parse_fill_reply(r), Ok((-2, Value::Nil)));
+        // An invalidation push between the replies is skipped.
+        let r = b"+OK\r\n>2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\nk\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n:-1\r\n$1\r\nv\r\n";
+        assert!(parse_fill_reply(r).is_ok());
+        assert!(parse_fill_reply(b"+OK\r\n+QUEUED\r\n+QUEUED\r\n*-1\r\n").is_err());
+    }
+}
