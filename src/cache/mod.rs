@@ -335,6 +335,30 @@ impl Cache {
         self.start_fill(key, fill);
     }
 
+    /// Local hits for an MGET: one slot per key, `None` where the key is not cached. Counts
+    /// each key's read for hotness; misses are not coalesced (the caller fetches them in
+    /// one MGET).
+    pub fn get_many<'a>(&self, keys: impl Iterator<Item = &'a [u8]>) -> Vec<Option<Value>> {
+        let core = &self.core;
+        let now = Instant::now();
+        keys.map(|key| {
+            core.reads.increment(core.hasher.hash_one(key));
+            match core.store.get(key, now) {
+                // MGET answers nil, not an error, for other types; only strings and nil are
+                // ever cached, so a hit reads the same either way.
+                Some(e) => {
+                    core.stats.hits.inc();
+                    Some(e.value)
+                }
+                None => {
+                    core.stats.misses.inc();
+                    None
+                }
+            }
+        })
+        .collect()
+    }
+
     /// A write through corral to `key` is about to be forwarded, or was acknowledged.
     pub fn invalidate_for_write(&self, key: &[u8]) {
         let core = &self.core;

@@ -11,6 +11,8 @@ use crate::resp::request::parse_int;
 pub enum Access {
     /// `GET key`: may be answered by the cache or coalesced.
     Get,
+    /// `MGET key...`: cached keys are answered locally, the rest fetched in one MGET.
+    MGet,
     /// Reads only; the cache is not involved.
     Read,
     /// May change the keys given by [`write_keys`].
@@ -23,9 +25,9 @@ pub enum Access {
 pub fn access(name: &[u8]) -> Access {
     match name {
         b"GET" => Access::Get,
+        b"MGET" => Access::MGet,
         b"FLUSHALL" | b"FLUSHDB" | b"SWAPDB" => Access::All,
-        b"MGET"
-        | b"STRLEN"
+        b"STRLEN"
         | b"GETRANGE"
         | b"SUBSTR"
         | b"EXISTS"
@@ -223,7 +225,8 @@ mod tests {
     #[test]
     fn reads_and_flushes_are_classified() {
         assert_eq!(access(b"GET"), Access::Get);
-        assert_eq!(access(b"MGET"), Access::Read);
+        assert_eq!(access(b"MGET"), Access::MGet);
+        assert_eq!(access(b"HGET"), Access::Read);
         assert_eq!(access(b"FLUSHALL"), Access::All);
         assert_eq!(access(b"HSET"), Access::Write);
         assert_eq!(access(b"SOMEMODULE.CMD"), Access::Write);

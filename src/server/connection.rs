@@ -15,7 +15,7 @@ use tracing::{debug, warn};
 
 use super::slot::Slot;
 use super::{Shared, corral, info};
-use crate::cache::{Cache, Lookup};
+use crate::cache::{Cache, Lookup, Value};
 use crate::commands::{self, Access, Local, LocalCtx, Outcome, Route, Session};
 use crate::resp::reply::{self, Encoder};
 use crate::resp::request::encode_request;
@@ -122,6 +122,11 @@ enum Pending {
     Ready(Bytes),
     /// A cache hit or a read to wait for, queued after the batch so far.
     Slot(Slot),
+    /// An MGET partly answered from the cache; `req` fetches the rest (empty if none).
+    MGet {
+        parts: Vec<Option<Value>>,
+        req: Bytes,
+    },
     /// An INFO request to send on its own.
     Info { req: Bytes, with_proxy: bool },
 }
@@ -171,6 +176,17 @@ impl Conn {
                 Pending::Slot(slot) => {
                     self.flush_batch().await;
                     self.slots.push(slot);
+                }
+                Pending::MGet { parts, req } => {
+                    self.flush_batch().await;
+                    let proto = self.session.proto;
+                    let rx = if req.is_empty() {
+                        None
+                    } else {
+                        let conn = self.shared.upstream.conn(proto, self.session.id);
+                        Some(conn.send(req, 1).await)
+                    };
+                    self.slots.push(Slot::MGet { parts, rx, proto });
                 }
                 Pending::Info { req, with_proxy } => {
                     self.flush_batch().await;
@@ -325,7 +341,31 @@ fn cache_step(
                 Lookup::Wait(rx) => Slot::Fill(rx),
             }))
         }
-        Access::Get | Access::Read => None,
+        Access::MGet if args.len() > 1 && !writes.in_round => {
+            let parts = cache.get_many(args.iter().skip(1));
+            let missing: Vec<&[u8]> = args
+                .iter()
+                .skip(1)
+                .zip(&parts)
+                .filter_map(|(k, p)| p.is_none().then_some(k))
+                .collect();
+            if missing.len() == parts.len() {
+                // Nothing cached: forward the MGET as it is.
+                return None;
+            }
+            let mut req = BytesMut::new();
+            if !missing.is_empty() {
+                let mut argv: Vec<&[u8]> = Vec::with_capacity(missing.len() + 1);
+                argv.push(b"MGET");
+                argv.extend(missing);
+                encode_request(&argv, &mut req);
+            }
+            Some(Pending::MGet {
+                parts,
+                req: req.freeze(),
+            })
+        }
+        Access::Get | Access::MGet | Access::Read => None,
         Access::Write => {
             writes.in_round = true;
             let mut buf = [0u8; 24];

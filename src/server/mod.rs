@@ -3,6 +3,7 @@
 mod connection;
 mod corral;
 mod info;
+mod mget;
 mod slot;
 
 use std::sync::Arc;

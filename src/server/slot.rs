@@ -7,7 +7,7 @@ use tokio::time::timeout;
 use tracing::warn;
 
 use super::connection::Conn;
-use super::info;
+use super::{info, mget};
 use crate::cache::{FillResult, FillRx, Value};
 use crate::error::UpstreamError;
 use crate::resp::Proto;
@@ -30,6 +30,13 @@ pub(super) enum Slot {
         /// raced the write cannot leave a stale entry behind.
         writes: Vec<Bytes>,
         writes_all: bool,
+    },
+    /// An MGET with some values from the cache: `rx` brings the others, as one MGET reply
+    /// for the `None` parts in order.
+    MGet {
+        parts: Vec<Option<Value>>,
+        rx: Option<oneshot::Receiver<JobResult>>,
+        proto: Proto,
     },
     /// An INFO reply to extend with corral's sections.
     Info {
@@ -72,6 +79,24 @@ impl Conn {
                         Ok(b) => self.wbuf.extend_from_slice(&b),
                         Err(e) => self.upstream_error(&e, count),
                     }
+                }
+                Slot::MGet { parts, rx, proto } => {
+                    let fetched = match rx {
+                        Some(rx) => match self.wait(rx, proto).await {
+                            Ok(b) => Some(b),
+                            Err(e) => {
+                                self.upstream_error(&e, 1);
+                                continue;
+                            }
+                        },
+                        None => None,
+                    };
+                    mget::merge(
+                        &parts,
+                        fetched.as_deref(),
+                        self.session.proto,
+                        &mut self.wbuf,
+                    );
                 }
                 Slot::Info {
                     rx,
