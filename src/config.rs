@@ -51,6 +51,9 @@ pub struct UpstreamConfig {
     pub reconnect_min_ms: u64,
     /// Largest delay between reconnection attempts.
     pub reconnect_max_ms: u64,
+    /// Most connections reserved for single clients at once (transactions, blocking
+    /// commands); further requests for one get an error.
+    pub max_dedicated: usize,
 }
 
 /// Per-client limits, named after the Redis settings they mirror.
@@ -133,6 +136,7 @@ impl Default for UpstreamConfig {
             request_timeout_ms: 5_000,
             reconnect_min_ms: 50,
             reconnect_max_ms: 2_000,
+            max_dedicated: 1024,
         }
     }
 }

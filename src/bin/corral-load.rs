@@ -23,7 +23,7 @@ use tokio::net::TcpStream;
 
 /// Load generator speaking raw RESP to Redis or corral.
 #[derive(Debug, Clone, Parser)]
-#[command(version, about)]
+#[command(version)]
 struct Args {
     /// Server address, HOST:PORT.
     #[arg(long, default_value = "127.0.0.1:6379")]

@@ -80,15 +80,8 @@ pub fn execute(
                     Err(err) => e.raw(err),
                 }
             }
-            _ => e.error(&reply::wrong_arity("auth")),
-        },
-        Local::Select => match argc {
-            2 => match parse_int(arg(1)) {
-                Some(0) => e.raw(reply::OK),
-                Some(_) => e.error("ERR corral supports only database 0 (SELECT of another database is not yet supported)"),
-                None => e.raw(reply::NOT_INTEGER),
-            },
-            _ => e.error(&reply::wrong_arity("select")),
+            1 => e.error(&reply::wrong_arity("auth")),
+            _ => e.raw(reply::SYNTAX),
         },
         Local::Hello => hello(args, s, ctx, &mut e),
         Local::Client => client(args, s, &mut e),
@@ -153,8 +146,8 @@ fn hello(args: &Args<'_>, s: &mut Session, ctx: &LocalCtx<'_>, e: &mut Encoder<'
     if !s.authenticated {
         return e.error(
             "NOAUTH HELLO must be called with the client already authenticated, otherwise the \
-             HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and \
-             select the RESP protocol version at the same time",
+             HELLO AUTH <user> <pass> option can be used to authenticate the client and select \
+             the RESP protocol version at the same time",
         );
     }
     if let Some(n) = name {
@@ -313,7 +306,6 @@ mod tests {
             run(&["AUTH", "x"], &mut s, None).0,
             reply::AUTH_NOT_CONFIGURED
         );
-        assert_eq!(run(&["SELECT", "x"], &mut s, None).0, reply::NOT_INTEGER);
         assert_eq!(
             run(&["QUIT"], &mut s, None),
             (b"+OK\r\n".to_vec(), Outcome::Close)

@@ -9,4 +9,4 @@ pub mod table;
 pub use keys::Access;
 pub use local::{LocalCtx, Outcome};
 pub use session::Session;
-pub use table::{Local, Route, classify};
+pub use table::{Local, PubSub, Route, Tx, classify};

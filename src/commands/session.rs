@@ -9,12 +9,18 @@ use bytes::Bytes;
 use crate::resp::Proto;
 
 /// One client connection's state.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Session {
     /// Unique id, as CLIENT ID reports it.
     pub id: u64,
     /// Protocol chosen with HELLO.
     pub proto: Proto,
+    /// Database chosen with SELECT.
+    pub db: u32,
+    /// Flags for CLIENT LIST (`N` normal, `x` in MULTI, `b` blocked, `P` subscribed).
+    pub flags: &'static str,
+    /// Channel, pattern and shard-channel subscription counts.
+    pub subs: (usize, usize, usize),
     /// Name from CLIENT SETNAME or HELLO SETNAME.
     pub name: Option<Bytes>,
     /// CLIENT SETINFO LIB-NAME.
@@ -37,6 +43,9 @@ impl Session {
         Session {
             id,
             proto: Proto::Resp2,
+            db: 0,
+            flags: "N",
+            subs: (0, 0, 0),
             name: None,
             lib_name: None,
             lib_ver: None,
@@ -56,14 +65,20 @@ impl Session {
                 .unwrap_or_default()
         };
         format!(
-            "id={} addr={} laddr={} fd=0 name={} age={} idle=0 flags=N db=0 sub=0 psub=0 ssub=0 \
-             multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 \
-             tot-mem=0 events=r cmd={} user=default redir=-1 resp={} lib-name={} lib-ver={}\n",
+            "id={} addr={} laddr={} fd=0 name={} age={} idle=0 flags={} db={} sub={} psub={} \
+             ssub={} multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 \
+             omem=0 tot-mem=0 events=r cmd={} user=default redir=-1 resp={} lib-name={} \
+             lib-ver={}\n",
             self.id,
             self.addr,
             self.laddr,
             text(&self.name),
             self.created.elapsed().as_secs(),
+            self.flags,
+            self.db,
+            self.subs.0,
+            self.subs.1,
+            self.subs.2,
             cmd,
             self.proto.as_int(),
             text(&self.lib_name),

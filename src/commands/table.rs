@@ -22,10 +22,40 @@ pub enum Local {
     Hello,
     /// AUTH [user] pass
     Auth,
-    /// SELECT db
-    Select,
     /// CLIENT SETNAME/GETNAME/ID/SETINFO/INFO
     Client,
+}
+
+/// Transaction commands: they pin the client to a dedicated upstream connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tx {
+    /// MULTI
+    Multi,
+    /// EXEC
+    Exec,
+    /// DISCARD
+    Discard,
+    /// WATCH key...
+    Watch,
+    /// UNWATCH
+    Unwatch,
+}
+
+/// Pub/sub commands, answered from corral's shared subscriptions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PubSub {
+    /// SUBSCRIBE channel...
+    Subscribe,
+    /// PSUBSCRIBE pattern...
+    PSubscribe,
+    /// SSUBSCRIBE shardchannel...
+    SSubscribe,
+    /// UNSUBSCRIBE [channel...]
+    Unsubscribe,
+    /// PUNSUBSCRIBE [pattern...]
+    PUnsubscribe,
+    /// SUNSUBSCRIBE [shardchannel...]
+    SUnsubscribe,
 }
 
 /// The route of one request.
@@ -39,6 +69,18 @@ pub enum Route {
     Info,
     /// Answered by corral.
     Local(Local),
+    /// SELECT db: validated by the upstream, then the client's database.
+    Select,
+    /// MULTI/EXEC/DISCARD/WATCH/UNWATCH.
+    Tx(Tx),
+    /// A command that may block: sent alone on a dedicated connection.
+    Blocking,
+    /// MONITOR: the client's connection becomes a relay to a dedicated upstream connection.
+    Monitor,
+    /// Subscriptions, fanned out from shared upstream subscriptions.
+    PubSub(PubSub),
+    /// CLIENT LIST/KILL/REPLY/NO-EVICT: about corral's own clients.
+    ClientAdmin,
     /// Refused with a clear error: `name` is the command, `why` the reason.
     Unsupported {
         /// Command name as the client should see it.
@@ -48,9 +90,6 @@ pub enum Route {
     },
 }
 
-const STATEFUL: &str = "needs a dedicated upstream connection (not yet supported)";
-const BLOCKING: &str = "blocking commands are not yet supported";
-const PUBSUB: &str = "pub/sub subscriptions are not yet supported";
 const REPLICATION: &str = "replication commands cannot go through a proxy";
 const CONN_STATE: &str = "it would change a shared upstream connection";
 
@@ -83,33 +122,24 @@ pub fn classify(args: &Args<'_>) -> Route {
         b"RESET" => Route::Local(Local::Reset),
         b"HELLO" => Route::Local(Local::Hello),
         b"AUTH" => Route::Local(Local::Auth),
-        b"SELECT" => Route::Local(Local::Select),
+        b"SELECT" => Route::Select,
         b"INFO" => Route::Info,
         b"CLIENT" => classify_client(args),
-        b"MULTI" => unsupported("multi", STATEFUL),
-        b"EXEC" => unsupported("exec", STATEFUL),
-        b"DISCARD" => unsupported("discard", STATEFUL),
-        b"WATCH" => unsupported("watch", STATEFUL),
-        b"UNWATCH" => unsupported("unwatch", STATEFUL),
-        b"BLPOP" => unsupported("blpop", BLOCKING),
-        b"BRPOP" => unsupported("brpop", BLOCKING),
-        b"BLMOVE" => unsupported("blmove", BLOCKING),
-        b"BRPOPLPUSH" => unsupported("brpoplpush", BLOCKING),
-        b"BLMPOP" => unsupported("blmpop", BLOCKING),
-        b"BZPOPMIN" => unsupported("bzpopmin", BLOCKING),
-        b"BZPOPMAX" => unsupported("bzpopmax", BLOCKING),
-        b"BZMPOP" => unsupported("bzmpop", BLOCKING),
-        b"WAIT" => unsupported("wait", BLOCKING),
-        b"WAITAOF" => unsupported("waitaof", BLOCKING),
-        b"XREAD" if has_block_option(args) => unsupported("xread", BLOCKING),
-        b"XREADGROUP" if has_block_option(args) => unsupported("xreadgroup", BLOCKING),
-        b"SUBSCRIBE" => unsupported("subscribe", PUBSUB),
-        b"PSUBSCRIBE" => unsupported("psubscribe", PUBSUB),
-        b"SSUBSCRIBE" => unsupported("ssubscribe", PUBSUB),
-        b"UNSUBSCRIBE" => unsupported("unsubscribe", PUBSUB),
-        b"PUNSUBSCRIBE" => unsupported("punsubscribe", PUBSUB),
-        b"SUNSUBSCRIBE" => unsupported("sunsubscribe", PUBSUB),
-        b"MONITOR" => unsupported("monitor", STATEFUL),
+        b"MULTI" => Route::Tx(Tx::Multi),
+        b"EXEC" => Route::Tx(Tx::Exec),
+        b"DISCARD" => Route::Tx(Tx::Discard),
+        b"WATCH" => Route::Tx(Tx::Watch),
+        b"UNWATCH" => Route::Tx(Tx::Unwatch),
+        b"BLPOP" | b"BRPOP" | b"BLMOVE" | b"BRPOPLPUSH" | b"BLMPOP" | b"BZPOPMIN" | b"BZPOPMAX"
+        | b"BZMPOP" | b"WAIT" | b"WAITAOF" => Route::Blocking,
+        b"XREAD" | b"XREADGROUP" if has_block_option(args) => Route::Blocking,
+        b"SUBSCRIBE" => Route::PubSub(PubSub::Subscribe),
+        b"PSUBSCRIBE" => Route::PubSub(PubSub::PSubscribe),
+        b"SSUBSCRIBE" => Route::PubSub(PubSub::SSubscribe),
+        b"UNSUBSCRIBE" => Route::PubSub(PubSub::Unsubscribe),
+        b"PUNSUBSCRIBE" => Route::PubSub(PubSub::PUnsubscribe),
+        b"SUNSUBSCRIBE" => Route::PubSub(PubSub::SUnsubscribe),
+        b"MONITOR" => Route::Monitor,
         b"SYNC" => unsupported("sync", REPLICATION),
         b"PSYNC" => unsupported("psync", REPLICATION),
         b"REPLCONF" => unsupported("replconf", REPLICATION),
@@ -125,14 +155,11 @@ fn classify_client(args: &Args<'_>) -> Route {
     let unsupported = |name, why| Route::Unsupported { name, why };
     match sub {
         b"SETNAME" | b"GETNAME" | b"ID" | b"SETINFO" | b"INFO" => Route::Local(Local::Client),
-        b"LIST" => unsupported("client|list", STATEFUL),
-        b"KILL" => unsupported("client|kill", CONN_STATE),
-        b"REPLY" => unsupported("client|reply", CONN_STATE),
+        b"LIST" | b"KILL" | b"REPLY" | b"NO-EVICT" => Route::ClientAdmin,
         b"TRACKING" => unsupported("client|tracking", CONN_STATE),
         b"CACHING" => unsupported("client|caching", CONN_STATE),
         b"GETREDIR" => unsupported("client|getredir", CONN_STATE),
         b"TRACKINGINFO" => unsupported("client|trackinginfo", CONN_STATE),
-        b"NO-EVICT" => unsupported("client|no-evict", CONN_STATE),
         b"NO-TOUCH" => unsupported("client|no-touch", CONN_STATE),
         b"UNBLOCK" => unsupported("client|unblock", CONN_STATE),
         _ => Route::Forward(Access::Read),
@@ -170,19 +197,18 @@ mod tests {
     }
 
     #[test]
-    fn stateful_commands_are_refused_with_a_reason() {
+    fn stateful_commands_get_their_routes() {
+        assert_eq!(route(&["multi"]), Route::Tx(Tx::Multi));
+        assert_eq!(route(&["client", "reply", "off"]), Route::ClientAdmin);
         assert!(matches!(
-            route(&["multi"]),
-            Route::Unsupported { name: "multi", .. }
-        ));
-        assert!(matches!(
-            route(&["client", "reply", "off"]),
+            route(&["client", "tracking", "on"]),
             Route::Unsupported { .. }
         ));
-        assert!(matches!(
+        assert_eq!(
             route(&["xread", "BLOCK", "0", "STREAMS", "s", "$"]),
-            Route::Unsupported { .. }
-        ));
+            Route::Blocking
+        );
+        assert_eq!(route(&["blpop", "l", "0"]), Route::Blocking);
         assert_eq!(
             route(&["xread", "STREAMS", "block", "0"]),
             Route::Forward(Access::Read)

@@ -34,17 +34,31 @@ const UNAUTH_MAX_MULTIBULK: usize = 10;
 const UNAUTH_MAX_BULK: usize = 16 * 1024;
 
 /// A request Redis would reject with `-ERR Protocol error: ...` and then close the connection.
+/// The message is bytes: Redis echoes the offending byte as it is.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProtocolError(pub String);
+pub struct ProtocolError(pub Vec<u8>);
 
 impl ProtocolError {
     fn new(msg: &str) -> Self {
-        ProtocolError(msg.to_string())
+        ProtocolError(msg.as_bytes().to_vec())
     }
 
-    /// The error reply Redis sends before closing the connection.
+    /// The message, for logs.
+    pub fn message(&self) -> String {
+        String::from_utf8_lossy(&self.0).into_owned()
+    }
+
+    /// The error reply Redis sends before closing the connection; like Redis, CR and LF in
+    /// the message become spaces so the reply stays one line.
     pub fn to_reply(&self) -> Vec<u8> {
-        format!("-ERR Protocol error: {}\r\n", self.0).into_bytes()
+        let mut out = b"-ERR Protocol error: ".to_vec();
+        out.extend(
+            self.0
+                .iter()
+                .map(|&b| if b == b'\r' || b == b'\n' { b' ' } else { b }),
+        );
+        out.extend_from_slice(b"\r\n");
+        out
     }
 }
 
@@ -206,10 +220,9 @@ impl RequestParser {
                 break;
             };
             if buf[pos] != b'$' {
-                return Err(ProtocolError(format!(
-                    "expected '$', got '{}'",
-                    char::from(buf[pos])
-                )));
+                let mut msg = b"expected '$', got '".to_vec();
+                msg.extend_from_slice(&[buf[pos], b'\'']);
+                return Err(ProtocolError(msg));
             }
             let len = match len {
                 Some(n) if n >= 0 && (n as u64) <= self.limits.max_bulk_len as u64 => n as usize,
@@ -250,7 +263,10 @@ impl RequestParser {
         let scan = &buf[..buf.len().min(self.limits.max_inline_len + skip + 1)];
         match memchr(b'\r', scan) {
             // Redis needs the '\n' too before it goes on.
-            Some(cr) if cr + 1 < buf.len() => Ok(Some((parse_int(&buf[skip..cr]), cr + 2))),
+            Some(cr) if cr + 1 < buf.len() => {
+                let digits = buf.get(skip..cr).unwrap_or_default();
+                Ok(Some((parse_int(digits), cr + 2)))
+            }
             Some(_) => Ok(None),
             None if buf.len() > self.limits.max_inline_len => Err(ProtocolError::new(too_big)),
             None => Ok(None),
@@ -268,6 +284,10 @@ impl RequestParser {
         let mut line = &buf[..nl];
         if let Some(stripped) = line.strip_suffix(b"\r") {
             line = stripped;
+        }
+        // Redis splits the line as a C string: nothing after a NUL byte counts.
+        if let Some(nul) = memchr(0, line) {
+            line = &line[..nul];
         }
         self.owned.clear();
         split_args(line, &mut self.owned)
@@ -391,7 +411,9 @@ fn split_args(line: &[u8], out: &mut Vec<Vec<u8>>) -> Option<()> {
             } else {
                 match c {
                     None => break,
-                    Some(b) if is_space(b) => break,
+                    // Inside an unquoted argument only these end it (sdssplitargs); vertical
+                    // tab and form feed are separators only between arguments.
+                    Some(b' ' | b'\n' | b'\r' | b'\t') => break,
                     Some(b'"') => in_dq = true,
                     Some(b'\'') => in_sq = true,
                     Some(other) => arg.push(other),
@@ -512,27 +534,60 @@ mod tests {
             (b"SET \"a\"b\r\n", "unbalanced quotes in request"),
         ];
         for (input, msg) in cases {
-            assert_eq!(parse_all(input).unwrap_err().0, *msg, "{input:?}");
+            assert_eq!(parse_all(input).unwrap_err().message(), *msg, "{input:?}");
         }
     }
 
     #[test]
     fn oversized_lines_are_rejected_without_waiting() {
         let long = vec![b'a'; 70 * 1024];
-        assert_eq!(parse_all(&long).unwrap_err().0, "too big inline request");
+        assert_eq!(
+            parse_all(&long).unwrap_err().message(),
+            "too big inline request"
+        );
         let mut mb = b"*".to_vec();
         mb.extend(vec![b'1'; 70 * 1024]);
-        assert_eq!(parse_all(&mb).unwrap_err().0, "too big mbulk count string");
+        assert_eq!(
+            parse_all(&mb).unwrap_err().message(),
+            "too big mbulk count string"
+        );
     }
 
     #[test]
     fn unauthenticated_clients_get_small_limits() {
         let mut p = RequestParser::new(Limits::default());
         let err = p.parse(b"*11\r\n", false).unwrap_err();
-        assert_eq!(err.0, "unauthenticated multibulk length");
+        assert_eq!(err.message(), "unauthenticated multibulk length");
         let mut p = RequestParser::new(Limits::default());
         let err = p.parse(b"*1\r\n$20000\r\n", false).unwrap_err();
-        assert_eq!(err.0, "unauthenticated bulk length");
+        assert_eq!(err.message(), "unauthenticated bulk length");
+    }
+
+    #[test]
+    fn odd_bytes_in_headers_are_reported_like_redis() {
+        let err = parse_all(b"*1\r\n\r\n").unwrap_err();
+        assert_eq!(
+            err.to_reply(),
+            b"-ERR Protocol error: expected '$', got ' '\r\n"
+        );
+        let err = parse_all(b"*1\r\n\xffx\r\n").unwrap_err();
+        assert_eq!(
+            err.to_reply(),
+            b"-ERR Protocol error: expected '$', got '\xff'\r\n"
+        );
+    }
+
+    #[test]
+    fn inline_splits_where_redis_does() {
+        let got = parse_all(b"\x0bECHO\x0c x\r\nECHO a\x0cb\r\nGET k\0ignored\r\n").unwrap();
+        assert_eq!(
+            got,
+            vec![
+                vec![b"ECHO\x0c".to_vec(), b"x".to_vec()],
+                vec![b"ECHO".to_vec(), b"a\x0cb".to_vec()],
+                vec![b"GET".to_vec(), b"k".to_vec()],
+            ]
+        );
     }
 
     #[test]

@@ -3,7 +3,9 @@
 //! Each round parses every complete request in the read buffer. Consecutive forwarded requests
 //! become one job on the client's upstream connection; local replies are produced on the spot.
 //! The round's replies are then collected in request order (see `slot.rs`) and written with
-//! one write. With the cache on, GETs are looked up or coalesced and writes invalidate.
+//! one write. With the cache on, GETs are looked up or coalesced and writes invalidate
+//! (`cached.rs`); transactions, blocking commands, SELECT and MONITOR use dedicated upstream
+//! connections (`stateful.rs`).
 
 use std::sync::Arc;
 
@@ -13,13 +15,16 @@ use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
-use super::slot::Slot;
+use super::cached::{Writes, cache_step};
+use super::clients::{self, ClientEntry, ReplyMode};
+use super::slot::{Queued, Slot};
+use super::stateful::Pin;
 use super::{Shared, corral, info};
-use crate::cache::{Cache, Lookup, Value};
-use crate::commands::{self, Access, Local, LocalCtx, Outcome, Route, Session};
+use crate::cache::Value;
+use crate::commands::{self, Access, Local, LocalCtx, Outcome, Route, Session, Tx};
 use crate::resp::reply::{self, Encoder};
-use crate::resp::request::encode_request;
-use crate::resp::{Args, Limits, Parsed, RequestParser};
+use crate::resp::request::{encode_request, parse_int};
+use crate::resp::{Limits, Parsed, RequestParser};
 use crate::upstream::UpstreamConn;
 
 /// Most requests handled in one round; bounds the replies buffered per client.
@@ -31,18 +36,36 @@ const READ_CHUNK: usize = 16 * 1024;
 pub(super) struct Conn {
     pub(super) shared: Arc<Shared>,
     pub(super) session: Session,
+    entry: Arc<ClientEntry>,
+    /// Cancelled by shutdown or CLIENT KILL.
+    pub(super) kill: CancellationToken,
     parser: RequestParser,
-    rbuf: BytesMut,
+    pub(super) rbuf: BytesMut,
     pub(super) wbuf: BytesMut,
     /// Scratch space for local replies, split off into `Slot::Ready`.
     local: BytesMut,
-    /// Forwarded requests not yet handed to the upstream.
+    /// Forwarded requests not yet handed to the upstream, and where they go.
     batch: BytesMut,
     batch_count: u32,
+    batch_conn: Option<UpstreamConn>,
     /// Writes in this round and batch, for the cache.
     writes: Writes,
-    pub(super) slots: Vec<Slot>,
+    pub(super) slots: Vec<Queued>,
+    /// Close the connection after this round's replies are written (QUIT, protocol error).
     pub(super) closing: bool,
+    /// Close the connection at once, writing nothing more (client gone, output limit).
+    pub(super) gone: bool,
+    /// A dedicated connection this client is pinned to (MULTI/WATCH).
+    pub(super) pin: Option<Pin>,
+    reply_mode: ReplyMode,
+    /// Replies to the request being routed are dropped (CLIENT REPLY OFF/SKIP).
+    silent_now: bool,
+    /// After this round, the connection becomes a MONITOR relay.
+    monitor: bool,
+    /// RESET was processed: drop the pinned connection after this round.
+    pub(super) pin_reset: bool,
+    /// The session changed in a way CLIENT LIST shows.
+    pub(super) info_changed: bool,
 }
 
 /// Serves one client until it disconnects, sends QUIT, breaks the protocol, or shutdown.
@@ -53,7 +76,7 @@ pub async fn run(
     mut stream: TcpStream,
     id: u64,
     shared: Arc<Shared>,
-    shutdown: CancellationToken,
+    kill: CancellationToken,
 ) -> std::io::Result<()> {
     let addr = stream.peer_addr()?;
     let laddr = stream.local_addr()?;
@@ -64,25 +87,45 @@ pub async fn run(
         max_inline_len: l.max_inline_len,
     };
     let authenticated = shared.cfg.requirepass.get().is_none();
+    let session = Session::new(id, addr, laddr, authenticated);
+    let entry = shared.clients.add(&session, kill.clone());
+    let _registered = Registered(shared.clone(), id);
     let mut c = Conn {
-        session: Session::new(id, addr, laddr, authenticated),
+        session,
+        entry,
+        kill: kill.clone(),
         parser: RequestParser::new(limits),
         rbuf: BytesMut::with_capacity(READ_CHUNK),
         wbuf: BytesMut::with_capacity(READ_CHUNK),
         local: BytesMut::new(),
         batch: BytesMut::new(),
         batch_count: 0,
+        batch_conn: None,
         writes: Writes::default(),
         slots: Vec::new(),
         closing: false,
+        gone: false,
+        pin: None,
+        reply_mode: ReplyMode::On,
+        silent_now: false,
+        monitor: false,
+        pin_reset: false,
+        info_changed: false,
         shared,
     };
     loop {
         let wants_input = c.dispatch().await;
         if !c.slots.is_empty() {
-            c.collect().await;
+            c.collect(&mut stream).await;
+            if c.gone {
+                return Ok(());
+            }
             stream.write_all(&c.wbuf).await?;
             c.wbuf.clear();
+        }
+        c.after_round();
+        if c.monitor {
+            return c.relay_monitor(stream).await;
         }
         if c.closing {
             return Ok(());
@@ -106,7 +149,7 @@ pub async fn run(
         c.rbuf.reserve(want);
         let n = tokio::select! {
             r = stream.read_buf(&mut c.rbuf) => r?,
-            _ = shutdown.cancelled() => return Ok(()),
+            _ = kill.cancelled() => return Ok(()),
         };
         if n == 0 {
             return Ok(());
@@ -114,8 +157,17 @@ pub async fn run(
     }
 }
 
+/// Removes the client from the registry when its task ends, however it ends.
+struct Registered(Arc<Shared>, u64);
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        self.0.clients.remove(self.1);
+    }
+}
+
 /// What a routed request still needs after the synchronous part.
-enum Pending {
+pub(super) enum Pending {
     /// Appended to the batch: nothing more to do.
     Batched,
     /// A reply to queue after the batch so far.
@@ -129,6 +181,18 @@ enum Pending {
     },
     /// An INFO request to send on its own.
     Info { req: Bytes, with_proxy: bool },
+    /// A transaction command (the request bytes), which may pin or unpin the client.
+    Tx { tx: Tx, req: Bytes },
+    /// A command that may block, with the keys it may write.
+    Blocking { req: Bytes, writes: Vec<Bytes> },
+    /// SELECT: `db` if the argument is a valid index.
+    Select { db: Option<u32>, req: Bytes },
+    /// MONITOR: relay once this round's replies are written.
+    Monitor,
+    /// CLIENT REPLY changed the reply mode; `reply` is its own reply (maybe empty).
+    ReplyMode { mode: ReplyMode, reply: Bytes },
+    /// RESET: its reply, after which pinning and reply mode are reset too.
+    Reset(Bytes),
 }
 
 impl Conn {
@@ -153,7 +217,7 @@ impl Conn {
                     break;
                 }
                 Err(e) => {
-                    debug!(error = %e.0, "protocol error");
+                    debug!(error = %e.message(), "protocol error");
                     self.shared.metrics.protocol_errors.inc();
                     self.push_ready(Bytes::from(e.to_reply())).await;
                     self.closing = true;
@@ -169,41 +233,24 @@ impl Conn {
                 Parsed::Inline { len } => (len, true),
             };
             handled += 1;
-            let proto_before = self.session.proto;
-            match self.route(off, len, inline) {
-                Pending::Batched => {}
-                Pending::Ready(bytes) => self.push_ready(bytes).await,
-                Pending::Slot(slot) => {
-                    self.flush_batch().await;
-                    self.slots.push(slot);
-                }
-                Pending::MGet { parts, req } => {
-                    self.flush_batch().await;
-                    let proto = self.session.proto;
-                    let rx = if req.is_empty() {
-                        None
-                    } else {
-                        let conn = self.shared.upstream.conn(proto, self.session.id);
-                        Some(conn.send(req, 1).await)
-                    };
-                    self.slots.push(Slot::MGet { parts, rx, proto });
-                }
-                Pending::Info { req, with_proxy } => {
-                    self.flush_batch().await;
-                    let proto = self.session.proto;
-                    let conn = self.shared.upstream.conn(proto, self.session.id);
-                    let rx = conn.send(req, 1).await;
-                    self.slots.push(Slot::Info {
-                        rx,
-                        proto,
-                        with_proxy,
-                    });
-                }
+            let (proto, db) = (self.session.proto, self.session.db);
+            let skip = self.reply_mode == ReplyMode::Skip;
+            if skip {
+                // CLIENT REPLY SKIP drops exactly this request's reply: give it its own slot.
+                self.flush_batch().await;
+                self.reply_mode = ReplyMode::On;
+                self.silent_now = true;
             }
+            let pending = self.route(off, len, inline);
             off += len;
-            if self.session.proto != proto_before {
-                // Later requests go to another upstream connection: let everything sent so far
-                // complete first, so Redis sees them in the client's order.
+            let barrier = self.handle(pending).await;
+            if skip {
+                self.flush_batch().await;
+                self.silent_now = false;
+            }
+            if barrier || self.session.proto != proto || self.session.db != db {
+                // Later requests must wait for this one (it blocks, or they go to another
+                // upstream connection): end the round so Redis sees them in order.
                 break;
             }
         }
@@ -211,6 +258,56 @@ impl Conn {
         self.flush_batch().await;
         self.shared.metrics.commands.inc_by(handled as u64);
         wants_input
+    }
+
+    /// Carries out the asynchronous part of a routed request; true ends the round after it.
+    async fn handle(&mut self, pending: Pending) -> bool {
+        match pending {
+            Pending::Batched => {}
+            Pending::Ready(bytes) => self.push_ready(bytes).await,
+            Pending::Slot(slot) => {
+                self.flush_batch().await;
+                self.push_slot(slot);
+            }
+            Pending::MGet { parts, req } => {
+                self.flush_batch().await;
+                let conn = self.target();
+                let rx = if req.is_empty() {
+                    None
+                } else {
+                    Some(conn.send(req, 1).await)
+                };
+                self.push_slot(Slot::MGet { parts, rx, conn });
+            }
+            Pending::Info { req, with_proxy } => {
+                self.flush_batch().await;
+                let conn = self.target();
+                let rx = conn.send(req, 1).await;
+                self.push_slot(Slot::Info {
+                    rx,
+                    conn,
+                    with_proxy,
+                });
+            }
+            Pending::Tx { tx, req } => return self.transaction(tx, req).await,
+            Pending::Blocking { req, writes } => return self.blocking(req, writes).await,
+            Pending::Select { db, req } => return self.select(db, req).await,
+            Pending::Monitor => {
+                self.flush_batch().await;
+                self.monitor = true;
+                return true;
+            }
+            Pending::ReplyMode { mode, reply } => {
+                self.flush_batch().await;
+                self.reply_mode = mode;
+                self.push_ready(reply).await;
+            }
+            Pending::Reset(reply) => {
+                self.push_ready(reply).await;
+                self.reset_state();
+            }
+        }
+        false
     }
 
     /// Routes the request at `rbuf[off..off + len]`: forwards are appended to the batch, local
@@ -226,39 +323,79 @@ impl Conn {
         if !self.session.authenticated && !allowed_unauthenticated {
             return Pending::Ready(Bytes::from_static(reply::NOAUTH));
         }
+        let req = || -> Bytes {
+            if inline {
+                let mut out = BytesMut::new();
+                let argv: Vec<&[u8]> = args.iter().collect();
+                encode_request(&argv, &mut out);
+                out.freeze()
+            } else {
+                Bytes::copy_from_slice(frame)
+            }
+        };
+        let in_multi = self.pin.as_ref().is_some_and(|p| p.in_multi);
+        if in_multi
+            && !matches!(
+                route,
+                Route::Local(Local::Quit | Local::Reset) | Route::Tx(_) | Route::Corral
+            )
+        {
+            // Inside MULTI, Redis queues (almost) everything, PING and SELECT included: the
+            // replies must be Redis's own. Commands that change connection state leave the
+            // connection unfit for reuse.
+            let mut queued_writes = Vec::new();
+            if let (Route::Forward(Access::Write), Some(cache)) = (route, &self.shared.cache) {
+                let mut buf = [0u8; 24];
+                let name = args
+                    .get(0)
+                    .and_then(|n| commands::table::upper(n, &mut buf));
+                commands::keys::write_keys(name.unwrap_or_default(), &args, |k| {
+                    cache.invalidate_for_write(k);
+                    queued_writes.push(Bytes::copy_from_slice(k));
+                });
+            }
+            let bytes = req();
+            if let Some(pin) = &mut self.pin {
+                pin.dirty |= !matches!(route, Route::Forward(_) | Route::Blocking | Route::Info);
+                pin.tx_writes.append(&mut queued_writes);
+            }
+            self.append(&bytes);
+            return Pending::Batched;
+        }
+        if !matches!(route, Route::Forward(_)) {
+            self.info_changed = true;
+        }
         match route {
             Route::Forward(access) => {
                 if let Some(cache) = &self.shared.cache {
+                    let may_serve = self.pin.is_none() && self.session.db == 0;
                     let conn = self
                         .shared
                         .upstream
                         .conn(self.session.proto, self.session.id);
-                    if let Some(p) = cache_step(cache, conn, &mut self.writes, access, &args) {
+                    let step = cache_step(cache, conn, &mut self.writes, access, &args, may_serve);
+                    if let Some(p) = step {
                         return p;
                     }
                 }
                 if inline {
-                    let argv: Vec<&[u8]> = args.iter().collect();
-                    encode_request(&argv, &mut self.batch);
+                    let bytes = req();
+                    self.append(&bytes);
                 } else {
-                    self.batch.extend_from_slice(frame);
+                    // Borrow dance: `frame` borrows `rbuf`, `append` needs `self`.
+                    let (start, end) = (off, off + len);
+                    self.append_range(start, end);
                 }
-                self.batch_count += 1;
                 Pending::Batched
             }
             Route::Corral => {
                 self.shared.metrics.local_commands.inc();
                 Pending::Ready(corral::execute(&args, &self.shared, self.session.proto))
             }
-            Route::Info => {
-                let mut req = BytesMut::new();
-                let argv: Vec<&[u8]> = args.iter().collect();
-                encode_request(&argv, &mut req);
-                Pending::Info {
-                    req: req.freeze(),
-                    with_proxy: info::wants_proxy_section(&args),
-                }
-            }
+            Route::Info => Pending::Info {
+                req: req(),
+                with_proxy: info::wants_proxy_section(&args),
+            },
             Route::Local(cmd) => {
                 let version = self.shared.upstream.status.version();
                 let ctx = LocalCtx {
@@ -271,6 +408,59 @@ impl Conn {
                 if outcome == Outcome::Close {
                     self.closing = true;
                 }
+                let reply = self.local.split().freeze();
+                if cmd == Local::Reset {
+                    return Pending::Reset(reply);
+                }
+                Pending::Ready(reply)
+            }
+            Route::Select => Pending::Select {
+                db: args
+                    .get(1)
+                    .and_then(parse_int)
+                    .and_then(|n| u32::try_from(n).ok()),
+                req: req(),
+            },
+            Route::Tx(tx) => {
+                if let Tx::Exec = tx
+                    && let Some(pin) = &mut self.pin
+                    && pin.in_multi
+                {
+                    // The queued writes run now: invalidate them again once EXEC is answered.
+                    self.writes.keys.append(&mut pin.tx_writes);
+                }
+                Pending::Tx { tx, req: req() }
+            }
+            Route::Blocking => {
+                let mut writes = Vec::new();
+                if let Some(cache) = &self.shared.cache {
+                    let mut buf = [0u8; 24];
+                    let name = args
+                        .get(0)
+                        .and_then(|n| commands::table::upper(n, &mut buf));
+                    commands::keys::write_keys(name.unwrap_or_default(), &args, |k| {
+                        cache.invalidate_for_write(k);
+                        writes.push(Bytes::copy_from_slice(k));
+                    });
+                }
+                Pending::Blocking { req: req(), writes }
+            }
+            Route::Monitor => Pending::Monitor,
+            Route::ClientAdmin => {
+                self.shared.metrics.local_commands.inc();
+                let (reply, mode) = clients::execute(&args, &self.session, &self.shared.clients);
+                match mode {
+                    Some(mode) => Pending::ReplyMode { mode, reply },
+                    None => Pending::Ready(reply),
+                }
+            }
+            Route::PubSub(_) => {
+                self.shared.metrics.local_commands.inc();
+                let mut e = Encoder {
+                    proto: self.session.proto,
+                    out: &mut self.local,
+                };
+                e.error("ERR pub/sub is not yet supported by corral");
                 Pending::Ready(self.local.split().freeze())
             }
             Route::Unsupported { name, why } => {
@@ -285,104 +475,95 @@ impl Conn {
         }
     }
 
+    /// The upstream connection this client's requests go to now.
+    pub(super) fn target(&self) -> UpstreamConn {
+        match &self.pin {
+            Some(pin) => pin.ded.conn.clone(),
+            None => {
+                self.shared
+                    .upstream
+                    .conn_db(self.session.proto, self.session.db, self.session.id)
+            }
+        }
+    }
+
+    /// Appends encoded request bytes to the batch.
+    pub(super) fn append(&mut self, bytes: &[u8]) {
+        if self.batch_count == 0 {
+            self.batch_conn = Some(self.target());
+        }
+        self.batch.extend_from_slice(bytes);
+        self.batch_count += 1;
+    }
+
+    /// Appends a request that is still in the read buffer.
+    fn append_range(&mut self, start: usize, end: usize) {
+        if self.batch_count == 0 {
+            self.batch_conn = Some(self.target());
+        }
+        self.batch.extend_from_slice(&self.rbuf[start..end]);
+        self.batch_count += 1;
+    }
+
     /// Queues a local reply after everything routed before it.
-    async fn push_ready(&mut self, bytes: Bytes) {
+    pub(super) async fn push_ready(&mut self, bytes: Bytes) {
         self.flush_batch().await;
-        self.slots.push(Slot::Ready(bytes));
+        self.push_slot(Slot::Ready(bytes));
+    }
+
+    /// Queues a slot, silenced if CLIENT REPLY says so.
+    pub(super) fn push_slot(&mut self, slot: Slot) {
+        let silent = self.silent_now || self.reply_mode == ReplyMode::Off;
+        self.slots.push(Queued { slot, silent });
     }
 
     /// Hands the pending forwarded requests to the upstream as one job.
-    async fn flush_batch(&mut self) {
+    pub(super) async fn flush_batch(&mut self) {
         if self.batch_count == 0 {
             return;
         }
         let bytes = self.batch.split().freeze();
         let count = std::mem::take(&mut self.batch_count);
-        let proto = self.session.proto;
-        let conn = self.shared.upstream.conn(proto, self.session.id);
+        let conn = match self.batch_conn.take() {
+            Some(c) => c,
+            None => self.target(),
+        };
         let rx = conn.send(bytes, count).await;
-        self.slots.push(Slot::Upstream {
+        let writes = std::mem::take(&mut self.writes.keys);
+        let writes_all = std::mem::take(&mut self.writes.all);
+        self.push_slot(Slot::Upstream {
             rx,
             count,
-            proto,
-            writes: std::mem::take(&mut self.writes.keys),
-            writes_all: std::mem::take(&mut self.writes.all),
+            conn,
+            writes,
+            writes_all,
+            blocking: None,
         });
     }
-}
 
-/// Writes seen by a connection, as the cache needs them.
-#[derive(Default)]
-struct Writes {
-    /// This round forwarded a write: later GETs in it must not be served from the cache or
-    /// coalesced, or they could miss the write.
-    in_round: bool,
-    /// Keys written by the current batch, invalidated again once it is acknowledged.
-    keys: Vec<Bytes>,
-    /// The current batch holds a command that may change every key.
-    all: bool,
-}
+    /// RESET: besides the session (reset by the local handler), drop any pinned connection
+    /// and restore replies.
+    fn reset_state(&mut self) {
+        self.session.db = 0;
+        self.reply_mode = ReplyMode::On;
+        self.pin_reset = true;
+    }
 
-/// The cache's part in a forwarded command: a GET is looked up (and becomes the returned
-/// slot); a write invalidates its keys now, and records them to invalidate again once it is
-/// acknowledged.
-fn cache_step(
-    cache: &Cache,
-    conn: &UpstreamConn,
-    writes: &mut Writes,
-    access: Access,
-    args: &Args<'_>,
-) -> Option<Pending> {
-    match access {
-        Access::Get if args.len() == 2 && !writes.in_round => {
-            let key = args.get(1)?;
-            Some(Pending::Slot(match cache.get(key, conn) {
-                Lookup::Hit(v) => Slot::Value(v),
-                Lookup::Wait(rx) => Slot::Fill(rx),
-            }))
-        }
-        Access::MGet if args.len() > 1 && !writes.in_round => {
-            let parts = cache.get_many(args.iter().skip(1));
-            let missing: Vec<&[u8]> = args
-                .iter()
-                .skip(1)
-                .zip(&parts)
-                .filter_map(|(k, p)| p.is_none().then_some(k))
-                .collect();
-            if missing.len() == parts.len() {
-                // Nothing cached: forward the MGET as it is.
-                return None;
-            }
-            let mut req = BytesMut::new();
-            if !missing.is_empty() {
-                let mut argv: Vec<&[u8]> = Vec::with_capacity(missing.len() + 1);
-                argv.push(b"MGET");
-                argv.extend(missing);
-                encode_request(&argv, &mut req);
-            }
-            Some(Pending::MGet {
-                parts,
-                req: req.freeze(),
-            })
-        }
-        Access::Get | Access::MGet | Access::Read => None,
-        Access::Write => {
-            writes.in_round = true;
-            let mut buf = [0u8; 24];
-            let name = args
-                .get(0)
-                .and_then(|n| commands::table::upper(n, &mut buf));
-            commands::keys::write_keys(name.unwrap_or_default(), args, |k| {
-                cache.invalidate_for_write(k);
-                writes.keys.push(Bytes::copy_from_slice(k));
-            });
-            None
-        }
-        Access::All => {
-            writes.in_round = true;
-            cache.flush();
-            writes.all = true;
-            None
+    /// Publishes the session to the client registry.
+    pub(super) fn entry_update(&self) {
+        self.entry.update(&self.session);
+    }
+
+    /// End-of-round bookkeeping: release a finished pin, publish session changes.
+    fn after_round(&mut self) {
+        self.release_pin_if_done();
+        if self.info_changed {
+            self.info_changed = false;
+            self.session.flags = match &self.pin {
+                Some(p) if p.in_multi => "x",
+                _ => "N",
+            };
+            self.entry.update(&self.session);
         }
     }
 }

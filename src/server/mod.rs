@@ -1,10 +1,13 @@
 //! The client-facing server: accept loop, client limit, one task per connection.
 
+mod cached;
+mod clients;
 mod connection;
 mod corral;
 mod info;
 mod mget;
 mod slot;
+mod stateful;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -35,8 +38,10 @@ pub struct Shared {
     pub metrics: Arc<Metrics>,
     /// When the server started (INFO uptime).
     pub started: Instant,
+    /// Connected clients, for CLIENT LIST and CLIENT KILL.
+    pub clients: clients::Registry,
     next_id: AtomicU64,
-    clients: AtomicUsize,
+    client_count: AtomicUsize,
 }
 
 impl Shared {
@@ -53,14 +58,15 @@ impl Shared {
             cache,
             metrics,
             started: Instant::now(),
+            clients: clients::Registry::default(),
             next_id: AtomicU64::new(1),
-            clients: AtomicUsize::new(0),
+            client_count: AtomicUsize::new(0),
         }
     }
 
     /// Clients connected now.
     pub fn clients(&self) -> usize {
-        self.clients.load(Ordering::Relaxed)
+        self.client_count.load(Ordering::Relaxed)
     }
 }
 
@@ -69,7 +75,7 @@ struct ClientSlot(Arc<Shared>);
 
 impl Drop for ClientSlot {
     fn drop(&mut self) {
-        self.0.clients.fetch_sub(1, Ordering::Relaxed);
+        self.0.client_count.fetch_sub(1, Ordering::Relaxed);
         self.0.metrics.connected_clients.dec();
     }
 }
@@ -96,8 +102,8 @@ pub async fn serve(
                 continue;
             }
         };
-        if shared.clients.fetch_add(1, Ordering::Relaxed) >= shared.cfg.max_clients {
-            shared.clients.fetch_sub(1, Ordering::Relaxed);
+        if shared.client_count.fetch_add(1, Ordering::Relaxed) >= shared.cfg.max_clients {
+            shared.client_count.fetch_sub(1, Ordering::Relaxed);
             shared.metrics.rejected_connections.inc();
             warn!(client.addr = %addr, "max clients reached, refusing connection");
             tracker.spawn(async move {

@@ -2,6 +2,8 @@
 //! resolved strictly in request order.
 
 use bytes::Bytes;
+use tokio::io::AsyncReadExt;
+use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 use tokio::time::timeout;
 use tracing::warn;
@@ -10,8 +12,20 @@ use super::connection::Conn;
 use super::{info, mget};
 use crate::cache::{FillResult, FillRx, Value};
 use crate::error::UpstreamError;
-use crate::resp::Proto;
-use crate::upstream::JobResult;
+use crate::resp::ReplyScanner;
+use crate::upstream::{Dedicated, JobResult, UpstreamConn};
+
+/// A blocking command's slot: no deadline, and the wait ends if the client goes away.
+pub(super) struct Blocking {
+    /// The connection taken for this command alone, released when it returns.
+    pub(super) dedicated: Option<Dedicated>,
+}
+
+/// A slot and whether its replies are dropped (CLIENT REPLY OFF/SKIP).
+pub(super) struct Queued {
+    pub(super) slot: Slot,
+    pub(super) silent: bool,
+}
 
 /// A reply, or replies, still to be written, in request order.
 pub(super) enum Slot {
@@ -21,101 +35,57 @@ pub(super) enum Slot {
     Value(Value),
     /// A coalesced or cache-filling read to wait for.
     Fill(FillRx),
-    /// `count` replies from the upstream connection of protocol `proto`.
+    /// `count` replies from `conn`.
     Upstream {
         rx: oneshot::Receiver<JobResult>,
         count: u32,
-        proto: Proto,
+        conn: UpstreamConn,
         /// Keys these requests write: invalidated again once acknowledged, so a read that
         /// raced the write cannot leave a stale entry behind.
         writes: Vec<Bytes>,
         writes_all: bool,
+        blocking: Option<Blocking>,
     },
     /// An MGET with some values from the cache: `rx` brings the others, as one MGET reply
     /// for the `None` parts in order.
     MGet {
         parts: Vec<Option<Value>>,
         rx: Option<oneshot::Receiver<JobResult>>,
-        proto: Proto,
+        conn: UpstreamConn,
     },
     /// An INFO reply to extend with corral's sections.
     Info {
         rx: oneshot::Receiver<JobResult>,
-        proto: Proto,
+        conn: UpstreamConn,
         with_proxy: bool,
+    },
+    /// SELECT's reply (the first of the replies in `rx`); on `+OK` the client moves to `db`.
+    Select {
+        rx: oneshot::Receiver<JobResult>,
+        conn: UpstreamConn,
+        db: Option<u32>,
     },
 }
 
 impl Conn {
-    /// Waits for every slot in order and appends its bytes to the write buffer.
-    pub(super) async fn collect(&mut self) {
+    /// Waits for every slot in order and appends its bytes to the write buffer. `client` is
+    /// watched while a blocking command waits, to notice a client that goes away.
+    pub(super) async fn collect(&mut self, client: &mut TcpStream) {
         let mut slots = std::mem::take(&mut self.slots);
-        for slot in slots.drain(..) {
-            match slot {
-                Slot::Ready(b) => self.wbuf.extend_from_slice(&b),
-                Slot::Value(v) => v.encode(self.session.proto, &mut self.wbuf),
-                Slot::Fill(rx) => match self.wait_fill(rx).await {
-                    Ok(v) => v.encode(self.session.proto, &mut self.wbuf),
-                    Err(e) => self.upstream_error(&e, 1),
-                },
-                Slot::Upstream {
-                    rx,
-                    count,
-                    proto,
-                    writes,
-                    writes_all,
-                } => {
-                    let result = self.wait(rx, proto).await;
-                    // Whatever the outcome, the write may have run.
-                    if let Some(cache) = &self.shared.cache {
-                        for k in &writes {
-                            cache.invalidate_for_write(k);
-                        }
-                        if writes_all {
-                            cache.flush();
-                        }
-                    }
-                    match result {
-                        Ok(b) => self.wbuf.extend_from_slice(&b),
-                        Err(e) => self.upstream_error(&e, count),
-                    }
-                }
-                Slot::MGet { parts, rx, proto } => {
-                    let fetched = match rx {
-                        Some(rx) => match self.wait(rx, proto).await {
-                            Ok(b) => Some(b),
-                            Err(e) => {
-                                self.upstream_error(&e, 1);
-                                continue;
-                            }
-                        },
-                        None => None,
-                    };
-                    mget::merge(
-                        &parts,
-                        fetched.as_deref(),
-                        self.session.proto,
-                        &mut self.wbuf,
-                    );
-                }
-                Slot::Info {
-                    rx,
-                    proto,
-                    with_proxy,
-                } => match self.wait(rx, proto).await {
-                    Ok(b) if with_proxy => {
-                        let sections = info::proxy_sections(&self.shared);
-                        info::append_section(&b, &sections, &mut self.wbuf);
-                    }
-                    Ok(b) => self.wbuf.extend_from_slice(&b),
-                    Err(e) => self.upstream_error(&e, 1),
-                },
+        for Queued { slot, silent } in slots.drain(..) {
+            let mark = self.wbuf.len();
+            self.resolve(slot, client).await;
+            if silent {
+                self.wbuf.truncate(mark);
+            }
+            if self.gone {
+                break;
             }
             let limit = self.shared.cfg.limits.client_output_buffer_limit;
             if limit > 0 && self.wbuf.len() > limit {
                 warn!(limit, "closing client over the output buffer limit");
                 self.wbuf.clear();
-                self.closing = true;
+                self.gone = true;
                 break;
             }
         }
@@ -124,8 +94,102 @@ impl Conn {
         self.slots.clear();
     }
 
-    async fn wait(&self, rx: oneshot::Receiver<JobResult>, proto: Proto) -> JobResult {
-        let conn = self.shared.upstream.conn(proto, self.session.id);
+    async fn resolve(&mut self, slot: Slot, client: &mut TcpStream) {
+        match slot {
+            Slot::Ready(b) => self.wbuf.extend_from_slice(&b),
+            Slot::Value(v) => v.encode(self.session.proto, &mut self.wbuf),
+            Slot::Fill(rx) => match self.wait_fill(rx).await {
+                Ok(v) => v.encode(self.session.proto, &mut self.wbuf),
+                Err(e) => self.upstream_error(&e, 1),
+            },
+            Slot::Upstream {
+                rx,
+                count,
+                conn,
+                writes,
+                writes_all,
+                blocking,
+            } => {
+                let result = match blocking {
+                    None => self.wait(rx, &conn).await,
+                    Some(b) => match self.wait_blocking(rx, client).await {
+                        Some(r) => {
+                            if let Some(d) = b.dedicated
+                                && r.is_ok()
+                            {
+                                self.shared.upstream.release(d);
+                            }
+                            r
+                        }
+                        // The client left: dropping the dedicated connection unblocks it.
+                        None => {
+                            self.gone = true;
+                            return;
+                        }
+                    },
+                };
+                // Whatever the outcome, the write may have run.
+                if let Some(cache) = &self.shared.cache {
+                    for k in &writes {
+                        cache.invalidate_for_write(k);
+                    }
+                    if writes_all {
+                        cache.flush();
+                    }
+                }
+                match result {
+                    Ok(b) => self.wbuf.extend_from_slice(&b),
+                    Err(e) => self.upstream_error(&e, count),
+                }
+            }
+            Slot::MGet { parts, rx, conn } => {
+                let fetched = match rx {
+                    Some(rx) => match self.wait(rx, &conn).await {
+                        Ok(b) => Some(b),
+                        Err(e) => return self.upstream_error(&e, 1),
+                    },
+                    None => None,
+                };
+                mget::merge(
+                    &parts,
+                    fetched.as_deref(),
+                    self.session.proto,
+                    &mut self.wbuf,
+                );
+            }
+            Slot::Info {
+                rx,
+                conn,
+                with_proxy,
+            } => match self.wait(rx, &conn).await {
+                Ok(b) if with_proxy => {
+                    let sections = info::proxy_sections(&self.shared);
+                    info::append_section(&b, &sections, &mut self.wbuf);
+                }
+                Ok(b) => self.wbuf.extend_from_slice(&b),
+                Err(e) => self.upstream_error(&e, 1),
+            },
+            Slot::Select { rx, conn, db } => match self.wait(rx, &conn).await {
+                Ok(b) => {
+                    let first = match ReplyScanner::new().next_frame(&b) {
+                        Ok(Some(f)) => &b[..f.end],
+                        _ => &b[..],
+                    };
+                    if first == b"+OK\r\n"
+                        && let Some(db) = db
+                        && self.pin.as_ref().is_none_or(|p| !p.in_multi)
+                    {
+                        self.session.db = db;
+                        self.info_changed = true;
+                    }
+                    self.wbuf.extend_from_slice(first);
+                }
+                Err(e) => self.upstream_error(&e, 1),
+            },
+        }
+    }
+
+    async fn wait(&self, rx: oneshot::Receiver<JobResult>, conn: &UpstreamConn) -> JobResult {
         let result = match self.shared.upstream.request_timeout {
             Some(d) => match timeout(d, rx).await {
                 Ok(r) => r,
@@ -139,6 +203,35 @@ impl Conn {
             None => rx.await,
         };
         result.unwrap_or(Err(UpstreamError::ShuttingDown))
+    }
+
+    /// Waits for a blocking command's reply as long as it takes; `None` if the client closed
+    /// its connection (or was killed) meanwhile. Requests the client sends while blocked are
+    /// kept for later rounds.
+    async fn wait_blocking(
+        &mut self,
+        mut rx: oneshot::Receiver<JobResult>,
+        client: &mut TcpStream,
+    ) -> Option<JobResult> {
+        self.session.flags = "b";
+        self.entry_update();
+        let limit = self.shared.cfg.limits.client_query_buffer_limit;
+        let result = loop {
+            if self.rbuf.capacity() - self.rbuf.len() < 4096 {
+                self.rbuf.reserve(16 * 1024);
+            }
+            tokio::select! {
+                r = &mut rx => break Some(r.unwrap_or(Err(UpstreamError::ShuttingDown))),
+                n = client.read_buf(&mut self.rbuf), if self.rbuf.len() < limit => match n {
+                    Ok(0) | Err(_) => break None,
+                    Ok(_) => continue,
+                },
+                _ = self.kill.cancelled() => break None,
+            }
+        };
+        self.session.flags = "N";
+        self.info_changed = true;
+        result
     }
 
     async fn wait_fill(&self, mut rx: FillRx) -> FillResult {

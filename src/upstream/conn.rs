@@ -8,6 +8,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
@@ -104,6 +105,11 @@ pub struct ConnSettings {
     pub backoff_max: Duration,
     /// Turn on `CLIENT TRACKING` after the handshake (RESP3 only).
     pub tracking: bool,
+    /// Database to SELECT after the handshake.
+    pub db: u32,
+    /// Reconnect after a failure. A dedicated (pinned) connection carries per-client state
+    /// that a new connection would not have, so it fails for good instead.
+    pub reconnect: bool,
 }
 
 /// Handle to a connection task; cheap to clone.
@@ -112,6 +118,7 @@ pub struct UpstreamConn {
     tx: mpsc::Sender<Job>,
     reset: Arc<Notify>,
     addr: Arc<str>,
+    dead: Arc<AtomicBool>,
 }
 
 /// Most jobs queued per connection before senders wait (backpressure, bounded memory).
@@ -131,12 +138,29 @@ impl UpstreamConn {
     ) -> UpstreamConn {
         let (tx, rx) = mpsc::channel(QUEUE);
         let reset = Arc::new(Notify::new());
+        let dead = Arc::new(AtomicBool::new(false));
         let handle = UpstreamConn {
             tx,
             reset: reset.clone(),
             addr: settings.addr.clone().into(),
+            dead: dead.clone(),
         };
-        tokio::spawn(run(settings, status, rx, reset, shutdown, observer));
+        tokio::spawn(async move {
+            let reconnect = settings.reconnect;
+            let addr = settings.addr.clone();
+            let mut rx = run(settings, status, rx, reset, shutdown, observer).await;
+            dead.store(true, Ordering::Relaxed);
+            if !reconnect {
+                // Answer whatever is still sent until every handle is gone.
+                rx.close();
+                while let Some(job) = rx.recv().await {
+                    job.reply.send(Err(UpstreamError::ConnectionLost {
+                        addr: addr.clone(),
+                        cause: "dedicated connection closed".into(),
+                    }));
+                }
+            }
+        });
         handle
     }
 
@@ -190,6 +214,11 @@ impl UpstreamConn {
     pub fn addr(&self) -> &str {
         &self.addr
     }
+
+    /// True once a connection that does not reconnect has failed or closed.
+    pub fn is_dead(&self) -> bool {
+        self.dead.load(Ordering::Relaxed)
+    }
 }
 
 async fn run(
@@ -199,12 +228,12 @@ async fn run(
     reset: Arc<Notify>,
     shutdown: CancellationToken,
     observer: Option<Arc<dyn LinkObserver>>,
-) {
+) -> mpsc::Receiver<Job> {
     let mut backoff = s.backoff_min;
     loop {
         let attempt = tokio::select! {
             r = timeout(s.connect_timeout, connect(&s, &status)) => r,
-            _ = shutdown.cancelled() => return,
+            _ = shutdown.cancelled() => return rx,
         };
         let cause = match attempt {
             Ok(Ok((stream, tracking))) => {
@@ -227,7 +256,11 @@ async fn run(
                 status.lost();
                 status.disconnected(&cause);
                 if shutdown.is_cancelled() {
-                    return;
+                    return rx;
+                }
+                if !s.reconnect {
+                    debug!(upstream = %s.addr, %cause, "dedicated connection closed");
+                    return rx;
                 }
                 warn!(upstream = %s.addr, %cause, "upstream connection lost");
                 // Reconnect at once after losing a working connection; back off only on
@@ -238,6 +271,15 @@ async fn run(
             Err(_) => "connect timed out".to_string(),
         };
         status.disconnected(&cause);
+        if !s.reconnect {
+            while let Ok(job) = rx.try_recv() {
+                job.reply.send(Err(UpstreamError::Unavailable {
+                    addr: s.addr.clone(),
+                    cause: cause.clone(),
+                }));
+            }
+            return rx;
+        }
         warn!(upstream = %s.addr, %cause, retry_ms = backoff.as_millis() as u64, "upstream unavailable");
         let jitter = rand::rng().random_range(0.5..1.0);
         let deadline = Instant::now() + backoff.mul_f64(jitter);
@@ -253,11 +295,22 @@ async fn run(
                             cause: cause.clone(),
                         }));
                     }
-                    None => return,
+                    None => return rx,
                 },
-                _ = shutdown.cancelled() => return,
+                _ = shutdown.cancelled() => return rx,
             }
         }
+    }
+}
+
+/// Connects and runs the handshake within the connect timeout.
+///
+/// # Errors
+/// The connect, the handshake or the deadline failed.
+pub(super) async fn open(s: &ConnSettings, status: &UpstreamStatus) -> Result<TcpStream, String> {
+    match timeout(s.connect_timeout, connect(s, status)).await {
+        Ok(r) => r.map(|(stream, _)| stream),
+        Err(_) => Err("connect timed out".into()),
     }
 }
 
@@ -276,6 +329,9 @@ async fn connect(s: &ConnSettings, status: &UpstreamStatus) -> Result<(TcpStream
     .await?;
     if let Some(v) = version {
         status.set_version(&v);
+    }
+    if s.db != 0 {
+        handshake::select(&mut stream, s.proto, s.db).await?;
     }
     let tracking = s.tracking && handshake::tracking_on(&mut stream, s.proto).await?;
     Ok((stream, tracking))

@@ -53,6 +53,17 @@ pub async fn hello(
     }
 }
 
+/// Selects database `db`.
+///
+/// # Errors
+/// The server's error (e.g. `DB index is out of range`) or an I/O error.
+pub async fn select(stream: &mut TcpStream, proto: Proto, db: u32) -> Result<(), String> {
+    match command(stream, &[b"SELECT", db.to_string().as_bytes()], proto).await? {
+        Reply::Error(e) => Err(e),
+        Reply::Ok(_) => Ok(()),
+    }
+}
+
 /// Turns on server-assisted client-side caching (default mode: the server remembers the keys
 /// this connection reads). Returns false when the server refuses it (tracking unsupported or
 /// disabled), so the caller can fall back to a TTL-only cache.

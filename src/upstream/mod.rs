@@ -1,14 +1,18 @@
-//! Connections to the upstream Redis: a few shared pipelined connections per protocol version,
-//! each client pinned to one of them so its requests reach Redis in the order it sent them.
+//! Connections to the upstream Redis: a few shared pipelined connections per protocol version
+//! and database, each client pinned to one of them so its requests reach Redis in the order it
+//! sent them; and dedicated connections for clients whose state cannot be shared
+//! (transactions, blocking commands).
 
 mod conn;
 mod handshake;
 mod status;
 mod url;
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 pub use conn::{ConnSettings, Job, JobResult, LinkObserver, ReplyTo, UpstreamConn};
@@ -19,15 +23,39 @@ use crate::config::Config;
 use crate::error::ConfigError;
 use crate::resp::Proto;
 
-/// The shared connections to one upstream server.
+/// Idle dedicated connections kept for reuse, per protocol and database.
+const MAX_IDLE_DEDICATED: usize = 16;
+
+/// Connections are grouped by protocol and database.
+type PoolKey = (Proto, u32);
+
+/// The connections to one upstream server.
 #[derive(Debug)]
 pub struct Upstream {
+    base: ConnSettings,
+    connections: usize,
+    shutdown: CancellationToken,
+    /// Shared pools for database 0, RESP2 and RESP3: the hot path, no lock.
     resp2: Vec<UpstreamConn>,
     resp3: Vec<UpstreamConn>,
+    /// Shared pools for other databases, made on first use.
+    other_dbs: Mutex<HashMap<PoolKey, Arc<[UpstreamConn]>>>,
+    idle: Mutex<HashMap<PoolKey, Vec<UpstreamConn>>>,
+    dedicated: Arc<Semaphore>,
     /// Health and version, shared with INFO and the admin endpoint.
     pub status: Arc<UpstreamStatus>,
     /// Per-request deadline.
     pub request_timeout: Option<Duration>,
+}
+
+/// A connection reserved for one client; it counts against `max_dedicated` until dropped.
+#[derive(Debug)]
+pub struct Dedicated {
+    /// The connection.
+    pub conn: UpstreamConn,
+    proto: Proto,
+    db: u32,
+    _permit: OwnedSemaphorePermit,
 }
 
 impl Upstream {
@@ -38,26 +66,45 @@ impl Upstream {
     pub fn start(cfg: &Config, shutdown: &CancellationToken) -> Result<Upstream, ConfigError> {
         let status = Arc::new(UpstreamStatus::default());
         let base = Self::settings(cfg)?;
-        let pool = |proto| {
-            (0..cfg.upstream.connections)
-                .map(|_| {
-                    let settings = ConnSettings {
-                        proto,
-                        ..base.clone()
-                    };
-                    UpstreamConn::spawn(settings, status.clone(), shutdown.child_token(), None)
-                })
-                .collect::<Vec<_>>()
-        };
-        Ok(Upstream {
-            resp2: pool(Proto::Resp2),
-            resp3: pool(Proto::Resp3),
+        let mut up = Upstream {
+            base,
+            connections: cfg.upstream.connections,
+            shutdown: shutdown.clone(),
+            resp2: Vec::new(),
+            resp3: Vec::new(),
+            other_dbs: Mutex::new(HashMap::new()),
+            idle: Mutex::new(HashMap::new()),
+            dedicated: Arc::new(Semaphore::new(cfg.upstream.max_dedicated)),
             status,
             request_timeout: cfg.request_timeout(),
-        })
+        };
+        up.resp2 = up.pool(Proto::Resp2, 0);
+        up.resp3 = up.pool(Proto::Resp3, 0);
+        Ok(up)
     }
 
-    /// Connection settings from the config (RESP2, no tracking).
+    fn pool(&self, proto: Proto, db: u32) -> Vec<UpstreamConn> {
+        (0..self.connections)
+            .map(|_| self.spawn(proto, db, true))
+            .collect()
+    }
+
+    fn spawn(&self, proto: Proto, db: u32, reconnect: bool) -> UpstreamConn {
+        let settings = ConnSettings {
+            proto,
+            db,
+            reconnect,
+            ..self.base.clone()
+        };
+        UpstreamConn::spawn(
+            settings,
+            self.status.clone(),
+            self.shutdown.child_token(),
+            None,
+        )
+    }
+
+    /// Connection settings from the config (RESP2, database 0, reconnecting, no tracking).
     ///
     /// # Errors
     /// The upstream URL in `cfg` is invalid.
@@ -72,10 +119,12 @@ impl Upstream {
             backoff_min: Duration::from_millis(cfg.upstream.reconnect_min_ms),
             backoff_max: Duration::from_millis(cfg.upstream.reconnect_max_ms),
             tracking: false,
+            db: 0,
+            reconnect: true,
         })
     }
 
-    /// The connection a client with this id uses for this protocol.
+    /// The shared database-0 connection a client with this id uses for this protocol.
     pub fn conn(&self, proto: Proto, client_id: u64) -> &UpstreamConn {
         let pool = match proto {
             Proto::Resp2 => &self.resp2,
@@ -83,5 +132,68 @@ impl Upstream {
         };
         // `start` always creates at least one connection (validated config).
         &pool[(client_id % pool.len() as u64) as usize]
+    }
+
+    /// The shared connection for a client in database `db`.
+    pub fn conn_db(&self, proto: Proto, db: u32, client_id: u64) -> UpstreamConn {
+        if db == 0 {
+            return self.conn(proto, client_id).clone();
+        }
+        let pool = {
+            let mut dbs = self.other_dbs.lock().unwrap_or_else(|e| e.into_inner());
+            dbs.entry((proto, db))
+                .or_insert_with(|| self.pool(proto, db).into())
+                .clone()
+        };
+        pool[(client_id % pool.len() as u64) as usize].clone()
+    }
+
+    /// A connection for one client alone, reused from the idle ones when possible.
+    ///
+    /// # Errors
+    /// `upstream.max_dedicated` connections are in use.
+    pub fn dedicated(&self, proto: Proto, db: u32) -> Result<Dedicated, &'static str> {
+        let permit = self.dedicated.clone().try_acquire_owned().map_err(
+            |_| "ERR too many dedicated upstream connections in use (upstream.max_dedicated)",
+        )?;
+        let reused = {
+            let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+            let list = idle.entry((proto, db)).or_default();
+            std::iter::from_fn(|| list.pop()).find(|c| !c.is_dead())
+        };
+        let conn = reused.unwrap_or_else(|| self.spawn(proto, db, false));
+        Ok(Dedicated {
+            conn,
+            proto,
+            db,
+            _permit: permit,
+        })
+    }
+
+    /// A plain connection, handshaken (HELLO, AUTH, SELECT) but not managed: for MONITOR,
+    /// whose stream of replies is relayed as it is.
+    ///
+    /// # Errors
+    /// The connection or handshake failed or timed out.
+    pub async fn raw(&self, proto: Proto, db: u32) -> Result<tokio::net::TcpStream, String> {
+        let settings = ConnSettings {
+            proto,
+            db,
+            ..self.base.clone()
+        };
+        conn::open(&settings, &self.status).await
+    }
+
+    /// Returns a dedicated connection whose state is clean (no transaction, no watched keys,
+    /// not blocked) for reuse; anything else should simply be dropped, which closes it.
+    pub fn release(&self, d: Dedicated) {
+        if d.conn.is_dead() {
+            return;
+        }
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        let list = idle.entry((d.proto, d.db)).or_default();
+        if list.len() < MAX_IDLE_DEDICATED {
+            list.push(d.conn);
+        }
     }
 }

@@ -1,0 +1,325 @@
+#!/usr/bin/env bash
+# End-to-end benchmark: corral (--no-cache) against direct Redis and against nutcracker
+# (twemproxy), all started here on free 127.0.0.1 ports and stopped on exit.
+#
+# Runs are interleaved (each round: direct, nutcracker, corral) so that the noise of a shared
+# machine hits every target alike; each figure is the median over the rounds. For every run it
+# records throughput and p99 latency (from the client) and the CPU time per request of the
+# proxy and of redis-server (utime+stime from /proc/PID/stat around the run).
+#
+# Scenarios, one function each (scenario_NAME), chosen with --scenarios:
+#   p1, p16  redis-benchmark -c 50 -n N -t set / -t get at pipeline depth 1 / 16
+#   load     corral-load: Zipf(0.99) keys over a preloaded key space, 90% GET, pipeline 16
+# To add one (say a cache-on hot-key run), start what it needs in a start_* function, register
+# the target with add_target, and write scenario_NAME calling record_rb or measure.
+#
+# Usage: scripts/bench.sh [-n N] [--n16 N] [-r ROUNDS] [--quick] [--scenarios "p1 p16 load"]
+#                         [--load-seconds S] [--load-keys K] [--out FILE] [--no-build]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+N=200000
+N16=""
+ROUNDS=3
+SCENARIOS="p1 p16 load"
+LOAD_SECONDS=5
+LOAD_KEYS=1000000
+CLIENTS=50
+OUT=""
+BUILD=1
+# Upper bound for any single client run, so a wedged target cannot hang the script.
+RUN_TIMEOUT=300
+
+# The header comment above is the help text.
+usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; }
+
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -n) N="$2"; shift 2 ;;
+    --n16) N16="$2"; shift 2 ;;
+    -r|--rounds) ROUNDS="$2"; shift 2 ;;
+    --quick) N=50000; ROUNDS=1; LOAD_SECONDS=2; LOAD_KEYS=100000; shift ;;
+    --scenarios) SCENARIOS="$2"; shift 2 ;;
+    --load-seconds) LOAD_SECONDS="$2"; shift 2 ;;
+    --load-keys) LOAD_KEYS="$2"; shift 2 ;;
+    --out) OUT="$2"; shift 2 ;;
+    --no-build) BUILD=0; shift ;;
+    -h|--help) usage; exit 0 ;;
+    *) echo "bench.sh: unknown option $1" >&2; usage >&2; exit 2 ;;
+  esac
+done
+
+# -P 16 runs are ~15x faster than -P 1 runs; --n16 lets them last long enough to be stable
+# (and to span enough 10 ms CPU ticks).
+N16=${N16:-$N}
+
+for cmd in redis-server redis-cli redis-benchmark nutcracker python3 timeout; do
+  command -v "$cmd" >/dev/null || { echo "bench.sh: $cmd not found (scripts/deps.sh --bench)" >&2; exit 1; }
+done
+
+if [ "$BUILD" = 1 ]; then
+  cargo build --release --bins --quiet
+fi
+CORRAL=target/release/corral
+LOAD=target/release/corral-load
+[ -x "$CORRAL" ] && [ -x "$LOAD" ] || { echo "bench.sh: build corral first" >&2; exit 1; }
+
+WORK=$(mktemp -d /tmp/corral-bench.XXXXXX)
+RESULTS="$WORK/results.tsv"
+PIDS=()
+
+cleanup() {
+  local pid i
+  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  # Give them a moment to exit, then make sure.
+  for i in $(seq 1 30); do
+    local alive=0
+    for pid in "${PIDS[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+    [ "$alive" = 0 ] && break
+    sleep 0.1
+  done
+  for pid in "${PIDS[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# wait_ready PORT NAME PID: PING until it answers (bounded), failing early if PID died.
+wait_ready() {
+  local i
+  for i in $(seq 1 100); do
+    if ! kill -0 "$3" 2>/dev/null; then
+      echo "bench.sh: $2 exited; its log:" >&2; cat "$WORK/$2.log" >&2 || true; exit 1
+    fi
+    if [ "$(timeout 2 redis-cli -h 127.0.0.1 -p "$1" ping 2>/dev/null)" = "PONG" ]; then return 0; fi
+    sleep 0.1
+  done
+  echo "bench.sh: $2 on port $1 not ready after 10 s" >&2; exit 1
+}
+
+CLK_TCK=$(getconf CLK_TCK)
+
+# cpu_ticks PID: utime+stime of the whole process (all threads). Fields 14 and 15 of
+# /proc/PID/stat, counted after the ")" closing the command name, which may hold spaces.
+cpu_ticks() {
+  local rest
+  rest=$(cat "/proc/$1/stat")
+  rest=${rest##*) }
+  # shellcheck disable=SC2086
+  set -- $rest
+  echo $(( ${12} + ${13} ))
+}
+
+# Targets: name -> port and the pid of the proxy in front of Redis ("" when direct).
+declare -A PORT PROXY_PID
+TARGETS=()
+add_target() { TARGETS+=("$1"); PORT[$1]=$2; PROXY_PID[$1]=$3; }
+
+start_redis() {
+  REDIS_PORT=$(free_port)
+  redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no \
+    --daemonize no --logfile "$WORK/redis.log" &
+  REDIS_PID=$!
+  PIDS+=("$REDIS_PID")
+  wait_ready "$REDIS_PORT" redis "$REDIS_PID"
+  add_target direct "$REDIS_PORT" ""
+}
+
+start_nutcracker() {
+  local port stats
+  port=$(free_port)
+  stats=$(free_port)
+  cat >"$WORK/nutcracker.yml" <<EOF
+bench:
+  listen: 127.0.0.1:$port
+  hash: fnv1a_64
+  distribution: ketama
+  redis: true
+  preconnect: true
+  auto_eject_hosts: false
+  server_connections: 1
+  servers:
+   - 127.0.0.1:$REDIS_PORT:1
+EOF
+  nutcracker -c "$WORK/nutcracker.yml" -s "$stats" -a 127.0.0.1 -o "$WORK/nutcracker.log" &
+  local pid=$!
+  PIDS+=("$pid")
+  wait_ready "$port" nutcracker "$pid"
+  add_target nutcracker "$port" "$pid"
+}
+
+start_corral() {
+  local port
+  port=$(free_port)
+  "$CORRAL" --no-cache --listen "127.0.0.1:$port" --upstream "redis://127.0.0.1:$REDIS_PORT" \
+    --log-level warn >"$WORK/corral.log" 2>&1 &
+  local pid=$!
+  PIDS+=("$pid")
+  wait_ready "$port" corral "$pid"
+  add_target corral "$port" "$pid"
+}
+
+# measure SCENARIO TEST TARGET ROUND PARSER -- CMD...: runs CMD with the CPU counters of
+# redis-server and of the target's proxy read around it; PARSER (a function and its
+# arguments, word-split) turns CMD's output into "requests rps p99_ms"; appends one line to
+# $RESULTS.
+measure() {
+  local scenario=$1 test=$2 target=$3 round=$4 parser=$5
+  shift 6
+  local ppid=${PROXY_PID[$target]} out r0 r1 p0=0 p1=0 requests rps p99 proxy_us redis_us
+  r0=$(cpu_ticks "$REDIS_PID")
+  [ -n "$ppid" ] && p0=$(cpu_ticks "$ppid")
+  out=$(timeout "$RUN_TIMEOUT" "$@" 2>"$WORK/client.err") || {
+    echo "bench.sh: $scenario $test on $target failed:" >&2; cat "$WORK/client.err" >&2; exit 1
+  }
+  r1=$(cpu_ticks "$REDIS_PID")
+  [ -n "$ppid" ] && p1=$(cpu_ticks "$ppid")
+  # shellcheck disable=SC2086
+  read -r requests rps p99 < <(printf '%s\n' "$out" | $parser) || true
+  [ -n "${p99:-}" ] || { echo "bench.sh: no result from: $*" >&2; printf '%s\n' "$out" >&2; exit 1; }
+  # µs per request = ticks * 1e6 / CLK_TCK / requests
+  redis_us=$(python3 -c "print(f'{($r1-$r0)*1e6/$CLK_TCK/$requests:.3f}')")
+  proxy_us=-
+  [ -n "$ppid" ] && proxy_us=$(python3 -c "print(f'{($p1-$p0)*1e6/$CLK_TCK/$requests:.3f}')")
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$scenario" "$test" "$target" "$round" \
+    "$rps" "$p99" "$proxy_us" "$redis_us" >>"$RESULTS"
+  printf '  %-5s %-4s %-11s round %s: %10.0f req/s  p99 %6s ms  proxy %6s us/req  redis %6s us/req\n' \
+    "$scenario" "$test" "$target" "$round" "$rps" "$p99" "$proxy_us" "$redis_us"
+}
+
+# redis-benchmark --csv: "test","rps","avg","min","p50","p95","p99","max".
+# The request count is the one given to redis-benchmark (-n), passed in $1.
+parse_rb() { awk -F'"' -v n="$1" 'NR > 1 && NF > 14 { print n, $4, $14; exit }'; }
+# corral-load --csv: ops,secs,rps,p50_ms,p99_ms,...
+parse_load() { awk -F, 'NR == 2 { print $1, $3, $5 }'; }
+
+# record_rb SCENARIO PIPELINE REQUESTS ROUND: one redis-benchmark run per test per target.
+record_rb() {
+  local scenario=$1 pipe=$2 n=$3 round=$4 test target
+  for test in set get; do
+    for target in direct nutcracker corral; do
+      measure "$scenario" "${test^^}" "$target" "$round" "parse_rb $n" -- \
+        redis-benchmark -h 127.0.0.1 -p "${PORT[$target]}" -c "$CLIENTS" -n "$n" \
+        -t "$test" -P "$pipe" --csv
+    done
+  done
+}
+
+scenario_p1() {
+  local r
+  for r in $(seq 1 "$ROUNDS"); do record_rb p1 1 "$N" "$r"; done
+}
+
+scenario_p16() {
+  local r
+  for r in $(seq 1 "$ROUNDS"); do record_rb p16 16 "$N16" "$r"; done
+}
+
+# Zipf(0.99) over LOAD_KEYS preloaded keys, 90% GET / 10% SET, 50 connections x pipeline 16.
+scenario_load() {
+  local r target
+  timeout "$RUN_TIMEOUT" "$LOAD" --addr "127.0.0.1:$REDIS_PORT" --fill -k "$LOAD_KEYS" -c 8
+  for r in $(seq 1 "$ROUNDS"); do
+    for target in direct nutcracker corral; do
+      measure load MIX "$target" "$r" parse_load -- \
+        "$LOAD" --addr "127.0.0.1:${PORT[$target]}" -c "$CLIENTS" -P 16 -k "$LOAD_KEYS" \
+        --dist zipf --zipf-s 0.99 --get-ratio 0.9 --duration "$LOAD_SECONDS" --csv
+    done
+  done
+}
+
+start_redis
+start_nutcracker
+start_corral
+
+# Warm every path (connections, allocator, page cache) before anything is recorded.
+for target in "${TARGETS[@]}"; do
+  timeout "$RUN_TIMEOUT" redis-benchmark -h 127.0.0.1 -p "${PORT[$target]}" -c "$CLIENTS" \
+    -n 20000 -t set,get -P 16 -q >/dev/null 2>&1
+done
+
+echo "corral bench: N=$N N16=$N16 rounds=$ROUNDS clients=$CLIENTS scenarios=\"$SCENARIOS\"" \
+  "redis :$REDIS_PORT nutcracker :${PORT[nutcracker]} corral :${PORT[corral]}" \
+  "(CPU tick = $((1000000 / CLK_TCK)) us)"
+: >"$RESULTS"
+for s in $SCENARIOS; do
+  declare -F "scenario_$s" >/dev/null || { echo "bench.sh: no scenario $s" >&2; exit 2; }
+  "scenario_$s"
+done
+
+[ -n "$OUT" ] && cp "$RESULTS" "$OUT"
+
+python3 - "$RESULTS" "$N" "$N16" "$ROUNDS" "$LOAD_SECONDS" "$LOAD_KEYS" <<'EOF'
+import statistics, sys
+from collections import defaultdict
+
+path, n, n16, rounds, load_s, load_keys = sys.argv[1:]
+runs = defaultdict(list)
+rps_by_round = defaultdict(dict)
+order = []
+for line in open(path):
+    sc, test, target, rnd, rps, p99, proxy, redis = line.rstrip("\n").split("\t")
+    if (sc, test) not in order:
+        order.append((sc, test))
+    runs[(sc, test, target)].append(
+        (float(rps), float(p99), None if proxy == "-" else float(proxy), float(redis)))
+    rps_by_round[(sc, test, target)][rnd] = float(rps)
+
+def med(key, i):
+    vals = [r[i] for r in runs.get(key, []) if r[i] is not None]
+    return statistics.median(vals) if vals else None
+
+def ratio(sc, test, a, b):
+    """Median over rounds of a's throughput over b's in the same round: the targets of one
+    round ran back to back, so slow phases of the machine cancel out."""
+    ra, rb = rps_by_round[(sc, test, a)], rps_by_round[(sc, test, b)]
+    return statistics.median(ra[r] / rb[r] for r in ra if r in rb)
+
+def fmt(v, spec):
+    return format("-", spec.split(".")[0].rstrip("f")) if v is None else format(v, spec)
+
+titles = {
+    "p1": f"redis-benchmark -c 50 -n {n} -P 1",
+    "p16": f"redis-benchmark -c 50 -n {n16} -P 16",
+    "load": f"corral-load -c 50 -P 16, Zipf(0.99) over {load_keys} keys, 90% GET, {load_s} s",
+}
+checks = []
+last = None
+for sc, test in order:
+    if sc != last:
+        print(f"\n== {titles.get(sc, sc)}  (median of {rounds} rounds) ==")
+        print(f"{'test':<5}{'target':<12}{'req/s':>12}{'p99 ms':>9}{'proxy us/req':>14}{'redis us/req':>14}")
+        last = sc
+    m = {}
+    for target in ("direct", "nutcracker", "corral"):
+        key = (sc, test, target)
+        if key not in runs:
+            continue
+        m[target] = [med(key, i) for i in range(4)]
+        rps, p99, proxy, redis = m[target]
+        print(f"{test:<5}{target:<12}{rps:>12,.0f}{p99:>9.3f}{fmt(proxy, '>14.3f')}{redis:>14.3f}")
+    if {"direct", "nutcracker", "corral"} <= m.keys():
+        cd = ratio(sc, test, "corral", "direct")
+        ct = ratio(sc, test, "corral", "nutcracker")
+        td = ratio(sc, test, "nutcracker", "direct")
+        print(f"     throughput ratios (median of per-round ratios): corral/direct {cd:.2f}"
+              f"  corral/nutcracker {ct:.2f}  nutcracker/direct {td:.2f}")
+        if sc == "p1":
+            checks.append((f"p1  {test} corral/nutcracker throughput", ct, ">=", 1.2))
+        if sc == "p16":
+            checks.append((f"p16 {test} corral/direct throughput", cd, ">=", 0.85))
+            checks.append((f"p16 {test} corral/nutcracker throughput", ct, ">=", 2.0))
+            checks.append((f"p16 {test} corral CPU us/request", m["corral"][2], "<=", 1.0))
+        if sc in ("p1", "p16"):
+            checks.append((f"{sc:<3} {test} corral p99 / nutcracker p99", m["corral"][1] / m["nutcracker"][1], "<=", 1.0))
+
+if checks:
+    print("\n== targets ==")
+    for name, v, op, goal in checks:
+        ok = v >= goal if op == ">=" else v <= goal
+        print(f"  [{'MET ' if ok else 'MISS'}] {name:<42} {v:7.3f}  (target {op} {goal})")
+EOF

@@ -1,0 +1,334 @@
+//! corral's own clients, for CLIENT LIST and CLIENT KILL, and the CLIENT subcommands that
+//! need them (LIST, KILL, REPLY, NO-EVICT).
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use bytes::{Bytes, BytesMut};
+use dashmap::DashMap;
+use tokio_util::sync::CancellationToken;
+
+use crate::commands::Session;
+use crate::resp::Args;
+use crate::resp::reply::{self, Encoder};
+use crate::resp::request::parse_int;
+
+/// A registered client: a snapshot of its session and the token that disconnects it.
+#[derive(Debug)]
+pub struct ClientEntry {
+    snapshot: Mutex<Session>,
+    kill: CancellationToken,
+}
+
+/// All connected clients.
+#[derive(Debug, Default)]
+pub struct Registry {
+    map: DashMap<u64, Arc<ClientEntry>>,
+}
+
+impl Registry {
+    /// Registers a client; `kill` is cancelled by CLIENT KILL.
+    pub fn add(&self, session: &Session, kill: CancellationToken) -> Arc<ClientEntry> {
+        let e = Arc::new(ClientEntry {
+            snapshot: Mutex::new(session.clone()),
+            kill,
+        });
+        self.map.insert(session.id, e.clone());
+        e
+    }
+
+    /// Forgets a client that disconnected.
+    pub fn remove(&self, id: u64) {
+        self.map.remove(&id);
+    }
+
+    fn snapshots(&self) -> Vec<(Session, CancellationToken)> {
+        let mut v: Vec<_> = self
+            .map
+            .iter()
+            .map(|e| {
+                let s = e.snapshot.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                (s, e.kill.clone())
+            })
+            .collect();
+        v.sort_by_key(|(s, _)| s.id);
+        v
+    }
+}
+
+impl ClientEntry {
+    /// Publishes the client's current session state.
+    pub fn update(&self, session: &Session) {
+        *self.snapshot.lock().unwrap_or_else(|p| p.into_inner()) = session.clone();
+    }
+}
+
+/// Reply mode set with CLIENT REPLY.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ReplyMode {
+    /// Replies are sent.
+    #[default]
+    On,
+    /// Replies are dropped.
+    Off,
+    /// The next command's reply is dropped.
+    Skip,
+}
+
+/// Runs CLIENT LIST/KILL/REPLY/NO-EVICT for `me`. Returns the reply bytes (empty when the
+/// reply is suppressed by CLIENT REPLY OFF/SKIP) and the new reply mode, if it changed.
+pub fn execute(args: &Args<'_>, me: &Session, registry: &Registry) -> (Bytes, Option<ReplyMode>) {
+    let mut out = BytesMut::new();
+    let mut e = Encoder {
+        proto: me.proto,
+        out: &mut out,
+    };
+    let sub = args.get(1).unwrap_or_default().to_ascii_uppercase();
+    let mut mode = None;
+    match sub.as_slice() {
+        b"LIST" => list(args, registry, &mut e),
+        b"KILL" => kill(args, me, registry, &mut e),
+        b"REPLY" if args.len() == 3 => {
+            let arg = args.get(2).unwrap_or_default().to_ascii_uppercase();
+            match arg.as_slice() {
+                b"ON" => {
+                    mode = Some(ReplyMode::On);
+                    e.raw(reply::OK);
+                }
+                b"OFF" => mode = Some(ReplyMode::Off),
+                b"SKIP" => mode = Some(ReplyMode::Skip),
+                _ => e.raw(reply::SYNTAX),
+            }
+        }
+        b"NO-EVICT" if args.len() == 3 => {
+            // corral never evicts clients, so the flag is accepted and has nothing to change.
+            let arg = args.get(2).unwrap_or_default();
+            if arg.eq_ignore_ascii_case(b"on") || arg.eq_ignore_ascii_case(b"off") {
+                e.raw(reply::OK);
+            } else {
+                e.raw(reply::SYNTAX);
+            }
+        }
+        _ => e.error(&reply::wrong_arity(&format!(
+            "client|{}",
+            String::from_utf8_lossy(&sub).to_ascii_lowercase()
+        ))),
+    }
+    (out.freeze(), mode)
+}
+
+fn type_matches(s: &Session, t: &[u8]) -> Option<bool> {
+    let pubsub = s.subs != (0, 0, 0);
+    match t.to_ascii_lowercase().as_slice() {
+        b"normal" => Some(!pubsub),
+        b"pubsub" => Some(pubsub),
+        b"master" | b"replica" | b"slave" => Some(false),
+        _ => None,
+    }
+}
+
+fn list(args: &Args<'_>, registry: &Registry, e: &mut Encoder<'_>) {
+    let mut ids: Option<Vec<u64>> = None;
+    let mut ty: Option<Vec<u8>> = None;
+    let mut i = 2;
+    while let Some(opt) = args.get(i) {
+        if opt.eq_ignore_ascii_case(b"TYPE") && args.get(i + 1).is_some() {
+            let t = args.get(i + 1).unwrap_or_default();
+            if type_matches_any(t).is_none() {
+                return e.error(&format!(
+                    "ERR Unknown client type '{}'",
+                    String::from_utf8_lossy(t)
+                ));
+            }
+            ty = Some(t.to_vec());
+            i += 2;
+        } else if opt.eq_ignore_ascii_case(b"ID") && args.get(i + 1).is_some() {
+            let mut v = Vec::new();
+            i += 1;
+            while let Some(a) = args.get(i) {
+                match parse_int(a)
+                    .and_then(|n| u64::try_from(n).ok())
+                    .filter(|&n| n > 0)
+                {
+                    Some(n) => v.push(n),
+                    None => return e.error("ERR Invalid client ID"),
+                }
+                i += 1;
+            }
+            ids = Some(v);
+        } else {
+            return e.raw(reply::SYNTAX);
+        }
+    }
+    let mut text = String::new();
+    for (s, _) in registry.snapshots() {
+        if ids.as_ref().is_some_and(|ids| !ids.contains(&s.id)) {
+            continue;
+        }
+        if let Some(t) = &ty
+            && type_matches(&s, t) != Some(true)
+        {
+            continue;
+        }
+        text.push_str(&s.info_line("client|list"));
+    }
+    e.verbatim(text.as_bytes());
+}
+
+fn type_matches_any(t: &[u8]) -> Option<()> {
+    matches!(
+        t.to_ascii_lowercase().as_slice(),
+        b"normal" | b"pubsub" | b"master" | b"replica" | b"slave"
+    )
+    .then_some(())
+}
+
+/// One CLIENT KILL condition.
+type Filter = Box<dyn Fn(&Session) -> bool>;
+
+/// CLIENT KILL ip:port, or CLIENT KILL <filter> <value> ... (ID, ADDR, LADDR, USER, TYPE,
+/// SKIPME, MAXAGE), as Redis parses them.
+fn kill(args: &Args<'_>, me: &Session, registry: &Registry, e: &mut Encoder<'_>) {
+    let addr_of = |a: &[u8]| String::from_utf8_lossy(a).parse::<SocketAddr>().ok();
+    if args.len() == 3 {
+        let target = addr_of(args.get(2).unwrap_or_default());
+        let found = registry
+            .snapshots()
+            .into_iter()
+            .find(|(s, _)| Some(s.addr) == target);
+        return match found {
+            Some((_, token)) => {
+                token.cancel();
+                e.raw(reply::OK);
+            }
+            None => e.error("ERR No such client"),
+        };
+    }
+    if args.len() < 4 || !args.len().is_multiple_of(2) {
+        return e.raw(reply::SYNTAX);
+    }
+    let mut filters: Vec<Filter> = Vec::new();
+    let mut skipme = true;
+    for pair in (2..args.len()).step_by(2) {
+        let key = args.get(pair).unwrap_or_default().to_ascii_uppercase();
+        let val = args.get(pair + 1).unwrap_or_default();
+        match key.as_slice() {
+            b"ID" => match parse_int(val)
+                .and_then(|n| u64::try_from(n).ok())
+                .filter(|&n| n > 0)
+            {
+                Some(id) => filters.push(Box::new(move |s| s.id == id)),
+                None => return e.error("ERR client-id should be greater than 0"),
+            },
+            b"ADDR" => {
+                let a = addr_of(val);
+                filters.push(Box::new(move |s| Some(s.addr) == a));
+            }
+            b"LADDR" => {
+                let a = addr_of(val);
+                filters.push(Box::new(move |s| Some(s.laddr) == a));
+            }
+            b"USER" => {
+                let is_default = val == b"default";
+                filters.push(Box::new(move |_| is_default));
+            }
+            b"TYPE" => {
+                if type_matches_any(val).is_none() {
+                    return e.error(&format!(
+                        "ERR Unknown client type '{}'",
+                        String::from_utf8_lossy(val)
+                    ));
+                }
+                let t = val.to_vec();
+                filters.push(Box::new(move |s| type_matches(s, &t) == Some(true)));
+            }
+            b"SKIPME" => {
+                if val.eq_ignore_ascii_case(b"yes") {
+                    skipme = true;
+                } else if val.eq_ignore_ascii_case(b"no") {
+                    skipme = false;
+                } else {
+                    return e.raw(reply::SYNTAX);
+                }
+            }
+            b"MAXAGE" => match parse_int(val) {
+                Some(age) => filters.push(Box::new(move |s| {
+                    s.created.elapsed().as_secs() as i64 >= age
+                })),
+                None => return e.raw(reply::NOT_INTEGER),
+            },
+            _ => return e.raw(reply::SYNTAX),
+        }
+    }
+    let mut killed = 0;
+    for (s, token) in registry.snapshots() {
+        if skipme && s.id == me.id {
+            continue;
+        }
+        if filters.iter().all(|f| f(&s)) {
+            token.cancel();
+            killed += 1;
+        }
+    }
+    e.int(killed);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn session(id: u64, port: u16) -> Session {
+        let a = SocketAddr::from(([127, 0, 0, 1], port));
+        Session::new(id, a, a, true)
+    }
+
+    fn run(words: &[&str], me: &Session, reg: &Registry) -> (Vec<u8>, Option<ReplyMode>) {
+        let owned: Vec<Vec<u8>> = words.iter().map(|w| w.as_bytes().to_vec()).collect();
+        let (b, m) = execute(&Args::Owned(&owned), me, reg);
+        (b.to_vec(), m)
+    }
+
+    #[test]
+    fn kill_by_id_cancels_only_that_client() {
+        let reg = Registry::default();
+        let (a, b) = (session(1, 1001), session(2, 1002));
+        let (ta, tb) = (CancellationToken::new(), CancellationToken::new());
+        reg.add(&a, ta.clone());
+        reg.add(&b, tb.clone());
+        assert_eq!(run(&["CLIENT", "KILL", "ID", "2"], &a, &reg).0, b":1\r\n");
+        assert!(tb.is_cancelled() && !ta.is_cancelled());
+        assert_eq!(
+            run(&["CLIENT", "KILL", "127.0.0.1:9"], &a, &reg).0,
+            b"-ERR No such client\r\n"
+        );
+    }
+
+    #[test]
+    fn list_shows_every_client() {
+        let reg = Registry::default();
+        let a = session(1, 1001);
+        reg.add(&a, CancellationToken::new());
+        reg.add(&session(2, 1002), CancellationToken::new());
+        let (out, _) = run(&["CLIENT", "LIST"], &a, &reg);
+        let text = String::from_utf8_lossy(&out);
+        assert!(text.contains("id=1 ") && text.contains("id=2 "), "{text}");
+    }
+
+    #[test]
+    fn reply_modes() {
+        let reg = Registry::default();
+        let a = session(1, 1001);
+        assert_eq!(
+            run(&["CLIENT", "REPLY", "OFF"], &a, &reg),
+            (vec![], Some(ReplyMode::Off))
+        );
+        assert_eq!(
+            run(&["CLIENT", "REPLY", "ON"], &a, &reg),
+            (b"+OK\r\n".to_vec(), Some(ReplyMode::On))
+        );
+        assert_eq!(
+            run(&["CLIENT", "REPLY", "X"], &a, &reg).0,
+            b"-ERR syntax error\r\n"
+        );
+    }
+}

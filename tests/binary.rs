@@ -1,0 +1,180 @@
+//! The `corral` executable: flags, config file, admin endpoint, graceful exit on SIGTERM, and
+//! refusal of an invalid config.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::Duration;
+
+use common::{RawClient, RedisServer, bulk, http_get, poll_until, unused_port};
+
+const BIN: &str = env!("CARGO_BIN_EXE_corral");
+
+/// A running corral process, killed on drop if a test fails before it exits.
+struct Proxy {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Proxy {
+    /// Starts corral with `args` plus `--listen` on a fresh port, and waits until it accepts.
+    async fn start(args: &[&str]) -> Proxy {
+        let addr = SocketAddr::from(([127, 0, 0, 1], unused_port()));
+        let child = Command::new(BIN)
+            .args(args)
+            .args(["--listen", &addr.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("run corral");
+        let mut proxy = Proxy { child, addr };
+        poll_until(
+            Duration::from_secs(10),
+            "corral to accept connections",
+            || {
+                let exited = proxy.child.try_wait().expect("try_wait");
+                assert!(exited.is_none(), "corral exited early: {exited:?}");
+                async move {
+                    // Any reply will do: with requirepass set, PING gets NOAUTH.
+                    let mut c = RawClient::connect(addr).await.ok()?;
+                    c.try_request(&[b"PING"]).await.ok().map(drop)
+                }
+            },
+        )
+        .await;
+        proxy
+    }
+
+    /// Sends SIGTERM and waits (bounded) for the exit status.
+    async fn terminate(mut self) -> ExitStatus {
+        let ok = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("kill")
+            .success();
+        assert!(ok, "kill -TERM failed");
+        let child = &mut self.child;
+        poll_until(
+            Duration::from_secs(15),
+            "corral to exit after SIGTERM",
+            || {
+                let status = child.try_wait().expect("try_wait");
+                async move { status }
+            },
+        )
+        .await
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A file in the temp dir with `text`, removed on drop.
+struct TempFile(PathBuf);
+
+impl TempFile {
+    fn new(name: &str, text: &str) -> TempFile {
+        let path = std::env::temp_dir().join(format!("corral-{}-{name}", std::process::id()));
+        std::fs::write(&path, text).expect("write temp file");
+        TempFile(path)
+    }
+
+    fn path(&self) -> &str {
+        self.0.to_str().expect("utf-8 path")
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serves_reports_health_and_metrics_and_exits_cleanly_on_sigterm() {
+    let redis = RedisServer::start();
+    let admin = SocketAddr::from(([127, 0, 0, 1], unused_port()));
+    let proxy = Proxy::start(&["--upstream", &redis.url(), "--admin", &admin.to_string()]).await;
+    let mut c = RawClient::connect(proxy.addr).await.unwrap();
+    assert_eq!(c.cmd("SET bin:k v").await, b"+OK\r\n");
+    assert_eq!(c.cmd("GET bin:k").await, bulk("v"));
+
+    poll_until(
+        Duration::from_secs(10),
+        "/healthz to answer 200",
+        || async {
+            let (status, _) = http_get(admin, "/healthz").await.ok()?;
+            (status == 200).then_some(())
+        },
+    )
+    .await;
+    let (status, body) = http_get(admin, "/metrics").await.unwrap();
+    assert_eq!(status, 200);
+    assert!(body.contains("corral_commands_total"), "{body}");
+
+    // An idle client stays connected across SIGTERM; it must not hold up the exit.
+    let status = proxy.terminate().await;
+    assert!(status.success(), "exit status {status}");
+    assert!(c.is_closed().await, "client connection left open");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_file_is_read_and_flags_override_it() {
+    let redis = RedisServer::start();
+    // The shipped example config, with listen and upstream overridden.
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/conf/corral.toml");
+    let proxy = Proxy::start(&["--config", example, "--upstream", &redis.url()]).await;
+    let mut c = RawClient::connect(proxy.addr).await.unwrap();
+    assert_eq!(c.cmd("SET conf:k v").await, b"+OK\r\n");
+    assert!(proxy.terminate().await.success());
+
+    // A value only the file sets (requirepass) takes effect alongside the flag overrides.
+    let file = TempFile::new(
+        "auth.toml",
+        "listen = \"127.0.0.1:1\"\nrequirepass = \"from-file\"\n[upstream]\nurl = \"redis://127.0.0.1:1\"\n",
+    );
+    let proxy = Proxy::start(&["--config", file.path(), "--upstream", &redis.url()]).await;
+    let mut c = RawClient::connect(proxy.addr).await.unwrap();
+    assert_eq!(
+        c.cmd("GET conf:k").await,
+        b"-NOAUTH Authentication required.\r\n"
+    );
+    assert_eq!(c.cmd("AUTH from-file").await, b"+OK\r\n");
+    assert_eq!(c.cmd("GET conf:k").await, bulk("v"));
+    assert!(proxy.terminate().await.success());
+}
+
+/// Runs corral expecting it to refuse to start; returns its stderr.
+fn refused(args: &[&str]) -> String {
+    let out = Command::new(BIN)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run corral");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "{args:?} started; stderr: {stderr}");
+    stderr
+}
+
+#[test]
+fn invalid_config_exits_non_zero_naming_the_field() {
+    let file = TempFile::new("bad.toml", "[upstream]\nconnections = 0\n");
+    let err = refused(&["--config", file.path()]);
+    assert!(err.contains("upstream.connections"), "{err}");
+
+    let file = TempFile::new("typo.toml", "[upstream]\nconections = 2\n");
+    let err = refused(&["--config", file.path()]);
+    assert!(err.contains("conections"), "{err}");
+
+    let err = refused(&["--upstream", "http://127.0.0.1:6379"]);
+    assert!(err.contains("upstream.url"), "{err}");
+
+    let err = refused(&["--config", "/nonexistent/corral.toml"]);
+    assert!(err.contains("/nonexistent/corral.toml"), "{err}");
+}

@@ -1,0 +1,1152 @@
+//! The local cache and GET coalescing against real Redis, trying hard to break coherence
+//! (DESIGN.md R3/R4): stampedes, read-your-writes under concurrent readers, writes made
+//! directly on Redis, expiry, flushes, upstream restarts, a killed tracking connection, the
+//! memory bound, the no-cache mode and the TTL-only fallback.
+//!
+//! Latencies are measured and printed (run with `--nocapture`), never asserted.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use common::{RawClient, RedisServer, TestProxy, bulk, encode, int, show};
+use redis_protocol::resp3::types::OwnedFrame;
+use tokio::task::JoinSet;
+
+const OK: &[u8] = b"+OK\r\n";
+const NIL: &[u8] = b"$-1\r\n";
+const NIL3: &[u8] = b"_\r\n";
+
+// ---- helpers ----
+
+/// `CORRAL CACHE STATS`, asked over a RESP2 connection (a flat array of name, value pairs).
+struct Stats(HashMap<String, String>);
+
+impl Stats {
+    async fn of(c: &mut RawClient) -> Stats {
+        let reply = c.cmd("CORRAL CACHE STATS").await;
+        let frame = match redis_protocol::resp3::decode::complete::decode(&reply) {
+            Ok(Some((f, _))) => f,
+            other => panic!("CORRAL CACHE STATS: {other:?} from {}", show(&reply)),
+        };
+        let OwnedFrame::Array { data, .. } = frame else {
+            panic!("CORRAL CACHE STATS is not an array: {}", show(&reply));
+        };
+        let text = |f: &OwnedFrame| match f {
+            OwnedFrame::BlobString { data, .. } => String::from_utf8_lossy(data).into_owned(),
+            other => panic!("CORRAL CACHE STATS item {other:?}"),
+        };
+        Stats(
+            data.chunks(2)
+                .map(|kv| (text(&kv[0]), text(&kv[1])))
+                .collect(),
+        )
+    }
+
+    /// Polls the stats (20 ms apart, up to 10 s) until `done` holds.
+    async fn wait(c: &mut RawClient, what: &str, done: impl Fn(&Stats) -> bool) -> Stats {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let s = Stats::of(c).await;
+            if done(&s) {
+                return s;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}: {:?}",
+                s.0
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    fn text(&self, name: &str) -> &str {
+        self.0
+            .get(name)
+            .unwrap_or_else(|| panic!("no {name} in CORRAL CACHE STATS: {:?}", self.0))
+    }
+
+    fn n(&self, name: &str) -> u64 {
+        let v = self.text(name);
+        v.parse()
+            .unwrap_or_else(|_| panic!("{name} is not a number: {v:?}"))
+    }
+}
+
+/// Calls of GET that Redis executed since the last `CONFIG RESETSTAT` (including GETs inside
+/// the cache's MULTI/EXEC fills), from `INFO commandstats`.
+async fn redis_get_calls(direct: &mut RawClient) -> u64 {
+    let info = direct.cmd("INFO commandstats").await;
+    let text = String::from_utf8_lossy(&info);
+    text.split("cmdstat_get:calls=")
+        .nth(1)
+        .map(|rest| {
+            let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+            digits.parse().expect("calls= number")
+        })
+        .unwrap_or(0)
+}
+
+async fn connect(addr: std::net::SocketAddr) -> RawClient {
+    RawClient::connect(addr).await.expect("connect")
+}
+
+async fn get(c: &mut RawClient, key: &str) -> Vec<u8> {
+    c.request(&[b"GET", key.as_bytes()]).await
+}
+
+/// GETs `key` through corral (each reply must be `want`) until one GET is answered from the
+/// local cache, i.e. `cache_hits` grew across it. Only for tests where no other client uses
+/// the proxy at the same time, or the hit could be someone else's.
+async fn make_cached(c: &mut RawClient, key: &str, want: &[u8]) {
+    for _ in 0..50 {
+        let before = Stats::of(c).await.n("cache_hits");
+        let got = get(c, key).await;
+        assert_eq!(got, want, "GET {key} while warming: {}", show(&got));
+        if Stats::of(c).await.n("cache_hits") > before {
+            return;
+        }
+    }
+    panic!(
+        "{key} never became a cache hit after 50 GETs: {:?}",
+        Stats::of(c).await.0
+    );
+}
+
+/// GETs `key` through corral until it returns `want`; every earlier reply must be one of
+/// `allowed` (or an upstream error when `errors_ok`). Returns how long it took and how many
+/// GETs saw something else first. Panics after `limit`.
+async fn get_until(
+    c: &mut RawClient,
+    key: &str,
+    want: &[u8],
+    allowed: &[&[u8]],
+    errors_ok: bool,
+    limit: Duration,
+) -> (Duration, usize) {
+    let start = Instant::now();
+    let mut stale = 0;
+    loop {
+        let got = match c.try_request(&[b"GET", key.as_bytes()]).await {
+            Ok(g) => g,
+            Err(e) if errors_ok => format!("-io {e}\r\n").into_bytes(),
+            Err(e) => panic!("GET {key}: {e}"),
+        };
+        if got == want {
+            return (start.elapsed(), stale);
+        }
+        let error = got.starts_with(b"-");
+        assert!(
+            allowed.contains(&got.as_slice()) || (errors_ok && error),
+            "GET {key} returned {} while waiting for {}",
+            show(&got),
+            show(want)
+        );
+        stale += 1;
+        assert!(
+            start.elapsed() < limit,
+            "GET {key} still returns {} {:?} after the change; expected {}",
+            show(&got),
+            start.elapsed(),
+            show(want)
+        );
+        if errors_ok && error {
+            // The upstream is recovering: reconnect (the old connection may be gone) and
+            // give it a moment.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            if let Ok(fresh) = RawClient::connect(c.stream.peer_addr().expect("peer")).await {
+                *c = fresh;
+            }
+        }
+    }
+}
+
+/// Asserts that `n` more GETs of `key` all return `want`: once new, never old again.
+async fn stays(c: &mut RawClient, key: &str, want: &[u8], n: usize) {
+    for i in 0..n {
+        let got = get(c, key).await;
+        assert_eq!(
+            got,
+            want,
+            "GET {key} #{i} went back to {} after returning {}",
+            show(&got),
+            show(want)
+        );
+    }
+}
+
+/// Percentile of sorted durations.
+fn pct(sorted: &[Duration], p: f64) -> Duration {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i]
+}
+
+/// The id of corral's tracking lane on Redis (`CLIENT LIST` flags contain `t`).
+async fn tracking_client_id(direct: &mut RawClient) -> Option<String> {
+    let list = direct.cmd("CLIENT LIST").await;
+    let text = String::from_utf8_lossy(&list).into_owned();
+    text.lines().find_map(|line| {
+        let field = |name: &str| {
+            line.split(' ')
+                .find_map(|f| f.strip_prefix(name))
+                .map(str::to_string)
+        };
+        field("flags=")
+            .filter(|f| f.contains('t'))
+            .and_then(|_| field("id="))
+    })
+}
+
+// ---- 1. stampedes ----
+
+/// A client for the stampede, and whether it speaks RESP3.
+struct Stampeder {
+    c: RawClient,
+    resp3: bool,
+}
+
+/// Sends one GET of `key` from every client while Redis is held by `CLIENT PAUSE`, then
+/// checks every reply and that Redis ran exactly one GET. Retries with a new key if corral
+/// had not received all GETs before the pause ran out (a slow machine, not a corral fault).
+async fn stampede(
+    proxy: &TestProxy,
+    direct: &mut RawClient,
+    clients: &mut Vec<Stampeder>,
+    name: &str,
+    value: Option<&str>,
+) {
+    const PAUSE_MS: u64 = 1000;
+    let mut admin = connect(proxy.addr).await;
+    for attempt in 0..3 {
+        let key = format!("{name}:{attempt}");
+        if let Some(v) = value {
+            assert_eq!(direct.cmd(&format!("SET {key} {v}")).await, OK);
+        }
+        assert_eq!(direct.cmd("CONFIG RESETSTAT").await, OK);
+        let before = Stats::of(&mut admin).await;
+        assert_eq!(
+            direct.cmd(&format!("CLIENT PAUSE {PAUSE_MS} ALL")).await,
+            OK
+        );
+        let paused = Instant::now();
+        let n = clients.len() as u64;
+        let mut tasks = JoinSet::new();
+        for mut s in clients.drain(..) {
+            let key = key.clone();
+            tasks.spawn(async move {
+                let got = get(&mut s.c, &key).await;
+                (s, got)
+            });
+        }
+        // Every GET has reached corral once each counted as a miss (CORRAL is local, so it
+        // answers while Redis is paused).
+        let misses = before.n("cache_misses") + n;
+        let after = Stats::wait(&mut admin, "corral to receive every GET", |s| {
+            s.n("cache_misses") >= misses
+        })
+        .await;
+        let in_time = paused.elapsed() < Duration::from_millis(PAUSE_MS * 8 / 10);
+        let want2 = value.map_or(NIL.to_vec(), bulk);
+        let want3 = value.map_or(NIL3.to_vec(), bulk);
+        while let Some(r) = tasks.join_next().await {
+            let (s, got) = r.expect("stampede task");
+            let want = if s.resp3 { &want3 } else { &want2 };
+            assert_eq!(
+                &got,
+                want,
+                "stampede on {key} (resp3={}): {}",
+                s.resp3,
+                show(&got)
+            );
+            clients.push(s);
+        }
+        if !in_time {
+            eprintln!("stampede {key}: GETs not all sent within the pause, retrying");
+            continue;
+        }
+        let misses = after.n("cache_misses") - before.n("cache_misses");
+        let coalesced = after.n("cache_coalesced") - before.n("cache_coalesced");
+        assert_eq!(misses, n, "{key}: every GET of a cold key is a miss");
+        assert_eq!(
+            coalesced,
+            n - 1,
+            "{key}: all but one GET join the first read"
+        );
+        assert_eq!(
+            redis_get_calls(direct).await,
+            1,
+            "{key}: {n} GETs during a pause must reach Redis as one GET"
+        );
+        return;
+    }
+    panic!(
+        "could not send {} GETs within {PAUSE_MS} ms in 3 tries",
+        clients.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stampede_on_a_cold_key_reaches_redis_once() {
+    let redis = RedisServer::start();
+    let proxy = TestProxy::start(&redis.url()).await;
+    let mut direct = connect(redis.addr()).await;
+    let mut clients = Vec::new();
+    for i in 0..500 {
+        let mut c = connect(proxy.addr).await;
+        // Every fifth client speaks RESP3: the shared read must be encoded per client.
+        let resp3 = i % 5 == 0;
+        if resp3 {
+            let hello = c.cmd("HELLO 3").await;
+            assert!(hello.starts_with(b"%"), "HELLO 3: {}", show(&hello));
+        }
+        clients.push(Stampeder { c, resp3 });
+    }
+    stampede(
+        &proxy,
+        &mut direct,
+        &mut clients,
+        "stampede:present",
+        Some("v"),
+    )
+    .await;
+    stampede(&proxy, &mut direct, &mut clients, "stampede:missing", None).await;
+    proxy.stop().await;
+}
+
+// ---- 2. read-your-writes through corral ----
+
+/// The write a writer makes through corral before reading its key back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Write {
+    Set,
+    Del,
+    Incr,
+    Expire,
+    Mset,
+    Eval,
+    /// `SET` and `GET` sent in one write.
+    Pipelined,
+}
+
+impl Write {
+    /// Values of the key only grow, so readers can check a floor.
+    fn monotonic(self) -> bool {
+        matches!(self, Write::Set | Write::Incr | Write::Pipelined)
+    }
+}
+
+fn expect(what: &str, got: &[u8], want: &[u8]) -> Result<(), String> {
+    if got == want {
+        Ok(())
+    } else {
+        Err(format!(
+            "{what}: expected {}, got {}",
+            show(want),
+            show(got)
+        ))
+    }
+}
+
+fn parse_int(reply: &[u8]) -> Option<i64> {
+    std::str::from_utf8(reply.strip_prefix(b":")?.strip_suffix(b"\r\n")?)
+        .ok()?
+        .parse()
+        .ok()
+}
+
+/// One write of `w` to `key` through corral, then reads back. `fresh` says the key had no
+/// value before. Sets `floor` to the written value once it is acknowledged (monotonic writes).
+async fn write_then_read(
+    w: Write,
+    c: &mut RawClient,
+    key: &str,
+    i: i64,
+    fresh: bool,
+    floor: &AtomicI64,
+) -> Result<(), String> {
+    let k = key.as_bytes();
+    let v = i.to_string();
+    let v = v.as_bytes();
+    match w {
+        Write::Set => {
+            expect("SET", &c.request(&[b"SET", k, v]).await, OK)?;
+            floor.store(i, Ordering::SeqCst);
+            expect("GET after SET", &get(c, key).await, &bulk(v))
+        }
+        Write::Del => {
+            expect("SET", &c.request(&[b"SET", k, v]).await, OK)?;
+            expect("GET after SET", &get(c, key).await, &bulk(v))?;
+            expect("DEL", &c.request(&[b"DEL", k]).await, &int(1))?;
+            expect("GET after DEL", &get(c, key).await, NIL)
+        }
+        Write::Incr => {
+            let want = if fresh { 1 } else { i + 1 };
+            expect("INCR", &c.request(&[b"INCR", k]).await, &int(want))?;
+            floor.store(want, Ordering::SeqCst);
+            expect(
+                "GET after INCR",
+                &get(c, key).await,
+                &bulk(want.to_string()),
+            )
+        }
+        Write::Expire => {
+            expect("SET", &c.request(&[b"SET", k, v]).await, OK)?;
+            expect("GET after SET", &get(c, key).await, &bulk(v))?;
+            if i % 2 == 0 {
+                expect(
+                    "PEXPIRE",
+                    &c.request(&[b"PEXPIRE", k, b"100000"]).await,
+                    &int(1),
+                )?;
+                expect("GET after PEXPIRE", &get(c, key).await, &bulk(v))?;
+                let pttl = c.request(&[b"PTTL", k]).await;
+                match parse_int(&pttl) {
+                    Some(1..=100_000) => Ok(()),
+                    _ => Err(format!("PTTL after PEXPIRE 100000: {}", show(&pttl))),
+                }
+            } else {
+                // A non-positive expiry deletes the key at once.
+                expect(
+                    "PEXPIRE 0",
+                    &c.request(&[b"PEXPIRE", k, b"0"]).await,
+                    &int(1),
+                )?;
+                expect("GET after PEXPIRE 0", &get(c, key).await, NIL)
+            }
+        }
+        Write::Mset => {
+            // The key second, so more than the first argument must be invalidated.
+            let other = format!("{key}:other");
+            let req: [&[u8]; 5] = [b"MSET", other.as_bytes(), b"x", k, v];
+            expect("MSET", &c.request(&req).await, OK)?;
+            expect("GET after MSET", &get(c, key).await, &bulk(v))
+        }
+        Write::Eval => {
+            let script = b"redis.call('SET', KEYS[1], ARGV[1])";
+            let req: [&[u8]; 5] = [b"EVAL", script, b"1", k, v];
+            expect("EVAL", &c.request(&req).await, NIL)?;
+            expect("GET after EVAL", &get(c, key).await, &bulk(v))
+        }
+        Write::Pipelined => {
+            let mut req = encode(&[b"SET", k, v]);
+            req.extend_from_slice(&encode(&[b"GET", k]));
+            c.send(&req).await;
+            let set = c.read_reply().await;
+            let got = c.read_reply().await;
+            expect("pipelined SET", &set, OK)?;
+            floor.store(i, Ordering::SeqCst);
+            expect("pipelined GET after SET", &got, &bulk(v))
+        }
+    }
+}
+
+/// Background readers: GET the current key in a loop. Every reply must be nil or a number,
+/// and at least `floor` when that is set: a GET sent after a write was acknowledged to the
+/// writer must not see an older value, whoever's read it joins.
+fn spawn_readers(
+    addr: std::net::SocketAddr,
+    prefix: Arc<str>,
+    current: Arc<AtomicUsize>,
+    floor: Arc<AtomicI64>,
+    stop: Arc<AtomicBool>,
+) -> JoinSet<(u64, Vec<String>)> {
+    let mut set = JoinSet::new();
+    for _ in 0..8 {
+        let (prefix, current, floor, stop) =
+            (prefix.clone(), current.clone(), floor.clone(), stop.clone());
+        set.spawn(async move {
+            let mut c = connect(addr).await;
+            let mut reads = 0;
+            let mut bad = Vec::new();
+            while !stop.load(Ordering::SeqCst) {
+                let key = format!("{prefix}{}", current.load(Ordering::SeqCst));
+                let min = floor.load(Ordering::SeqCst);
+                let got = get(&mut c, &key).await;
+                reads += 1;
+                let n = got
+                    .strip_prefix(b"$")
+                    .and_then(|r| r.split(|&b| b == b'\n').nth(1))
+                    .and_then(|v| std::str::from_utf8(v.strip_suffix(b"\r")?).ok())
+                    .and_then(|v| v.parse::<i64>().ok());
+                let ok = match n {
+                    Some(n) => n >= min,
+                    None => got == NIL && min < 0,
+                };
+                if !ok && bad.len() < 10 {
+                    bad.push(format!("reader GET {key}: {} with floor {min}", show(&got)));
+                }
+            }
+            (reads, bad)
+        });
+    }
+    set
+}
+
+/// The read-your-writes stress for one kind of write: 8 clients hammer GETs of the key while
+/// a writer does 500 × (write through corral, GET it back) and must see its write every time.
+///
+/// Two rounds. In the first every iteration uses a fresh key, warmed up to the hot threshold
+/// just before the write, so the write races a cached entry and tracked fills; this is needed
+/// because the admission sketch stops caching a key soon after it has been written a few
+/// times. In the second one key takes all 500 writes, racing mostly coalesced reads.
+async fn read_your_writes(w: Write) {
+    let redis = RedisServer::start();
+    let proxy = TestProxy::start(&redis.url()).await;
+    let mut admin = connect(proxy.addr).await;
+    let before = Stats::of(&mut admin).await;
+    for rotate in [true, false] {
+        let prefix: Arc<str> = format!("ryw:{w:?}:{rotate}:").into();
+        let current = Arc::new(AtomicUsize::new(0));
+        let floor = Arc::new(AtomicI64::new(-1));
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut writer = connect(proxy.addr).await;
+        if !rotate {
+            // Make the single key hot before the readers start.
+            for _ in 0..20 {
+                assert_eq!(get(&mut writer, &format!("{prefix}0")).await, NIL);
+            }
+        }
+        let mut readers = spawn_readers(
+            proxy.addr,
+            prefix.clone(),
+            current.clone(),
+            floor.clone(),
+            stop.clone(),
+        );
+        // Readers check the floor only where values grow on one key.
+        let writer_floor = if !rotate && w.monotonic() {
+            floor.clone()
+        } else {
+            Arc::new(AtomicI64::new(-1))
+        };
+        let mut failures = Vec::new();
+        for i in 0..500usize {
+            let gen_ = if rotate { i } else { 0 };
+            let key = format!("{prefix}{gen_}");
+            if rotate {
+                current.store(i, Ordering::SeqCst);
+                // Past the hot threshold (readers add more), so the key is cached or being
+                // filled over the tracking lane when the write comes.
+                for _ in 0..5 {
+                    let got = get(&mut writer, &key).await;
+                    assert_eq!(got, NIL, "fresh key {key} read before any write");
+                }
+            }
+            let fresh = rotate;
+            if let Err(e) =
+                write_then_read(w, &mut writer, &key, i as i64, fresh, &writer_floor).await
+            {
+                failures.push(format!("iteration {i} key {key}: {e}"));
+            }
+        }
+        stop.store(true, Ordering::SeqCst);
+        let mut reads = 0;
+        while let Some(r) = readers.join_next().await {
+            let (n, bad) = r.expect("reader task");
+            reads += n;
+            failures.extend(bad);
+        }
+        assert!(
+            failures.is_empty(),
+            "{w:?} (fresh key per write: {rotate}): {} stale or wrong replies, first: {:#?}",
+            failures.len(),
+            &failures[..failures.len().min(10)]
+        );
+        assert!(reads > 500, "readers barely ran ({reads} GETs)");
+    }
+    let after = Stats::of(&mut admin).await;
+    let delta = |n: &str| after.n(n) - before.n(n);
+    eprintln!(
+        "read-your-writes {w:?}: hits {} fills {} coalesced {} inserts {} local invalidations {} \
+         invalidations {}",
+        delta("cache_hits"),
+        delta("cache_fills"),
+        delta("cache_coalesced"),
+        delta("cache_inserts"),
+        delta("cache_local_invalidations"),
+        delta("cache_invalidations")
+    );
+    // The stress is only meaningful if the cache and coalescing were really in play.
+    assert!(delta("cache_hits") > 0, "no GET was a cache hit");
+    assert!(delta("cache_inserts") > 0, "nothing was cached");
+    assert!(delta("cache_coalesced") > 0, "no GET was coalesced");
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_your_writes_set() {
+    read_your_writes(Write::Set).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_your_writes_del() {
+    read_your_writes(Write::Del).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_your_writes_incr() {
+    read_your_writes(Write::Incr).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_your_writes_expire() {
+    read_your_writes(Write::Expire).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_your_writes_mset() {
+    read_your_writes(Write::Mset).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_your_writes_lua() {
+    read_your_writes(Write::Eval).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_your_writes_pipelined() {
+    read_your_writes(Write::Pipelined).await;
+}
+
+// MULTI/EXEC is refused by corral for now ("unsupported"), so a write inside a transaction is
+// not covered here.
+
+// ---- 3. writes made directly on Redis ----
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn direct_write_replaces_a_cached_value() {
+    let redis = RedisServer::start();
+    let proxy = TestProxy::start(&redis.url()).await;
+    let mut direct = connect(redis.addr()).await;
+    let mut c = connect(proxy.addr).await;
+    assert_eq!(direct.cmd("SET k old").await, OK);
+    make_cached(&mut c, "k", &bulk("old")).await;
+    // Repeated GETs are served locally.
+    let hits = Stats::of(&mut c).await.n("cache_hits");
+    stays(&mut c, "k", &bulk("old"), 20).await;
+    assert!(Stats::of(&mut c).await.n("cache_hits") >= hits + 20);
+
+    assert_eq!(direct.cmd("SET k new").await, OK);
+    let (took, stale) = get_until(
+        &mut c,
+        "k",
+        &bulk("new"),
+        &[&bulk("old")],
+        false,
+        Duration::from_secs(2),
+    )
+    .await;
+    eprintln!("direct SET visible through corral after {took:?} ({stale} stale GETs)");
+    stays(&mut c, "k", &bulk("new"), 1000).await;
+    proxy.stop().await;
+}
+
+/// Write acked directly by Redis → first GET through corral that returns the new value,
+/// 200 times on a freshly cached key each time. Prints p50/p99; asserts only correctness.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalidation_latency_of_direct_writes() {
+    let redis = RedisServer::start();
+    let proxy = TestProxy::start(&redis.url()).await;
+    let mut direct = connect(redis.addr()).await;
+    let mut c = connect(proxy.addr).await;
+    let mut lat = Vec::new();
+    let mut stale_total = 0;
+    // For comparison: one GET round trip through corral on a cache hit.
+    let mut rtt = Vec::new();
+    for i in 0..200 {
+        let key = format!("lat:{i}");
+        assert_eq!(direct.cmd(&format!("SET {key} old")).await, OK);
+        make_cached(&mut c, &key, &bulk("old")).await;
+        let t = Instant::now();
+        assert_eq!(get(&mut c, &key).await, bulk("old"));
+        rtt.push(t.elapsed());
+        assert_eq!(direct.cmd(&format!("SET {key} new")).await, OK);
+        let (took, stale) = get_until(
+            &mut c,
+            &key,
+            &bulk("new"),
+            &[&bulk("old")],
+            false,
+            Duration::from_secs(2),
+        )
+        .await;
+        lat.push(took);
+        stale_total += stale;
+        stays(&mut c, &key, &bulk("new"), 20).await;
+    }
+    lat.sort();
+    rtt.sort();
+    eprintln!(
+        "invalidation latency (direct SET acked -> corral GET returns new), 200 runs: \
+         p50 {:?} p99 {:?} max {:?}; stale GETs after the ack: {stale_total}; \
+         cache-hit GET round trip p50 {:?} p99 {:?}",
+        pct(&lat, 0.5),
+        pct(&lat, 0.99),
+        lat[lat.len() - 1],
+        pct(&rtt, 0.5),
+        pct(&rtt, 0.99)
+    );
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cached_keys_with_a_ttl_expire() {
+    let redis = RedisServer::start();
+    let proxy = TestProxy::start(&redis.url()).await;
+    let mut direct = connect(redis.addr()).await;
+    let mut c = connect(proxy.addr).await;
+
+    // A TTL set with the value.
+    assert_eq!(direct.cmd("SET ttl:a v PX 300").await, OK);
+    make_cached(&mut c, "ttl:a", &bulk("v")).await;
+    let (took, _) = get_until(
+        &mut c,
+        "ttl:a",
+        NIL,
+        &[&bulk("v")],
+        false,
+        Duration::from_secs(3),
+    )
+    .await;
+    eprintln!("key with PX 300 read nil through corral after {took:?} more");
+    stays(&mut c, "ttl:a", NIL, 100).await;
+
+    // A TTL added directly to a cached key that had none.
+    assert_eq!(direct.cmd("SET ttl:b v").await, OK);
+    make_cached(&mut c, "ttl:b", &bulk("v")).await;
+    assert_eq!(direct.cmd("PEXPIRE ttl:b 200").await, int(1));
+    get_until(
+        &mut c,
+        "ttl:b",
+        NIL,
+        &[&bulk("v")],
+        false,
+        Duration::from_secs(3),
+    )
+    .await;
+    stays(&mut c, "ttl:b", NIL, 100).await;
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn direct_flushes_empty_the_cache() {
+    let redis = RedisServer::start();
+    let proxy = TestProxy::start(&redis.url()).await;
+    let mut direct = connect(redis.addr()).await;
+    let mut c = connect(proxy.addr).await;
+    for flush in ["FLUSHALL", "FLUSHDB", "FLUSHALL ASYNC", "FLUSHDB SYNC"] {
+        let keys: Vec<String> = (0..5).map(|i| format!("flush:{i}")).collect();
+        for k in &keys {
+            assert_eq!(direct.cmd(&format!("SET {k} v")).await, OK);
+            // From the second round on the key is cached as nil: allow the invalidation its
+            // moment in flight.
+            get_until(&mut c, k, &bulk("v"), &[NIL], false, Duration::from_secs(2)).await;
+            make_cached(&mut c, k, &bulk("v")).await;
+        }
+        assert_eq!(direct.cmd(flush).await, OK);
+        for k in &keys {
+            get_until(&mut c, k, NIL, &[&bulk("v")], false, Duration::from_secs(2)).await;
+            stays(&mut c, k, NIL, 50).await;
+        }
+    }
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_restart_with_other_data_is_not_served_stale() {
+    let mut redis = RedisServer::start();
+    let proxy = TestProxy::start_with(&redis.url(), |cfg| {
+        cfg.upstream.reconnect_max_ms = 200;
+    })
+    .await;
+    let mut c = connect(proxy.addr).await;
+    {
+        let mut direct = connect(redis.addr()).await;
+        assert_eq!(direct.cmd("SET k old").await, OK);
+    }
+    make_cached(&mut c, "k", &bulk("old")).await;
+    redis.kill();
+    redis.restart();
+    let mut direct = connect(redis.addr()).await;
+    assert_eq!(direct.cmd("SET k new").await, OK);
+    // While corral reconnects it may answer with errors, never with the old value (nor nil:
+    // the new value was written before this first GET).
+    let (took, waited) = get_until(
+        &mut c,
+        "k",
+        &bulk("new"),
+        &[],
+        true,
+        Duration::from_secs(10),
+    )
+    .await;
+    eprintln!(
+        "after an upstream restart corral served the new value after {took:?} ({waited} error replies)"
+    );
+    stays(&mut c, "k", &bulk("new"), 100).await;
+    // And it caches again afterwards.
+    make_cached(&mut c, "k", &bulk("new")).await;
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_tracking_connection_flushes_and_recovers() {
+    let redis = RedisServer::start();
+    let proxy = TestProxy::start(&redis.url()).await;
+    let mut direct = connect(redis.addr()).await;
+    let mut c = connect(proxy.addr).await;
+    assert_eq!(direct.cmd("SET k old").await, OK);
+    make_cached(&mut c, "k", &bulk("old")).await;
+    let before = Stats::of(&mut c).await;
+    assert_eq!(before.text("cache_tracking"), "on");
+    assert!(before.n("cache_entries") >= 1);
+    let lane = tracking_client_id(&mut direct)
+        .await
+        .expect("a client with tracking flag t in CLIENT LIST");
+
+    // Kill the lane and write in the same breath: Redis will not tell the dead lane about the
+    // write, so only the flush on reconnect keeps corral from serving "old".
+    let mut req = encode(&[b"CLIENT", b"KILL", b"ID", lane.as_bytes()]);
+    req.extend_from_slice(&encode(&[b"SET", b"k", b"new"]));
+    direct.send(&req).await;
+    assert_eq!(direct.read_reply().await, int(1), "CLIENT KILL ID {lane}");
+    assert_eq!(direct.read_reply().await, OK);
+
+    let (took, stale) = get_until(
+        &mut c,
+        "k",
+        &bulk("new"),
+        &[&bulk("old")],
+        true,
+        Duration::from_secs(5),
+    )
+    .await;
+    eprintln!(
+        "after killing the tracking connection: new value after {took:?} ({stale} stale/error GETs)"
+    );
+    stays(&mut c, "k", &bulk("new"), 1000).await;
+
+    // The lane comes back under a new id, everything cached before was dropped, and caching
+    // and invalidation work again.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let new_lane = loop {
+        match tracking_client_id(&mut direct).await {
+            Some(id) if id != lane => break id,
+            _ => assert!(Instant::now() < deadline, "no new tracking lane"),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let after = Stats::of(&mut c).await;
+    assert_eq!(after.text("cache_tracking"), "on");
+    assert!(
+        after.n("cache_flushes") > before.n("cache_flushes"),
+        "losing the lane must flush: {:?}",
+        after.0
+    );
+    make_cached(&mut c, "k", &bulk("new")).await;
+    assert_eq!(direct.cmd("SET k newer").await, OK);
+    get_until(
+        &mut c,
+        "k",
+        &bulk("newer"),
+        &[&bulk("new")],
+        false,
+        Duration::from_secs(2),
+    )
+    .await;
+    stays(&mut c, "k", &bulk("newer"), 100).await;
+    eprintln!("tracking lane {lane} killed, replaced by {new_lane}");
+    proxy.stop().await;
+}
+
+/// Redis forgets keys beyond `tracking-table-max-keys` and sends invalidations for them:
+/// everything cached must still follow direct writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tracking_table_overflow_keeps_coherence() {
+    let redis = RedisServer::start_with(&["--tracking-table-max-keys", "10"]);
+    let proxy = TestProxy::start(&redis.url()).await;
+    let mut direct = connect(redis.addr()).await;
+    let mut c = connect(proxy.addr).await;
+    let keys: Vec<String> = (0..50).map(|i| format!("tt:{i}")).collect();
+    for k in &keys {
+        assert_eq!(direct.cmd(&format!("SET {k} old")).await, OK);
+        // Warm without insisting on a hit: the table overflow may evict it at once.
+        for _ in 0..6 {
+            assert_eq!(get(&mut c, k).await, bulk("old"));
+        }
+    }
+    for k in &keys {
+        assert_eq!(direct.cmd(&format!("SET {k} new")).await, OK);
+    }
+    for k in &keys {
+        get_until(
+            &mut c,
+            k,
+            &bulk("new"),
+            &[&bulk("old")],
+            false,
+            Duration::from_secs(2),
+        )
+        .await;
+        stays(&mut c, k, &bulk("new"), 20).await;
+    }
+    proxy.stop().await;
+}
+
+/// `SWAPDB` run directly on Redis changes what every key of db 0 holds, but Redis (7.0) sends
+/// tracking clients no invalidation for it, so corral keeps serving db 0's old values until
+/// `max_age_ms` (60 s by default). Through corral SWAPDB flushes the cache; directly it can't.
+/// (db 1 is written before the key is cached: Redis tracks keys by name in every db, so a
+/// later write to `k` in db 1 would itself invalidate db 0's `k` and hide the problem.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "limitation: Redis sends no tracking invalidation for a direct SWAPDB; corral serves the swapped-out value for up to max_age_ms"]
+async fn direct_swapdb_is_seen() {
+    let redis = RedisServer::start();
+    let proxy = TestProxy::start(&redis.url()).await;
+    let mut direct = connect(redis.addr()).await;
+    let mut c = connect(proxy.addr).await;
+    assert_eq!(direct.cmd("SELECT 1").await, OK);
+    assert_eq!(direct.cmd("SET k db1").await, OK);
+    assert_eq!(direct.cmd("SELECT 0").await, OK);
+    assert_eq!(direct.cmd("SET k db0").await, OK);
+    make_cached(&mut c, "k", &bulk("db0")).await;
+    assert_eq!(direct.cmd("SWAPDB 0 1").await, OK);
+    assert_eq!(direct.cmd("GET k").await, bulk("db1"), "Redis itself");
+    get_until(
+        &mut c,
+        "k",
+        &bulk("db1"),
+        &[&bulk("db0")],
+        false,
+        Duration::from_secs(2),
+    )
+    .await;
+    proxy.stop().await;
+}
+
+/// A script that writes a key it does not declare in KEYS: corral cannot see which key it
+/// writes, so only Redis's invalidation push (racing the EVAL reply) removes the entry, and
+/// a GET sent right after the EVAL reply can still be answered from the cache.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "bug: a Lua write to an undeclared key is not read back (stale cache hit right after EVAL, 10-18% of tries)"]
+async fn lua_write_to_an_undeclared_key_is_read_back() {
+    let redis = RedisServer::start();
+    let proxy = TestProxy::start(&redis.url()).await;
+    let mut c = connect(proxy.addr).await;
+    let mut stale = 0;
+    for i in 0..300 {
+        let key = format!("undeclared:{i}");
+        assert_eq!(c.cmd(&format!("SET {key} old")).await, OK);
+        make_cached(&mut c, &key, &bulk("old")).await;
+        let script = format!("redis.call('SET', '{key}', 'new')");
+        assert_eq!(c.request(&[b"EVAL", script.as_bytes(), b"0"]).await, NIL);
+        if get(&mut c, &key).await != bulk("new") {
+            stale += 1;
+        }
+    }
+    assert_eq!(stale, 0, "stale GETs right after EVAL in 300 tries");
+    proxy.stop().await;
+}
+
+/// The admission rule (reads estimate ≥ 2 × writes estimate) with 4-bit counters caps reads
+/// at 15, while one write through corral counts 2 (invalidated before forwarding and on the
+/// reply) plus 1 for Redis's invalidation push. So after 3 writes a key is never cached
+/// again, however often it is read, until the write sketch halves (after 10 × its width of
+/// write increments: 2.6 M with the default max_bytes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "bug: a key written 3 times through corral is never cached again, however hot"]
+async fn a_hot_key_written_now_and_then_stays_cached() {
+    let redis = RedisServer::start();
+    let proxy = TestProxy::start(&redis.url()).await;
+    let mut c = connect(proxy.addr).await;
+    for i in 0..5 {
+        let v = format!("v{i}");
+        assert_eq!(c.request(&[b"SET", b"k", v.as_bytes()]).await, OK);
+        for _ in 0..200 {
+            assert_eq!(get(&mut c, "k").await, bulk(&v));
+        }
+    }
+    let before = Stats::of(&mut c).await.n("cache_hits");
+    stays(&mut c, "k", &bulk("v4"), 100).await;
+    let after = Stats::of(&mut c).await;
+    assert!(
+        after.n("cache_hits") > before,
+        "read 1000 times, written 5 times, and not cached: {:?}",
+        after.0
+    );
+    proxy.stop().await;
+}
+
+// ---- 4. memory bound ----
+
+/// A 100 KB value that names its key, so a value served for the wrong key shows.
+fn big_value(i: usize, len: usize) -> Vec<u8> {
+    let mut v = format!("value-{i}-").into_bytes();
+    v.resize(len, b'a' + (i % 26) as u8);
+    v
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cache_stays_within_max_bytes() {
+    const MAX: u64 = 4 * 1024 * 1024;
+    let redis = RedisServer::start();
+    let proxy = TestProxy::start_with(&redis.url(), |cfg| {
+        cfg.cache.max_bytes = MAX;
+        cfg.cache.hot_threshold = 1;
+    })
+    .await;
+    let mut direct = connect(redis.addr()).await;
+    let mut c = connect(proxy.addr).await;
+    let mut most = 0;
+    for i in 0..200 {
+        let key = format!("big:{i}");
+        assert_eq!(
+            direct
+                .request(&[b"SET", key.as_bytes(), &big_value(i, 100_000)])
+                .await,
+            OK
+        );
+    }
+    // Each key read a few times in a row (so it is cached and then hit), in two passes.
+    for pass in 0..2 {
+        for i in 0..200 {
+            let key = format!("big:{i}");
+            for _ in 0..3 {
+                let got = get(&mut c, &key).await;
+                assert!(
+                    got == bulk(big_value(i, 100_000)),
+                    "pass {pass} GET {key}: {}",
+                    show(&got)
+                );
+            }
+            if i % 10 == 0 {
+                let s = Stats::of(&mut c).await;
+                most = most.max(s.n("cache_bytes"));
+                assert!(s.n("cache_bytes") <= MAX, "over budget: {:?}", s.0);
+            }
+        }
+    }
+    let s = Stats::of(&mut c).await;
+    eprintln!(
+        "memory bound: entries {} bytes {} (max seen {most}) evictions {} hits {}",
+        s.n("cache_entries"),
+        s.n("cache_bytes"),
+        s.n("cache_evictions"),
+        s.n("cache_hits")
+    );
+    assert!(s.n("cache_bytes") <= MAX);
+    assert!(s.n("cache_entries") < 200, "{:?}", s.0);
+    assert!(s.n("cache_entries") > 0, "nothing cached at all: {:?}", s.0);
+    assert!(s.n("cache_hits") > 0, "{:?}", s.0);
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn values_over_max_value_bytes_are_never_cached() {
+    let redis = RedisServer::start();
+    let proxy = TestProxy::start_with(&redis.url(), |cfg| {
+        cfg.cache.max_value_bytes = 64 * 1024;
+    })
+    .await;
+    let mut direct = connect(redis.addr()).await;
+    let mut c = connect(proxy.addr).await;
+    let big = big_value(1, 64 * 1024 + 1);
+    assert_eq!(direct.request(&[b"SET", b"huge", &big]).await, OK);
+    // A value of exactly the limit is still cached.
+    let fits = big_value(2, 64 * 1024);
+    assert_eq!(direct.request(&[b"SET", b"fits", &fits]).await, OK);
+    let before = Stats::of(&mut c).await;
+    for _ in 0..50 {
+        assert!(get(&mut c, "huge").await == bulk(&big), "GET huge");
+    }
+    let after = Stats::of(&mut c).await;
+    assert_eq!(
+        after.n("cache_hits"),
+        before.n("cache_hits"),
+        "an oversized value was served from the cache: {:?}",
+        after.0
+    );
+    assert!(after.n("cache_oversized") > 0, "{:?}", after.0);
+    make_cached(&mut c, "fits", &bulk(&fits)).await;
+    proxy.stop().await;
+}
+
+// ---- 5. no-cache mode ----
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_cache_off_every_get_reaches_redis() {
+    let redis = RedisServer::start();
+    let proxy = TestProxy::start_with(&redis.url(), |cfg| cfg.cache.enabled = false).await;
+    let mut direct = connect(redis.addr()).await;
+    let mut c = connect(proxy.addr).await;
+    let stats = c.cmd("CORRAL CACHE STATS").await;
+    assert!(stats.starts_with(b"-ERR"), "{}", show(&stats));
+    assert_eq!(direct.cmd("SET k v").await, OK);
+    assert_eq!(direct.cmd("CONFIG RESETSTAT").await, OK);
+    for _ in 0..50 {
+        assert_eq!(get(&mut c, "k").await, bulk("v"));
+    }
+    // Concurrent GETs are not coalesced either.
+    let mut tasks = JoinSet::new();
+    for _ in 0..20 {
+        let addr = proxy.addr;
+        tasks.spawn(async move { get(&mut connect(addr).await, "k").await });
+    }
+    while let Some(r) = tasks.join_next().await {
+        assert_eq!(r.expect("task"), bulk("v"));
+    }
+    assert_eq!(redis_get_calls(&mut direct).await, 70);
+    let info = c.cmd("INFO").await;
+    assert!(
+        !common::contains(&info, b"# Cache"),
+        "INFO has a # Cache section with the cache off"
+    );
+    proxy.stop().await;
+}
+
+// ---- 6. TTL-only fallback when Redis refuses CLIENT TRACKING ----
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_tracking_entries_live_fallback_ttl_at_most() {
+    let redis = RedisServer::start();
+    let mut direct = connect(redis.addr()).await;
+    // A user that may do everything except turn tracking on.
+    let acl = direct
+        .cmd("ACL SETUSER corral on >pw ~* &* +@all -client|tracking")
+        .await;
+    assert_eq!(acl, OK);
+    let url = format!("redis://corral:pw@127.0.0.1:{}", redis.port);
+    let proxy = TestProxy::start_with(&url, |cfg| cfg.cache.fallback_ttl_ms = 200).await;
+    let mut c = connect(proxy.addr).await;
+    Stats::wait(&mut c, "the fallback mode", |s| {
+        s.text("cache_tracking") == "off (ttl-only fallback)"
+    })
+    .await;
+    assert_eq!(direct.cmd("SET k old").await, OK);
+    make_cached(&mut c, "k", &bulk("old")).await;
+    assert_eq!(direct.cmd("SET k new").await, OK);
+    let (took, stale) = get_until(
+        &mut c,
+        "k",
+        &bulk("new"),
+        &[&bulk("old")],
+        false,
+        Duration::from_secs(2),
+    )
+    .await;
+    eprintln!(
+        "fallback mode: direct write visible after {took:?} ({stale} stale GETs; fallback_ttl_ms = 200)"
+    );
+    stays(&mut c, "k", &bulk("new"), 100).await;
+    // Writes through corral are still read back at once.
+    make_cached(&mut c, "k", &bulk("new")).await;
+    for i in 0..100 {
+        let v = i.to_string();
+        assert_eq!(c.request(&[b"SET", b"k", v.as_bytes()]).await, OK);
+        assert_eq!(get(&mut c, "k").await, bulk(&v));
+    }
+    proxy.stop().await;
+}

@@ -1,0 +1,263 @@
+//! Pipelining through corral: many clients with long mixed pipelines (local, forwarded, refused
+//! and INFO requests interleaved) get every reply in order; requests split at any byte boundary
+//! are reassembled; replies larger than the socket buffers do not deadlock.
+
+mod common;
+
+use common::{RawClient, RedisServer, TestProxy, bulk, bulk_array, encode, int, show};
+
+/// What one reply must be.
+enum Expect {
+    Exact(Vec<u8>),
+    /// An error reply containing this text: corral's refusals, whose wording is its own.
+    ErrorContaining(&'static str),
+    /// A bulk string containing every `yes` and none of the `no` strings (INFO).
+    BulkWith {
+        yes: &'static [&'static str],
+        no: &'static [&'static str],
+    },
+}
+
+impl Expect {
+    fn check(&self, got: &[u8], what: &str) {
+        let text = String::from_utf8_lossy(got);
+        let ok = match self {
+            Expect::Exact(want) => got == want.as_slice(),
+            Expect::ErrorContaining(s) => got.starts_with(b"-ERR ") && text.contains(s),
+            Expect::BulkWith { yes, no } => {
+                got.starts_with(b"$")
+                    && yes.iter().all(|s| text.contains(s))
+                    && !no.iter().any(|s| text.contains(s))
+            }
+        };
+        assert!(ok, "{what}: got {}", show(got));
+    }
+}
+
+/// A pipeline and the replies it must produce, in order.
+#[derive(Default)]
+struct Script {
+    bytes: Vec<u8>,
+    names: Vec<String>,
+    expect: Vec<Expect>,
+}
+
+impl Script {
+    fn push(&mut self, args: &[&str], expect: Expect) {
+        let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+        self.bytes.extend_from_slice(&encode(&args));
+        self.names.push(
+            args.iter()
+                .map(|a| String::from_utf8_lossy(a))
+                .collect::<Vec<_>>()
+                .join(" "),
+        );
+        self.expect.push(expect);
+    }
+
+    fn check(&self, replies: &[Vec<u8>], who: &str) {
+        assert_eq!(replies.len(), self.expect.len());
+        for (i, (got, want)) in replies.iter().zip(&self.expect).enumerate() {
+            want.check(got, &format!("{who}, request {i} ({})", self.names[i]));
+        }
+    }
+}
+
+/// Client `c`'s pipeline: `rounds` rounds over its own keys, so every reply is known exactly.
+/// `unknown` is what the real server answers to `NOSUCHCMD x`.
+fn mixed_script(c: usize, rounds: usize, unknown: &[u8]) -> Script {
+    let key = |k: &str| format!("pipe:{c}:{k}");
+    let (s_key, n_key, l_key, h_key) = (key("str"), key("n"), key("list"), key("hash"));
+    let mut s = Script::default();
+    let mut list: Vec<String> = Vec::new();
+    let mut hash: Vec<(String, String)> = Vec::new();
+    for r in 0..rounds {
+        let v = format!("v{c}-{r}");
+        s.push(&["SET", &s_key, &v], Expect::Exact(b"+OK\r\n".to_vec()));
+        s.push(&["GET", &s_key], Expect::Exact(bulk(&v)));
+        s.push(&["INCR", &n_key], Expect::Exact(int(r as i64 + 1)));
+        s.push(&["PING"], Expect::Exact(b"+PONG\r\n".to_vec()));
+        s.push(&["LPUSH", &l_key, &v], Expect::Exact(int(r as i64 + 1)));
+        list.insert(0, v.clone());
+        s.push(
+            &["LRANGE", &l_key, "0", "2"],
+            Expect::Exact(bulk_array(&list[..list.len().min(3)])),
+        );
+        s.push(&["ECHO", &v], Expect::Exact(bulk(&v)));
+        // Four fields, so HSET both adds and overwrites; a small hash keeps insertion order.
+        let field = format!("f{}", r % 4);
+        let added = match hash.iter_mut().find(|(f, _)| *f == field) {
+            Some(entry) => {
+                entry.1 = v.clone();
+                0
+            }
+            None => {
+                hash.push((field.clone(), v.clone()));
+                1
+            }
+        };
+        s.push(&["HSET", &h_key, &field, &v], Expect::Exact(int(added)));
+        let flat: Vec<&str> = hash
+            .iter()
+            .flat_map(|(f, v)| [f.as_str(), v.as_str()])
+            .collect();
+        s.push(&["HGETALL", &h_key], Expect::Exact(bulk_array(&flat)));
+        s.push(&["PING", &v], Expect::Exact(bulk(&v)));
+        match r % 10 {
+            2 => s.push(&["NOSUCHCMD", "x"], Expect::Exact(unknown.to_vec())),
+            // A transaction in the middle of the pipeline: pinned to a dedicated connection,
+            // queued, then run at EXEC; later requests go back to the shared connection.
+            5 => {
+                s.push(&["MULTI"], Expect::Exact(b"+OK\r\n".to_vec()));
+                s.push(&["GET", &s_key], Expect::Exact(b"+QUEUED\r\n".to_vec()));
+                s.push(&["PING"], Expect::Exact(b"+QUEUED\r\n".to_vec()));
+                let mut exec = b"*2\r\n".to_vec();
+                exec.extend(bulk(&v));
+                exec.extend_from_slice(b"+PONG\r\n");
+                s.push(&["EXEC"], Expect::Exact(exec));
+                s.push(
+                    &["CLIENT", "TRACKING", "ON"],
+                    Expect::ErrorContaining("client|tracking"),
+                );
+            }
+            7 => s.push(
+                &["INFO"],
+                Expect::BulkWith {
+                    yes: &["redis_version:", "# Proxy\r\n", "corral_version:"],
+                    no: &[],
+                },
+            ),
+            8 => s.push(
+                &["INFO", "server"],
+                Expect::BulkWith {
+                    yes: &["redis_version:"],
+                    no: &["# Proxy"],
+                },
+            ),
+            _ => {}
+        }
+    }
+    s
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_clients_with_mixed_pipelines_get_every_reply_in_order() {
+    let redis = RedisServer::start();
+    let proxy = TestProxy::start(&redis.url()).await;
+    // The unknown-command error is Redis's own text; corral must pass it through unchanged.
+    let mut direct = RawClient::connect(redis.addr()).await.unwrap();
+    let unknown = direct.cmd("NOSUCHCMD x").await;
+    assert!(
+        unknown.starts_with(b"-ERR unknown command"),
+        "{}",
+        show(&unknown)
+    );
+
+    let tasks: Vec<_> = (0..50)
+        .map(|c| {
+            let script = mixed_script(c, 40, &unknown);
+            let addr = proxy.addr;
+            tokio::spawn(async move {
+                let mut client = RawClient::connect(addr).await.unwrap();
+                // One to three writes per client, cut at arbitrary byte offsets.
+                let chunk = script.bytes.len() / (1 + c % 3) + 1;
+                let replies = client
+                    .pipeline(&script.bytes, chunk, script.expect.len())
+                    .await;
+                script.check(&replies, &format!("client {c}"));
+                // Nothing extra arrives after the last expected reply.
+                assert_eq!(client.cmd("PING").await, b"+PONG\r\n");
+                script.expect.len()
+            })
+        })
+        .collect();
+    let mut total = 0;
+    for t in tasks {
+        total += t.await.expect("client task");
+    }
+    assert!(total > 50 * 400, "only {total} requests");
+    // The forwarded writes really reached the upstream.
+    assert_eq!(direct.cmd("GET pipe:49:n").await, bulk("40"));
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_split_byte_by_byte_are_reassembled() {
+    let redis = RedisServer::start();
+    let proxy = TestProxy::start(&redis.url()).await;
+    let mut c = RawClient::connect(proxy.addr).await.unwrap();
+    // Multibulk, inline, local and forwarded requests, every byte in its own write.
+    let mut bytes = encode(&[b"SET", b"split:k", b"hello\r\nworld"]);
+    bytes.extend_from_slice(b"PING\r\n");
+    bytes.extend_from_slice(b"GET split:k\r\n");
+    bytes.extend_from_slice(&encode(&[b"ECHO", b"bytes"]));
+    bytes.extend_from_slice(&encode(&[b"APPEND", b"split:k", b"!"]));
+    for b in &bytes {
+        c.send(std::slice::from_ref(b)).await;
+        // Let corral read each byte on its own rather than all at once.
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(
+        c.read_replies(5).await,
+        vec![
+            b"+OK\r\n".to_vec(),
+            b"+PONG\r\n".to_vec(),
+            bulk("hello\r\nworld"),
+            bulk("bytes"),
+            int(13),
+        ]
+    );
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_value_written_in_small_pieces_round_trips() {
+    let redis = RedisServer::start();
+    let proxy = TestProxy::start(&redis.url()).await;
+    let mut c = RawClient::connect(proxy.addr).await.unwrap();
+    // 1.5 MB of non-repeating bytes (all 256 values) so any misplaced chunk shows.
+    let value: Vec<u8> = (0..1_500_000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+        .collect();
+    let req = encode(&[b"SET", b"big", &value]);
+    let replies = c.pipeline(&req, 1000, 1).await;
+    assert_eq!(replies[0], b"+OK\r\n");
+    let get = encode(&[b"GET", b"big"]);
+    let replies = c.pipeline(&get, 3, 1).await;
+    assert!(replies[0] == bulk(&value), "GET big: {}", show(&replies[0]));
+    let mut direct = RawClient::connect(redis.addr()).await.unwrap();
+    assert_eq!(direct.cmd("STRLEN big").await, int(1_500_000));
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replies_larger_than_socket_buffers_do_not_deadlock() {
+    let redis = RedisServer::start();
+    let proxy = TestProxy::start(&redis.url()).await;
+    let mut c = RawClient::connect(proxy.addr).await.unwrap();
+    let value: Vec<u8> = (0..10 * 1024).map(|i| b'a' + (i % 26) as u8).collect();
+    assert_eq!(c.request(&[b"SET", b"ten-kb", &value]).await, b"+OK\r\n");
+    // 5,000 GETs (about 100 KB of requests, 50 MB of replies), with PINGs every 500 so local
+    // replies must be kept in place between large forwarded ones.
+    let n = 5_000;
+    let mut bytes = Vec::new();
+    for i in 0..n {
+        if i % 500 == 0 {
+            bytes.extend_from_slice(&encode(&[b"PING"]));
+        }
+        bytes.extend_from_slice(&encode(&[b"GET", b"ten-kb"]));
+    }
+    let total = n + n / 500;
+    // A deadlock shows as a read timeout inside `pipeline` (no reply for 10 s).
+    let replies = c.pipeline(&bytes, 16 * 1024, total).await;
+    let want = bulk(&value);
+    for (i, r) in replies.iter().enumerate() {
+        if i % 501 == 0 {
+            assert_eq!(r, b"+PONG\r\n", "reply {i}");
+        } else {
+            assert!(*r == want, "reply {i}: {}", show(r));
+        }
+    }
+    assert_eq!(c.cmd("PING").await, b"+PONG\r\n");
+    proxy.stop().await;
+}
