@@ -931,7 +931,6 @@ async fn direct_swapdb_is_seen() {
 /// writes, so only Redis's invalidation push (racing the EVAL reply) removes the entry, and
 /// a GET sent right after the EVAL reply can still be answered from the cache.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: a Lua write to an undeclared key is not read back (stale cache hit right after EVAL, 10-18% of tries)"]
 async fn lua_write_to_an_undeclared_key_is_read_back() {
     let redis = RedisServer::start();
     let proxy = TestProxy::start(&redis.url()).await;
@@ -957,7 +956,6 @@ async fn lua_write_to_an_undeclared_key_is_read_back() {
 /// again, however often it is read, until the write sketch halves (after 10 × its width of
 /// write increments: 2.6 M with the default max_bytes).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: a key written 3 times through corral is never cached again, however hot"]
 async fn a_hot_key_written_now_and_then_stays_cached() {
     let redis = RedisServer::start();
     let proxy = TestProxy::start(&redis.url()).await;

@@ -48,6 +48,9 @@ use hotkeys::HotKeys;
 use sketch::FrequencySketch;
 use store::{Entry, Store};
 
+/// A key whose last fills were invalidated unused this many times is not cached for a while.
+const MAX_WASTED_FILLS: u8 = 2;
+
 /// What a waiter eventually receives: the GET result or why there is none.
 pub type FillResult = Result<Value, UpstreamError>;
 /// Where a waiter watches for its result (`None` until it arrives).
@@ -123,7 +126,9 @@ struct Core {
     store: Store,
     fills: DashMap<Bytes, Arc<Fill>, foldhash::fast::RandomState>,
     reads: FrequencySketch,
-    writes: FrequencySketch,
+    /// Fills whose entry was invalidated before serving a single hit: keys written about as
+    /// often as they are read. Halved every few seconds.
+    wasted: FrequencySketch,
     hot: HotKeys,
     hasher: foldhash::fast::RandomState,
     tracking: AtomicU8,
@@ -156,7 +161,7 @@ impl Cache {
             store: Store::new(c.max_bytes),
             fills: DashMap::default(),
             reads: FrequencySketch::new(candidates),
-            writes: FrequencySketch::new(candidates),
+            wasted: FrequencySketch::new(candidates),
             hot: HotKeys::default(),
             hasher: foldhash::fast::RandomState::default(),
             tracking: AtomicU8::new(0),
@@ -263,10 +268,11 @@ impl Cache {
         }
         if let Some(e) = core.store.get(key, now) {
             core.stats.hits.inc();
+            e.mark_hit();
             if core.should_refresh(&e, now) {
                 self.refresh(key);
             }
-            return Lookup::Hit(e.value);
+            return Lookup::Hit(e.value.clone());
         }
         core.stats.misses.inc();
         if let Some(f) = core.fills.get(key) {
@@ -348,7 +354,8 @@ impl Cache {
                 // ever cached, so a hit reads the same either way.
                 Some(e) => {
                     core.stats.hits.inc();
-                    Some(e.value)
+                    e.mark_hit();
+                    Some(e.value.clone())
                 }
                 None => {
                     core.stats.misses.inc();
@@ -362,9 +369,24 @@ impl Cache {
     /// A write through corral to `key` is about to be forwarded, or was acknowledged.
     pub fn invalidate_for_write(&self, key: &[u8]) {
         let core = &self.core;
-        core.writes.increment(core.hasher.hash_one(key));
         if core.invalidate(key) {
             core.stats.local_invalidations.inc();
+        }
+    }
+
+    /// Waits until the tracking connection has delivered everything Redis sent on it before
+    /// now: a PING sent on it is answered after every invalidation already queued. Used after
+    /// scripts, which may write keys they did not declare, so their writes are read back.
+    pub async fn sync_lane(&self, deadline: Option<Duration>) {
+        if self.tracking() != Tracking::On {
+            return;
+        }
+        let mut ping = BytesMut::new();
+        encode_request(&[b"PING"], &mut ping);
+        let rx = self.lane.send(ping.freeze(), 1).await;
+        match deadline {
+            Some(d) => drop(tokio::time::timeout(d, rx).await),
+            None => drop(rx.await),
         }
     }
 
@@ -420,13 +442,14 @@ impl Cache {
 }
 
 impl Core {
-    /// Hot enough to keep, and read clearly more often than written.
+    /// Hot enough to keep, and not one whose recent entries were invalidated before they
+    /// served anything (written about as often as read).
     fn admit(&self, hash: u64) -> bool {
         if Tracking::from_u8(self.tracking.load(Ordering::Relaxed)) == Tracking::Down {
             return false;
         }
         let reads = self.reads.estimate(hash);
-        reads >= self.hot_threshold && self.writes.estimate(hash) * 2 < reads
+        reads >= self.hot_threshold && self.wasted.estimate(hash) < MAX_WASTED_FILLS
     }
 
     /// XFetch: refresh with a probability that grows as expiry nears, earlier for keys whose
@@ -445,7 +468,12 @@ impl Core {
     fn invalidate(&self, key: &[u8]) -> bool {
         let unlinked = self.fills.remove(key).is_some();
         let removed = self.store.remove(key);
-        unlinked || removed
+        if let Some(e) = &removed
+            && !e.hit.load(Ordering::Relaxed)
+        {
+            self.wasted.increment(self.hasher.hash_one(key));
+        }
+        unlinked || removed.is_some()
     }
 
     fn flush(&self) {
@@ -511,14 +539,8 @@ impl Core {
                 return;
             }
             if cacheable && !life.is_zero() {
-                self.store.insert(
-                    key.clone(),
-                    Entry {
-                        value: value.clone(),
-                        expires: fill.started + life,
-                        delta: fill.started.elapsed(),
-                    },
-                );
+                let entry = Entry::new(value.clone(), fill.started + life, fill.started.elapsed());
+                self.store.insert(key.clone(), entry);
                 self.stats.inserts.inc();
             }
             o.remove();
@@ -567,7 +589,6 @@ impl LinkObserver for Lane {
                     F::Array { data: keys, .. } => {
                         for k in keys {
                             if let F::BlobString { data: k, .. } = k {
-                                core.writes.increment(core.hasher.hash_one(k.as_slice()));
                                 core.invalidate(k);
                                 core.stats.invalidations.inc();
                             }
@@ -587,7 +608,11 @@ async fn decay_hot_keys(core: Arc<Core>, shutdown: CancellationToken) {
     let mut tick = tokio::time::interval(Duration::from_secs(10));
     loop {
         tokio::select! {
-            _ = tick.tick() => core.hot.decay(),
+            _ = tick.tick() => {
+                core.hot.decay();
+                // A key penalised for wasted fills gets another chance after a while.
+                core.wasted.halve();
+            }
             _ = shutdown.cancelled() => return,
         }
     }
@@ -602,7 +627,7 @@ mod tests {
             store: Store::new(1 << 20),
             fills: DashMap::default(),
             reads: FrequencySketch::new(1024),
-            writes: FrequencySketch::new(1024),
+            wasted: FrequencySketch::new(1024),
             hot: HotKeys::default(),
             hasher: foldhash::fast::RandomState::default(),
             tracking: AtomicU8::new(Tracking::On as u8),
@@ -686,14 +711,12 @@ mod tests {
     fn invalidation_push_removes_keys_and_null_flushes() {
         let lane = Lane(Arc::new(core()));
         for k in [&b"a"[..], b"b"] {
-            lane.0.store.insert(
-                Bytes::copy_from_slice(k),
-                Entry {
-                    value: Value::Nil,
-                    expires: Instant::now() + Duration::from_secs(60),
-                    delta: Duration::ZERO,
-                },
+            let e = Entry::new(
+                Value::Nil,
+                Instant::now() + Duration::from_secs(60),
+                Duration::ZERO,
             );
+            lane.0.store.insert(Bytes::copy_from_slice(k), e);
         }
         lane.push(b">2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\na\r\n");
         assert!(!lane.0.store.contains(b"a"));

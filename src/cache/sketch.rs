@@ -69,7 +69,8 @@ impl FrequencySketch {
             .unwrap_or(0)
     }
 
-    fn halve(&self) {
+    /// Halves every counter (also done automatically after each sample).
+    pub fn halve(&self) {
         self.additions.store(0, Ordering::Relaxed);
         for cell in self.table.iter() {
             let _ = cell.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {

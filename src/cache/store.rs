@@ -2,7 +2,7 @@
 //! frequency and recency (S3-FIFO, from `quick_cache`).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -15,7 +15,7 @@ use super::value::Value;
 const ENTRY_OVERHEAD: usize = 96;
 
 /// A cached GET result.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Entry {
     /// The value.
     pub value: Value,
@@ -23,13 +23,34 @@ pub struct Entry {
     pub expires: Instant,
     /// How long the fill took: XFetch refreshes earlier for slower keys.
     pub delta: Duration,
+    /// Served at least once: an entry invalidated before any hit was a wasted fill.
+    pub hit: AtomicBool,
+}
+
+impl Entry {
+    /// A new, not yet served entry.
+    pub fn new(value: Value, expires: Instant, delta: Duration) -> Arc<Entry> {
+        Arc::new(Entry {
+            value,
+            expires,
+            delta,
+            hit: AtomicBool::new(false),
+        })
+    }
+
+    /// Records a hit; a plain load first keeps the hot path free of writes to shared memory.
+    pub fn mark_hit(&self) {
+        if !self.hit.load(Ordering::Relaxed) {
+            self.hit.store(true, Ordering::Relaxed);
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
 struct ByteWeighter;
 
-impl Weighter<Bytes, Entry> for ByteWeighter {
-    fn weight(&self, key: &Bytes, val: &Entry) -> u64 {
+impl Weighter<Bytes, Arc<Entry>> for ByteWeighter {
+    fn weight(&self, key: &Bytes, val: &Arc<Entry>) -> u64 {
         (key.len() + val.value.size() + ENTRY_OVERHEAD) as u64
     }
 }
@@ -37,10 +58,10 @@ impl Weighter<Bytes, Entry> for ByteWeighter {
 #[derive(Debug, Clone, Default)]
 struct CountEvictions(Arc<AtomicU64>);
 
-impl Lifecycle<Bytes, Entry> for CountEvictions {
+impl Lifecycle<Bytes, Arc<Entry>> for CountEvictions {
     type RequestState = ();
 
-    fn on_evict(&self, _state: &mut (), _key: Bytes, _val: Entry) {
+    fn on_evict(&self, _state: &mut (), _key: Bytes, _val: Arc<Entry>) {
         self.0.fetch_add(1, Ordering::Relaxed);
     }
 }
@@ -48,7 +69,7 @@ impl Lifecycle<Bytes, Entry> for CountEvictions {
 /// Byte-bounded key → entry map.
 #[derive(Debug)]
 pub struct Store {
-    map: Cache<Bytes, Entry, ByteWeighter, DefaultHashBuilder, CountEvictions>,
+    map: Cache<Bytes, Arc<Entry>, ByteWeighter, DefaultHashBuilder, CountEvictions>,
     evictions: Arc<AtomicU64>,
 }
 
@@ -71,7 +92,7 @@ impl Store {
     }
 
     /// The live entry for `key`; an expired one is removed and reported as absent.
-    pub fn get(&self, key: &[u8], now: Instant) -> Option<Entry> {
+    pub fn get(&self, key: &[u8], now: Instant) -> Option<Arc<Entry>> {
         let e = self.map.get(key)?;
         if now >= e.expires {
             self.map.remove(key);
@@ -81,13 +102,13 @@ impl Store {
     }
 
     /// Inserts or replaces an entry (may evict others to stay within the budget).
-    pub fn insert(&self, key: Bytes, entry: Entry) {
+    pub fn insert(&self, key: Bytes, entry: Arc<Entry>) {
         self.map.insert(key, entry);
     }
 
-    /// Removes `key`; true if it was present.
-    pub fn remove(&self, key: &[u8]) -> bool {
-        self.map.remove(key).is_some()
+    /// Removes `key`, returning its entry if it was present.
+    pub fn remove(&self, key: &[u8]) -> Option<Arc<Entry>> {
+        self.map.remove(key).map(|(_, e)| e)
     }
 
     /// Removes everything.
@@ -120,12 +141,12 @@ impl Store {
 mod tests {
     use super::*;
 
-    fn entry(v: &[u8], ttl: Duration) -> Entry {
-        Entry {
-            value: Value::Bulk(Bytes::copy_from_slice(v)),
-            expires: Instant::now() + ttl,
-            delta: Duration::ZERO,
-        }
+    fn entry(v: &[u8], ttl: Duration) -> Arc<Entry> {
+        Entry::new(
+            Value::Bulk(Bytes::copy_from_slice(v)),
+            Instant::now() + ttl,
+            Duration::ZERO,
+        )
     }
 
     #[test]

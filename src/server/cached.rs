@@ -20,6 +20,9 @@ pub(super) struct Writes {
     pub(super) keys: Vec<Bytes>,
     /// The current batch holds a command that may change every key.
     pub(super) all: bool,
+    /// The current batch runs a script or function, which may write keys it did not declare:
+    /// once it is acknowledged, wait for the tracking connection to deliver what Redis sent.
+    pub(super) barrier: bool,
 }
 
 /// The cache's part in a forwarded command: a GET is looked up (and becomes the returned
@@ -72,7 +75,11 @@ pub(super) fn cache_step(
             let name = args
                 .get(0)
                 .and_then(|n| commands::table::upper(n, &mut buf));
-            commands::keys::write_keys(name.unwrap_or_default(), args, |k| {
+            let name = name.unwrap_or_default();
+            if matches!(name, b"EVAL" | b"EVALSHA" | b"FCALL") {
+                writes.barrier = true;
+            }
+            commands::keys::write_keys(name, args, |k| {
                 cache.invalidate_for_write(k);
                 writes.keys.push(Bytes::copy_from_slice(k));
             });

@@ -531,12 +531,14 @@ impl Conn {
         let rx = conn.send(bytes, count).await;
         let writes = std::mem::take(&mut self.writes.keys);
         let writes_all = std::mem::take(&mut self.writes.all);
+        let lane_barrier = std::mem::take(&mut self.writes.barrier);
         self.push_slot(Slot::Upstream {
             rx,
             count,
             conn,
             writes,
             writes_all,
+            lane_barrier,
             blocking: None,
         });
     }

@@ -44,6 +44,8 @@ pub(super) enum Slot {
         /// raced the write cannot leave a stale entry behind.
         writes: Vec<Bytes>,
         writes_all: bool,
+        /// Wait for the cache's tracking connection to catch up before replying (scripts).
+        lane_barrier: bool,
         blocking: Option<Blocking>,
     },
     /// An MGET with some values from the cache: `rx` brings the others, as one MGET reply
@@ -108,6 +110,7 @@ impl Conn {
                 conn,
                 writes,
                 writes_all,
+                lane_barrier,
                 blocking,
             } => {
                 let result = match blocking {
@@ -135,6 +138,9 @@ impl Conn {
                     }
                     if writes_all {
                         cache.flush();
+                    }
+                    if lane_barrier {
+                        cache.sync_lane(self.shared.upstream.request_timeout).await;
                     }
                 }
                 match result {

@@ -108,6 +108,7 @@ impl Conn {
             conn,
             writes,
             writes_all: false,
+            lane_barrier: false,
             blocking: Some(Blocking { dedicated }),
         });
         true
