@@ -23,6 +23,8 @@ pub struct Config {
     pub requirepass: Secret,
     /// Log filter (`error`, `warn`, `info`, `debug`, `trace` or a `tracing` directive).
     pub log_level: String,
+    /// Worker threads; 0 means one per CPU core.
+    pub threads: usize,
     /// Most clients connected at once; further connections get an error and are closed.
     pub max_clients: usize,
     /// How long shutdown waits for in-flight requests before giving up.
@@ -118,6 +120,7 @@ impl Default for Config {
             admin: String::new(),
             requirepass: Secret::default(),
             log_level: "info".into(),
+            threads: 0,
             max_clients: 10_000,
             shutdown_grace_ms: 5_000,
             upstream: UpstreamConfig::default(),

@@ -12,10 +12,12 @@
 
 pub mod admin;
 pub mod cache;
+pub mod cluster;
 pub mod commands;
 pub mod config;
 pub mod error;
 pub mod metrics;
+pub mod pubsub;
 pub mod resp;
 pub mod server;
 pub mod upstream;
@@ -68,10 +70,16 @@ pub async fn run(
     } else {
         None
     };
+    let hub = pubsub::Hub::start(
+        upstream::Upstream::settings(&cfg)?,
+        upstream.status.clone(),
+        upstream_token.child_token(),
+    );
     let shared = Arc::new(server::Shared::new(
         cfg.clone(),
         upstream,
         cache,
+        hub,
         Arc::new(metrics),
     ));
     if let Some(admin) = listeners.admin {

@@ -56,7 +56,11 @@ fn main() -> ExitCode {
         .or_else(|_| EnvFilter::try_new(&cfg.log_level))
         .unwrap_or_else(|_| EnvFilter::new("info"));
     tracing_subscriber::fmt().with_env_filter(filter).init();
-    let runtime = match tokio::runtime::Runtime::new() {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if cfg.threads > 0 {
+        builder.worker_threads(cfg.threads);
+    }
+    let runtime = match builder.enable_all().build() {
         Ok(r) => r,
         Err(e) => {
             eprintln!("corral: cannot start runtime: {e}");

@@ -19,6 +19,7 @@ use super::cached::{Writes, cache_step};
 use super::clients::{self, ClientEntry, ReplyMode};
 use super::slot::{Queued, Slot};
 use super::stateful::Pin;
+use super::subscriber::{Subscriptions, encode_message};
 use super::{Shared, corral, info};
 use crate::cache::Value;
 use crate::commands::{self, Access, Local, LocalCtx, Outcome, Route, Session, Tx};
@@ -66,6 +67,8 @@ pub(super) struct Conn {
     pub(super) pin_reset: bool,
     /// The session changed in a way CLIENT LIST shows.
     pub(super) info_changed: bool,
+    /// Pub/sub subscriptions, once the client subscribed to something.
+    pub(super) subs: Option<Subscriptions>,
 }
 
 /// Serves one client until it disconnects, sends QUIT, breaks the protocol, or shutdown.
@@ -111,6 +114,7 @@ pub async fn run(
         monitor: false,
         pin_reset: false,
         info_changed: false,
+        subs: None,
         shared,
     };
     loop {
@@ -147,9 +151,29 @@ pub async fn run(
             .saturating_sub(c.rbuf.len())
             .max(READ_CHUNK);
         c.rbuf.reserve(want);
-        let n = tokio::select! {
-            r = stream.read_buf(&mut c.rbuf) => r?,
-            _ = kill.cancelled() => return Ok(()),
+        let n = match &mut c.subs {
+            None => tokio::select! {
+                r = stream.read_buf(&mut c.rbuf) => r?,
+                _ = kill.cancelled() => return Ok(()),
+            },
+            // Subscribed: messages are written as they come, between requests.
+            Some(subs) => tokio::select! {
+                r = stream.read_buf(&mut c.rbuf) => r?,
+                msg = subs.rx.recv() => {
+                    let Some(msg) = msg else { return Ok(()) };
+                    encode_message(&msg, c.session.proto, &mut c.wbuf);
+                    while c.wbuf.len() < 64 * 1024 {
+                        match subs.rx.try_recv() {
+                            Ok(m) => encode_message(&m, c.session.proto, &mut c.wbuf),
+                            Err(_) => break,
+                        }
+                    }
+                    stream.write_all(&c.wbuf).await?;
+                    c.wbuf.clear();
+                    continue;
+                }
+                _ = kill.cancelled() => return Ok(()),
+            },
         };
         if n == 0 {
             return Ok(());
@@ -163,6 +187,7 @@ struct Registered(Arc<Shared>, u64);
 impl Drop for Registered {
     fn drop(&mut self) {
         self.0.clients.remove(self.1);
+        self.0.pubsub.remove(self.1);
     }
 }
 
@@ -323,6 +348,35 @@ impl Conn {
         if !self.session.authenticated && !allowed_unauthenticated {
             return Pending::Ready(Bytes::from_static(reply::NOAUTH));
         }
+        if self.resp2_subscribed() {
+            match route {
+                Route::PubSub(_) | Route::Local(Local::Quit | Local::Reset) => {}
+                // In RESP2 subscribed mode PING answers in the shape of a message.
+                Route::Local(Local::Ping) if args.len() <= 2 => {
+                    let mut e = Encoder {
+                        proto: self.session.proto,
+                        out: &mut self.local,
+                    };
+                    e.array(2);
+                    e.bulk(b"pong");
+                    e.bulk(args.get(1).unwrap_or_default());
+                    return Pending::Ready(self.local.split().freeze());
+                }
+                _ => {
+                    let name = String::from_utf8_lossy(args.get(0).unwrap_or_default())
+                        .to_ascii_lowercase();
+                    let mut e = Encoder {
+                        proto: self.session.proto,
+                        out: &mut self.local,
+                    };
+                    e.error(&format!(
+                        "ERR Can't execute '{name}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / \
+                         PING / QUIT / RESET are allowed in this context"
+                    ));
+                    return Pending::Ready(self.local.split().freeze());
+                }
+            }
+        }
         let req = || -> Bytes {
             if inline {
                 let mut out = BytesMut::new();
@@ -454,14 +508,11 @@ impl Conn {
                     None => Pending::Ready(reply),
                 }
             }
-            Route::PubSub(_) => {
+            Route::PubSub(cmd) => {
                 self.shared.metrics.local_commands.inc();
-                let mut e = Encoder {
-                    proto: self.session.proto,
-                    out: &mut self.local,
-                };
-                e.error("ERR pub/sub is not yet supported by corral");
-                Pending::Ready(self.local.split().freeze())
+                let owned: Vec<Vec<u8>> = args.iter().map(<[u8]>::to_vec).collect();
+                let (reply, waits) = self.pubsub(cmd, &crate::resp::Args::Owned(&owned));
+                Pending::Slot(Slot::Subscribed { reply, waits })
             }
             Route::Unsupported { name, why } => {
                 self.shared.metrics.local_commands.inc();
@@ -546,6 +597,7 @@ impl Conn {
     /// RESET: besides the session (reset by the local handler), drop any pinned connection
     /// and restore replies.
     fn reset_state(&mut self) {
+        self.unsubscribe_all();
         self.session.db = 0;
         self.reply_mode = ReplyMode::On;
         self.pin_reset = true;

@@ -8,6 +8,7 @@ mod info;
 mod mget;
 mod slot;
 mod stateful;
+mod subscriber;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -22,6 +23,7 @@ use tracing::{Instrument, debug, debug_span, error, warn};
 use crate::cache::Cache;
 use crate::config::Config;
 use crate::metrics::Metrics;
+use crate::pubsub::Hub;
 use crate::resp::reply;
 use crate::upstream::Upstream;
 
@@ -34,6 +36,8 @@ pub struct Shared {
     pub upstream: Upstream,
     /// Local cache and coalescing; `None` with `--no-cache`.
     pub cache: Option<Cache>,
+    /// Shared pub/sub subscriptions.
+    pub pubsub: Hub,
     /// Metrics registry.
     pub metrics: Arc<Metrics>,
     /// When the server started (INFO uptime).
@@ -50,12 +54,14 @@ impl Shared {
         cfg: Arc<Config>,
         upstream: Upstream,
         cache: Option<Cache>,
+        pubsub: Hub,
         metrics: Arc<Metrics>,
     ) -> Self {
         Shared {
             cfg,
             upstream,
             cache,
+            pubsub,
             metrics,
             started: Instant::now(),
             clients: clients::Registry::default(),

@@ -61,12 +61,24 @@ pub(super) enum Slot {
         conn: UpstreamConn,
         with_proxy: bool,
     },
+    /// (Un)subscribe confirmations, written once the new upstream subscriptions are in place.
+    Subscribed {
+        reply: Bytes,
+        waits: Vec<oneshot::Receiver<()>>,
+    },
     /// SELECT's reply (the first of the replies in `rx`); on `+OK` the client moves to `db`.
     Select {
         rx: oneshot::Receiver<JobResult>,
         conn: UpstreamConn,
         db: Option<u32>,
     },
+}
+
+/// Waits for every receiver (a closed one counts as done).
+async fn futures_join_all(waits: Vec<oneshot::Receiver<()>>) {
+    for w in waits {
+        let _ = w.await;
+    }
 }
 
 impl Conn {
@@ -175,6 +187,16 @@ impl Conn {
                 Ok(b) => self.wbuf.extend_from_slice(&b),
                 Err(e) => self.upstream_error(&e, 1),
             },
+            Slot::Subscribed { reply, waits } => {
+                // Without an upstream the subscription is still registered and will be made
+                // when the connection returns; the client is not held up longer.
+                let all = futures_join_all(waits);
+                match self.shared.upstream.request_timeout {
+                    Some(d) => drop(timeout(d, all).await),
+                    None => all.await,
+                }
+                self.wbuf.extend_from_slice(&reply);
+            }
             Slot::Select { rx, conn, db } => match self.wait(rx, &conn).await {
                 Ok(b) => {
                     let first = match ReplyScanner::new().next_frame(&b) {

@@ -511,3 +511,498 @@ impl Deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+// ---- Helpers for the stateful-command tests (stateful.rs): a RESP scanner of its own, so
+// replies that `frame_len`'s decoders reject (RESP2 nulls nested in arrays, RESP3 sets of
+// maps) are still split correctly, and redis-cli-like command lines. ----
+
+/// Length of the first complete reply in `buf` (RESP2 or RESP3), `None` if incomplete. An
+/// attribute (`|`) belongs to the reply that follows it; a push (`>`) counts as a reply.
+pub fn resp_len(buf: &[u8]) -> Option<usize> {
+    skip_resp(buf, 0)
+}
+
+fn skip_resp(buf: &[u8], pos: usize) -> Option<usize> {
+    let kind = *buf.get(pos)?;
+    let eol = pos + buf[pos..].windows(2).position(|w| w == b"\r\n")?;
+    let line = &buf[pos + 1..eol];
+    let next = eol + 2;
+    let number = || -> i64 {
+        std::str::from_utf8(line)
+            .ok()
+            .and_then(|l| l.parse().ok())
+            .unwrap_or_else(|| panic!("bad length in reply {}", show(&buf[pos..])))
+    };
+    let skip_n = |mut at: usize, n: i64| -> Option<usize> {
+        for _ in 0..n.max(0) {
+            at = skip_resp(buf, at)?;
+        }
+        Some(at)
+    };
+    match kind {
+        b'+' | b'-' | b':' | b',' | b'(' | b'#' | b'_' => Some(next),
+        b'$' | b'!' | b'=' => match usize::try_from(number()) {
+            Ok(n) => (buf.len() >= next + n + 2).then_some(next + n + 2),
+            Err(_) => Some(next), // $-1
+        },
+        b'*' | b'~' | b'>' => skip_n(next, number()),
+        b'%' => skip_n(next, 2 * number()),
+        b'|' => skip_resp(buf, skip_n(next, 2 * number())?),
+        _ => panic!("not a RESP reply: {}", show(&buf[pos..])),
+    }
+}
+
+impl RawClient {
+    /// Reads one reply split by [`resp_len`] (10 s deadline per read).
+    pub async fn read_resp(&mut self) -> Vec<u8> {
+        self.try_read_resp().await.expect("read reply")
+    }
+
+    pub async fn try_read_resp(&mut self) -> std::io::Result<Vec<u8>> {
+        loop {
+            if let Some(n) = resp_len(&self.buf) {
+                return Ok(self.buf.drain(..n).collect());
+            }
+            self.buf.reserve(64 * 1024);
+            let read =
+                tokio::time::timeout(Duration::from_secs(10), self.stream.read_buf(&mut self.buf));
+            let n = match read.await {
+                Ok(r) => r?,
+                Err(_) => {
+                    let msg = format!("no reply within 10 s; partial {}", show(&self.buf));
+                    return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, msg));
+                }
+            };
+            if n == 0 {
+                let msg = format!("connection closed; partial {}", show(&self.buf));
+                return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, msg));
+            }
+        }
+    }
+
+    /// True if reply bytes are already buffered or readable right now, without waiting.
+    pub fn has_pending_reply(&mut self) -> bool {
+        if !self.buf.is_empty() {
+            return true;
+        }
+        let mut probe = [0u8; 1];
+        match self.stream.try_read(&mut probe) {
+            Ok(0) => true, // EOF is something too: not silently waiting
+            Ok(_) => {
+                self.buf.push(probe[0]);
+                true
+            }
+            Err(_) => false, // WouldBlock (or an error, reported by the next read)
+        }
+    }
+}
+
+/// Blanks out the `id` field of a HELLO reply (a per-connection id that necessarily differs
+/// between two servers).
+pub fn mask_hello_id(reply: &[u8]) -> Vec<u8> {
+    let key = b"$2\r\nid\r\n:";
+    let Some(at) = reply.windows(key.len()).position(|w| w == key) else {
+        return reply.to_vec();
+    };
+    let start = at + key.len();
+    let end = start
+        + reply[start..]
+            .iter()
+            .position(|&b| b == b'\r')
+            .expect("id line end");
+    [&reply[..start], b"<id>", &reply[end..]].concat()
+}
+
+/// Splits a redis-cli-like line into commands and arguments: arguments are separated by
+/// spaces, commands by a `;` word, and "double quotes" group an argument, understanding the
+/// escapes \n \r \t \" and \\.
+pub fn parse_commands(line: &str) -> Vec<Vec<Vec<u8>>> {
+    let mut cmds = vec![Vec::new()];
+    let mut chars = line.chars().peekable();
+    loop {
+        while chars.peek() == Some(&' ') {
+            chars.next();
+        }
+        let Some(&first) = chars.peek() else { break };
+        let mut arg = String::new();
+        if first == '"' {
+            chars.next();
+            loop {
+                match chars.next() {
+                    Some('"') => break,
+                    Some('\\') => match chars.next() {
+                        Some('n') => arg.push('\n'),
+                        Some('r') => arg.push('\r'),
+                        Some('t') => arg.push('\t'),
+                        Some(c) => arg.push(c),
+                        None => panic!("dangling escape in {line:?}"),
+                    },
+                    Some(c) => arg.push(c),
+                    None => panic!("unbalanced quotes in {line:?}"),
+                }
+            }
+        } else {
+            while let Some(&c) = chars.peek() {
+                if c == ' ' {
+                    break;
+                }
+                arg.push(c);
+                chars.next();
+            }
+            if arg == ";" {
+                cmds.push(Vec::new());
+                continue;
+            }
+        }
+        cmds.last_mut().expect("a command").push(arg.into_bytes());
+    }
+    cmds.retain(|c| !c.is_empty());
+    cmds
+}
+
+// ---- Redis Cluster harness (cluster tests). ----
+
+/// Sends one command on a fresh blocking connection to 127.0.0.1:`port` and returns the reply
+/// bytes (5 s deadline).
+pub fn try_sync_cmd(port: u16, args: &[&str]) -> std::io::Result<Vec<u8>> {
+    let mut s = StdStream::connect(("127.0.0.1", port))?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+    s.write_all(&encode(&args))?;
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 16 * 1024];
+    loop {
+        if let Some(n) = frame_len(&buf) {
+            buf.truncate(n);
+            return Ok(buf);
+        }
+        let n = s.read(&mut chunk)?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// [`try_sync_cmd`], panicking on I/O errors.
+pub fn sync_cmd(port: u16, args: &[&str]) -> Vec<u8> {
+    try_sync_cmd(port, args).unwrap_or_else(|e| panic!("{args:?} to port {port}: {e}"))
+}
+
+/// The text of a bulk-string or simple-string reply (INFO, CLUSTER INFO, CLUSTER NODES).
+pub fn reply_text(reply: &[u8]) -> String {
+    match redis_protocol::resp2::decode::decode(reply) {
+        Ok(Some((redis_protocol::resp2::types::OwnedFrame::BulkString(b), _)))
+        | Ok(Some((redis_protocol::resp2::types::OwnedFrame::SimpleString(b), _))) => {
+            String::from_utf8_lossy(&b).into_owned()
+        }
+        _ => panic!("not a string reply: {}", show(reply)),
+    }
+}
+
+/// One line of `CLUSTER NODES`.
+#[derive(Debug, Clone)]
+pub struct NodeLine {
+    pub id: String,
+    pub port: u16,
+    pub flags: Vec<String>,
+    /// Master id for replicas, "-" for masters.
+    pub master_id: String,
+    pub connected: bool,
+    /// Slot ranges served (inclusive), masters only; migration markers are left out.
+    pub slots: Vec<(u16, u16)>,
+}
+
+impl NodeLine {
+    pub fn is_master(&self) -> bool {
+        self.flags.iter().any(|f| f == "master")
+    }
+    pub fn is_replica(&self) -> bool {
+        self.flags.iter().any(|f| f == "slave")
+    }
+    /// Flagged failing, half-known, or still being introduced.
+    pub fn is_troubled(&self) -> bool {
+        self.flags
+            .iter()
+            .any(|f| matches!(f.as_str(), "fail" | "fail?" | "handshake" | "noaddr"))
+    }
+}
+
+/// Parses `CLUSTER NODES` text (`id ip:port@bus[,hostname] flags master ping pong epoch link
+/// slot...`).
+pub fn parse_cluster_nodes(text: &str) -> Vec<NodeLine> {
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            assert!(f.len() >= 8, "bad CLUSTER NODES line {l:?}");
+            let addr = f[1].split(['@', ',']).next().unwrap_or("");
+            let port = addr
+                .rsplit(':')
+                .next()
+                .and_then(|p| p.parse().ok())
+                .unwrap_or(0);
+            let slots = f[8..]
+                .iter()
+                .filter(|s| !s.starts_with('['))
+                .map(|s| match s.split_once('-') {
+                    Some((a, b)) => (a.parse().unwrap(), b.parse().unwrap()),
+                    None => (s.parse().unwrap(), s.parse().unwrap()),
+                })
+                .collect();
+            NodeLine {
+                id: f[0].to_string(),
+                port,
+                flags: f[2].split(',').map(str::to_string).collect(),
+                master_id: f[3].to_string(),
+                connected: f[7] == "connected",
+                slots,
+            }
+        })
+        .collect()
+}
+
+/// A Redis Cluster of real `redis-server` processes on ephemeral loopback ports, each with its
+/// own temporary directory; all killed and their directories removed on drop.
+pub struct RedisCluster {
+    pub servers: Vec<RedisServer>,
+    pub masters: usize,
+    pub replicas_per_master: usize,
+}
+
+impl RedisCluster {
+    /// Starts `masters * (1 + replicas_per_master)` nodes, joins them with
+    /// `redis-cli --cluster create`, and waits (up to 30 s) until every live node reports
+    /// `cluster_state:ok` and every replica is attached and synced.
+    pub fn start(masters: usize, replicas_per_master: usize) -> RedisCluster {
+        let total = masters * (1 + replicas_per_master);
+        let servers = (0..total).map(|_| Self::spawn_node()).collect();
+        let cluster = RedisCluster {
+            servers,
+            masters,
+            replicas_per_master,
+        };
+        let addrs: Vec<String> = cluster
+            .nodes()
+            .iter()
+            .map(|p| format!("127.0.0.1:{p}"))
+            .collect();
+        let out = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addrs)
+            .args([
+                "--cluster-replicas",
+                &replicas_per_master.to_string(),
+                "--cluster-yes",
+            ])
+            .stdin(Stdio::null())
+            .output()
+            .expect("run redis-cli --cluster create");
+        assert!(
+            out.status.success(),
+            "redis-cli --cluster create failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        cluster.wait_healthy(Duration::from_secs(30));
+        cluster
+    }
+
+    /// One cluster-enabled node. The cluster bus gets its own free port (the default,
+    /// port + 10000, may be taken or past 65535); a clash on either port means a retry.
+    fn spawn_node() -> RedisServer {
+        for _ in 0..10 {
+            let bus = free_port();
+            let extra: Vec<String> = [
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                // Relative to the node's own --dir, which is named after its port.
+                "nodes.conf",
+                "--cluster-node-timeout",
+                "1000",
+                "--cluster-port",
+                &bus.to_string(),
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+            let port = free_port();
+            if port != bus
+                && let Some(s) = RedisServer::spawn_on(port, &extra)
+            {
+                return s;
+            }
+        }
+        panic!("could not start a cluster node after 10 tries");
+    }
+
+    /// Client ports of all nodes, killed or not, in start order.
+    pub fn nodes(&self) -> Vec<u16> {
+        self.servers.iter().map(|s| s.port).collect()
+    }
+
+    /// Ports of nodes still running.
+    pub fn live_nodes(&mut self) -> Vec<u16> {
+        self.servers
+            .iter_mut()
+            .filter_map(|s| matches!(s.child.try_wait(), Ok(None)).then_some(s.port))
+            .collect()
+    }
+
+    /// `redis://` URLs of all nodes, to use as seeds.
+    pub fn seeds(&self) -> Vec<String> {
+        self.servers.iter().map(RedisServer::url).collect()
+    }
+
+    /// `CLUSTER NODES` as seen by the node at `port`.
+    pub fn cluster_nodes(port: u16) -> Vec<NodeLine> {
+        parse_cluster_nodes(&reply_text(&sync_cmd(port, &["CLUSTER", "NODES"])))
+    }
+
+    /// Port of the master serving `slot`, as a live node sees it.
+    pub fn master_for_slot(&mut self, slot: u16) -> u16 {
+        self.master_for_slot_opt(slot)
+            .unwrap_or_else(|| panic!("no master serves slot {slot}"))
+    }
+
+    /// Port of the healthy master serving `slot`, if a live node knows one.
+    pub fn master_for_slot_opt(&mut self, slot: u16) -> Option<u16> {
+        let port = *self.live_nodes().first()?;
+        let nodes = parse_cluster_nodes(&reply_text(
+            &try_sync_cmd(port, &["CLUSTER", "NODES"]).ok()?,
+        ));
+        nodes
+            .iter()
+            .find(|n| {
+                n.is_master()
+                    && !n.is_troubled()
+                    && n.slots.iter().any(|&(a, b)| (a..=b).contains(&slot))
+            })
+            .map(|n| n.port)
+    }
+
+    /// Ports of the nodes that currently are masters serving slots.
+    pub fn master_ports(&mut self) -> Vec<u16> {
+        let port = *self.live_nodes().first().expect("no live node");
+        let mut v: Vec<u16> = Self::cluster_nodes(port)
+            .iter()
+            .filter(|n| n.is_master() && !n.is_troubled() && !n.slots.is_empty())
+            .map(|n| n.port)
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// Ports of the replicas of the master at `master_port`.
+    pub fn replicas_of(&mut self, master_port: u16) -> Vec<u16> {
+        let nodes = Self::cluster_nodes(master_port);
+        let id = nodes
+            .iter()
+            .find(|n| n.flags.iter().any(|f| f == "myself"))
+            .map(|n| n.id.clone())
+            .expect("myself in CLUSTER NODES");
+        nodes
+            .iter()
+            .filter(|n| n.is_replica() && n.master_id == id)
+            .map(|n| n.port)
+            .collect()
+    }
+
+    /// Kills the node at `port` (SIGKILL). Its data dir goes with the cluster.
+    pub fn kill_node(&mut self, port: u16) {
+        let s = self
+            .servers
+            .iter_mut()
+            .find(|s| s.port == port)
+            .unwrap_or_else(|| panic!("no node on port {port}"));
+        s.kill();
+    }
+
+    /// Promotes the replica at `replica_port` with `CLUSTER FAILOVER` (or `FAILOVER FORCE` /
+    /// `TAKEOVER` as `mode`, for a dead master) and waits until the cluster is ok with it as
+    /// a master.
+    pub fn failover(&mut self, replica_port: u16, mode: Option<&str>) {
+        let mut args = vec!["CLUSTER", "FAILOVER"];
+        args.extend(mode);
+        let r = sync_cmd(replica_port, &args);
+        assert_eq!(r, b"+OK\r\n", "CLUSTER FAILOVER: {}", show(&r));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let promoted = Self::cluster_nodes(replica_port)
+                .iter()
+                .any(|n| n.port == replica_port && n.is_master() && !n.slots.is_empty());
+            if promoted && self.all_ok() {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "failover to {replica_port} did not finish"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Whether every live node says `cluster_state:ok`.
+    pub fn all_ok(&mut self) -> bool {
+        self.live_nodes().into_iter().all(|p| {
+            try_sync_cmd(p, &["CLUSTER", "INFO"])
+                .map(|r| reply_text(&r).contains("cluster_state:ok"))
+                .unwrap_or(false)
+        })
+    }
+
+    /// Waits until every live node is ok and sees all live nodes connected, the expected
+    /// number of masters with slots, and every replica attached (`master_link_status:up`).
+    pub fn wait_healthy(&self, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        let mut last = String::new();
+        while Instant::now() < deadline {
+            match self.health_problem() {
+                None => return,
+                Some(p) => last = p,
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("cluster not healthy after {limit:?}: {last}");
+    }
+
+    fn health_problem(&self) -> Option<String> {
+        let total = self.masters * (1 + self.replicas_per_master);
+        for s in &self.servers {
+            let p = s.port;
+            let info = match try_sync_cmd(p, &["CLUSTER", "INFO"]) {
+                Ok(r) => reply_text(&r),
+                Err(e) => return Some(format!("{p}: {e}")),
+            };
+            if !info.contains("cluster_state:ok") {
+                return Some(format!("{p}: cluster_state not ok"));
+            }
+            let nodes = Self::cluster_nodes(p);
+            let good = nodes
+                .iter()
+                .filter(|n| n.connected && !n.is_troubled())
+                .count();
+            let masters = nodes
+                .iter()
+                .filter(|n| n.is_master() && !n.slots.is_empty())
+                .count();
+            let replicas = nodes.iter().filter(|n| n.is_replica()).count();
+            if good != total || masters != self.masters || replicas != total - self.masters {
+                return Some(format!(
+                    "{p} sees {good}/{total} good nodes, {masters} masters, {replicas} replicas"
+                ));
+            }
+            let myself = nodes
+                .iter()
+                .find(|n| n.flags.iter().any(|f| f == "myself"))?;
+            if myself.is_replica() {
+                let repl = reply_text(&sync_cmd(p, &["INFO", "replication"]));
+                if !repl.contains("master_link_status:up") {
+                    return Some(format!("replica {p} not attached"));
+                }
+            }
+        }
+        None
+    }
+}

@@ -1,0 +1,379 @@
+//! Where the keys of every command are, for routing by slot: reads as well as writes.
+//!
+//! Most commands keep their keys at fixed positions, listed in [`key_table`](super::key_table)
+//! as `COMMAND` reports them; the rest (`movablekeys`: EVAL, ZUNIONSTORE, XREAD, SORT, ...)
+//! are worked out from their arguments the way Redis's own `*GetKeys` functions do, so corral
+//! and the cluster agree on which slot a request belongs to.
+
+use super::key_table::{KEYED, KEYLESS, MOVABLE};
+use super::slot::key_slot;
+use crate::resp::Args;
+use crate::resp::request::parse_int;
+
+/// Keys at `first, first + step, ...` before `end`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+struct Span {
+    first: usize,
+    end: usize,
+    step: usize,
+}
+
+impl Span {
+    fn one(at: usize) -> Span {
+        Span {
+            first: at,
+            end: at + 1,
+            step: 1,
+        }
+    }
+
+    fn run(first: usize, count: usize) -> Span {
+        Span {
+            first,
+            end: first + count,
+            step: 1,
+        }
+    }
+}
+
+/// The argument indices (the command name is index 0) holding keys, in argument order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyPositions {
+    known: bool,
+    /// At most two runs are needed: a destination plus a key list, or a key plus a STORE key.
+    spans: [Span; 2],
+}
+
+impl KeyPositions {
+    fn none(known: bool) -> KeyPositions {
+        KeyPositions {
+            known,
+            spans: [Span::default(); 2],
+        }
+    }
+
+    fn of(spans: [Span; 2], nargs: usize) -> KeyPositions {
+        // Never point past the arguments, whatever numkeys or the table says.
+        let spans = spans.map(|s| Span {
+            end: s.end.min(nargs),
+            ..s
+        });
+        KeyPositions { known: true, spans }
+    }
+
+    /// Whether the command is one corral knows. Unknown commands (newer than Redis 7.0, or
+    /// from modules) report no keys; the caller decides where they go.
+    pub fn is_known(&self) -> bool {
+        self.known
+    }
+
+    /// The key indices, in argument order.
+    pub fn indices(&self) -> impl Iterator<Item = usize> + use<> {
+        self.spans
+            .into_iter()
+            .flat_map(|s| (s.first..s.end.max(s.first)).step_by(s.step.max(1)))
+    }
+
+    /// The keys themselves.
+    pub fn keys<'a>(&self, args: &Args<'a>) -> impl Iterator<Item = &'a [u8]> + use<'a> {
+        let args = *args;
+        self.indices().filter_map(move |i| args.get(i))
+    }
+
+    /// True when the request names no key.
+    pub fn is_empty(&self) -> bool {
+        self.indices().next().is_none()
+    }
+}
+
+/// The key positions of a request. `upper_name` is `args[0]` upper-cased; `args` is the whole
+/// request. Subcommands (`OBJECT ENCODING key`, `XINFO STREAM key`, `MEMORY USAGE key`,
+/// `XGROUP CREATE key ...`) are looked up by their second argument.
+pub fn command_keys(upper_name: &[u8], args: &Args<'_>) -> KeyPositions {
+    let n = args.len();
+    if let Some(spans) = movable(upper_name, args) {
+        return KeyPositions::of(spans, n);
+    }
+    let mut buf = [0u8; 64];
+    let name = match upper_name {
+        b"OBJECT" | b"XINFO" | b"MEMORY" | b"XGROUP" => {
+            match args
+                .get(1)
+                .and_then(|sub| subcommand(upper_name, sub, &mut buf))
+            {
+                Some(full) => full,
+                None => return KeyPositions::none(false),
+            }
+        }
+        _ => upper_name,
+    };
+    if let Ok(i) = KEYED.binary_search_by(|e| e.0.as_bytes().cmp(name)) {
+        let (_, first, last, step) = KEYED[i];
+        let first = usize::from(first);
+        // A negative last key counts back from the end of the request.
+        let end = if last < 0 {
+            n.saturating_sub(usize::from(last.unsigned_abs()) - 1)
+        } else {
+            usize::from(last.unsigned_abs()) + 1
+        };
+        let span = Span {
+            first,
+            end,
+            step: usize::from(step),
+        };
+        return KeyPositions::of([span, Span::default()], n);
+    }
+    let keyless = KEYLESS.binary_search_by(|e| e.as_bytes().cmp(name)).is_ok();
+    KeyPositions::none(keyless)
+}
+
+/// `NAME|SUB` upper-cased in `buf`, the way `COMMAND` names subcommands.
+fn subcommand<'b>(name: &[u8], sub: &[u8], buf: &'b mut [u8; 64]) -> Option<&'b [u8]> {
+    let len = name.len() + 1 + sub.len();
+    let out = buf.get_mut(..len)?;
+    let (head, tail) = out.split_at_mut(name.len());
+    head.copy_from_slice(name);
+    let (bar, rest) = tail.split_first_mut()?;
+    *bar = b'|';
+    for (o, c) in rest.iter_mut().zip(sub) {
+        *o = c.to_ascii_uppercase();
+    }
+    Some(out)
+}
+
+/// Key spans of `movablekeys` commands; `None` for every other command.
+fn movable(name: &[u8], args: &Args<'_>) -> Option<[Span; 2]> {
+    let none = Span::default();
+    let n = args.len();
+    let spans = match name {
+        b"EVAL" | b"EVALSHA" | b"EVAL_RO" | b"EVALSHA_RO" | b"FCALL" | b"FCALL_RO" => {
+            [numkeys(args, 2), none]
+        }
+        b"ZUNION" | b"ZINTER" | b"ZDIFF" | b"ZINTERCARD" | b"SINTERCARD" | b"LMPOP" | b"ZMPOP" => {
+            [numkeys(args, 1), none]
+        }
+        b"BLMPOP" | b"BZMPOP" => [numkeys(args, 2), none],
+        b"ZUNIONSTORE" | b"ZINTERSTORE" | b"ZDIFFSTORE" => [Span::one(1), numkeys(args, 2)],
+        b"XREAD" | b"XREADGROUP" => [xread(args), none],
+        b"SORT" => [Span::one(1), sort_store(args)],
+        b"SORT_RO" => [Span::one(1), none],
+        b"GEORADIUS" | b"GEORADIUSBYMEMBER" => [Span::one(1), georadius_store(args)],
+        b"MIGRATE" => [migrate(args), none],
+        _ => return None,
+    };
+    // Redis rejects the request before looking at keys; so do we (no keys).
+    if n < 2 {
+        return Some([none, none]);
+    }
+    Some(spans)
+}
+
+/// `numkeys key...` with `numkeys` at `at`. A count Redis would reject (negative, zero where
+/// keys are required, or more keys than arguments) gives no keys: Redis answers with an error
+/// wherever the request goes.
+fn numkeys(args: &Args<'_>, at: usize) -> Span {
+    let count = args
+        .get(at)
+        .and_then(parse_int)
+        .and_then(|k| usize::try_from(k).ok())
+        .filter(|&k| at + 1 + k <= args.len());
+    count.map_or_else(Span::default, |k| Span::run(at + 1, k))
+}
+
+/// XREAD/XREADGROUP: the keys are the first half of what follows the STREAMS option. Options
+/// are skipped with their arguments, so a group or consumer named "streams" is not mistaken
+/// for the option (as in Redis's `xreadGetKeys`).
+fn xread(args: &Args<'_>) -> Span {
+    let n = args.len();
+    let mut i = 1;
+    while let Some(a) = args.get(i) {
+        let skip = if a.eq_ignore_ascii_case(b"BLOCK") || a.eq_ignore_ascii_case(b"COUNT") {
+            1
+        } else if a.eq_ignore_ascii_case(b"GROUP") {
+            2
+        } else if a.eq_ignore_ascii_case(b"NOACK") {
+            0
+        } else if a.eq_ignore_ascii_case(b"STREAMS") {
+            let rest = n - i - 1;
+            if rest == 0 || !rest.is_multiple_of(2) {
+                return Span::default();
+            }
+            return Span::run(i + 1, rest / 2);
+        } else {
+            break;
+        };
+        i += 1 + skip;
+    }
+    Span::default()
+}
+
+/// SORT's `STORE dest`, skipping the arguments of LIMIT, BY and GET (as `sortGetKeys`); the
+/// last STORE wins.
+fn sort_store(args: &Args<'_>) -> Span {
+    let mut store = Span::default();
+    let mut i = 2;
+    while let Some(a) = args.get(i) {
+        let skip = if a.eq_ignore_ascii_case(b"LIMIT") {
+            2
+        } else if a.eq_ignore_ascii_case(b"GET") || a.eq_ignore_ascii_case(b"BY") {
+            1
+        } else if a.eq_ignore_ascii_case(b"STORE") {
+            if i + 1 < args.len() {
+                store = Span::one(i + 1);
+            }
+            1
+        } else {
+            0
+        };
+        i += 1 + skip;
+    }
+    store
+}
+
+/// GEORADIUS[BYMEMBER]'s `STORE`/`STOREDIST` key, searched from argument 5 like
+/// `georadiusGetKeys`; the last one wins.
+fn georadius_store(args: &Args<'_>) -> Span {
+    let mut store = Span::default();
+    let mut i = 5;
+    while let Some(a) = args.get(i) {
+        if (a.eq_ignore_ascii_case(b"STORE") || a.eq_ignore_ascii_case(b"STOREDIST"))
+            && i + 1 < args.len()
+        {
+            store = Span::one(i + 1);
+            i += 1;
+        }
+        i += 1;
+    }
+    store
+}
+
+/// MIGRATE: the key at 3, or with an empty key there, the keys after the KEYS option
+/// (`migrateGetKeys`).
+fn migrate(args: &Args<'_>) -> Span {
+    let mut i = 6;
+    while let Some(a) = args.get(i) {
+        if a.eq_ignore_ascii_case(b"KEYS") {
+            if args.get(3).is_some_and(|k| !k.is_empty()) {
+                return Span::default();
+            }
+            return Span::run(i + 1, args.len() - i - 1);
+        }
+        i += if a.eq_ignore_ascii_case(b"AUTH") {
+            2
+        } else if a.eq_ignore_ascii_case(b"AUTH2") {
+            3
+        } else {
+            1
+        };
+    }
+    Span::one(3)
+}
+
+/// Whether `name` is a `movablekeys` command handled by [`command_keys`] from its arguments.
+pub fn is_movable(upper_name: &[u8]) -> bool {
+    MOVABLE
+        .binary_search_by(|e| e.as_bytes().cmp(upper_name))
+        .is_ok()
+}
+
+/// The slot a request's keys hash to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeySlot {
+    /// No keys: any node can serve it.
+    NoKeys,
+    /// All keys hash to this slot.
+    One(u16),
+    /// Keys in different slots: Redis Cluster answers `-CROSSSLOT` unless corral splits it.
+    Cross,
+}
+
+/// The one slot of the keys at `positions`, or why there is none.
+pub fn keys_slot(positions: &KeyPositions, args: &Args<'_>) -> KeySlot {
+    let mut found = KeySlot::NoKeys;
+    for key in positions.keys(args) {
+        let slot = key_slot(key);
+        match found {
+            KeySlot::NoKeys => found = KeySlot::One(slot),
+            KeySlot::One(s) if s == slot => {}
+            _ => return KeySlot::Cross,
+        }
+    }
+    found
+}
+
+/// The error Redis Cluster gives for keys in different slots.
+pub const CROSSSLOT: &[u8] = b"-CROSSSLOT Keys in request don't hash to the same slot\r\n";
+
+/// How a merged reply is built from per-slot replies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SplitKind {
+    /// MGET: one array, the values in key order.
+    Mget,
+    /// MSET: `+OK` once every part succeeded.
+    Mset,
+    /// DEL, UNLINK, EXISTS, TOUCH: the sum of the integer replies.
+    SumInt,
+}
+
+/// How a command naming several keys is served by a cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MultiKey {
+    /// Not atomic: split into one request per slot and merge the replies.
+    Split(SplitKind),
+    /// May name several keys, which must all hash to one slot (MSETNX, RENAME, SMOVE, the
+    /// *STORE commands, scripts, WATCH, blocking pops...), else `-CROSSSLOT`. A MULTI/EXEC
+    /// body is checked the same way by the caller, across its queued commands.
+    SameSlot,
+    /// At most one key (or unknown): routed by it.
+    Single,
+}
+
+/// How the (upper-cased) command `name` is handled when its keys span several slots.
+pub fn classify_multi(upper_name: &[u8]) -> MultiKey {
+    match upper_name {
+        b"MGET" => return MultiKey::Split(SplitKind::Mget),
+        b"MSET" => return MultiKey::Split(SplitKind::Mset),
+        b"DEL" | b"UNLINK" | b"EXISTS" | b"TOUCH" => return MultiKey::Split(SplitKind::SumInt),
+        // One key, plus key-like patterns that are not keys.
+        b"SORT_RO" => return MultiKey::Single,
+        _ => {}
+    }
+    if is_movable(upper_name) {
+        return MultiKey::SameSlot;
+    }
+    match KEYED.binary_search_by(|e| e.0.as_bytes().cmp(upper_name)) {
+        Ok(i) if KEYED[i].2 < 0 || KEYED[i].2 > KEYED[i].1 as i8 => MultiKey::SameSlot,
+        _ => MultiKey::Single,
+    }
+}
+
+/// Keys of one slot in a split request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlotGroup {
+    /// The slot.
+    pub slot: u16,
+    /// Argument indices of its keys, in request order. For MSET the value follows each key.
+    pub keys: Vec<usize>,
+}
+
+/// Groups the keys at `positions` by slot, groups ordered by their first key, so that replies
+/// can be merged back into key order.
+pub fn split_by_slot(positions: &KeyPositions, args: &Args<'_>) -> Vec<SlotGroup> {
+    let mut groups: Vec<SlotGroup> = Vec::new();
+    for i in positions.indices() {
+        let Some(key) = args.get(i) else { continue };
+        let slot = key_slot(key);
+        // Requests name few slots; a linear search beats hashing here.
+        match groups.iter_mut().find(|g| g.slot == slot) {
+            Some(g) => g.keys.push(i),
+            None => groups.push(SlotGroup {
+                slot,
+                keys: vec![i],
+            }),
+        }
+    }
+    groups
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,211 @@
+//! A client's side of pub/sub: (P|S)(UN)SUBSCRIBE answered from corral's shared
+//! subscriptions, messages written as they arrive, and RESP2's subscribed-mode rules.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use tokio::sync::{mpsc, oneshot};
+
+use super::connection::Conn;
+use crate::commands::PubSub;
+use crate::pubsub::{self, Kind, Message};
+use crate::resp::{Args, Encoder, Proto};
+
+/// A client's subscriptions and its message queue.
+#[derive(Debug)]
+pub(super) struct Subscriptions {
+    pub(super) rx: mpsc::Receiver<Arc<Message>>,
+    channels: HashSet<Bytes>,
+    patterns: HashSet<Bytes>,
+    shards: HashSet<Bytes>,
+}
+
+impl Subscriptions {
+    fn set(&mut self, kind: Kind) -> &mut HashSet<Bytes> {
+        match kind {
+            Kind::Channel => &mut self.channels,
+            Kind::Pattern => &mut self.patterns,
+            Kind::Shard => &mut self.shards,
+        }
+    }
+
+    /// The count Redis reports after a (un)subscribe of this kind: shard channels are
+    /// counted apart from channels and patterns.
+    fn count(&self, kind: Kind) -> usize {
+        match kind {
+            Kind::Shard => self.shards.len(),
+            _ => self.channels.len() + self.patterns.len(),
+        }
+    }
+
+    /// Any subscription at all.
+    pub(super) fn active(&self) -> bool {
+        !(self.channels.is_empty() && self.patterns.is_empty() && self.shards.is_empty())
+    }
+}
+
+/// Encodes a pub/sub message for a client: a push in RESP3, an array in RESP2.
+pub(super) fn encode_message(msg: &Message, proto: Proto, out: &mut BytesMut) {
+    let header = |n: usize, out: &mut BytesMut| {
+        out.extend_from_slice(if proto == Proto::Resp3 { b">" } else { b"*" });
+        out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+        out.extend_from_slice(b"\r\n");
+    };
+    match msg {
+        Message::Message { channel, payload } => {
+            header(3, out);
+            let mut e = Encoder { proto, out };
+            e.bulk(b"message");
+            e.bulk(channel);
+            e.bulk(payload);
+        }
+        Message::PMessage {
+            pattern,
+            channel,
+            payload,
+        } => {
+            header(4, out);
+            let mut e = Encoder { proto, out };
+            e.bulk(b"pmessage");
+            e.bulk(pattern);
+            e.bulk(channel);
+            e.bulk(payload);
+        }
+        Message::SMessage { channel, payload } => {
+            header(3, out);
+            let mut e = Encoder { proto, out };
+            e.bulk(b"smessage");
+            e.bulk(channel);
+            e.bulk(payload);
+        }
+    }
+}
+
+/// One `subscribe name count`-style reply.
+fn confirmation(verb: &[u8], name: Option<&[u8]>, count: usize, proto: Proto, out: &mut BytesMut) {
+    out.extend_from_slice(if proto == Proto::Resp3 {
+        b">3\r\n"
+    } else {
+        b"*3\r\n"
+    });
+    let mut e = Encoder { proto, out };
+    e.bulk(verb);
+    match name {
+        Some(n) => e.bulk(n),
+        None => e.null(),
+    }
+    e.int(count as i64);
+}
+
+/// The kind and reply verb of a pub/sub command, and whether it subscribes.
+fn describe(cmd: PubSub) -> (Kind, &'static [u8], bool) {
+    match cmd {
+        PubSub::Subscribe => (Kind::Channel, b"subscribe", true),
+        PubSub::PSubscribe => (Kind::Pattern, b"psubscribe", true),
+        PubSub::SSubscribe => (Kind::Shard, b"ssubscribe", true),
+        PubSub::Unsubscribe => (Kind::Channel, b"unsubscribe", false),
+        PubSub::PUnsubscribe => (Kind::Pattern, b"punsubscribe", false),
+        PubSub::SUnsubscribe => (Kind::Shard, b"sunsubscribe", false),
+    }
+}
+
+impl Conn {
+    /// Runs a (P|S)(UN)SUBSCRIBE. Returns the replies and the confirmations to wait for before
+    /// sending them (a new upstream subscription must be in place first, or a message
+    /// published right after the client saw its confirmation could be missed).
+    pub(super) fn pubsub(
+        &mut self,
+        cmd: PubSub,
+        args: &Args<'_>,
+    ) -> (Bytes, Vec<oneshot::Receiver<()>>) {
+        let (kind, verb, subscribing) = describe(cmd);
+        let proto = self.session.proto;
+        let mut out = BytesMut::new();
+        let mut waits = Vec::new();
+        if subscribing && args.len() < 2 {
+            let name = String::from_utf8_lossy(verb).into_owned();
+            Encoder {
+                proto,
+                out: &mut out,
+            }
+            .error(&crate::resp::reply::wrong_arity(&name));
+            return (out.freeze(), waits);
+        }
+        let id = self.session.id;
+        let hub = &self.shared.pubsub;
+        let subs = self.subs.get_or_insert_with(|| {
+            let (tx, rx) = mpsc::channel(pubsub::QUEUE);
+            hub.register(id, tx, self.kill.clone());
+            Subscriptions {
+                rx,
+                channels: HashSet::new(),
+                patterns: HashSet::new(),
+                shards: HashSet::new(),
+            }
+        });
+        let names: Vec<Bytes> = if args.len() > 1 {
+            args.iter().skip(1).map(Bytes::copy_from_slice).collect()
+        } else {
+            subs.set(kind).iter().cloned().collect()
+        };
+        if names.is_empty() {
+            confirmation(verb, None, subs.count(kind), proto, &mut out);
+        }
+        for name in names {
+            if subscribing {
+                if subs.set(kind).insert(name.clone())
+                    && let Some(w) = hub.subscribe(id, kind, &name)
+                {
+                    waits.push(w);
+                }
+            } else if subs.set(kind).remove(&name) {
+                hub.unsubscribe(id, kind, &name);
+            }
+            confirmation(verb, Some(&name), subs.count(kind), proto, &mut out);
+        }
+        self.session.subs = (subs.channels.len(), subs.patterns.len(), subs.shards.len());
+        self.info_changed = true;
+        (out.freeze(), waits)
+    }
+
+    /// True in RESP2 subscribed mode, where only (P|S)(UN)SUBSCRIBE, PING, QUIT and RESET
+    /// are allowed.
+    pub(super) fn resp2_subscribed(&self) -> bool {
+        self.session.proto == Proto::Resp2 && self.subs.as_ref().is_some_and(|s| s.active())
+    }
+
+    /// Drops every subscription (RESET, disconnect).
+    pub(super) fn unsubscribe_all(&mut self) {
+        if self.subs.take().is_some() {
+            self.shared.pubsub.remove(self.session.id);
+            self.session.subs = (0, 0, 0);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_are_pushes_in_resp3_and_arrays_in_resp2() {
+        let msg = Message::Message {
+            channel: Bytes::from_static(b"ch"),
+            payload: Bytes::from_static(b"hi"),
+        };
+        let mut out = BytesMut::new();
+        encode_message(&msg, Proto::Resp2, &mut out);
+        assert_eq!(&out[..], b"*3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$2\r\nhi\r\n");
+        out.clear();
+        encode_message(&msg, Proto::Resp3, &mut out);
+        assert_eq!(&out[..], b">3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$2\r\nhi\r\n");
+    }
+
+    #[test]
+    fn unsubscribe_without_subscriptions_names_nil() {
+        let mut out = BytesMut::new();
+        confirmation(b"unsubscribe", None, 0, Proto::Resp2, &mut out);
+        assert_eq!(&out[..], b"*3\r\n$11\r\nunsubscribe\r\n$-1\r\n:0\r\n");
+    }
+}
