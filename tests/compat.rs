@@ -9,12 +9,11 @@
 //! function per process, so SMEMBERS of a non-integer set or KEYS * can differ between A and
 //! B; integer sets, listpack-encoded hashes and sorted sets are ordered).
 //!
-//! corral answers some commands differently from Redis 7.0 on purpose; they are not in the
-//! corpus but checked against corral's exact expected bytes in `corral_specific_replies`:
-//! - stateful commands refused with `-ERR '<cmd>' is not supported by corral: <why>`
-//!   (MULTI/EXEC/DISCARD/WATCH/UNWATCH, blocking pops, WAIT, XREAD[GROUP] BLOCK, (P|S)SUBSCRIBE
-//!   and unsubscribes, MONITOR, SYNC/PSYNC/REPLCONF, CLIENT LIST/KILL/REPLY/TRACKING/...);
-//! - SELECT of a database other than 0;
+//! Stateful commands (transactions, blocking, databases, pub/sub) are compared byte-for-byte
+//! in `tests/stateful.rs`. corral answers some commands differently from Redis 7.0 on
+//! purpose; they are not in the corpus but checked against corral's exact expected bytes in `corral_specific_replies`:
+//! - commands refused with `-ERR '<cmd>' is not supported by corral: <why>` (SYNC, PSYNC,
+//!   REPLCONF, CLIENT TRACKING/CACHING/GETREDIR/TRACKINGINFO/NO-TOUCH/UNBLOCK);
 //! - CLIENT SETINFO (accepted as Redis 7.2 does; 7.0 has no such subcommand);
 //! - HELLO's `id` field (a per-connection id; the rest of the HELLO reply is compared);
 //! - INFO (corral appends a `# Proxy` section);

@@ -40,19 +40,20 @@ impl Span {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KeyPositions {
     known: bool,
-    /// At most two runs are needed: a destination plus a key list, or a key plus a STORE key.
-    spans: [Span; 2],
+    /// At most three runs are needed: a destination plus a key list, or a key plus the STORE
+    /// and STOREDIST keys of GEORADIUS.
+    spans: [Span; 3],
 }
 
 impl KeyPositions {
     fn none(known: bool) -> KeyPositions {
         KeyPositions {
             known,
-            spans: [Span::default(); 2],
+            spans: [Span::default(); 3],
         }
     }
 
-    fn of(spans: [Span; 2], nargs: usize) -> KeyPositions {
+    fn of(spans: [Span; 3], nargs: usize) -> KeyPositions {
         // Never point past the arguments, whatever numkeys or the table says.
         let spans = spans.map(|s| Span {
             end: s.end.min(nargs),
@@ -121,7 +122,7 @@ pub fn command_keys(upper_name: &[u8], args: &Args<'_>) -> KeyPositions {
             end,
             step: usize::from(step),
         };
-        return KeyPositions::of([span, Span::default()], n);
+        return KeyPositions::of([span, Span::default(), Span::default()], n);
     }
     let keyless = KEYLESS.binary_search_by(|e| e.as_bytes().cmp(name)).is_ok();
     KeyPositions::none(keyless)
@@ -142,28 +143,37 @@ fn subcommand<'b>(name: &[u8], sub: &[u8], buf: &'b mut [u8; 64]) -> Option<&'b 
 }
 
 /// Key spans of `movablekeys` commands; `None` for every other command.
-fn movable(name: &[u8], args: &Args<'_>) -> Option<[Span; 2]> {
+fn movable(name: &[u8], args: &Args<'_>) -> Option<[Span; 3]> {
     let none = Span::default();
     let n = args.len();
     let spans = match name {
         b"EVAL" | b"EVALSHA" | b"EVAL_RO" | b"EVALSHA_RO" | b"FCALL" | b"FCALL_RO" => {
-            [numkeys(args, 2), none]
+            [numkeys(args, 2), none, none]
         }
         b"ZUNION" | b"ZINTER" | b"ZDIFF" | b"ZINTERCARD" | b"SINTERCARD" | b"LMPOP" | b"ZMPOP" => {
-            [numkeys(args, 1), none]
+            [numkeys(args, 1), none, none]
         }
-        b"BLMPOP" | b"BZMPOP" => [numkeys(args, 2), none],
-        b"ZUNIONSTORE" | b"ZINTERSTORE" | b"ZDIFFSTORE" => [Span::one(1), numkeys(args, 2)],
-        b"XREAD" | b"XREADGROUP" => [xread(args), none],
-        b"SORT" => [Span::one(1), sort_store(args)],
-        b"SORT_RO" => [Span::one(1), none],
-        b"GEORADIUS" | b"GEORADIUSBYMEMBER" => [Span::one(1), georadius_store(args)],
-        b"MIGRATE" => [migrate(args), none],
+        b"BLMPOP" | b"BZMPOP" => [numkeys(args, 2), none, none],
+        b"ZUNIONSTORE" | b"ZINTERSTORE" | b"ZDIFFSTORE" => {
+            // A bad count voids the destination too, as in Redis's `zunionInterDiffStoreGetKeys`.
+            let sources = numkeys(args, 2);
+            if sources.first == sources.end {
+                [none, none, none]
+            } else {
+                [Span::one(1), sources, none]
+            }
+        }
+        b"XREAD" | b"XREADGROUP" => [xread(args), none, none],
+        b"SORT" => [Span::one(1), sort_store(args), none],
+        b"SORT_RO" => [Span::one(1), none, none],
+        b"GEORADIUS" => georadius(args, 6),
+        b"GEORADIUSBYMEMBER" => georadius(args, 5),
+        b"MIGRATE" => [migrate(args), none, none],
         _ => return None,
     };
     // Redis rejects the request before looking at keys; so do we (no keys).
     if n < 2 {
-        return Some([none, none]);
+        return Some([none, none, none]);
     }
     Some(spans)
 }
@@ -194,10 +204,9 @@ fn xread(args: &Args<'_>) -> Span {
         } else if a.eq_ignore_ascii_case(b"NOACK") {
             0
         } else if a.eq_ignore_ascii_case(b"STREAMS") {
+            // Half the rest, rounded down: Redis 7.0's key spec for an unbalanced list
+            // (which it then rejects) names that many keys too.
             let rest = n - i - 1;
-            if rest == 0 || !rest.is_multiple_of(2) {
-                return Span::default();
-            }
             return Span::run(i + 1, rest / 2);
         } else {
             break;
@@ -230,21 +239,16 @@ fn sort_store(args: &Args<'_>) -> Span {
     store
 }
 
-/// GEORADIUS[BYMEMBER]'s `STORE`/`STOREDIST` key, searched from argument 5 like
-/// `georadiusGetKeys`; the last one wins.
-fn georadius_store(args: &Args<'_>) -> Span {
-    let mut store = Span::default();
-    let mut i = 5;
-    while let Some(a) = args.get(i) {
-        if (a.eq_ignore_ascii_case(b"STORE") || a.eq_ignore_ascii_case(b"STOREDIST"))
-            && i + 1 < args.len()
-        {
-            store = Span::one(i + 1);
-            i += 1;
-        }
-        i += 1;
-    }
-    store
+/// GEORADIUS[BYMEMBER]: the key, then the first `STORE` and the first `STOREDIST` key at or
+/// after `from`, in that order (not argument order). This follows Redis 7.0's key specs (what `COMMAND
+/// GETKEYS` and the cluster's slot check see), which name both when both are given.
+fn georadius(args: &Args<'_>, from: usize) -> [Span; 3] {
+    let find = |kw: &[u8]| {
+        (from..args.len().saturating_sub(1))
+            .find(|&i| args.get(i).is_some_and(|a| a.eq_ignore_ascii_case(kw)))
+            .map_or_else(Span::default, |i| Span::one(i + 1))
+    };
+    [Span::one(1), find(b"STORE"), find(b"STOREDIST")]
 }
 
 /// MIGRATE: the key at 3, or with an empty key there, the keys after the KEYS option

@@ -69,6 +69,8 @@ pub(super) struct Conn {
     pub(super) info_changed: bool,
     /// Pub/sub subscriptions, once the client subscribed to something.
     pub(super) subs: Option<Subscriptions>,
+    /// An EXEC being sent runs these queued SELECTs (database, position).
+    pub(super) exec_select: Option<Vec<(u32, usize)>>,
 }
 
 /// Serves one client until it disconnects, sends QUIT, breaks the protocol, or shutdown.
@@ -115,6 +117,7 @@ pub async fn run(
         pin_reset: false,
         info_changed: false,
         subs: None,
+        exec_select: None,
         shared,
     };
     loop {
@@ -257,6 +260,11 @@ impl Conn {
                 Parsed::Multibulk { len } => (len, false),
                 Parsed::Inline { len } => (len, true),
             };
+            if self.must_start_round(off, len) {
+                // This request moves the client to another upstream connection: everything
+                // before it must complete first, so start it in a round of its own.
+                break;
+            }
             handled += 1;
             let (proto, db) = (self.session.proto, self.session.db);
             let skip = self.reply_mode == ReplyMode::Skip;
@@ -328,8 +336,11 @@ impl Conn {
                 self.push_ready(reply).await;
             }
             Pending::Reset(reply) => {
-                self.push_ready(reply).await;
+                self.flush_batch().await;
                 self.reset_state();
+                // RESET turns replies back on, its own included.
+                self.push_ready(reply).await;
+                return true;
             }
         }
         false
@@ -409,9 +420,20 @@ impl Conn {
                 });
             }
             let bytes = req();
+            let select = match route {
+                Route::Select => args
+                    .get(1)
+                    .and_then(parse_int)
+                    .and_then(|n| u32::try_from(n).ok()),
+                _ => None,
+            };
             if let Some(pin) = &mut self.pin {
                 pin.dirty |= !matches!(route, Route::Forward(_) | Route::Blocking | Route::Info);
                 pin.tx_writes.append(&mut queued_writes);
+                if let Some(db) = select {
+                    pin.queued_selects.push((db, pin.queued));
+                }
+                pin.queued += 1;
             }
             self.append(&bytes);
             return Pending::Batched;
@@ -526,6 +548,21 @@ impl Conn {
         }
     }
 
+    /// True when the request at `rbuf[off..off + len]` needs a dedicated connection (MULTI or
+    /// WATCH while not pinned, or a blocking command) and this round already sent requests
+    /// elsewhere: they could otherwise run after it.
+    fn must_start_round(&self, off: usize, len: usize) -> bool {
+        if self.batch_count == 0 && self.slots.is_empty() {
+            return false;
+        }
+        let args = self.parser.args(&self.rbuf[off..off + len]);
+        match commands::classify(&args) {
+            Route::Tx(Tx::Multi | Tx::Watch) => self.pin.is_none(),
+            Route::Blocking => true,
+            _ => false,
+        }
+    }
+
     /// The upstream connection this client's requests go to now.
     pub(super) fn target(&self) -> UpstreamConn {
         match &self.pin {
@@ -583,6 +620,7 @@ impl Conn {
         let writes = std::mem::take(&mut self.writes.keys);
         let writes_all = std::mem::take(&mut self.writes.all);
         let lane_barrier = std::mem::take(&mut self.writes.barrier);
+        let exec_select = self.exec_select.take();
         self.push_slot(Slot::Upstream {
             rx,
             count,
@@ -590,6 +628,7 @@ impl Conn {
             writes,
             writes_all,
             lane_barrier,
+            exec_select,
             blocking: None,
         });
     }

@@ -46,6 +46,9 @@ pub(super) enum Slot {
         writes_all: bool,
         /// Wait for the cache's tracking connection to catch up before replying (scripts).
         lane_barrier: bool,
+        /// The last request is an EXEC that runs these SELECTs (database, position): move the
+        /// client to the last one that succeeded.
+        exec_select: Option<Vec<(u32, usize)>>,
         blocking: Option<Blocking>,
     },
     /// An MGET with some values from the cache: `rx` brings the others, as one MGET reply
@@ -72,6 +75,32 @@ pub(super) enum Slot {
         conn: UpstreamConn,
         db: Option<u32>,
     },
+}
+
+/// The database the client is in after an EXEC whose reply is the last one in `replies`,
+/// given the SELECTs it queued: the last one answered `+OK` (none if EXEC did not run).
+fn selected_by_exec(replies: &[u8], selects: &[(u32, usize)]) -> Option<u32> {
+    let mut scanner = ReplyScanner::new();
+    let (mut last, mut start) = (0, 0);
+    while let Ok(Some(f)) = scanner.next_frame(replies) {
+        last = start;
+        start = f.end;
+    }
+    let exec = replies.get(last..)?.strip_prefix(b"*")?;
+    let cr = exec.iter().position(|&b| b == b'\r')?;
+    let body = exec.get(cr + 2..)?;
+    let mut scanner = ReplyScanner::new();
+    let mut elements = Vec::new();
+    let mut at = 0;
+    while let Ok(Some(f)) = scanner.next_frame(body) {
+        elements.push(&body[at..f.end]);
+        at = f.end;
+    }
+    selects
+        .iter()
+        .rev()
+        .find(|(_, i)| elements.get(*i) == Some(&&b"+OK\r\n"[..]))
+        .map(|(db, _)| *db)
 }
 
 /// Waits for every receiver (a closed one counts as done).
@@ -123,6 +152,7 @@ impl Conn {
                 writes,
                 writes_all,
                 lane_barrier,
+                exec_select,
                 blocking,
             } => {
                 let result = match blocking {
@@ -154,6 +184,12 @@ impl Conn {
                     if lane_barrier {
                         cache.sync_lane(self.shared.upstream.request_timeout).await;
                     }
+                }
+                if let (Some(selects), Ok(b)) = (exec_select, &result)
+                    && let Some(db) = selected_by_exec(b, &selects)
+                {
+                    self.session.db = db;
+                    self.info_changed = true;
                 }
                 match result {
                     Ok(b) => self.wbuf.extend_from_slice(&b),

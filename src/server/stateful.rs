@@ -25,6 +25,11 @@ pub(super) struct Pin {
     pub(super) dirty: bool,
     /// Keys written by commands queued in MULTI, invalidated again after EXEC.
     pub(super) tx_writes: Vec<Bytes>,
+    /// Commands queued since MULTI.
+    pub(super) queued: usize,
+    /// SELECTs queued in MULTI: (database, position in the transaction). At EXEC the client
+    /// moves to the last one that succeeded.
+    pub(super) queued_selects: Vec<(u32, usize)>,
 }
 
 impl Conn {
@@ -45,6 +50,8 @@ impl Conn {
                         watching: false,
                         dirty: false,
                         tx_writes: Vec::new(),
+                        queued: 0,
+                        queued_selects: Vec::new(),
                     });
                 }
                 Err(msg) => {
@@ -56,9 +63,17 @@ impl Conn {
                 }
             }
         }
+        let mut ends = false;
+        let mut exec_select = None;
         if let Some(pin) = &mut self.pin {
             match tx {
-                Tx::Multi => pin.in_multi = true,
+                Tx::Multi => {
+                    if !pin.in_multi {
+                        pin.queued = 0;
+                        pin.queued_selects.clear();
+                    }
+                    pin.in_multi = true;
+                }
                 // WATCH inside MULTI is an error that changes nothing.
                 Tx::Watch if !pin.in_multi => pin.watching = true,
                 // EXEC and DISCARD end a transaction and forget watched keys; without MULTI
@@ -66,13 +81,27 @@ impl Conn {
                 Tx::Exec | Tx::Discard if pin.in_multi => {
                     pin.in_multi = false;
                     pin.watching = false;
+                    let selects = std::mem::take(&mut pin.queued_selects);
+                    if tx == Tx::Exec && !selects.is_empty() {
+                        exec_select = Some(selects);
+                    }
+                    ends = true;
                 }
-                Tx::Unwatch if !pin.in_multi => pin.watching = false,
+                Tx::Unwatch if !pin.in_multi => {
+                    pin.watching = false;
+                    ends = true;
+                }
                 _ => {}
             }
         }
         self.append(&req);
-        false
+        if ends {
+            // The connection is released after this round: what follows goes elsewhere and
+            // must not overtake what was sent on it.
+            self.exec_select = exec_select;
+            self.flush_batch().await;
+        }
+        ends
     }
 
     /// A blocking command: alone on the pinned connection, or on a dedicated one of its own,
@@ -109,6 +138,7 @@ impl Conn {
             writes,
             writes_all: false,
             lane_barrier: false,
+            exec_select: None,
             blocking: Some(Blocking { dedicated }),
         });
         true
@@ -147,13 +177,14 @@ impl Conn {
                 .pin
                 .as_ref()
                 .is_some_and(|p| !p.in_multi && !p.watching);
-        self.pin_reset = false;
         if !done {
             return;
         }
+        let reset = std::mem::take(&mut self.pin_reset);
         if let Some(pin) = self.pin.take() {
             self.info_changed = true;
-            if !pin.dirty {
+            // After RESET the connection may still be in MULTI or watching: close it.
+            if !pin.dirty && !reset {
                 self.shared.upstream.release(pin.ded);
             }
         }

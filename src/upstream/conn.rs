@@ -255,7 +255,8 @@ async fn run(
                 }
                 status.lost();
                 status.disconnected(&cause);
-                if shutdown.is_cancelled() {
+                // Shut down, or every handle dropped: nothing left to serve.
+                if shutdown.is_cancelled() || rx.is_closed() {
                     return rx;
                 }
                 if !s.reconnect {

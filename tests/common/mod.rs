@@ -777,7 +777,7 @@ impl RedisCluster {
     pub fn start(masters: usize, replicas_per_master: usize) -> RedisCluster {
         let total = masters * (1 + replicas_per_master);
         let servers = (0..total).map(|_| Self::spawn_node()).collect();
-        let cluster = RedisCluster {
+        let mut cluster = RedisCluster {
             servers,
             masters,
             replicas_per_master,
@@ -933,7 +933,7 @@ impl RedisCluster {
                 .iter()
                 .any(|n| n.port == replica_port && n.is_master() && !n.slots.is_empty());
             if promoted && self.all_ok() {
-                return;
+                break;
             }
             assert!(
                 Instant::now() < deadline,
@@ -941,6 +941,8 @@ impl RedisCluster {
             );
             std::thread::sleep(Duration::from_millis(50));
         }
+        // The old master turns into a replica of the new one.
+        self.wait_healthy(Duration::from_secs(30));
     }
 
     /// Whether every live node says `cluster_state:ok`.
@@ -953,8 +955,9 @@ impl RedisCluster {
     }
 
     /// Waits until every live node is ok and sees all live nodes connected, the expected
-    /// number of masters with slots, and every replica attached (`master_link_status:up`).
-    pub fn wait_healthy(&self, limit: Duration) {
+    /// number of masters with slots, and every live replica attached (`master_link_status:up`).
+    /// Killed nodes are left out, so this also waits out a failover.
+    pub fn wait_healthy(&mut self, limit: Duration) {
         let deadline = Instant::now() + limit;
         let mut last = String::new();
         while Instant::now() < deadline {
@@ -967,10 +970,10 @@ impl RedisCluster {
         panic!("cluster not healthy after {limit:?}: {last}");
     }
 
-    fn health_problem(&self) -> Option<String> {
-        let total = self.masters * (1 + self.replicas_per_master);
-        for s in &self.servers {
-            let p = s.port;
+    fn health_problem(&mut self) -> Option<String> {
+        let live = self.live_nodes();
+        let total = live.len();
+        for p in live {
             let info = match try_sync_cmd(p, &["CLUSTER", "INFO"]) {
                 Ok(r) => reply_text(&r),
                 Err(e) => return Some(format!("{p}: {e}")),
@@ -987,7 +990,10 @@ impl RedisCluster {
                 .iter()
                 .filter(|n| n.is_master() && !n.slots.is_empty())
                 .count();
-            let replicas = nodes.iter().filter(|n| n.is_replica()).count();
+            let replicas = nodes
+                .iter()
+                .filter(|n| n.is_replica() && !n.is_troubled())
+                .count();
             if good != total || masters != self.masters || replicas != total - self.masters {
                 return Some(format!(
                     "{p} sees {good}/{total} good nodes, {masters} masters, {replicas} replicas"

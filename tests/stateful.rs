@@ -1,0 +1,1618 @@
+//! Stateful commands through corral against real Redis: transactions, blocking commands,
+//! scripts and functions, databases, and per-connection state (CLIENT REPLY/LIST/KILL,
+//! MONITOR, RESET).
+//!
+//! Most tests are scripts: a few clients (A, B, C...) take turns, and the same script runs
+//! against one Redis directly and against a second, identical Redis through corral. Every
+//! reply must be the same bytes, in RESP2 and RESP3, one request per write and pipelined.
+//! What a script cannot compare (corral's own CLIENT LIST, upstream connections left behind,
+//! MONITOR lines with times in them) is checked against corral alone.
+//!
+//! Script lines (see `Step::parse`):
+//! - `A: CMD args ; CMD args` sends the commands in one write and reads one reply each;
+//!   `=> name` at the end saves the reply's payload (bulk content or integer) for a later
+//!   `@name` argument; `#tag` marks the (last) reply for a test's own assertions, and `#any`
+//!   makes only its type compared (for ids).
+//! - `A> CMD args` sends a command that must block: the step waits until the server (Redis
+//!   itself, on either side) counts one more blocked client. `A<` reads its replies later.
+//! - `A~ CMD ; CMD` sends commands whose replies may be suppressed (CLIENT REPLY), then a
+//!   marker `ECHO`, and compares everything received up to the marker's reply.
+//! - `A: !closed` checks that the server closed A's connection.
+//! - `@addr:X` is client X's address as the server sees it.
+
+mod common;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use common::{
+    Deadline, RawClient, RedisServer, TestProxy, bulk, contains, encode, mask_hello_id,
+    parse_commands, poll_until, show,
+};
+use tokio::task::JoinSet;
+
+/// Bounds every wait for a server-side state change.
+const LIMIT: Duration = Duration::from_secs(10);
+
+// ---- the two sides ----
+
+/// Where a script's clients connect, and the Redis server that finally runs their commands
+/// (asked directly about blocked clients and connections).
+#[derive(Clone, Copy)]
+struct Side {
+    name: &'static str,
+    entry: SocketAddr,
+    server: SocketAddr,
+}
+
+/// Redis A reached directly, and Redis B behind corral.
+struct Pair {
+    direct: Side,
+    proxied: Side,
+    proxy: TestProxy,
+    _servers: (RedisServer, RedisServer),
+}
+
+impl Pair {
+    async fn start() -> Pair {
+        Self::start_with(|_| {}).await
+    }
+
+    async fn start_with(tweak: impl FnOnce(&mut corral::Config)) -> Pair {
+        let a = RedisServer::start();
+        let b = RedisServer::start();
+        let proxy = TestProxy::start_with(&b.url(), tweak).await;
+        Pair {
+            direct: Side {
+                name: "redis",
+                entry: a.addr(),
+                server: a.addr(),
+            },
+            proxied: Side {
+                name: "corral",
+                entry: proxy.addr,
+                server: b.addr(),
+            },
+            proxy,
+            _servers: (a, b),
+        }
+    }
+}
+
+async fn connect(addr: SocketAddr) -> RawClient {
+    RawClient::connect(addr).await.expect("connect")
+}
+
+/// A client of `addr`, switched to RESP3 first when asked (HELLO's reply checked loosely:
+/// scripts compare it themselves).
+async fn client(addr: SocketAddr, resp3: bool) -> RawClient {
+    let mut c = connect(addr).await;
+    if resp3 {
+        let r = c.request(&[b"HELLO", b"3"]).await;
+        assert!(r.starts_with(b"%"), "HELLO 3: {}", show(&r));
+    }
+    c
+}
+
+/// Sends one command line, reading the reply with the scanner that copes with every reply.
+async fn call(c: &mut RawClient, line: &str) -> Vec<u8> {
+    let cmds = parse_commands(line);
+    let argv: Vec<&[u8]> = cmds[0].iter().map(Vec::as_slice).collect();
+    c.send(&encode(&argv)).await;
+    c.read_resp().await
+}
+
+/// The text of a bulk (`$`) or verbatim (`=`, `txt:` prefix) reply.
+fn text_of(reply: &[u8]) -> String {
+    let body_at = reply.windows(2).position(|w| w == b"\r\n").expect("header") + 2;
+    assert!(
+        matches!(reply[0], b'$' | b'='),
+        "not a string reply: {}",
+        show(reply)
+    );
+    let mut body = &reply[body_at..reply.len() - 2];
+    if reply[0] == b'=' {
+        body = &body[4..];
+    }
+    String::from_utf8_lossy(body).into_owned()
+}
+
+/// `blocked_clients` from the server's INFO.
+async fn blocked_clients(admin: &mut RawClient) -> usize {
+    let info = text_of(&call(admin, "INFO clients").await);
+    info.lines()
+        .find_map(|l| l.strip_prefix("blocked_clients:"))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no blocked_clients in {info}"))
+}
+
+/// The server's `CLIENT LIST TYPE normal` lines, without the asking connection's own.
+async fn normal_clients(admin: &mut RawClient) -> Vec<String> {
+    let me = String::from_utf8_lossy(&call(admin, "CLIENT ID").await).into_owned();
+    let me = format!("id={} ", me.trim_start_matches(':').trim());
+    text_of(&call(admin, "CLIENT LIST TYPE normal").await)
+        .lines()
+        .filter(|l| !l.starts_with(&me))
+        .map(str::to_string)
+        .collect()
+}
+
+/// The `name=value` field of a CLIENT LIST line.
+fn field<'a>(line: &'a str, name: &str) -> Option<&'a str> {
+    line.split(' ')
+        .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+}
+
+// ---- scripts ----
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Op {
+    /// `X:` send and read.
+    Call,
+    /// `X>` send a command that blocks.
+    Block,
+    /// `X<` read a blocked client's replies.
+    Collect,
+    /// `X~` send, then read up to a marker.
+    Silent,
+    /// `X: !closed`
+    Closed,
+}
+
+struct Step {
+    who: char,
+    op: Op,
+    cmds: Vec<Vec<Vec<u8>>>,
+    save: Option<String>,
+    tag: Option<String>,
+}
+
+impl Step {
+    fn parse(line: &str) -> Step {
+        let mut chars = line.chars();
+        let (who, op) = (chars.next().expect("client"), chars.next().expect("op"));
+        let mut rest = chars.as_str().trim();
+        let mut tag = None;
+        let split = match rest.strip_prefix('#') {
+            Some(t) => Some(("", t)),
+            None => rest.rsplit_once(" #"),
+        };
+        if let Some((before, t)) = split
+            && !t.contains([' ', '"'])
+        {
+            tag = Some(t.to_string());
+            rest = before.trim();
+        }
+        let mut save = None;
+        if let Some((before, name)) = rest.rsplit_once(" => ") {
+            save = Some(name.to_string());
+            rest = before;
+        }
+        let op = match (op, rest) {
+            (':', "!closed") => Op::Closed,
+            (':', _) => Op::Call,
+            ('>', _) => Op::Block,
+            ('<', _) => Op::Collect,
+            ('~', _) => Op::Silent,
+            _ => panic!("bad script line {line:?}"),
+        };
+        Step {
+            who,
+            op,
+            cmds: parse_commands(rest),
+            save,
+            tag,
+        }
+    }
+}
+
+/// How `X:` steps are written.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Mode {
+    /// One write per step.
+    OneByOne,
+    /// Consecutive steps of one client in one write.
+    Pipelined,
+}
+
+/// One reply a script received.
+struct Reply {
+    label: String,
+    tag: Option<String>,
+    bytes: Vec<u8>,
+}
+
+fn show_cmd(cmd: &[Vec<u8>]) -> String {
+    let words: Vec<String> = cmd
+        .iter()
+        .map(|a| String::from_utf8_lossy(&a[..a.len().min(50)]).into_owned())
+        .collect();
+    words.join(" ")
+}
+
+/// Reply of the `ECHO` that ends a `~` step.
+const MARKER: &[u8] = b"$7\r\n~marker\r\n";
+
+/// Runs a script against one side.
+struct Runner {
+    side: Side,
+    resp3: bool,
+    clients: HashMap<char, RawClient>,
+    saved: HashMap<String, Vec<u8>>,
+    /// Labels of the replies each client still owes (`X>` steps).
+    pending: HashMap<char, Vec<String>>,
+    admin: RawClient,
+    replies: Vec<Reply>,
+}
+
+impl Runner {
+    async fn new(side: Side, resp3: bool) -> Runner {
+        Runner {
+            side,
+            resp3,
+            clients: HashMap::new(),
+            saved: HashMap::new(),
+            pending: HashMap::new(),
+            admin: connect(side.server).await,
+            replies: Vec::new(),
+        }
+    }
+
+    /// Client `who`, connected (and switched to RESP3, the reply recorded) on first use.
+    async fn client(&mut self, who: char) -> &mut RawClient {
+        if !self.clients.contains_key(&who) {
+            let mut c = connect(self.side.entry).await;
+            if self.resp3 {
+                c.send(&encode(&[b"HELLO", b"3"])).await;
+                let r = c.read_resp().await;
+                self.record(format!("{who}: HELLO 3"), None, mask_hello_id(&r));
+            }
+            self.clients.insert(who, c);
+        }
+        self.clients.get_mut(&who).expect("just connected")
+    }
+
+    fn record(&mut self, label: String, tag: Option<String>, mut bytes: Vec<u8>) {
+        if tag.as_deref() == Some("any") {
+            // Differs between two servers by nature (an id): only its type is compared.
+            bytes.truncate(1);
+            bytes.extend_from_slice(b"<any>");
+        }
+        self.replies.push(Reply { label, tag, bytes });
+    }
+
+    /// Replaces `@name` and `@addr:X` arguments.
+    async fn resolve(&mut self, cmd: &[Vec<u8>]) -> Vec<Vec<u8>> {
+        let mut out = Vec::with_capacity(cmd.len());
+        for arg in cmd {
+            let Some(name) = arg.strip_prefix(b"@") else {
+                out.push(arg.clone());
+                continue;
+            };
+            let name = String::from_utf8_lossy(name).into_owned();
+            if let Some(who) = name.strip_prefix("addr:") {
+                let who = who.chars().next().expect("client letter");
+                let addr = self.client(who).await.stream.local_addr().expect("addr");
+                out.push(addr.to_string().into_bytes());
+            } else {
+                let v = self.saved.get(&name);
+                out.push(
+                    v.unwrap_or_else(|| panic!("nothing saved as {name}"))
+                        .clone(),
+                );
+            }
+        }
+        out
+    }
+
+    /// Encodes the commands (placeholders resolved) into one write, with their labels.
+    async fn encode_all(&mut self, who: char, op: char, cmds: &[Vec<Vec<u8>>]) -> Encoded {
+        let mut bytes = Vec::new();
+        let mut labels = Vec::new();
+        for cmd in cmds {
+            let args = self.resolve(cmd).await;
+            let argv: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+            bytes.extend_from_slice(&encode(&argv));
+            labels.push(format!("{who}{op} {}", show_cmd(cmd)));
+        }
+        (bytes, labels)
+    }
+
+    /// Reads one reply of client `who`; a failure names the side and the request.
+    async fn read(&mut self, who: char, label: &str) -> Vec<u8> {
+        let side = self.side.name;
+        let c = self.client(who).await;
+        c.try_read_resp()
+            .await
+            .unwrap_or_else(|e| panic!("{side}: reply to `{label}`: {e}"))
+    }
+
+    async fn run(&mut self, steps: &[Step], mode: Mode) {
+        let mut i = 0;
+        while i < steps.len() {
+            let step = &steps[i];
+            let who = step.who;
+            match step.op {
+                Op::Call => {
+                    // Pipelined: this step and the following ones of the same client, up to
+                    // one whose reply is saved for later steps.
+                    let mut group = vec![step];
+                    while mode == Mode::Pipelined
+                        && group.last().is_some_and(|s| s.save.is_none())
+                        && steps
+                            .get(i + group.len())
+                            .is_some_and(|s| s.who == who && s.op == Op::Call)
+                    {
+                        group.push(&steps[i + group.len()]);
+                    }
+                    i += group.len();
+                    let mut bytes = Vec::new();
+                    let mut labels = Vec::new();
+                    for s in &group {
+                        let (b, l) = self.encode_all(who, ':', &s.cmds).await;
+                        bytes.extend_from_slice(&b);
+                        // A tag belongs to the step's last reply.
+                        let last = l.len() - 1;
+                        let tags = (0..l.len()).map(|i| s.tag.clone().filter(|_| i == last));
+                        labels.extend(l.into_iter().zip(tags));
+                    }
+                    self.client(who).await.send(&bytes).await;
+                    let mut got = Vec::new();
+                    for (label, _) in &labels {
+                        got.push(self.read(who, label).await);
+                    }
+                    let last = group.last().expect("a step");
+                    if let Some(name) = &last.save {
+                        let payload = payload(got.last().expect("a reply"));
+                        self.saved.insert(name.clone(), payload);
+                    }
+                    for ((label, tag), bytes) in labels.into_iter().zip(got) {
+                        let bytes = if label.contains(": HELLO") {
+                            mask_hello_id(&bytes)
+                        } else {
+                            bytes
+                        };
+                        self.record(label, tag, bytes);
+                    }
+                    continue;
+                }
+                Op::Block => {
+                    let before = blocked_clients(&mut self.admin).await;
+                    let (bytes, labels) = self.encode_all(who, '>', &step.cmds).await;
+                    self.client(who).await.send(&bytes).await;
+                    self.pending.entry(who).or_default().extend(labels);
+                    let deadline = Deadline::new(LIMIT, "a command to block");
+                    while blocked_clients(&mut self.admin).await != before + 1 {
+                        deadline.pause().await;
+                    }
+                }
+                Op::Collect => {
+                    let labels = self.pending.remove(&who).unwrap_or_default();
+                    assert!(!labels.is_empty(), "{who}< with nothing pending");
+                    let last = labels.len() - 1;
+                    for (i, label) in labels.into_iter().enumerate() {
+                        let r = self.read(who, &label).await;
+                        self.record(label, step.tag.clone().filter(|_| i == last), r);
+                    }
+                }
+                Op::Silent => {
+                    let mut writes = Vec::new();
+                    let mut labels = Vec::new();
+                    for cmd in &step.cmds {
+                        let (b, l) = self.encode_all(who, '~', std::slice::from_ref(cmd)).await;
+                        writes.push(b);
+                        labels.extend(l);
+                    }
+                    if mode == Mode::Pipelined {
+                        writes = vec![writes.concat()];
+                    }
+                    let c = self.client(who).await;
+                    for w in writes {
+                        c.send(&w).await;
+                    }
+                    c.send(&encode(&[b"ECHO", b"~marker"])).await;
+                    let mut got = Vec::new();
+                    let label = labels.join(" ; ");
+                    loop {
+                        let r = self.read(who, &label).await;
+                        if r == MARKER {
+                            break;
+                        }
+                        got.extend_from_slice(&r);
+                    }
+                    self.record(label, step.tag.clone(), got);
+                }
+                Op::Closed => {
+                    let closed = self.client(who).await.is_closed().await;
+                    let what: &[u8] = if closed { b"<closed>" } else { b"<open>" };
+                    self.record(format!("{who}: !closed"), None, what.to_vec());
+                }
+            }
+            i += 1;
+        }
+        for (who, labels) in &self.pending {
+            assert!(labels.is_empty(), "{who} still owes replies to {labels:?}");
+        }
+    }
+}
+
+/// Request bytes and one label per request.
+type Encoded = (Vec<u8>, Vec<String>);
+
+/// What a saved reply stands for as an argument: a bulk string's content, an integer's digits.
+fn payload(reply: &[u8]) -> Vec<u8> {
+    let body_at = reply.windows(2).position(|w| w == b"\r\n").expect("header") + 2;
+    match reply[0] {
+        b'$' => reply[body_at..reply.len() - 2].to_vec(),
+        b':' => reply[1..body_at - 2].to_vec(),
+        _ => panic!("cannot save {}", show(reply)),
+    }
+}
+
+/// Empties a side: all databases, scripts and functions (through the side's entry, so
+/// corral's cache sees the flush too).
+async fn wipe(side: Side) {
+    let mut c = connect(side.entry).await;
+    for line in ["FLUSHALL", "FUNCTION FLUSH", "SCRIPT FLUSH"] {
+        let r = call(&mut c, line).await;
+        assert_eq!(show(&r), show(b"+OK\r\n"), "{} {line}", side.name);
+    }
+}
+
+/// Runs `script` on both sides (each wiped first) and asserts every reply is the same bytes.
+/// Returns corral's replies.
+async fn check(pair: &Pair, name: &str, script: &[&str], resp3: bool, mode: Mode) -> Vec<Reply> {
+    let steps: Vec<Step> = script.iter().map(|l| Step::parse(l)).collect();
+    let mut results = Vec::new();
+    for side in [pair.direct, pair.proxied] {
+        wipe(side).await;
+        let mut r = Runner::new(side, resp3).await;
+        r.run(&steps, mode).await;
+        results.push(r.replies);
+    }
+    let proxied = results.pop().expect("corral's replies");
+    let direct = results.pop().expect("redis's replies");
+    let proto = if resp3 { "RESP3" } else { "RESP2" };
+    let mismatches: Vec<String> = direct
+        .iter()
+        .zip(&proxied)
+        .enumerate()
+        .filter(|(_, (d, p))| d.bytes != p.bytes || d.label != p.label)
+        .map(|(i, (d, p))| {
+            format!(
+                "#{i} `{}`\n   redis: {}\n  corral: {}",
+                d.label,
+                show(&d.bytes),
+                show(&p.bytes)
+            )
+        })
+        .collect();
+    assert!(
+        mismatches.is_empty(),
+        "script {name} ({proto}, {mode:?}): {} replies differ:\n{}",
+        mismatches.len(),
+        mismatches.join("\n")
+    );
+    assert_eq!(direct.len(), proxied.len(), "script {name}: reply count");
+    proxied
+}
+
+/// Runs each named script in RESP2 and RESP3.
+async fn check_all(pair: &Pair, scripts: &[(&str, &[&str])], mode: Mode) {
+    for (name, script) in scripts {
+        for resp3 in [false, true] {
+            check(pair, name, script, resp3, mode).await;
+        }
+    }
+}
+
+/// The reply tagged `tag`.
+fn tagged<'a>(replies: &'a [Reply], tag: &str) -> &'a [u8] {
+    let r = replies.iter().find(|r| r.tag.as_deref() == Some(tag));
+    &r.unwrap_or_else(|| panic!("no reply tagged {tag}")).bytes
+}
+
+// ---- 1. transactions ----
+
+const TX_SCRIPTS: &[(&str, &[&str])] = &[
+    (
+        "success",
+        &[
+            "A: MULTI",
+            "A: SET tx:a 1",
+            "A: INCR tx:a",
+            "A: GET tx:a",
+            "A: PING",
+            "A: ECHO inside",
+            "A: EXEC",
+            "A: GET tx:a",
+            // Back to normal: a second transaction on the same client.
+            "A: MULTI ; INCR tx:a ; EXEC",
+        ],
+    ),
+    (
+        "queued errors abort EXEC",
+        &[
+            "A: MULTI",
+            "A: SET tx:b 1",
+            "A: NOSUCHCOMMAND x",
+            "A: EXEC",
+            "A: GET tx:b",
+            "A: MULTI",
+            "A: SET tx:b 2",
+            "A: GET",
+            "A: SET tx:b",
+            "A: EXEC",
+            "A: GET tx:b",
+        ],
+    ),
+    (
+        "runtime error inside EXEC",
+        &[
+            "A: SET tx:c notanumber",
+            "A: MULTI",
+            "A: INCR tx:c",
+            "A: SET tx:d ok",
+            "A: LPUSH tx:c x",
+            "A: EXEC",
+            "A: GET tx:d",
+        ],
+    ),
+    (
+        "discard",
+        &[
+            "A: MULTI",
+            "A: SET tx:e x",
+            "A: DISCARD",
+            "A: GET tx:e",
+            "A: EXEC",
+            "A: DISCARD",
+            "A: DISCARD extra",
+            "A: EXEC",
+        ],
+    ),
+    (
+        "nested MULTI and WATCH inside MULTI",
+        &[
+            "A: MULTI",
+            "A: MULTI",
+            "A: SET tx:f 1",
+            "A: WATCH tx:f",
+            "A: EXEC",
+            "A: GET tx:f",
+            "A: MULTI extra",
+            "A: WATCH",
+        ],
+    ),
+    (
+        "WATCH aborted by another client",
+        &[
+            "A: WATCH tx:h",
+            "A: GET tx:h",
+            "B: SET tx:h theirs",
+            "A: MULTI",
+            "A: SET tx:h mine",
+            "A: EXEC #abort",
+            "A: GET tx:h",
+            // The aborted transaction forgot the watch: the next one succeeds.
+            "A: MULTI",
+            "A: SET tx:h mine",
+            "A: EXEC",
+            "B: GET tx:h",
+        ],
+    ),
+    (
+        "WATCH then UNWATCH",
+        &[
+            "A: WATCH tx:i tx:i2",
+            "B: SET tx:i theirs",
+            "A: UNWATCH",
+            "A: MULTI",
+            "A: SET tx:i mine",
+            "A: EXEC #unwatched",
+            "B: GET tx:i",
+            // A watch nobody breaks.
+            "A: WATCH tx:j",
+            "A: MULTI",
+            "A: INCR tx:j",
+            "A: EXEC",
+        ],
+    ),
+    (
+        "others see queued writes only after EXEC",
+        &[
+            "B: SET tx:k old",
+            "A: MULTI",
+            "A: SET tx:k new",
+            "B: GET tx:k",
+            "B: GET tx:k",
+            "A: EXEC",
+            "B: GET tx:k",
+        ],
+    ),
+    (
+        // Whole transactions in one write each (every family runs fully pipelined in
+        // `every_family_pipelined_matches_redis`).
+        "transactions in one write",
+        &[
+            "A: SET txp:c notanumber",
+            "A: MULTI ; SET txp:a 1 ; INCR txp:a ; GET txp:a ; EXEC",
+            "A: MULTI ; SET txp:b 1 ; NOSUCHCOMMAND x ; GET ; EXEC",
+            "A: MULTI ; INCR txp:c ; SET txp:d ok ; EXEC",
+            "A: MULTI ; SET txp:e x ; DISCARD",
+            "A: EXEC ; DISCARD",
+            "A: MULTI ; MULTI ; WATCH txp:f ; SET txp:f 1 ; EXEC",
+            "A: WATCH txp:h ; GET txp:h",
+            "B: SET txp:h theirs",
+            "A: MULTI ; SET txp:h mine ; EXEC #pabort",
+            "A: WATCH txp:i",
+            "B: SET txp:i theirs",
+            "A: UNWATCH ; MULTI ; SET txp:i mine ; EXEC",
+            "A: GET txp:a ; GET txp:b ; GET txp:d ; GET txp:e ; GET txp:h ; GET txp:i",
+        ],
+    ),
+    (
+        "a hot key written in a transaction",
+        &[
+            "A: SET tx:hot v1",
+            "B: GET tx:hot",
+            "B: GET tx:hot",
+            "B: GET tx:hot",
+            "B: GET tx:hot",
+            "B: GET tx:hot",
+            "B: GET tx:hot",
+            "A: MULTI",
+            "A: SET tx:hot v2",
+            "A: EXEC",
+            "B: GET tx:hot",
+            "A: GET tx:hot",
+            "A: WATCH tx:hot",
+            "A: MULTI",
+            "A: DEL tx:hot",
+            "A: EXEC",
+            "B: GET tx:hot",
+        ],
+    ),
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transactions_match_redis() {
+    let pair = Pair::start().await;
+    check_all(&pair, TX_SCRIPTS, Mode::OneByOne).await;
+    // The comparisons above would also pass if both sides did something else than meant:
+    // pin down the replies that show WATCH working.
+    let watch = TX_SCRIPTS
+        .iter()
+        .find(|(n, _)| n.starts_with("WATCH aborted"));
+    let unwatch = TX_SCRIPTS.iter().find(|(n, _)| n.starts_with("WATCH then"));
+    for resp3 in [false, true] {
+        let (name, script) = watch.expect("script");
+        let r = check(&pair, name, script, resp3, Mode::OneByOne).await;
+        let nil: &[u8] = if resp3 { b"_\r\n" } else { b"*-1\r\n" };
+        assert_eq!(show(tagged(&r, "abort")), show(nil), "aborted EXEC");
+        let (name, script) = TX_SCRIPTS
+            .iter()
+            .find(|(n, _)| *n == "transactions in one write")
+            .expect("script");
+        let r = check(&pair, name, script, resp3, Mode::OneByOne).await;
+        assert_eq!(
+            show(tagged(&r, "pabort")),
+            show(nil),
+            "aborted pipelined EXEC"
+        );
+        let (name, script) = unwatch.expect("script");
+        let r = check(&pair, name, script, resp3, Mode::Pipelined).await;
+        assert_eq!(show(tagged(&r, "unwatched")), show(b"*1\r\n+OK\r\n"));
+    }
+    pair.proxy.stop().await;
+}
+
+// ---- 2. blocking commands ----
+
+const BLOCKING_SCRIPTS: &[(&str, &[&str])] = &[
+    (
+        "lists",
+        &[
+            "A> BLPOP bl:l 0",
+            "B: RPUSH bl:l v1 v2",
+            "A< #blpop",
+            "B: LRANGE bl:l 0 -1",
+            // Served at once, and timing out.
+            "A: BLPOP bl:l 0.2",
+            "A: BLPOP bl:none 0.2",
+            "A: BRPOP bl:none bl:none2 0.1",
+            "A> BRPOP bl:r 0",
+            "B: LPUSH bl:r x",
+            "A<",
+            "A> BLMOVE bl:src bl:dst LEFT RIGHT 0",
+            "B: RPUSH bl:src m",
+            "A<",
+            "B: LRANGE bl:dst 0 -1",
+            "A> BRPOPLPUSH bl:src2 bl:dst 0",
+            "B: RPUSH bl:src2 n",
+            "A<",
+            "A> BLMPOP 0 2 bl:m1 bl:m2 LEFT COUNT 2",
+            "B: RPUSH bl:m2 a b c",
+            "A<",
+            "A: BLMPOP 0.1 1 bl:none RIGHT",
+            // Errors are immediate.
+            "A: BLPOP bl:l -1",
+            "A: BLPOP bl:l notanumber",
+            "A: BLPOP",
+            "B: SET bl:str x",
+            "A: BLPOP bl:str 0",
+        ],
+    ),
+    (
+        "sorted sets",
+        &[
+            "A> BZPOPMIN bl:z 0",
+            "B: ZADD bl:z 1.5 m",
+            "A<",
+            "A> BZPOPMAX bl:z2 0",
+            "B: ZADD bl:z2 2 n 3 o",
+            "A<",
+            "A> BZMPOP 0 1 bl:z3 MIN COUNT 5",
+            "B: ZADD bl:z3 1 a 2 b",
+            "A<",
+            "A: BZPOPMIN bl:none 0.1",
+        ],
+    ),
+    (
+        "streams",
+        &[
+            "A> XREAD BLOCK 0 STREAMS bl:s $",
+            "B: XADD bl:s 1-1 f v",
+            "A<",
+            "A: XREAD BLOCK 100 STREAMS bl:s2 $",
+            "A: XREAD BLOCK 0 STREAMS bl:s 0",
+            "A: XGROUP CREATE bl:s3 g $ MKSTREAM",
+            "A> XREADGROUP GROUP g c BLOCK 0 STREAMS bl:s3 >",
+            "B: XADD bl:s3 1-1 f v",
+            "A<",
+            "A: WAIT 0 0",
+            "A: WAIT 1 50",
+        ],
+    ),
+    (
+        "requests pipelined after a blocked one wait for it",
+        &[
+            "A> BLPOP bl:p 0 ; GET bl:after ; PING",
+            "B: SET bl:after yes",
+            "B: RPUSH bl:p x",
+            "A<",
+        ],
+    ),
+    (
+        "two blocked clients are served in order",
+        &[
+            "A> BLPOP bl:q 0",
+            "C> BLPOP bl:q 0",
+            "B: RPUSH bl:q 1 2",
+            "A<",
+            "C<",
+        ],
+    ),
+    (
+        "blocking commands in transactions",
+        &[
+            // Inside MULTI nothing blocks.
+            "A: MULTI",
+            "A: BLPOP bl:none 0",
+            "A: XREAD BLOCK 0 STREAMS bl:nos $",
+            "A: EXEC",
+            // While watching, a blocking command runs on the pinned connection.
+            "A: WATCH bl:w",
+            "A> BLPOP bl:w2 0",
+            "B: RPUSH bl:w2 x",
+            "A<",
+            "A: MULTI",
+            "A: SET bl:w mine",
+            "A: EXEC",
+        ],
+    ),
+    (
+        "blocking commands in scripts do not block",
+        &[
+            "A: EVAL \"return redis.call('BLPOP', KEYS[1], 0)\" 1 bl:none",
+            "A: RPUSH bl:e x",
+            "A: EVAL \"return redis.call('BLPOP', KEYS[1], 0)\" 1 bl:e",
+        ],
+    ),
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blocking_commands_match_redis() {
+    let pair = Pair::start().await;
+    check_all(&pair, BLOCKING_SCRIPTS, Mode::OneByOne).await;
+    let r = check(&pair, "lists", BLOCKING_SCRIPTS[0].1, false, Mode::OneByOne).await;
+    assert_eq!(
+        show(tagged(&r, "blpop")),
+        show(b"*2\r\n$4\r\nbl:l\r\n$2\r\nv1\r\n")
+    );
+    pair.proxy.stop().await;
+}
+
+/// A BLPOP waits while 100 other clients work through corral; every one of them is
+/// answered before the BLPOP is served by a later push.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blocked_client_holds_up_nobody() {
+    let pair = Pair::start().await;
+    let mut admin = connect(pair.proxied.server).await;
+    for resp3 in [false, true] {
+        let mut blocker = client(pair.proxy.addr, resp3).await;
+        blocker.send(&encode(&[b"BLPOP", b"busy", b"0"])).await;
+        poll_until(LIMIT, "the BLPOP to block", || {
+            let server = pair.proxied.server;
+            async move {
+                let mut a = connect(server).await;
+                (blocked_clients(&mut a).await == 1).then_some(())
+            }
+        })
+        .await;
+
+        let mut workers = JoinSet::new();
+        for i in 0..100 {
+            let addr = pair.proxy.addr;
+            workers.spawn(async move {
+                let mut c = client(addr, resp3).await;
+                let key = format!("busy:{i}");
+                for j in 0..10 {
+                    let v = format!("v{j}");
+                    let set = c.request(&[b"SET", key.as_bytes(), v.as_bytes()]).await;
+                    assert_eq!(show(&set), show(b"+OK\r\n"), "client {i} SET");
+                    let get = c.request(&[b"GET", key.as_bytes()]).await;
+                    assert_eq!(show(&get), show(&bulk(&v)), "client {i} GET");
+                }
+            });
+        }
+        let mut done = 0;
+        while let Some(r) = workers.join_next().await {
+            r.expect("a worker failed");
+            done += 1;
+        }
+        assert_eq!(done, 100);
+
+        // All answered while the BLPOP is still waiting, on Redis and on the client's side.
+        assert_eq!(blocked_clients(&mut admin).await, 1, "BLPOP still blocked");
+        assert!(
+            !blocker.has_pending_reply(),
+            "BLPOP answered before the push"
+        );
+        let mut pusher = client(pair.proxy.addr, resp3).await;
+        assert_eq!(
+            show(&pusher.request(&[b"RPUSH", b"busy", b"x"]).await),
+            show(b":1\r\n")
+        );
+        assert_eq!(
+            show(&blocker.read_resp().await),
+            show(b"*2\r\n$4\r\nbusy\r\n$1\r\nx\r\n"),
+            "BLPOP served by the push"
+        );
+    }
+    pair.proxy.stop().await;
+}
+
+/// Polls Redis B's normal connections (without the asking one) until `done` holds for
+/// their CLIENT LIST lines; panics with the lines after [`LIMIT`].
+async fn wait_lines(admin: &mut RawClient, what: &str, done: impl Fn(&[String]) -> bool) {
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        let lines = normal_clients(admin).await;
+        if done(&lines) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}; upstream connections: {lines:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A client that goes away while blocked takes its upstream connection with it, whether it
+/// disconnects or is killed with CLIENT KILL; a served blocking command may leave its
+/// connection idle for reuse, but never more than one for sequential commands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_gone_while_blocked_leaves_no_upstream_connection() {
+    let pair = Pair::start().await;
+    let mut admin = connect(pair.proxied.server).await;
+    // Both protocols' shared connections in use before counting.
+    for resp3 in [false, true] {
+        let mut c = client(pair.proxy.addr, resp3).await;
+        let r = call(&mut c, "GET warm").await;
+        assert!(r == b"$-1\r\n" || r == b"_\r\n", "GET warm: {}", show(&r));
+    }
+    let baseline = normal_clients(&mut admin).await.len();
+    let is_blpop = |l: &str| field(l, "cmd") == Some("blpop");
+
+    for (round, resp3) in [(0, false), (1, true), (2, false)] {
+        let mut blocked = client(pair.proxy.addr, resp3).await;
+        let id = call(&mut blocked, "CLIENT ID").await;
+        let id = String::from_utf8_lossy(&id[1..id.len() - 2]).into_owned();
+        blocked.send(&encode(&[b"BLPOP", b"gone:list", b"0"])).await;
+        let blpops = |lines: &[String]| lines.iter().filter(|l| is_blpop(l)).count();
+        wait_lines(
+            &mut admin,
+            "one more upstream connection, in BLPOP",
+            |lines| lines.len() == baseline + 1 && blpops(lines) == 1,
+        )
+        .await;
+        if round == 1 {
+            // Killed by another corral client.
+            let mut killer = client(pair.proxy.addr, false).await;
+            let r = call(&mut killer, &format!("CLIENT KILL ID {id}")).await;
+            assert_eq!(
+                show(&r),
+                show(b":1\r\n"),
+                "CLIENT KILL ID of the blocked client"
+            );
+            assert!(blocked.is_closed().await, "killed client still connected");
+        } else {
+            drop(blocked);
+        }
+        // A dedicated connection left blocked upstream would be a leak (it stays in BLPOP
+        // until someone pushes, then pops an element for nobody).
+        wait_lines(
+            &mut admin,
+            "the blocked client's upstream connection to close",
+            |lines| lines.len() == baseline && blpops(lines) == 0,
+        )
+        .await;
+    }
+
+    // Served blocking commands, one after another: at most one connection kept for reuse.
+    let mut c = connect(pair.proxy.addr).await;
+    for i in 0..5 {
+        call(&mut c, "RPUSH served:list x").await;
+        let r = call(&mut c, "BLPOP served:list 0").await;
+        assert_eq!(
+            show(&r),
+            show(b"*2\r\n$11\r\nserved:list\r\n$1\r\nx\r\n"),
+            "#{i}"
+        );
+    }
+    let now = normal_clients(&mut admin).await.len();
+    assert!(
+        now <= baseline + 1,
+        "5 sequential BLPOPs left {} extra upstream connections",
+        now - baseline
+    );
+    pair.proxy.stop().await;
+}
+
+/// A client that disconnects inside MULTI or while watching leaves no transaction behind on
+/// the upstream: its pinned connection is closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_gone_mid_transaction_leaves_no_upstream_connection() {
+    let pair = Pair::start().await;
+    let mut admin = connect(pair.proxied.server).await;
+    let mut warm = connect(pair.proxy.addr).await;
+    call(&mut warm, "GET warm").await;
+    let baseline = normal_clients(&mut admin).await.len();
+    let in_multi = |l: &String| field(l, "flags").is_some_and(|f| f.contains('x'));
+    for (name, lines) in [
+        ("MULTI", &["MULTI", "SET gone:k 1"][..]),
+        ("WATCH", &["WATCH gone:k"][..]),
+    ] {
+        let mut c = connect(pair.proxy.addr).await;
+        for line in lines {
+            let r = call(&mut c, line).await;
+            assert!(
+                r == b"+OK\r\n" || r == b"+QUEUED\r\n",
+                "{line}: {}",
+                show(&r)
+            );
+        }
+        wait_lines(&mut admin, "the pinned connection", |l| {
+            l.len() == baseline + 1 && (name != "MULTI" || l.iter().any(in_multi))
+        })
+        .await;
+        drop(c);
+        wait_lines(&mut admin, "the pinned connection to close", |l| {
+            l.len() == baseline && !l.iter().any(in_multi)
+        })
+        .await;
+    }
+    // The queued SET never ran.
+    let r = call(&mut warm, "EXISTS gone:k").await;
+    assert_eq!(show(&r), show(b":0\r\n"));
+    pair.proxy.stop().await;
+}
+
+// ---- 3. scripts and functions ----
+
+/// FUNCTION LOAD of a library with one read-only function, and of one with a writing
+/// function (a library's functions, and FUNCTION LIST/DUMP of several libraries, come in
+/// hash-table order, which differs between two servers: one function each, one library
+/// dumped).
+macro_rules! load_lib_r {
+    () => {
+        "A: FUNCTION LOAD \"#!lua name=libr\nredis.register_function{function_name='myget', \
+         callback=function(k, a) return redis.call('GET', k[1]) end, flags={'no-writes'}}\""
+    };
+}
+macro_rules! load_lib_w {
+    () => {
+        "A: FUNCTION LOAD \"#!lua name=libw\nredis.register_function('myset', \
+         function(k, a) return redis.call('SET', k[1], a[1]) end)\""
+    };
+}
+
+const SCRIPTING_SCRIPTS: &[(&str, &[&str])] = &[
+    (
+        "eval",
+        &[
+            "A: EVAL \"return redis.call('SET', KEYS[1], ARGV[1])\" 1 sc:k v1",
+            "A: EVAL \"return redis.call('GET', KEYS[1])\" 1 sc:k",
+            "A: EVAL \"return {1, 'two', {3, false}, 4.5}\" 0",
+            "A: EVAL \"return redis.error_reply('custom failure')\" 0",
+            "A: EVAL \"return redis.call('INCR', KEYS[1])\" 1 sc:k",
+            "A: EVAL \"return redis.pcall('INCR', KEYS[1])\" 1 sc:k",
+            "A: EVAL \"syntax error here\" 0",
+            "A: HSET sc:h f v",
+            "A: ZADD sc:z 2.5 m",
+            "A: EVAL \"redis.setresp(3); return redis.call('HGETALL', KEYS[1])\" 1 sc:h",
+            "A: EVAL \"redis.setresp(3); return redis.call('ZSCORE', KEYS[1], 'm')\" 1 sc:z",
+            "A: EVAL \"return redis.call('HGETALL', KEYS[1])\" 1 sc:h",
+            "A: SCRIPT LOAD \"return ARGV[1]\" => sha",
+            "A: EVALSHA @sha 0 hello",
+            "A: EVALSHA_RO @sha 0 ro",
+            "A: SCRIPT EXISTS @sha 0000000000000000000000000000000000000000",
+            "A: EVAL_RO \"return redis.call('GET', KEYS[1])\" 1 sc:k",
+            "A: EVAL_RO \"return redis.call('SET', KEYS[1], 'x')\" 1 sc:k",
+            "A: MULTI",
+            "A: EVALSHA @sha 0 queued",
+            "A: EVAL \"return redis.call('INCRBY', KEYS[1], 2)\" 1 sc:n",
+            "A: EXEC",
+            "A: SCRIPT FLUSH",
+            "A: SCRIPT EXISTS @sha",
+            "A: EVALSHA @sha 0",
+            "A: EVALSHA nosuchsha 0",
+            "B: GET sc:k",
+        ],
+    ),
+    (
+        "functions",
+        &[
+            load_lib_r!(),
+            "A: FUNCTION DUMP => dump",
+            load_lib_w!(),
+            "A: FCALL myset 1 fn:k fv",
+            "A: FCALL myget 1 fn:k",
+            "A: FCALL_RO myget 1 fn:k",
+            "A: FCALL_RO myset 1 fn:k x",
+            "A: FCALL nosuch 0",
+            "A: FUNCTION LIST LIBRARYNAME libr",
+            "A: FUNCTION LIST LIBRARYNAME libw WITHCODE",
+            "A: FUNCTION STATS",
+            load_lib_r!(),
+            "A: MULTI",
+            "A: FCALL myset 1 fn:k2 queued",
+            "A: FCALL_RO myget 1 fn:k2",
+            "A: EXEC",
+            "A: FUNCTION DELETE libw",
+            "A: FUNCTION DELETE libw",
+            "A: FUNCTION FLUSH",
+            "A: FUNCTION LIST",
+            "A: FCALL myget 1 fn:k",
+            "A: FUNCTION RESTORE @dump",
+            "B: FCALL_RO myget 1 fn:k",
+            "A: FUNCTION RESTORE @dump",
+            "A: FUNCTION RESTORE @dump REPLACE",
+            "A: FUNCTION RESTORE notadump",
+            "A: FUNCTION STATS",
+            "A: FUNCTION LIST WITHCODE",
+            "A: FUNCTION FLUSH SYNC",
+            "A: FUNCTION STATS",
+        ],
+    ),
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scripts_and_functions_match_redis() {
+    let pair = Pair::start().await;
+    check_all(&pair, SCRIPTING_SCRIPTS, Mode::OneByOne).await;
+    pair.proxy.stop().await;
+}
+
+// ---- 4. databases ----
+
+const DB_SCRIPTS: &[(&str, &[&str])] = &[
+    (
+        "isolation, MOVE and SWAPDB",
+        &[
+            "A: SELECT 1",
+            "A: SET db:k a",
+            "B: SELECT 2",
+            "B: SET db:k b",
+            "A: GET db:k",
+            "B: GET db:k",
+            "C: GET db:k",
+            "A: MOVE db:k 3",
+            "A: GET db:k",
+            "D: SELECT 3",
+            "D: GET db:k",
+            "A: SET db:k a2",
+            "C: SWAPDB 1 2",
+            "A: GET db:k",
+            "B: GET db:k",
+            "A: DBSIZE ; B: DBSIZE",
+            "C: DBSIZE",
+            // Out of range or malformed: an error, and the client stays where it was.
+            "A: SELECT 99",
+            "A: SELECT -1",
+            "A: SELECT x",
+            "A: SELECT",
+            "A: GET db:k",
+            // Back to 0, and a pipelined switch: requests after SELECT use the new db.
+            "A: SELECT 0 ; GET db:k ; SELECT 2 ; GET db:k ; SELECT 1",
+            "A: GET db:k",
+            // RESET returns to database 0.
+            "B: RESET",
+            "B: GET db:k",
+        ],
+    ),
+    (
+        "SELECT queued in MULTI: replies",
+        &[
+            "A: SELECT 1",
+            "A: SET db:m one",
+            "B: SELECT 2",
+            "B: SET db:m two",
+            "A: MULTI",
+            "A: SELECT 2",
+            "A: GET db:m",
+            "A: EXEC",
+            // Both sides back in the same database whatever EXEC left.
+            "A: SELECT 1",
+            "A: GET db:m",
+        ],
+    ),
+    (
+        "SELECT queued in MULTI: the database afterwards",
+        &[
+            "A: SELECT 1",
+            "A: SET db:m one",
+            "B: SELECT 2",
+            "B: SET db:m two",
+            "A: MULTI",
+            "A: SELECT 2",
+            "A: GET db:m",
+            "A: EXEC",
+            // EXEC ran the SELECT: Redis leaves the client in database 2.
+            "A: GET db:m #after",
+            "A: DBSIZE",
+            "A: MULTI",
+            "A: SELECT 99",
+            "A: GET db:m",
+            "A: EXEC",
+            "A: GET db:m",
+        ],
+    ),
+    (
+        "a db-0 hot key is not served to other databases",
+        &[
+            "A: SELECT 1",
+            "A: SET db:hot one",
+            "C: SET db:hot zero",
+            "C: GET db:hot",
+            "C: GET db:hot",
+            "C: GET db:hot",
+            "C: GET db:hot",
+            "C: GET db:hot",
+            "C: GET db:hot",
+            "A: GET db:hot #db1",
+            "A: MGET db:hot db:hot",
+            "A: SET db:hot uno",
+            "C: GET db:hot",
+            // SWAPDB through corral swaps what db 0 holds.
+            "B: SWAPDB 0 1",
+            "C: GET db:hot",
+            "A: GET db:hot",
+            "B: SWAPDB 1 0",
+            "C: GET db:hot",
+        ],
+    ),
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn databases_match_redis() {
+    // Every key hot at once, so the db-0 GETs fill the cache.
+    let pair = Pair::start_with(|c| c.cache.hot_threshold = 1).await;
+    check_all(&pair, &DB_SCRIPTS[..2], Mode::OneByOne).await;
+    let mut stats = connect(pair.proxy.addr).await;
+    let hits_before = cache_hits(&mut stats).await;
+    for resp3 in [false, true] {
+        let (name, script) = DB_SCRIPTS[3];
+        let r = check(&pair, name, script, resp3, Mode::OneByOne).await;
+        assert_eq!(show(tagged(&r, "db1")), show(&bulk("one")));
+    }
+    // Otherwise the script did not test the cache at all.
+    assert!(
+        cache_hits(&mut stats).await > hits_before,
+        "no GET of db:hot was answered from the cache"
+    );
+    pair.proxy.stop().await;
+}
+
+/// `cache_hits` from CORRAL CACHE STATS (asked over RESP2: a flat name, value array).
+async fn cache_hits(c: &mut RawClient) -> u64 {
+    let r = call(c, "CORRAL CACHE STATS").await;
+    let key = bulk("cache_hits");
+    let at = r
+        .windows(key.len())
+        .position(|w| w == key)
+        .unwrap_or_else(|| panic!("no cache_hits in {}", show(&r)));
+    let value = &r[at + key.len()..];
+    let text = text_of(&value[..resp_end(value)]);
+    text.parse().expect("cache_hits number")
+}
+
+fn resp_end(buf: &[u8]) -> usize {
+    common::resp_len(buf).expect("a complete reply")
+}
+
+/// Redis runs a SELECT queued in MULTI at EXEC, and the client stays in that database.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn select_inside_multi_moves_the_client_like_redis() {
+    let pair = Pair::start().await;
+    check_all(&pair, &DB_SCRIPTS[2..3], Mode::OneByOne).await;
+    pair.proxy.stop().await;
+}
+
+// ---- 5. connection state ----
+
+const CONN_SCRIPTS: &[(&str, &[&str])] = &[
+    (
+        "CLIENT REPLY",
+        &[
+            "A~ CLIENT REPLY SKIP ; SET cr:a 1 ; GET cr:a",
+            "A~ CLIENT REPLY OFF ; SET cr:b 2 ; GET cr:b ; INCR cr:b ; CLIENT REPLY ON ; GET cr:b",
+            "A~ CLIENT REPLY SKIP ; CLIENT REPLY SKIP ; PING ; PING",
+            "A~ CLIENT REPLY OFF ; CLIENT REPLY SKIP ; PING ; CLIENT REPLY ON ; PING",
+            "A~ CLIENT REPLY SKIP ; MULTI ; SET cr:c 1 ; EXEC ; GET cr:c",
+            "A~ CLIENT REPLY SKIP ; BLPOP cr:none 0.1 ; PING",
+            "A~ CLIENT REPLY OFF ; GET cr:a ; GET cr:a ; GET cr:a ; CLIENT REPLY ON ; GET cr:a",
+            "A~ CLIENT REPLY SKIP ; SELECT 1 ; GET cr:a ; SELECT 0",
+            "A~ CLIENT REPLY OFF ; NOSUCHCOMMAND ; CLIENT REPLY ON",
+            "A~ CLIENT REPLY FOO ; CLIENT REPLY ; CLIENT REPLY ON extra",
+        ],
+    ),
+    (
+        "CLIENT KILL",
+        &[
+            "B: CLIENT ID => idb #any",
+            "A: CLIENT KILL ID @idb",
+            "B: !closed",
+            "A: CLIENT KILL ID @idb",
+            "C: PING",
+            "A: CLIENT KILL ADDR @addr:C",
+            "C: !closed",
+            "D: PING",
+            "A: CLIENT KILL @addr:D",
+            "D: !closed",
+            "A: CLIENT KILL 127.0.0.1:1",
+            "A: CLIENT KILL ADDR 127.0.0.1:1 SKIPME yes",
+            "A: CLIENT KILL ID 0",
+            "A: CLIENT KILL ID x",
+            "A: CLIENT KILL FOO bar",
+            "A: CLIENT KILL ID 1 SKIPME maybe",
+            "A: CLIENT ID => ida #any",
+            "A: CLIENT KILL ID @ida",
+            "A: CLIENT KILL ID @ida SKIPME yes",
+            "A: CLIENT KILL ADDR @addr:A",
+            "A: PING",
+            "A: CLIENT KILL ID @ida SKIPME no",
+            "A: !closed",
+        ],
+    ),
+    (
+        "CLIENT NO-EVICT",
+        &[
+            "A: CLIENT NO-EVICT on",
+            "A: CLIENT NO-EVICT off",
+            "A: CLIENT NO-EVICT maybe",
+            "A: CLIENT NO-EVICT",
+        ],
+    ),
+    (
+        "RESET inside MULTI",
+        &[
+            "A: MULTI",
+            "A: SET rs:k x",
+            "A: RESET",
+            "A: EXEC",
+            "A: GET rs:k",
+            "A: SELECT 1",
+            "A: SET rs:db one",
+            "A: RESET",
+            "A: GET rs:db",
+        ],
+    ),
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connection_state_matches_redis() {
+    let pair = Pair::start().await;
+    check_all(&pair, CONN_SCRIPTS, Mode::OneByOne).await;
+    pair.proxy.stop().await;
+}
+
+/// RESET must clear what MULTI and WATCH left on the upstream connection (corral returns
+/// that connection to its idle pool, where the next MULTI, WATCH or blocking command of any
+/// client picks it up), and turn replies back on.
+const RESET_SCRIPTS: &[(&str, &[&str])] = &[
+    (
+        "RESET clears WATCH",
+        &[
+            "A: WATCH rs:w",
+            "A: RESET",
+            "B: SET rs:w theirs",
+            "A: MULTI",
+            "A: SET rs:w mine",
+            "A: EXEC",
+        ],
+    ),
+    (
+        "RESET leaves no MULTI for the next client",
+        &[
+            "A: MULTI",
+            "A: SET rs:x 1",
+            "A: RESET",
+            "B: BLPOP rs:none 0.05",
+            "C: MULTI",
+            "C: SET rs:y 2",
+            "C: EXEC",
+            "C: GET rs:x",
+        ],
+    ),
+    (
+        "RESET leaves no WATCH for the next client",
+        &[
+            "A: WATCH rs:v",
+            "A: RESET",
+            "C: SET rs:v other",
+            "B: MULTI",
+            "B: SET rs:v b",
+            "B: EXEC",
+        ],
+    ),
+    (
+        "RESET pipelined inside MULTI",
+        &["A: MULTI ; SET rs:p 1 ; RESET ; GET rs:p ; EXEC"],
+    ),
+    (
+        "RESET turns replies back on",
+        &["A~ CLIENT REPLY OFF ; RESET ; PING"],
+    ),
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reset_clears_transactions_like_redis() {
+    let pair = Pair::start().await;
+    check_all(&pair, RESET_SCRIPTS, Mode::OneByOne).await;
+    pair.proxy.stop().await;
+}
+
+/// CLIENT LIST through corral lists corral's own clients (ids from CLIENT ID, names from
+/// CLIENT SETNAME, the addresses corral sees), not the upstream's connections.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_list_shows_corrals_clients() {
+    let pair = Pair::start().await;
+    let mut admin = connect(pair.proxied.server).await;
+    let mut direct = connect(pair.direct.entry).await;
+    for resp3 in [false, true] {
+        let mut a = client(pair.proxy.addr, resp3).await;
+        let mut b = client(pair.proxy.addr, resp3).await;
+        let mut ids = Vec::new();
+        for (c, name) in [(&mut a, "alpha"), (&mut b, "beta")] {
+            let r = call(c, &format!("CLIENT SETNAME {name}")).await;
+            assert_eq!(show(&r), show(b"+OK\r\n"));
+            let id = call(c, "CLIENT ID").await;
+            ids.push(String::from_utf8_lossy(&id[1..id.len() - 2]).into_owned());
+        }
+        let addrs = [
+            a.stream.local_addr().unwrap(),
+            b.stream.local_addr().unwrap(),
+        ];
+        // The same reply type as Redis gives (bulk in RESP2, verbatim in RESP3).
+        if resp3 {
+            call(&mut direct, "HELLO 3").await;
+        }
+        let redis_type = call(&mut direct, "CLIENT LIST").await[0];
+
+        // Earlier clients (the proxy's readiness probe, the other protocol's round) may take
+        // a moment to be noticed gone.
+        let lines = {
+            let deadline = Instant::now() + LIMIT;
+            loop {
+                let r = call(&mut a, "CLIENT LIST").await;
+                assert_eq!(r[0], redis_type, "CLIENT LIST reply type: {}", show(&r));
+                let text = text_of(&r);
+                let lines: Vec<String> = text.lines().map(str::to_string).collect();
+                if lines.len() == 2 {
+                    break lines;
+                }
+                assert!(Instant::now() < deadline, "CLIENT LIST: {text}");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        };
+        for (i, name) in ["alpha", "beta"].iter().enumerate() {
+            let line = lines
+                .iter()
+                .find(|l| field(l, "id") == Some(ids[i].as_str()))
+                .unwrap_or_else(|| panic!("no id={} in {lines:#?}", ids[i]));
+            assert_eq!(field(line, "name"), Some(*name), "{line}");
+            assert_eq!(
+                field(line, "addr"),
+                Some(addrs[i].to_string().as_str()),
+                "{line}"
+            );
+            let resp = if resp3 { "3" } else { "2" };
+            assert_eq!(field(line, "resp"), Some(resp), "{line}");
+        }
+        // None of them is one of the upstream's connections.
+        let upstream: Vec<String> = normal_clients(&mut admin)
+            .await
+            .iter()
+            .filter_map(|l| field(l, "addr").map(str::to_string))
+            .collect();
+        for l in &lines {
+            let addr = field(l, "addr").unwrap_or_default();
+            assert!(
+                !upstream.iter().any(|u| u == addr),
+                "upstream's {addr} listed"
+            );
+        }
+
+        // Filters, and state shown: database, in-MULTI.
+        let only_b = text_of(&call(&mut a, &format!("CLIENT LIST ID {}", ids[1])).await);
+        assert_eq!(only_b.lines().count(), 1, "{only_b}");
+        assert_eq!(field(&only_b, "name"), Some("beta"));
+        assert_eq!(
+            text_of(&call(&mut a, "CLIENT LIST TYPE normal").await)
+                .lines()
+                .count(),
+            2
+        );
+        assert_eq!(text_of(&call(&mut a, "CLIENT LIST TYPE pubsub").await), "");
+        call(&mut b, "SELECT 2").await;
+        call(&mut b, "MULTI").await;
+        // corral publishes a client's state right after writing its reply, so another
+        // client may briefly see the previous state: poll.
+        let deadline = Instant::now() + LIMIT;
+        loop {
+            let line = text_of(&call(&mut a, &format!("CLIENT LIST ID {}", ids[1])).await);
+            let in_multi = field(&line, "flags").is_some_and(|f| f.contains('x'));
+            if field(&line, "db") == Some("2") && in_multi {
+                break;
+            }
+            assert!(Instant::now() < deadline, "want db=2 and flags x: {line}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(show(&call(&mut b, "DISCARD").await), show(b"+OK\r\n"));
+    }
+    pair.proxy.stop().await;
+}
+
+/// MONITOR through corral: the monitoring client sees what other corral clients run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn monitor_sees_other_clients_commands() {
+    let pair = Pair::start().await;
+    let mut admin = connect(pair.proxied.server).await;
+    let mut direct = connect(pair.direct.entry).await;
+    for resp3 in [false, true] {
+        let mut m = client(pair.proxy.addr, resp3).await;
+        if resp3 {
+            call(&mut direct, "HELLO 3").await;
+        }
+        let want = call(&mut direct, "MONITOR").await;
+        assert_eq!(show(&call(&mut m, "MONITOR").await), show(&want));
+        let mut w = client(pair.proxy.addr, resp3).await;
+        call(&mut w, "SELECT 1").await;
+        let key = format!("mon:key{}", u8::from(resp3));
+        let r = call(&mut w, &format!("SET {key} value")).await;
+        assert_eq!(show(&r), show(b"+OK\r\n"));
+        let needle = format!("\"SET\" \"{key}\" \"value\"");
+        let deadline = Instant::now() + LIMIT;
+        let line = loop {
+            let r = m.read_resp().await;
+            assert_eq!(r[0], b'+', "monitor line: {}", show(&r));
+            if contains(&r, needle.as_bytes()) {
+                break r;
+            }
+            assert!(Instant::now() < deadline, "no {needle} seen");
+        };
+        // Run in database 1, as the client chose.
+        assert!(contains(&line, b" [1 "), "{}", show(&line));
+        // The monitor's upstream connection goes away with it.
+        drop(m);
+        wait_lines(&mut admin, "the MONITOR connection to close", |l| {
+            !l.iter()
+                .any(|l| field(l, "flags").is_some_and(|f| f.contains('O')))
+        })
+        .await;
+        direct = connect(pair.direct.entry).await;
+    }
+    pair.proxy.stop().await;
+}
+
+// ---- 6. refused commands ----
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_commands_say_so() {
+    let pair = Pair::start().await;
+    for resp3 in [false, true] {
+        let mut c = client(pair.proxy.addr, resp3).await;
+        for (line, name) in [
+            ("CLIENT TRACKING ON", "client|tracking"),
+            ("client tracking on bcast", "client|tracking"),
+            ("SYNC", "sync"),
+            ("PSYNC ? -1", "psync"),
+        ] {
+            let r = call(&mut c, line).await;
+            let text = String::from_utf8_lossy(&r);
+            assert!(
+                text.starts_with("-ERR ")
+                    && text.contains("not supported by corral")
+                    && text.contains(&format!("'{name}'"))
+                    && text.ends_with("\r\n")
+                    && text.matches("\r\n").count() == 1,
+                "{line}: {}",
+                show(&r)
+            );
+        }
+        // The connection is still an ordinary one.
+        assert_eq!(show(&call(&mut c, "SET ref:k v").await), show(b"+OK\r\n"));
+        assert_eq!(show(&call(&mut c, "GET ref:k").await), show(&bulk("v")));
+    }
+    pair.proxy.stop().await;
+}
+
+// ---- pipelined ----
+
+/// Every family's scripts again, each client's consecutive requests in one write: requests
+/// going to the shared connection and to a pinned or blocking one then share a write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_family_pipelined_matches_redis() {
+    let pair = Pair::start().await;
+    for scripts in [
+        TX_SCRIPTS,
+        BLOCKING_SCRIPTS,
+        SCRIPTING_SCRIPTS,
+        &DB_SCRIPTS[..2],
+        CONN_SCRIPTS,
+    ] {
+        check_all(&pair, scripts, Mode::Pipelined).await;
+    }
+    pair.proxy.stop().await;
+}
+
+/// Requests written before MULTI, WATCH or a blocking command, in the same write, must run
+/// before it, and requests after EXEC after it. Each pattern is repeated: a reordering is a
+/// race between two upstream connections.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_pipelined_around_a_pinned_connection_keep_their_order() {
+    let pair = Pair::start().await;
+    let mut script = Vec::new();
+    for i in 0..20 {
+        script.push(format!("A: SET ord:a{i} 1 ; MULTI ; INCR ord:a{i} ; EXEC"));
+        script.push(format!(
+            "A: SET ord:w{i} 1 ; WATCH ord:w{i} ; MULTI ; INCR ord:w{i} ; EXEC"
+        ));
+        script.push(format!(
+            "A: RPUSH ord:l{i} x ; DEL ord:l{i} ; BLPOP ord:l{i} 0.01"
+        ));
+        script.push(format!(
+            "A: MULTI ; SET ord:e{i} 1 ; EXEC ; INCR ord:e{i} ; GET ord:e{i}"
+        ));
+        script.push(format!(
+            "A: SET ord:s{i} 1 ; SCRIPT FLUSH ; MULTI ; EXEC ; GET ord:s{i}"
+        ));
+    }
+    let script: Vec<&str> = script.iter().map(String::as_str).collect();
+    check(&pair, "pipelined ordering", &script, false, Mode::OneByOne).await;
+    pair.proxy.stop().await;
+}
