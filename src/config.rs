@@ -35,6 +35,35 @@ pub struct Config {
     pub limits: LimitsConfig,
     /// Local cache and read coalescing.
     pub cache: CacheConfig,
+    /// Redis Cluster upstream (instead of `upstream.url`).
+    pub cluster: ClusterConfig,
+}
+
+/// A Redis Cluster upstream.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClusterConfig {
+    /// `redis://[user[:pass]@]host:port` of some cluster nodes; non-empty turns cluster mode
+    /// on. Credentials are taken from the first.
+    pub seeds: Vec<String>,
+    /// Topology refresh period (it is also refreshed at once on redirections and failures).
+    pub refresh_ms: u64,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        ClusterConfig {
+            seeds: Vec::new(),
+            refresh_ms: 5_000,
+        }
+    }
+}
+
+impl ClusterConfig {
+    /// True when corral fronts a cluster.
+    pub fn enabled(&self) -> bool {
+        !self.seeds.is_empty()
+    }
 }
 
 /// The upstream Redis and how corral talks to it.
@@ -126,6 +155,7 @@ impl Default for Config {
             upstream: UpstreamConfig::default(),
             limits: LimitsConfig::default(),
             cache: CacheConfig::default(),
+            cluster: ClusterConfig::default(),
         }
     }
 }
@@ -220,6 +250,12 @@ impl Config {
                 .map_err(|e| invalid("admin", &e.to_string()))?;
         }
         UpstreamUrl::parse(&self.upstream.url).map_err(|e| invalid("upstream.url", &e))?;
+        for seed in &self.cluster.seeds {
+            UpstreamUrl::parse(seed).map_err(|e| invalid("cluster.seeds", &e))?;
+        }
+        if self.cluster.enabled() && self.cluster.refresh_ms == 0 {
+            return Err(invalid("cluster.refresh_ms", "must be positive"));
+        }
         if self.upstream.connections == 0 || self.upstream.connections > 64 {
             return Err(invalid("upstream.connections", "must be 1 to 64"));
         }
@@ -280,10 +316,12 @@ impl Config {
     /// # Errors
     /// The URL does not parse.
     pub fn upstream_url(&self) -> Result<UpstreamUrl, ConfigError> {
-        UpstreamUrl::parse(&self.upstream.url).map_err(|why| ConfigError::Invalid {
-            field: "upstream.url",
-            why,
-        })
+        // In cluster mode the first seed gives the address to start from and the credentials.
+        let (field, url) = match self.cluster.seeds.first() {
+            Some(seed) => ("cluster.seeds", seed),
+            None => ("upstream.url", &self.upstream.url),
+        };
+        UpstreamUrl::parse(url).map_err(|why| ConfigError::Invalid { field, why })
     }
 
     /// Deadline for one upstream connect.

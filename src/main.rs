@@ -24,6 +24,9 @@ struct Args {
     /// Upstream Redis, redis://[user[:pass]@]HOST:PORT [default: redis://127.0.0.1:6379].
     #[arg(long, value_name = "URL")]
     upstream: Option<String>,
+    /// Front a Redis Cluster: comma-separated seed nodes, redis://HOST:PORT[,redis://...].
+    #[arg(long, value_name = "URLS", value_delimiter = ',')]
+    cluster: Vec<String>,
     /// Address of the HTTP admin endpoint (/healthz, /metrics).
     #[arg(long, value_name = "ADDR")]
     admin: Option<String>,
@@ -86,6 +89,9 @@ fn load(args: &Args) -> Result<Config, corral::error::ConfigError> {
     }
     if let Some(v) = &args.upstream {
         cfg.upstream.url.clone_from(v);
+    }
+    if !args.cluster.is_empty() {
+        cfg.cluster.seeds.clone_from(&args.cluster);
     }
     if let Some(v) = &args.admin {
         cfg.admin.clone_from(v);

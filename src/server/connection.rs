@@ -20,7 +20,7 @@ use super::clients::{self, ClientEntry, ReplyMode};
 use super::slot::{Queued, Slot};
 use super::stateful::Pin;
 use super::subscriber::{Subscriptions, encode_message};
-use super::{Shared, corral, info};
+use super::{Shared, cluster_view, corral, info, routed};
 use crate::cache::Value;
 use crate::commands::{self, Access, Local, LocalCtx, Outcome, Route, Session, Tx};
 use crate::resp::reply::{self, Encoder};
@@ -71,6 +71,8 @@ pub(super) struct Conn {
     pub(super) subs: Option<Subscriptions>,
     /// An EXEC being sent runs these queued SELECTs (database, position).
     pub(super) exec_select: Option<Vec<(u32, usize)>>,
+    /// Cluster mode: each batched request and its slot, to retry after a redirection.
+    batch_cmds: Vec<(Bytes, Option<u16>)>,
 }
 
 /// Serves one client until it disconnects, sends QUIT, breaks the protocol, or shutdown.
@@ -118,6 +120,7 @@ pub async fn run(
         info_changed: false,
         subs: None,
         exec_select: None,
+        batch_cmds: Vec::new(),
         shared,
     };
     loop {
@@ -221,6 +224,30 @@ pub(super) enum Pending {
     ReplyMode { mode: ReplyMode, reply: Bytes },
     /// RESET: its reply, after which pinning and reply mode are reset too.
     Reset(Bytes),
+    /// Cluster mode: a request for one node (`slot`: its keys' slot, to retry after a
+    /// redirection).
+    Node {
+        conn: UpstreamConn,
+        req: Bytes,
+        slot: Option<u16>,
+    },
+    /// Cluster mode: a multi-key request split per slot.
+    Split {
+        kind: crate::cluster::SplitKind,
+        parts: Vec<routed::Part>,
+    },
+    /// Cluster mode: the same request to every master.
+    Fanout {
+        how: routed::Fan,
+        parts: Vec<(UpstreamConn, Bytes)>,
+    },
+    /// Cluster mode: one step of a SCAN over all masters.
+    Scan {
+        conn: UpstreamConn,
+        req: Bytes,
+        node: usize,
+        nodes: usize,
+    },
 }
 
 impl Conn {
@@ -335,6 +362,51 @@ impl Conn {
                 self.reply_mode = mode;
                 self.push_ready(reply).await;
             }
+            Pending::Node { conn, req, slot } => {
+                if self.batch_count > 0 && !self.batch_conn.as_ref().is_some_and(|c| c.same(&conn))
+                {
+                    self.flush_batch().await;
+                }
+                if self.batch_count == 0 {
+                    self.batch_conn = Some(conn);
+                }
+                self.batch.extend_from_slice(&req);
+                self.batch_count += 1;
+                self.batch_cmds.push((req, slot));
+            }
+            Pending::Split { kind, parts } => {
+                self.flush_batch().await;
+                let mut sent = Vec::with_capacity(parts.len());
+                for p in parts {
+                    let rx = p.conn.send(p.req.clone(), 1).await;
+                    sent.push((rx, p));
+                }
+                self.push_slot(Slot::Split { kind, parts: sent });
+            }
+            Pending::Fanout { how, parts } => {
+                self.flush_batch().await;
+                let mut sent = Vec::with_capacity(parts.len());
+                for (conn, req) in parts {
+                    let rx = conn.send(req.clone(), 1).await;
+                    sent.push((rx, conn, req));
+                }
+                self.push_slot(Slot::Fanout { how, parts: sent });
+            }
+            Pending::Scan {
+                conn,
+                req,
+                node,
+                nodes,
+            } => {
+                self.flush_batch().await;
+                let rx = conn.send(req, 1).await;
+                self.push_slot(Slot::Scan {
+                    rx,
+                    conn,
+                    node,
+                    nodes,
+                });
+            }
             Pending::Reset(reply) => {
                 self.flush_batch().await;
                 self.reset_state();
@@ -440,6 +512,9 @@ impl Conn {
         }
         if !matches!(route, Route::Forward(_)) {
             self.info_changed = true;
+        }
+        if let Some(p) = self.cluster_step(route, &args, &req) {
+            return p;
         }
         match route {
             Route::Forward(access) => {
@@ -563,8 +638,72 @@ impl Conn {
         }
     }
 
+    /// Cluster mode: routes by slot, answers CLUSTER/READONLY/READWRITE/SELECT as a single
+    /// node would, and refuses what is not supported there yet. `None` in standalone mode or
+    /// for requests handled as usual (local commands, INFO, pub/sub...).
+    fn cluster_step(
+        &self,
+        route: Route,
+        args: &crate::resp::Args<'_>,
+        req: &dyn Fn() -> Bytes,
+    ) -> Option<Pending> {
+        let cluster = self.shared.upstream.cluster.as_ref()?;
+        let proto = self.session.proto;
+        let error = |text: &str| {
+            let mut out = BytesMut::new();
+            Encoder {
+                proto,
+                out: &mut out,
+            }
+            .error(text);
+            Some(Pending::Ready(out.freeze()))
+        };
+        let name = args.get(0).unwrap_or_default().to_ascii_uppercase();
+        match route {
+            Route::Forward(_) => match name.as_slice() {
+                b"CLUSTER" => {
+                    let healthy = cluster.map().covered() == crate::cluster::SLOTS;
+                    match cluster_view::execute(args, self.session.laddr, healthy, proto) {
+                        cluster_view::ClusterReply::Local(b) => Some(Pending::Ready(b)),
+                        cluster_view::ClusterReply::Slot(slot) => {
+                            let addr = cluster
+                                .master_of(slot)
+                                .unwrap_or_else(|| cluster.any_node());
+                            Some(Pending::Node {
+                                conn: cluster.conn_for(&addr, proto, self.session.id),
+                                req: req(),
+                                slot: Some(slot),
+                            })
+                        }
+                    }
+                }
+                b"READONLY" | b"READWRITE" if args.len() == 1 => {
+                    Some(Pending::Ready(Bytes::from_static(reply::OK)))
+                }
+                _ => Some(routed::route(cluster, args, req(), proto, self.session.id)),
+            },
+            Route::Select => match args.get(1).and_then(parse_int) {
+                Some(0) => Some(Pending::Ready(Bytes::from_static(reply::OK))),
+                _ => error("ERR SELECT is not allowed in cluster mode"),
+            },
+            Route::Tx(_)
+            | Route::Blocking
+            | Route::Monitor
+            | Route::PubSub(commands::PubSub::SSubscribe | commands::PubSub::SUnsubscribe) => {
+                error(&format!(
+                    "ERR '{}' is not yet supported by corral in cluster mode",
+                    String::from_utf8_lossy(&name).to_ascii_lowercase()
+                ))
+            }
+            _ => None,
+        }
+    }
+
     /// The upstream connection this client's requests go to now.
     pub(super) fn target(&self) -> UpstreamConn {
+        if let Some(cluster) = &self.shared.upstream.cluster {
+            return cluster.conn_for(&cluster.any_node(), self.session.proto, self.session.id);
+        }
         match &self.pin {
             Some(pin) => pin.ded.conn.clone(),
             None => {
@@ -621,6 +760,12 @@ impl Conn {
         let writes_all = std::mem::take(&mut self.writes.all);
         let lane_barrier = std::mem::take(&mut self.writes.barrier);
         let exec_select = self.exec_select.take();
+        let cluster_cmds = self
+            .shared
+            .upstream
+            .cluster
+            .is_some()
+            .then(|| std::mem::take(&mut self.batch_cmds));
         self.push_slot(Slot::Upstream {
             rx,
             count,
@@ -629,6 +774,7 @@ impl Conn {
             writes_all,
             lane_barrier,
             exec_select,
+            cluster_cmds,
             blocking: None,
         });
     }

@@ -30,7 +30,7 @@ pub fn merge(parts: &[Option<Value>], fetched: Option<&[u8]>, proto: Proto, out:
 }
 
 /// The raw elements of an array reply, or `None` if it is not a complete array.
-fn elements(reply: &[u8]) -> Option<Vec<&[u8]>> {
+pub fn elements(reply: &[u8]) -> Option<Vec<&[u8]>> {
     let rest = reply.strip_prefix(b"*")?;
     let cr = rest.iter().position(|&b| b == b'\r')?;
     let n = crate::resp::request::parse_int(&rest[..cr])?;

@@ -2,10 +2,12 @@
 
 mod cached;
 mod clients;
+mod cluster_view;
 mod connection;
 mod corral;
 mod info;
 mod mget;
+mod routed;
 mod slot;
 mod stateful;
 mod subscriber;

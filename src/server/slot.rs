@@ -9,8 +9,10 @@ use tokio::time::timeout;
 use tracing::warn;
 
 use super::connection::Conn;
+use super::routed::{Fan, Part};
 use super::{info, mget};
 use crate::cache::{FillResult, FillRx, Value};
+use crate::cluster::{Redirect, SplitKind};
 use crate::error::UpstreamError;
 use crate::resp::ReplyScanner;
 use crate::upstream::{Dedicated, JobResult, UpstreamConn};
@@ -49,7 +51,26 @@ pub(super) enum Slot {
         /// The last request is an EXEC that runs these SELECTs (database, position): move the
         /// client to the last one that succeeded.
         exec_select: Option<Vec<(u32, usize)>>,
+        /// Cluster mode: each request and its slot, to follow redirections.
+        cluster_cmds: Option<Vec<(Bytes, Option<u16>)>>,
         blocking: Option<Blocking>,
+    },
+    /// Cluster mode: a multi-key request split per slot, merged in key order.
+    Split {
+        kind: SplitKind,
+        parts: Vec<(oneshot::Receiver<JobResult>, Part)>,
+    },
+    /// Cluster mode: the same request to every master, replies combined.
+    Fanout {
+        how: Fan,
+        parts: Vec<(oneshot::Receiver<JobResult>, UpstreamConn, Bytes)>,
+    },
+    /// Cluster mode: a SCAN step on master `node` of `nodes`.
+    Scan {
+        rx: oneshot::Receiver<JobResult>,
+        conn: UpstreamConn,
+        node: usize,
+        nodes: usize,
     },
     /// An MGET with some values from the cache: `rx` brings the others, as one MGET reply
     /// for the `None` parts in order.
@@ -153,6 +174,7 @@ impl Conn {
                 writes_all,
                 lane_barrier,
                 exec_select,
+                cluster_cmds,
                 blocking,
             } => {
                 let result = match blocking {
@@ -185,6 +207,10 @@ impl Conn {
                         cache.sync_lane(self.shared.upstream.request_timeout).await;
                     }
                 }
+                let result = match (result, &cluster_cmds) {
+                    (Ok(b), Some(cmds)) => Ok(self.follow_redirects(b, cmds, &conn).await),
+                    (r, _) => r,
+                };
                 if let (Some(selects), Ok(b)) = (exec_select, &result)
                     && let Some(db) = selected_by_exec(b, &selects)
                 {
@@ -223,6 +249,43 @@ impl Conn {
                 Ok(b) => self.wbuf.extend_from_slice(&b),
                 Err(e) => self.upstream_error(&e, 1),
             },
+            Slot::Split { kind, parts } => {
+                let mut replies = Vec::with_capacity(parts.len());
+                for (rx, part) in parts {
+                    let reply = match self.wait(rx, &part.conn).await {
+                        Ok(b) => match Redirect::parse(&b) {
+                            Some(r) => self.retry(&part.req, Some(part.slot), r, &part.conn).await,
+                            None => b,
+                        },
+                        Err(e) => e.to_reply(),
+                    };
+                    replies.push((part.keys, reply));
+                }
+                self.merge_split(kind, &replies);
+            }
+            Slot::Fanout { how, parts } => {
+                let mut replies = Vec::with_capacity(parts.len());
+                for (rx, conn, req) in parts {
+                    let reply = match self.wait(rx, &conn).await {
+                        Ok(b) => match Redirect::parse(&b) {
+                            Some(r) => self.retry(&req, None, r, &conn).await,
+                            None => b,
+                        },
+                        Err(e) => e.to_reply(),
+                    };
+                    replies.push(reply);
+                }
+                self.merge_fanout(how, &replies);
+            }
+            Slot::Scan {
+                rx,
+                conn,
+                node,
+                nodes,
+            } => match self.wait(rx, &conn).await {
+                Ok(b) => self.scan_reply(&b, node, nodes),
+                Err(e) => self.upstream_error(&e, 1),
+            },
             Slot::Subscribed { reply, waits } => {
                 // Without an upstream the subscription is still registered and will be made
                 // when the connection returns; the client is not held up longer.
@@ -253,7 +316,11 @@ impl Conn {
         }
     }
 
-    async fn wait(&self, rx: oneshot::Receiver<JobResult>, conn: &UpstreamConn) -> JobResult {
+    pub(super) async fn wait(
+        &self,
+        rx: oneshot::Receiver<JobResult>,
+        conn: &UpstreamConn,
+    ) -> JobResult {
         let result = match self.shared.upstream.request_timeout {
             Some(d) => match timeout(d, rx).await {
                 Ok(r) => r,

@@ -139,6 +139,7 @@ impl Conn {
             writes_all: false,
             lane_barrier: false,
             exec_select: None,
+            cluster_cmds: None,
             blocking: Some(Blocking { dedicated }),
         });
         true

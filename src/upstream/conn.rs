@@ -215,6 +215,11 @@ impl UpstreamConn {
         &self.addr
     }
 
+    /// Whether two handles drive the same connection task.
+    pub fn same(&self, other: &UpstreamConn) -> bool {
+        Arc::ptr_eq(&self.reset, &other.reset)
+    }
+
     /// True once a connection that does not reconnect has failed or closed.
     pub fn is_dead(&self) -> bool {
         self.dead.load(Ordering::Relaxed)

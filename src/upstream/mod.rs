@@ -3,6 +3,7 @@
 //! sent them; and dedicated connections for clients whose state cannot be shared
 //! (transactions, blocking commands).
 
+pub mod cluster;
 mod conn;
 mod handshake;
 mod status;
@@ -46,6 +47,9 @@ pub struct Upstream {
     pub status: Arc<UpstreamStatus>,
     /// Per-request deadline.
     pub request_timeout: Option<Duration>,
+    /// The cluster, in cluster mode. The shared pools above then point at the first seed and
+    /// serve only requests that cannot be routed by slot.
+    pub cluster: Option<Arc<cluster::ClusterUpstream>>,
 }
 
 /// A connection reserved for one client; it counts against `max_dedicated` until dropped.
@@ -77,7 +81,25 @@ impl Upstream {
             dedicated: Arc::new(Semaphore::new(cfg.upstream.max_dedicated)),
             status,
             request_timeout: cfg.request_timeout(),
+            cluster: None,
         };
+        if cfg.cluster.enabled() {
+            let seeds = cfg
+                .cluster
+                .seeds
+                .iter()
+                .filter_map(|s| UpstreamUrl::parse(s).ok())
+                .filter_map(|u| crate::cluster::Addr::parse(&u.addr))
+                .collect();
+            up.cluster = Some(cluster::ClusterUpstream::start(
+                up.base.clone(),
+                seeds,
+                cfg.upstream.connections,
+                Duration::from_millis(cfg.cluster.refresh_ms),
+                up.status.clone(),
+                shutdown.child_token(),
+            ));
+        }
         up.resp2 = up.pool(Proto::Resp2, 0);
         up.resp3 = up.pool(Proto::Resp3, 0);
         Ok(up)

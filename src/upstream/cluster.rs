@@ -1,0 +1,250 @@
+//! A Redis Cluster upstream: the slot map, shared pipelined connections per node, and the
+//! task that keeps the map current (periodically, and at once when a redirection or a
+//! connection failure says it is stale).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use super::conn::{self, ConnSettings, UpstreamConn};
+use super::status::UpstreamStatus;
+use crate::cluster::{Addr, SlotMap};
+use crate::resp::request::encode_request;
+use crate::resp::{Proto, ReplyScanner};
+
+/// Shared connections to one node, per protocol.
+#[derive(Debug)]
+struct NodePool {
+    resp2: Vec<UpstreamConn>,
+    resp3: Vec<UpstreamConn>,
+}
+
+/// The cluster as corral sees it.
+#[derive(Debug)]
+pub struct ClusterUpstream {
+    base: ConnSettings,
+    connections: usize,
+    seeds: Vec<Addr>,
+    map: RwLock<Arc<SlotMap>>,
+    nodes: Mutex<HashMap<Addr, Arc<NodePool>>>,
+    refresh: Notify,
+    status: Arc<UpstreamStatus>,
+    shutdown: CancellationToken,
+}
+
+impl ClusterUpstream {
+    /// Starts the topology task; the map is empty until the first refresh succeeds.
+    pub fn start(
+        base: ConnSettings,
+        seeds: Vec<Addr>,
+        connections: usize,
+        refresh_every: Duration,
+        status: Arc<UpstreamStatus>,
+        shutdown: CancellationToken,
+    ) -> Arc<ClusterUpstream> {
+        let c = Arc::new(ClusterUpstream {
+            base,
+            connections,
+            seeds,
+            map: RwLock::new(Arc::new(SlotMap::new())),
+            nodes: Mutex::new(HashMap::new()),
+            refresh: Notify::new(),
+            status,
+            shutdown,
+        });
+        tokio::spawn(refresh_loop(c.clone(), refresh_every));
+        c
+    }
+
+    /// The current slot map.
+    pub fn map(&self) -> Arc<SlotMap> {
+        self.map.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Asks for a topology refresh soon (after a MOVED, CLUSTERDOWN or connection failure).
+    pub fn request_refresh(&self) {
+        self.refresh.notify_one();
+    }
+
+    /// Applies a MOVED redirection to the map at once, before the refresh confirms it.
+    pub fn apply_moved(&self, slot: u16, addr: &Addr) {
+        let mut guard = self.map.write().unwrap_or_else(|p| p.into_inner());
+        let mut map = (**guard).clone();
+        map.apply_moved(slot, addr);
+        *guard = Arc::new(map);
+        drop(guard);
+        self.request_refresh();
+    }
+
+    /// The shared connection to `addr` a client with this id uses.
+    pub fn conn_for(&self, addr: &Addr, proto: Proto, client_id: u64) -> UpstreamConn {
+        let pool = {
+            let mut nodes = self.nodes.lock().unwrap_or_else(|p| p.into_inner());
+            nodes
+                .entry(addr.clone())
+                .or_insert_with(|| Arc::new(self.pool(addr)))
+                .clone()
+        };
+        let list = match proto {
+            Proto::Resp2 => &pool.resp2,
+            Proto::Resp3 => &pool.resp3,
+        };
+        list[(client_id % list.len() as u64) as usize].clone()
+    }
+
+    /// The master serving `slot`, if the map knows one.
+    pub fn master_of(&self, slot: u16) -> Option<Addr> {
+        self.map().master(slot).map(|n| n.addr.clone())
+    }
+
+    /// Every master, in a stable order (for whole-keyspace commands and SCAN cursors).
+    pub fn masters(&self) -> Vec<Addr> {
+        let mut m: Vec<Addr> = self.map().masters().map(|n| n.addr.clone()).collect();
+        m.sort();
+        m.dedup();
+        m
+    }
+
+    /// A node for commands that name no key: the first master, else the first seed.
+    pub fn any_node(&self) -> Addr {
+        self.masters()
+            .into_iter()
+            .next()
+            .or_else(|| self.seeds.first().cloned())
+            .unwrap_or_else(|| Addr::new(self.base.addr.clone(), 6379))
+    }
+
+    fn pool(&self, addr: &Addr) -> NodePool {
+        let make = |proto| {
+            (0..self.connections)
+                .map(|_| {
+                    let settings = ConnSettings {
+                        addr: addr.to_string(),
+                        proto,
+                        ..self.base.clone()
+                    };
+                    UpstreamConn::spawn(
+                        settings,
+                        self.status.clone(),
+                        self.shutdown.child_token(),
+                        None,
+                    )
+                })
+                .collect()
+        };
+        NodePool {
+            resp2: make(Proto::Resp2),
+            resp3: make(Proto::Resp3),
+        }
+    }
+
+    /// Asks the known masters, then the seeds, for the topology; the first answer wins.
+    async fn fetch(&self) -> Result<SlotMap, String> {
+        let mut candidates = self.masters();
+        candidates.extend(self.seeds.iter().cloned());
+        let mut last = "no node to ask".to_string();
+        for addr in candidates {
+            match self.fetch_from(&addr).await {
+                Ok(map) if map.covered() > 0 => return Ok(map),
+                Ok(_) => last = format!("{addr}: no slots assigned"),
+                Err(e) => last = format!("{addr}: {e}"),
+            }
+        }
+        Err(last)
+    }
+
+    async fn fetch_from(&self, addr: &Addr) -> Result<SlotMap, String> {
+        let settings = ConnSettings {
+            addr: addr.to_string(),
+            proto: Proto::Resp2,
+            ..self.base.clone()
+        };
+        let mut stream = conn::open(&settings, &self.status).await?;
+        let deadline = settings.connect_timeout;
+        let shards = tokio::time::timeout(deadline, ask(&mut stream, &[b"CLUSTER", b"SHARDS"]))
+            .await
+            .map_err(|_| "CLUSTER SHARDS timed out".to_string())??;
+        match SlotMap::from_shards_reply(&shards, &addr.host) {
+            Ok(map) => Ok(map),
+            // Before Redis 7.0 there is no CLUSTER SHARDS.
+            Err(crate::cluster::TopologyError::ErrorReply(_)) => {
+                let slots =
+                    tokio::time::timeout(deadline, ask(&mut stream, &[b"CLUSTER", b"SLOTS"]))
+                        .await
+                        .map_err(|_| "CLUSTER SLOTS timed out".to_string())??;
+                SlotMap::from_slots_reply(&slots, &addr.host).map_err(|e| e.to_string())
+            }
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    fn install(&self, map: SlotMap) {
+        let changed = *self.map() != map;
+        if changed {
+            info!(
+                masters = map.masters().count(),
+                covered = map.covered(),
+                "cluster topology updated"
+            );
+        }
+        *self.map.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(map);
+        // Pools of nodes that are gone are dropped; their tasks end when unused.
+        let live: Vec<Addr> = self.masters();
+        let mut nodes = self.nodes.lock().unwrap_or_else(|p| p.into_inner());
+        nodes.retain(|a, _| live.contains(a));
+    }
+}
+
+/// Sends one command and returns its whole reply.
+async fn ask(stream: &mut TcpStream, args: &[&[u8]]) -> Result<Bytes, String> {
+    let mut req = BytesMut::new();
+    encode_request(args, &mut req);
+    stream.write_all(&req).await.map_err(|e| e.to_string())?;
+    let mut buf = BytesMut::with_capacity(16 * 1024);
+    let mut scanner = ReplyScanner::new();
+    loop {
+        if let Some(f) = scanner.next_frame(&buf).map_err(|e| e.to_string())? {
+            return Ok(buf.split_to(f.end).freeze());
+        }
+        if buf.len() > 64 * 1024 * 1024 {
+            return Err("topology reply too large".into());
+        }
+        if stream.read_buf(&mut buf).await.map_err(|e| e.to_string())? == 0 {
+            return Err("connection closed".into());
+        }
+    }
+}
+
+async fn refresh_loop(c: Arc<ClusterUpstream>, every: Duration) {
+    loop {
+        match c.fetch().await {
+            Ok(map) => c.install(map),
+            Err(e) => {
+                warn!(cause = %e, "cluster topology refresh failed");
+                c.status.disconnected(&e);
+            }
+        }
+        // A failed or empty map is retried quickly; a good one at the regular pace, or as
+        // soon as someone reports it stale (at most every 100 ms).
+        let pause = if c.map().covered() == 0 {
+            Duration::from_millis(200)
+        } else {
+            every
+        };
+        tokio::select! {
+            _ = tokio::time::sleep(pause) => {}
+            _ = c.refresh.notified() => {
+                debug!("cluster topology refresh requested");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            _ = c.shutdown.cancelled() => return,
+        }
+    }
+}
