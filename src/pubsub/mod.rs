@@ -308,6 +308,7 @@ impl Observer {
         let msg = Arc::new(msg);
         for id in &topic.subscribers {
             if let Some(sub) = state.subscribers.get(id)
+                && !sub.kill.is_cancelled()
                 && sub.tx.try_send(msg.clone()).is_err()
             {
                 warn!(client = id, "pub/sub client too slow, disconnecting");

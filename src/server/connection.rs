@@ -73,6 +73,11 @@ pub(super) struct Conn {
     pub(super) exec_select: Option<Vec<(u32, usize)>>,
     /// Cluster mode: each batched request and its slot, to retry after a redirection.
     batch_cmds: Vec<(Bytes, Option<u16>)>,
+    /// Cluster mode: MULTI was answered, no command queued yet.
+    pub(super) deferred_multi: bool,
+    /// The next batch starts with a request whose reply the client must not see (the MULTI
+    /// sent late for a deferred one).
+    pub(super) skip_first: bool,
 }
 
 /// Serves one client until it disconnects, sends QUIT, breaks the protocol, or shutdown.
@@ -121,6 +126,8 @@ pub async fn run(
         subs: None,
         exec_select: None,
         batch_cmds: Vec::new(),
+        deferred_multi: false,
+        skip_first: false,
         shared,
     };
     loop {
@@ -174,7 +181,12 @@ pub async fn run(
                             Err(_) => break,
                         }
                     }
-                    stream.write_all(&c.wbuf).await?;
+                    // A subscriber that stops reading must not pin this task: the hub
+                    // cancels `kill` once its queue is full.
+                    tokio::select! {
+                        r = stream.write_all(&c.wbuf) => r?,
+                        _ = kill.cancelled() => return Ok(()),
+                    }
                     c.wbuf.clear();
                     continue;
                 }
@@ -213,9 +225,26 @@ pub(super) enum Pending {
     /// An INFO request to send on its own.
     Info { req: Bytes, with_proxy: bool },
     /// A transaction command (the request bytes), which may pin or unpin the client.
-    Tx { tx: Tx, req: Bytes },
+    Tx {
+        tx: Tx,
+        req: Bytes,
+        /// Cluster mode: the node to pin to.
+        node: Option<String>,
+    },
     /// A command that may block, with the keys it may write.
-    Blocking { req: Bytes, writes: Vec<Bytes> },
+    Blocking {
+        req: Bytes,
+        writes: Vec<Bytes>,
+        /// Cluster mode: the node serving the keys.
+        node: Option<String>,
+    },
+    /// Cluster mode: MULTI is answered locally until the first queued command says which
+    /// node the transaction runs on.
+    DeferMulti,
+    /// Cluster mode: the first command queued after a deferred MULTI, for `node`.
+    StartMulti { node: String, req: Bytes },
+    /// Cluster mode: EXEC or DISCARD of a deferred MULTI with nothing queued.
+    EndDeferred(Bytes),
     /// SELECT: `db` if the argument is a valid index.
     Select { db: Option<u32>, req: Bytes },
     /// MONITOR: relay once this round's replies are written.
@@ -349,8 +378,19 @@ impl Conn {
                     with_proxy,
                 });
             }
-            Pending::Tx { tx, req } => return self.transaction(tx, req).await,
-            Pending::Blocking { req, writes } => return self.blocking(req, writes).await,
+            Pending::Tx { tx, req, node } => return self.transaction(tx, req, node).await,
+            Pending::Blocking { req, writes, node } => {
+                return self.blocking(req, writes, node).await;
+            }
+            Pending::DeferMulti => {
+                self.deferred_multi = true;
+                self.push_ready(Bytes::from_static(reply::OK)).await;
+            }
+            Pending::StartMulti { node, req } => return self.start_multi(node, req).await,
+            Pending::EndDeferred(reply) => {
+                self.deferred_multi = false;
+                self.push_ready(reply).await;
+            }
             Pending::Select { db, req } => return self.select(db, req).await,
             Pending::Monitor => {
                 self.flush_batch().await;
@@ -434,8 +474,20 @@ impl Conn {
         if self.resp2_subscribed() {
             match route {
                 Route::PubSub(_) | Route::Local(Local::Quit | Local::Reset) => {}
+                // Redis checks that the command exists, then the subscribed-mode rule.
+                _ if !command_exists(&args) => {
+                    return Pending::Ready(unknown_command(&args));
+                }
+                Route::Local(Local::Ping) if args.len() > 2 => {
+                    let mut e = Encoder {
+                        proto: self.session.proto,
+                        out: &mut self.local,
+                    };
+                    e.error(&reply::wrong_arity("ping"));
+                    return Pending::Ready(self.local.split().freeze());
+                }
                 // In RESP2 subscribed mode PING answers in the shape of a message.
-                Route::Local(Local::Ping) if args.len() <= 2 => {
+                Route::Local(Local::Ping) => {
                     let mut e = Encoder {
                         proto: self.session.proto,
                         out: &mut self.local,
@@ -446,8 +498,7 @@ impl Conn {
                     return Pending::Ready(self.local.split().freeze());
                 }
                 _ => {
-                    let name = String::from_utf8_lossy(args.get(0).unwrap_or_default())
-                        .to_ascii_lowercase();
+                    let name = full_command_name(&args);
                     let mut e = Encoder {
                         proto: self.session.proto,
                         out: &mut self.local,
@@ -580,7 +631,11 @@ impl Conn {
                     // The queued writes run now: invalidate them again once EXEC is answered.
                     self.writes.keys.append(&mut pin.tx_writes);
                 }
-                Pending::Tx { tx, req: req() }
+                Pending::Tx {
+                    tx,
+                    req: req(),
+                    node: None,
+                }
             }
             Route::Blocking => {
                 let mut writes = Vec::new();
@@ -594,7 +649,11 @@ impl Conn {
                         writes.push(Bytes::copy_from_slice(k));
                     });
                 }
-                Pending::Blocking { req: req(), writes }
+                Pending::Blocking {
+                    req: req(),
+                    writes,
+                    node: None,
+                }
             }
             Route::Monitor => Pending::Monitor,
             Route::ClientAdmin => {
@@ -659,6 +718,18 @@ impl Conn {
             Some(Pending::Ready(out.freeze()))
         };
         let name = args.get(0).unwrap_or_default().to_ascii_uppercase();
+        if self.deferred_multi
+            && !matches!(
+                route,
+                Route::Tx(_) | Route::Local(Local::Quit | Local::Reset) | Route::Corral
+            )
+        {
+            let node = match self.node_of(cluster, args) {
+                Ok(node) => node,
+                Err(e) => return Some(Pending::Ready(e)),
+            };
+            return Some(Pending::StartMulti { node, req: req() });
+        }
         match route {
             Route::Forward(_) => match name.as_slice() {
                 b"CLUSTER" => {
@@ -686,9 +757,16 @@ impl Conn {
                 Some(0) => Some(Pending::Ready(Bytes::from_static(reply::OK))),
                 _ => error("ERR SELECT is not allowed in cluster mode"),
             },
-            Route::Tx(_)
-            | Route::Blocking
-            | Route::Monitor
+            Route::Tx(tx) => self.cluster_tx(cluster, tx, args, req),
+            Route::Blocking if self.pin.is_none() => match self.node_of(cluster, args) {
+                Ok(node) => Some(Pending::Blocking {
+                    req: req(),
+                    writes: Vec::new(),
+                    node: Some(node),
+                }),
+                Err(e) => Some(Pending::Ready(e)),
+            },
+            Route::Monitor
             | Route::PubSub(commands::PubSub::SSubscribe | commands::PubSub::SUnsubscribe) => {
                 error(&format!(
                     "ERR '{}' is not yet supported by corral in cluster mode",
@@ -699,8 +777,78 @@ impl Conn {
         }
     }
 
+    /// Cluster mode: the master serving a request's keys, any node for a keyless one, or the
+    /// CROSSSLOT error reply.
+    fn node_of(
+        &self,
+        cluster: &crate::upstream::cluster::ClusterUpstream,
+        args: &crate::resp::Args<'_>,
+    ) -> Result<String, Bytes> {
+        let mut buf = [0u8; 24];
+        let name = args
+            .get(0)
+            .and_then(|n| commands::table::upper(n, &mut buf))
+            .unwrap_or_default();
+        let positions = crate::cluster::command_keys(name, args);
+        match crate::cluster::keys::keys_slot(&positions, args) {
+            crate::cluster::KeySlot::One(slot) => Ok(cluster
+                .master_of(slot)
+                .unwrap_or_else(|| cluster.any_node())
+                .to_string()),
+            crate::cluster::KeySlot::NoKeys => Ok(cluster.any_node().to_string()),
+            crate::cluster::KeySlot::Cross => {
+                Err(Bytes::from_static(crate::cluster::keys::CROSSSLOT))
+            }
+        }
+    }
+
+    /// Cluster mode transactions: WATCH pins to its keys' node; MULTI is answered here and
+    /// the transaction pinned to the node of its first queued command.
+    fn cluster_tx(
+        &self,
+        cluster: &crate::upstream::cluster::ClusterUpstream,
+        tx: Tx,
+        args: &crate::resp::Args<'_>,
+        req: &dyn Fn() -> Bytes,
+    ) -> Option<Pending> {
+        if self.pin.is_some() {
+            return None;
+        }
+        match tx {
+            Tx::Watch => Some(match self.node_of(cluster, args) {
+                Ok(node) => Pending::Tx {
+                    tx,
+                    req: req(),
+                    node: Some(node),
+                },
+                Err(e) => Pending::Ready(e),
+            }),
+            Tx::Multi if self.deferred_multi => Some(Pending::Ready(Bytes::from_static(
+                b"-ERR MULTI calls can not be nested\r\n",
+            ))),
+            Tx::Multi => Some(Pending::DeferMulti),
+            // A transaction with nothing queued: what Redis answers for it.
+            Tx::Exec if self.deferred_multi => {
+                Some(Pending::EndDeferred(Bytes::from_static(b"*0\r\n")))
+            }
+            Tx::Discard if self.deferred_multi => {
+                Some(Pending::EndDeferred(Bytes::from_static(reply::OK)))
+            }
+            Tx::Unwatch => Some(Pending::Ready(Bytes::from_static(reply::OK))),
+            Tx::Exec => Some(Pending::Ready(Bytes::from_static(
+                b"-ERR EXEC without MULTI\r\n",
+            ))),
+            Tx::Discard => Some(Pending::Ready(Bytes::from_static(
+                b"-ERR DISCARD without MULTI\r\n",
+            ))),
+        }
+    }
+
     /// The upstream connection this client's requests go to now.
     pub(super) fn target(&self) -> UpstreamConn {
+        if let Some(pin) = &self.pin {
+            return pin.ded.conn.clone();
+        }
         if let Some(cluster) = &self.shared.upstream.cluster {
             return cluster.conn_for(&cluster.any_node(), self.session.proto, self.session.id);
         }
@@ -760,12 +908,12 @@ impl Conn {
         let writes_all = std::mem::take(&mut self.writes.all);
         let lane_barrier = std::mem::take(&mut self.writes.barrier);
         let exec_select = self.exec_select.take();
-        let cluster_cmds = self
-            .shared
-            .upstream
-            .cluster
-            .is_some()
-            .then(|| std::mem::take(&mut self.batch_cmds));
+        // Redirections are followed on shared connections only: inside a transaction a
+        // MOVED is part of what the client must see (the transaction is then aborted).
+        let cmds = std::mem::take(&mut self.batch_cmds);
+        let cluster_cmds =
+            (self.shared.upstream.cluster.is_some() && self.pin.is_none()).then_some(cmds);
+        let skip_first = std::mem::take(&mut self.skip_first);
         self.push_slot(Slot::Upstream {
             rx,
             count,
@@ -775,6 +923,7 @@ impl Conn {
             lane_barrier,
             exec_select,
             cluster_cmds,
+            skip_first,
             blocking: None,
         });
     }
@@ -804,5 +953,70 @@ impl Conn {
             };
             self.entry.update(&self.session);
         }
+    }
+}
+
+/// Whether Redis knows the command (corral's own and local ones included).
+fn command_exists(args: &crate::resp::Args<'_>) -> bool {
+    let mut buf = [0u8; 24];
+    let Some(name) = args
+        .get(0)
+        .and_then(|n| commands::table::upper(n, &mut buf))
+    else {
+        return false;
+    };
+    let name: &[u8] = name;
+    matches!(commands::classify(args), Route::Local(_) | Route::Corral)
+        || crate::cluster::command_keys(name, args).is_known()
+}
+
+/// Redis's reply to an unknown command.
+fn unknown_command(args: &crate::resp::Args<'_>) -> Bytes {
+    let clip = |a: &[u8]| String::from_utf8_lossy(&a[..a.len().min(128)]).into_owned();
+    let mut text = format!(
+        "ERR unknown command '{}', with args beginning with: ",
+        clip(args.get(0).unwrap_or_default())
+    );
+    for a in args.iter().skip(1) {
+        text.push_str(&format!("'{}' ", clip(a)));
+    }
+    let mut out = BytesMut::new();
+    Encoder {
+        proto: crate::resp::Proto::Resp2,
+        out: &mut out,
+    }
+    .error(&text);
+    out.freeze()
+}
+
+/// The command name as Redis prints it in errors: `config|get` for subcommands.
+fn full_command_name(args: &crate::resp::Args<'_>) -> String {
+    let name = String::from_utf8_lossy(args.get(0).unwrap_or_default()).to_ascii_lowercase();
+    let container = matches!(
+        name.as_str(),
+        "acl"
+            | "client"
+            | "cluster"
+            | "command"
+            | "config"
+            | "function"
+            | "latency"
+            | "memory"
+            | "module"
+            | "object"
+            | "pubsub"
+            | "script"
+            | "slowlog"
+            | "xgroup"
+            | "xinfo"
+    );
+    match args.get(1) {
+        Some(sub) if container => {
+            format!(
+                "{name}|{}",
+                String::from_utf8_lossy(sub).to_ascii_lowercase()
+            )
+        }
+        _ => name,
     }
 }

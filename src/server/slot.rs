@@ -53,6 +53,8 @@ pub(super) enum Slot {
         exec_select: Option<Vec<(u32, usize)>>,
         /// Cluster mode: each request and its slot, to follow redirections.
         cluster_cmds: Option<Vec<(Bytes, Option<u16>)>>,
+        /// The first reply answers a request the client did not send (a deferred MULTI).
+        skip_first: bool,
         blocking: Option<Blocking>,
     },
     /// Cluster mode: a multi-key request split per slot, merged in key order.
@@ -175,6 +177,7 @@ impl Conn {
                 lane_barrier,
                 exec_select,
                 cluster_cmds,
+                skip_first,
                 blocking,
             } => {
                 let result = match blocking {
@@ -210,6 +213,14 @@ impl Conn {
                 let result = match (result, &cluster_cmds) {
                     (Ok(b), Some(cmds)) => Ok(self.follow_redirects(b, cmds, &conn).await),
                     (r, _) => r,
+                };
+                let (result, count) = match result {
+                    Ok(b) if skip_first => match ReplyScanner::new().next_frame(&b) {
+                        Ok(Some(f)) => (Ok(b.slice(f.end..)), count - 1),
+                        _ => (Ok(b), count),
+                    },
+                    Err(e) if skip_first => (Err(e), count - 1),
+                    r => (r, count),
                 };
                 if let (Some(selects), Ok(b)) = (exec_select, &result)
                     && let Some(db) = selected_by_exec(b, &selects)

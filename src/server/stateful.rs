@@ -35,14 +35,14 @@ pub(super) struct Pin {
 impl Conn {
     /// MULTI/EXEC/DISCARD/WATCH/UNWATCH. MULTI and WATCH pin the client first; the others
     /// update the pin's state, and the pin is released after the round once nothing is left.
-    pub(super) async fn transaction(&mut self, tx: Tx, req: Bytes) -> bool {
+    pub(super) async fn transaction(&mut self, tx: Tx, req: Bytes, node: Option<String>) -> bool {
         if matches!(tx, Tx::Multi | Tx::Watch) && self.pin.is_none() {
             self.flush_batch().await;
-            match self
-                .shared
-                .upstream
-                .dedicated(self.session.proto, self.session.db)
-            {
+            match self.shared.upstream.dedicated_to(
+                node.as_deref(),
+                self.session.proto,
+                self.session.db,
+            ) {
                 Ok(ded) => {
                     self.pin = Some(Pin {
                         ded,
@@ -107,15 +107,20 @@ impl Conn {
     /// A blocking command: alone on the pinned connection, or on a dedicated one of its own,
     /// so that it never holds up other clients. Ends the round: nothing after it may run
     /// before it returns.
-    pub(super) async fn blocking(&mut self, req: Bytes, writes: Vec<Bytes>) -> bool {
+    pub(super) async fn blocking(
+        &mut self,
+        req: Bytes,
+        writes: Vec<Bytes>,
+        node: Option<String>,
+    ) -> bool {
         self.flush_batch().await;
         let dedicated = match &self.pin {
             Some(_) => None,
-            None => match self
-                .shared
-                .upstream
-                .dedicated(self.session.proto, self.session.db)
-            {
+            None => match self.shared.upstream.dedicated_to(
+                node.as_deref(),
+                self.session.proto,
+                self.session.db,
+            ) {
                 Ok(d) => Some(d),
                 Err(msg) => {
                     let mut out = BytesMut::from(&b"-"[..]);
@@ -140,6 +145,7 @@ impl Conn {
             lane_barrier: false,
             exec_select: None,
             cluster_cmds: None,
+            skip_first: false,
             blocking: Some(Blocking { dedicated }),
         });
         true
@@ -169,6 +175,43 @@ impl Conn {
         let rx = conn.send(bytes, count).await;
         self.push_slot(Slot::Select { rx, conn, db });
         true
+    }
+
+    /// Cluster mode: the first command after a deferred MULTI. Pins the client to `node`,
+    /// sends the MULTI there followed by the command; the MULTI's `+OK` was already given.
+    pub(super) async fn start_multi(&mut self, node: String, req: Bytes) -> bool {
+        self.deferred_multi = false;
+        self.flush_batch().await;
+        match self
+            .shared
+            .upstream
+            .dedicated_to(Some(&node), self.session.proto, self.session.db)
+        {
+            Ok(ded) => {
+                self.pin = Some(Pin {
+                    ded,
+                    in_multi: true,
+                    watching: false,
+                    dirty: false,
+                    tx_writes: Vec::new(),
+                    queued: 1,
+                    queued_selects: Vec::new(),
+                });
+                let mut multi = BytesMut::new();
+                encode_request(&[b"MULTI"], &mut multi);
+                self.append(&multi);
+                self.skip_first = true;
+                self.append(&req);
+                false
+            }
+            Err(msg) => {
+                let mut out = BytesMut::from(&b"-"[..]);
+                out.extend_from_slice(msg.as_bytes());
+                out.extend_from_slice(b"\r\n");
+                self.push_ready(out.freeze()).await;
+                false
+            }
+        }
     }
 
     /// Releases (or drops) a dedicated connection once no transaction state is left on it.

@@ -41,7 +41,7 @@ pub struct Upstream {
     resp3: Vec<UpstreamConn>,
     /// Shared pools for other databases, made on first use.
     other_dbs: Mutex<HashMap<PoolKey, Arc<[UpstreamConn]>>>,
-    idle: Mutex<HashMap<PoolKey, Vec<UpstreamConn>>>,
+    idle: Mutex<HashMap<(String, Proto, u32), Vec<UpstreamConn>>>,
     dedicated: Arc<Semaphore>,
     /// Health and version, shared with INFO and the admin endpoint.
     pub status: Arc<UpstreamStatus>,
@@ -57,6 +57,7 @@ pub struct Upstream {
 pub struct Dedicated {
     /// The connection.
     pub conn: UpstreamConn,
+    addr: String,
     proto: Proto,
     db: u32,
     _permit: OwnedSemaphorePermit,
@@ -175,17 +176,48 @@ impl Upstream {
     /// # Errors
     /// `upstream.max_dedicated` connections are in use.
     pub fn dedicated(&self, proto: Proto, db: u32) -> Result<Dedicated, &'static str> {
+        self.dedicated_to(None, proto, db)
+    }
+
+    /// Like [`Upstream::dedicated`], to the node at `addr` (cluster mode) instead of the
+    /// configured upstream.
+    ///
+    /// # Errors
+    /// `upstream.max_dedicated` connections are in use.
+    pub fn dedicated_to(
+        &self,
+        addr: Option<&str>,
+        proto: Proto,
+        db: u32,
+    ) -> Result<Dedicated, &'static str> {
         let permit = self.dedicated.clone().try_acquire_owned().map_err(
             |_| "ERR too many dedicated upstream connections in use (upstream.max_dedicated)",
         )?;
+        let addr = addr.unwrap_or(&self.base.addr).to_string();
+        let key = (addr.clone(), proto, db);
         let reused = {
             let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-            let list = idle.entry((proto, db)).or_default();
+            let list = idle.entry(key).or_default();
             std::iter::from_fn(|| list.pop()).find(|c| !c.is_dead())
         };
-        let conn = reused.unwrap_or_else(|| self.spawn(proto, db, false));
+        let conn = reused.unwrap_or_else(|| {
+            let settings = ConnSettings {
+                addr: addr.clone(),
+                proto,
+                db,
+                reconnect: false,
+                ..self.base.clone()
+            };
+            UpstreamConn::spawn(
+                settings,
+                self.status.clone(),
+                self.shutdown.child_token(),
+                None,
+            )
+        });
         Ok(Dedicated {
             conn,
+            addr,
             proto,
             db,
             _permit: permit,
@@ -213,7 +245,7 @@ impl Upstream {
             return;
         }
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-        let list = idle.entry((d.proto, d.db)).or_default();
+        let list = idle.entry((d.addr, d.proto, d.db)).or_default();
         if list.len() < MAX_IDLE_DEDICATED {
             list.push(d.conn);
         }

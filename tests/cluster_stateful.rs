@@ -1,0 +1,107 @@
+//! Stateful commands in cluster mode: transactions pinned to the node of their keys (MULTI
+//! answered by corral until the first queued command names the node), WATCH, blocking
+//! commands on the key's node, and pub/sub through any node.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{RawClient, RedisCluster, TestProxy};
+
+async fn ready_proxy(cluster: &RedisCluster) -> (TestProxy, RawClient) {
+    let seeds = cluster.seeds();
+    let proxy = TestProxy::start_with(&seeds[0], |cfg| {
+        cfg.cluster.seeds = seeds.clone();
+        cfg.cluster.refresh_ms = 500;
+    })
+    .await;
+    let mut c = RawClient::connect(proxy.addr).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !String::from_utf8_lossy(&c.cmd("CLUSTER INFO").await).contains("cluster_state:ok") {
+        assert!(
+            Instant::now() < deadline,
+            "cluster never ready through corral"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    (proxy, c)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transactions_run_on_the_node_of_their_keys() {
+    let cluster = RedisCluster::start(3, 0);
+    let (proxy, mut c) = ready_proxy(&cluster).await;
+    // One slot: runs atomically on its node, replies as Redis gives them.
+    assert_eq!(c.cmd("MULTI").await, b"+OK\r\n");
+    assert_eq!(c.cmd("SET {u1}a 1").await, b"+QUEUED\r\n");
+    assert_eq!(c.cmd("INCR {u1}a").await, b"+QUEUED\r\n");
+    assert_eq!(c.cmd("GET {u1}a").await, b"+QUEUED\r\n");
+    assert_eq!(c.cmd("EXEC").await, b"*3\r\n+OK\r\n:2\r\n$1\r\n2\r\n");
+    // Pipelined in one write, as client libraries send transactions.
+    c.send(b"MULTI\r\nINCR {u2}n\r\nINCR {u2}n\r\nEXEC\r\n")
+        .await;
+    for want in [
+        &b"+OK\r\n"[..],
+        b"+QUEUED\r\n",
+        b"+QUEUED\r\n",
+        b"*2\r\n:1\r\n:2\r\n",
+    ] {
+        assert_eq!(c.read_reply().await, want);
+    }
+    // Nothing queued; DISCARD; nesting; EXEC without MULTI.
+    assert_eq!(c.cmd("MULTI").await, b"+OK\r\n");
+    assert_eq!(c.cmd("EXEC").await, b"*0\r\n");
+    assert_eq!(c.cmd("MULTI").await, b"+OK\r\n");
+    assert_eq!(
+        c.cmd("MULTI").await,
+        b"-ERR MULTI calls can not be nested\r\n"
+    );
+    assert_eq!(c.cmd("DISCARD").await, b"+OK\r\n");
+    assert_eq!(c.cmd("EXEC").await, b"-ERR EXEC without MULTI\r\n");
+    // WATCH aborts when another client writes the watched key.
+    let mut other = RawClient::connect(proxy.addr).await.unwrap();
+    assert_eq!(c.cmd("WATCH {u3}w").await, b"+OK\r\n");
+    assert_eq!(other.cmd("SET {u3}w x").await, b"+OK\r\n");
+    assert_eq!(c.cmd("MULTI").await, b"+OK\r\n");
+    assert_eq!(c.cmd("SET {u3}w y").await, b"+QUEUED\r\n");
+    assert_eq!(c.cmd("EXEC").await, b"*-1\r\n");
+    assert_eq!(other.cmd("GET {u3}w").await, b"$1\r\nx\r\n");
+    // Keys in different slots cannot share a transaction: Redis Cluster's errors.
+    assert_eq!(
+        c.cmd("WATCH a b").await,
+        b"-CROSSSLOT Keys in request don't hash to the same slot\r\n"
+    );
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blocking_pops_wait_on_the_keys_node() {
+    let cluster = RedisCluster::start(3, 0);
+    let (proxy, mut c) = ready_proxy(&cluster).await;
+    let mut pusher = RawClient::connect(proxy.addr).await.unwrap();
+    c.send(&common::encode(&[b"BLPOP", b"queue", b"0"])).await;
+    // The pop is blocked: other requests through corral are served meanwhile.
+    assert_eq!(pusher.cmd("SET other 1").await, b"+OK\r\n");
+    assert_eq!(pusher.cmd("RPUSH queue job").await, b":1\r\n");
+    assert_eq!(c.read_reply().await, b"*2\r\n$5\r\nqueue\r\n$3\r\njob\r\n");
+    assert_eq!(c.cmd("BLPOP queue 0.1").await, b"*-1\r\n");
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscribers_get_messages_published_anywhere() {
+    let cluster = RedisCluster::start(3, 0);
+    let (proxy, mut publisher) = ready_proxy(&cluster).await;
+    let mut sub = RawClient::connect(proxy.addr).await.unwrap();
+    assert_eq!(
+        sub.cmd("SUBSCRIBE news").await,
+        b"*3\r\n$9\r\nsubscribe\r\n$4\r\nnews\r\n:1\r\n"
+    );
+    // PUBLISH is propagated through the cluster bus, whichever node gets it.
+    publisher.cmd("PUBLISH news hello").await;
+    assert_eq!(
+        sub.read_reply().await,
+        b"*3\r\n$7\r\nmessage\r\n$4\r\nnews\r\n$5\r\nhello\r\n"
+    );
+    proxy.stop().await;
+}

@@ -1,0 +1,953 @@
+//! Pub/sub through corral against real Redis: corral answers (P|S)(UN)SUBSCRIBE from shared
+//! upstream subscriptions (one RESP3 connection, one subscription per channel or pattern)
+//! and fans messages out to its clients.
+//!
+//! Deterministic sequences are scripts run against one Redis directly and against a second,
+//! identical Redis through corral; every reply and message must be the same bytes, in RESP2
+//! and RESP3. Script lines:
+//! - `A: CMD args` sends a command and reads its replies: one per argument for the
+//!   (P|S)(UN)SUBSCRIBE family (at least one), else one. `#tag` at the end keeps that reply
+//!   out of the comparison, for the test's own assertions (PUBLISH and PUBSUB NUMSUB count
+//!   corral as one subscriber: a documented difference).
+//! - `A<` reads one frame nobody asked for (a message).
+//! - `A: !closed` checks that the server closed A's connection.
+//!
+//! Every client still open at the end sends a PING: a message delivered once too often (or
+//! to a client that should not get it) shows up there as a difference.
+//!
+//! The other tests drive corral alone and check Redis's side of it directly (one upstream
+//! subscriber whatever the number of clients), ordering, slow subscribers, an upstream
+//! restart and keyspace notifications.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::collections::btree_map::Entry;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use common::{
+    Deadline, RawClient, RedisServer, TestProxy, bulk, encode, int, parse_commands, poll_until,
+    reply_text, show,
+};
+
+/// Bounds every wait for a state change.
+const LIMIT: Duration = Duration::from_secs(10);
+
+// ---- clients and frames ----
+
+async fn connect(addr: SocketAddr) -> RawClient {
+    RawClient::connect(addr).await.expect("connect")
+}
+
+/// A client of `addr`, switched to RESP3 first when asked.
+async fn client(addr: SocketAddr, resp3: bool) -> RawClient {
+    let mut c = connect(addr).await;
+    if resp3 {
+        let r = c.request(&[b"HELLO", b"3"]).await;
+        assert!(r.starts_with(b"%"), "HELLO 3: {}", show(&r));
+    }
+    c
+}
+
+/// Sends one command line and reads one reply (pushes and RESP3 nulls included).
+async fn call(c: &mut RawClient, line: &str) -> Vec<u8> {
+    send_line(c, line).await;
+    c.read_resp().await
+}
+
+async fn send_line(c: &mut RawClient, line: &str) {
+    let cmds = parse_commands(line);
+    let argv: Vec<&[u8]> = cmds[0].iter().map(Vec::as_slice).collect();
+    c.send(&encode(&argv)).await;
+}
+
+/// A pub/sub frame as Redis sends it: a push in RESP3, an array in RESP2, of bulk strings.
+fn frame(resp3: bool, parts: &[&[u8]]) -> Vec<u8> {
+    let mut out = format!("{}{}\r\n", if resp3 { '>' } else { '*' }, parts.len()).into_bytes();
+    for p in parts {
+        out.extend_from_slice(&bulk(p));
+    }
+    out
+}
+
+/// A `subscribe`-style confirmation: verb, name, count.
+fn confirmation(resp3: bool, verb: &str, name: &str, count: i64) -> Vec<u8> {
+    let mut out = frame(resp3, &[verb.as_bytes(), name.as_bytes()]);
+    out[1] = b'3';
+    out.extend_from_slice(&int(count));
+    out
+}
+
+/// Subscribes `c` (`SUBSCRIBE`, `PSUBSCRIBE` or `SSUBSCRIBE`) to one name, checking the
+/// confirmation's bytes.
+async fn subscribe(c: &mut RawClient, resp3: bool, cmd: &str, name: &str, count: i64) {
+    let r = call(c, &format!("{cmd} {name}")).await;
+    let verb = cmd.to_ascii_lowercase();
+    assert_eq!(show(&r), show(&confirmation(resp3, &verb, name, count)));
+}
+
+/// The number of subscribers Redis itself counts for `channel` (`PUBSUB NUMSUB`).
+async fn numsub(server: &mut RawClient, channel: &str) -> i64 {
+    let r = call(server, &format!("PUBSUB NUMSUB {channel}")).await;
+    let head = [b"*2\r\n".as_slice(), &bulk(channel), b":"].concat();
+    let n = r
+        .strip_prefix(head.as_slice())
+        .and_then(|rest| std::str::from_utf8(rest).ok())
+        .and_then(|rest| rest.trim_end().parse().ok());
+    n.unwrap_or_else(|| panic!("PUBSUB NUMSUB {channel}: {}", show(&r)))
+}
+
+/// PUBLISHes on `c` and returns the receiver count it reports.
+async fn publish(c: &mut RawClient, channel: &str, payload: &str) -> i64 {
+    let r = c
+        .request(&[b"PUBLISH", channel.as_bytes(), payload.as_bytes()])
+        .await;
+    let n = std::str::from_utf8(&r)
+        .ok()
+        .and_then(|s| s.strip_prefix(':'))
+        .and_then(|s| s.trim_end().parse().ok());
+    n.unwrap_or_else(|| panic!("PUBLISH {channel}: {}", show(&r)))
+}
+
+/// The payload of a RESP2 `message` frame on `channel`, or a panic naming what came instead.
+fn message_payload(got: &[u8], channel: &str) -> Vec<u8> {
+    let head = [b"*3\r\n".as_slice(), &bulk("message"), &bulk(channel)].concat();
+    let body = got
+        .strip_prefix(head.as_slice())
+        .unwrap_or_else(|| panic!("not a message on {channel}: {}", show(got)));
+    let eol = body.windows(2).position(|w| w == b"\r\n").expect("header");
+    body[eol + 2..body.len() - 2].to_vec()
+}
+
+/// corral's clients' addresses, from CLIENT LIST through corral.
+async fn corral_client_addrs(proxy: SocketAddr) -> Vec<String> {
+    let mut c = connect(proxy).await;
+    let list = reply_text(&call(&mut c, "CLIENT LIST").await);
+    list.lines()
+        .filter_map(|l| l.split(' ').find_map(|kv| kv.strip_prefix("addr=")))
+        .map(str::to_string)
+        .collect()
+}
+
+// ---- the two sides, and scripts ----
+
+/// Where a script's clients connect.
+#[derive(Clone, Copy)]
+struct Side {
+    name: &'static str,
+    entry: SocketAddr,
+}
+
+/// Redis A reached directly, and Redis B behind corral.
+struct Pair {
+    direct: RedisServer,
+    upstream: RedisServer,
+    proxy: TestProxy,
+}
+
+impl Pair {
+    async fn start() -> Pair {
+        let direct = RedisServer::start();
+        let upstream = RedisServer::start();
+        let proxy = TestProxy::start(&upstream.url()).await;
+        Pair {
+            direct,
+            upstream,
+            proxy,
+        }
+    }
+
+    fn sides(&self) -> [Side; 2] {
+        [
+            Side {
+                name: "redis",
+                entry: self.direct.addr(),
+            },
+            Side {
+                name: "corral",
+                entry: self.proxy.addr,
+            },
+        ]
+    }
+}
+
+enum Op {
+    Call(Vec<Vec<u8>>),
+    Read,
+    Closed,
+}
+
+struct Step {
+    who: char,
+    op: Op,
+    tag: Option<String>,
+}
+
+impl Step {
+    fn parse(line: &str) -> Step {
+        let who = line.chars().next().expect("client letter");
+        let rest = &line[who.len_utf8()..];
+        let (rest, tag) = match rest.rsplit_once(" #") {
+            Some((before, t)) if !t.contains([' ', '"']) => (before, Some(t.to_string())),
+            _ => (rest, None),
+        };
+        let op = if rest == "<" {
+            Op::Read
+        } else if rest == ": !closed" {
+            Op::Closed
+        } else if let Some(cmd) = rest.strip_prefix(": ") {
+            let mut cmds = parse_commands(cmd);
+            assert_eq!(cmds.len(), 1, "one command per line: {line:?}");
+            Op::Call(cmds.remove(0))
+        } else {
+            panic!("bad script line {line:?}")
+        };
+        Step { who, op, tag }
+    }
+}
+
+/// Replies a (P|S)(UN)SUBSCRIBE gets: one per name, and one (an arity error, or a nil name
+/// when there is nothing to unsubscribe from) without names. An argument-less UNSUBSCRIBE
+/// with several subscriptions would get one per subscription, in hash order: scripts only
+/// use it with at most one, where the order cannot differ.
+fn replies_expected(cmd: &[Vec<u8>]) -> usize {
+    let name = String::from_utf8_lossy(&cmd[0]).to_ascii_uppercase();
+    let family = ["SUBSCRIBE", "UNSUBSCRIBE"].iter().any(|verb| {
+        name.strip_suffix(verb)
+            .is_some_and(|p| ["", "P", "S"].contains(&p))
+    });
+    if family { (cmd.len() - 1).max(1) } else { 1 }
+}
+
+struct Reply {
+    label: String,
+    tag: Option<String>,
+    bytes: Vec<u8>,
+}
+
+/// Runs `script` on one side; returns every reply and message received.
+async fn run(side: Side, script: &[&str], resp3: bool) -> Vec<Reply> {
+    // Ordered by letter: the end-of-script PINGs go out in the same order on both sides.
+    let mut clients: BTreeMap<char, RawClient> = BTreeMap::new();
+    let mut replies = Vec::new();
+    for line in script {
+        let step = Step::parse(line);
+        let c = match clients.entry(step.who) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(e) => e.insert(client(side.entry, resp3).await),
+        };
+        let mut got = Vec::new();
+        match &step.op {
+            Op::Call(cmd) => {
+                let argv: Vec<&[u8]> = cmd.iter().map(Vec::as_slice).collect();
+                c.send(&encode(&argv)).await;
+                for _ in 0..replies_expected(cmd) {
+                    let r = c.try_read_resp().await;
+                    got.push(r.unwrap_or_else(|e| panic!("{}: `{line}`: {e}", side.name)));
+                }
+            }
+            Op::Read => {
+                let r = c.try_read_resp().await;
+                got.push(r.unwrap_or_else(|e| panic!("{}: `{line}`: {e}", side.name)));
+            }
+            Op::Closed => {
+                let closed = c.is_closed().await;
+                let what: &[u8] = if closed { b"<closed>" } else { b"<open>" };
+                got.push(what.to_vec());
+                clients.remove(&step.who);
+            }
+        }
+        for bytes in got {
+            let (label, tag) = (line.to_string(), step.tag.clone());
+            replies.push(Reply { label, tag, bytes });
+        }
+    }
+    for (who, c) in &mut clients {
+        let bytes = call(c, "PING").await;
+        let label = format!("{who}: PING (end of script)");
+        replies.push(Reply {
+            label,
+            tag: None,
+            bytes,
+        });
+    }
+    replies
+}
+
+/// Runs `script` on both sides and asserts that every untagged reply is the same bytes.
+/// Returns (Redis's replies, corral's replies).
+async fn check(pair: &Pair, name: &str, script: &[&str], resp3: bool) -> [Vec<Reply>; 2] {
+    let [direct, proxied] = pair.sides();
+    let d = run(direct, script, resp3).await;
+    let p = run(proxied, script, resp3).await;
+    let proto = if resp3 { "RESP3" } else { "RESP2" };
+    assert_eq!(d.len(), p.len(), "script {name} ({proto}): reply count");
+    let mismatches: Vec<String> = d
+        .iter()
+        .zip(&p)
+        .enumerate()
+        .filter(|(_, (d, p))| d.tag.is_none() && d.bytes != p.bytes)
+        .map(|(i, (d, p))| {
+            format!(
+                "#{i} `{}`\n   redis: {}\n  corral: {}",
+                d.label,
+                show(&d.bytes),
+                show(&p.bytes)
+            )
+        })
+        .collect();
+    assert!(
+        mismatches.is_empty(),
+        "script {name} ({proto}): {} replies differ:\n{}",
+        mismatches.len(),
+        mismatches.join("\n")
+    );
+    [d, p]
+}
+
+/// Asserts every reply tagged `tag` is `want`.
+fn assert_tagged(replies: &[Reply], tag: &str, want: &[u8], who: &str) {
+    let hits: Vec<&Reply> = replies
+        .iter()
+        .filter(|r| r.tag.as_deref() == Some(tag))
+        .collect();
+    assert!(!hits.is_empty(), "no reply tagged {tag}");
+    for r in hits {
+        assert_eq!(show(&r.bytes), show(want), "{who}: `{}`", r.label);
+    }
+}
+
+// ---- 1. scripts compared with Redis ----
+
+const SCRIPTS: &[(&str, &[&str])] = &[
+    (
+        "counts in confirmations",
+        &[
+            "A: SUBSCRIBE a b",
+            // Already subscribed: the count stays.
+            "A: SUBSCRIBE a",
+            "A: PSUBSCRIBE p*",
+            // Shard channels are counted apart from channels and patterns.
+            "A: SSUBSCRIBE s",
+            "A: SSUBSCRIBE s2 s",
+            "A: UNSUBSCRIBE a",
+            "A: UNSUBSCRIBE nosuch",
+            "A: PUNSUBSCRIBE p*",
+            "A: SUNSUBSCRIBE s",
+            // One subscription left of each kind: argument-less forms name it.
+            "A: UNSUBSCRIBE",
+            "A: SUNSUBSCRIBE",
+            // Nothing left: a nil name.
+            "A: PUNSUBSCRIBE",
+            "A: UNSUBSCRIBE",
+            "A: SUNSUBSCRIBE",
+            // Out of subscribed mode.
+            "A: GET k",
+        ],
+    ),
+    (
+        "unsubscribing without subscriptions",
+        &[
+            "A: UNSUBSCRIBE",
+            "A: PUNSUBSCRIBE",
+            "A: SUNSUBSCRIBE",
+            "A: UNSUBSCRIBE x y",
+            "A: PUNSUBSCRIBE x*",
+            "A: SUNSUBSCRIBE x",
+            "A: GET k",
+        ],
+    ),
+    (
+        "wrong arity",
+        &[
+            "A: SUBSCRIBE",
+            "A: PSUBSCRIBE",
+            "A: SSUBSCRIBE",
+            "A: GET k",
+            "A: SUBSCRIBE c",
+            "A: SUBSCRIBE",
+            "A: PSUBSCRIBE",
+            "A: SSUBSCRIBE",
+            "A: UNSUBSCRIBE c",
+        ],
+    ),
+    (
+        "subscribed mode",
+        &[
+            "A: SUBSCRIBE c",
+            "A: GET k",
+            "A: get k",
+            "A: SET k v",
+            "A: ECHO x",
+            "A: PING",
+            "A: PING hello",
+            "A: PSUBSCRIBE d*",
+            "A: UNSUBSCRIBE c",
+            // Still subscribed, to a pattern.
+            "A: GET k",
+            "A: PING",
+            "A: PUNSUBSCRIBE d*",
+            "A: SSUBSCRIBE e",
+            // A shard channel alone is subscribed mode too.
+            "A: GET k",
+            "A: PING x",
+            "A: SUNSUBSCRIBE e",
+            "A: PING",
+            "A: PING hello",
+            "A: GET k",
+        ],
+    ),
+    (
+        "QUIT while subscribed",
+        &[
+            "A: SUBSCRIBE c",
+            "A: PSUBSCRIBE c*",
+            "A: QUIT",
+            "A: !closed",
+        ],
+    ),
+    (
+        "RESET while subscribed",
+        &[
+            "A: SUBSCRIBE c",
+            "A: PSUBSCRIBE c*",
+            "A: SSUBSCRIBE cs",
+            "A: RESET",
+            "A: GET k",
+            // Nobody is subscribed any more (corral's own UNSUBSCRIBE may still be on its
+            // way to Redis, hence no assertion on the count); A must not get the message.
+            "B: PUBLISH c gone #racy",
+            "A: PING",
+        ],
+    ),
+    (
+        "messages delivered",
+        &[
+            "A: SUBSCRIBE a b",
+            "A: PSUBSCRIBE p*",
+            "A: SSUBSCRIBE s",
+            "B: PUBLISH a hello #one",
+            "A<",
+            "B: PUBLISH pq \"two words\" #one",
+            "A<",
+            "B: SPUBLISH s sharded #one",
+            "A<",
+            "B: PUBLISH zz nobody #zero",
+            "A: UNSUBSCRIBE a",
+            // Delivered to nobody (corral's UNSUBSCRIBE may not have reached Redis yet);
+            // the next message must be the first A gets.
+            "B: PUBLISH a dropped #racy",
+            "B: PUBLISH b still #one",
+            "A<",
+            "C: SUBSCRIBE b",
+            "C: PSUBSCRIBE b*",
+            // Redis counts three receivers (A, C, C's pattern); corral is one subscriber
+            // per channel or pattern: two.
+            "B: PUBLISH b both #both",
+            "A<",
+            // A channel subscriber gets `message`, then a pattern subscriber `pmessage`.
+            "C<",
+            "C<",
+            "B: PUBSUB NUMSUB b zz #numsub",
+            "B: PUBLISH \"p\r\nbinary\" \"\x00\r\n\" #one",
+            "A<",
+        ],
+    ),
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scripts_match_redis() {
+    let pair = Pair::start().await;
+    for (name, script) in SCRIPTS {
+        for resp3 in [false, true] {
+            let [direct, proxied] = check(&pair, name, script, resp3).await;
+            if *name != "messages delivered" {
+                continue;
+            }
+            // What the comparison left out: PUBLISH counts corral as one subscriber.
+            assert_tagged(&proxied, "one", &int(1), "corral");
+            assert_tagged(&direct, "one", &int(1), "redis");
+            assert_tagged(&proxied, "zero", &int(0), "corral");
+            assert_tagged(&proxied, "both", &int(2), "corral");
+            assert_tagged(&direct, "both", &int(3), "redis");
+            let numsub =
+                |b: i64| [&b"*4\r\n"[..], &bulk("b"), &int(b), &bulk("zz"), &int(0)].concat();
+            assert_tagged(&proxied, "numsub", &numsub(1), "corral");
+            assert_tagged(&direct, "numsub", &numsub(2), "redis");
+        }
+    }
+    pair.proxy.stop().await;
+}
+
+/// RESP2 subscribed mode, where Redis checks a command's existence and arity before the
+/// subscribed-mode rule, and names subcommands as `container|sub`.
+const SUBSCRIBED_ERROR_SCRIPTS: &[(&str, &[&str])] = &[(
+    "errors in subscribed mode",
+    &[
+        "A: SUBSCRIBE c",
+        "A: NOSUCHCOMMAND x",
+        // Not `GET` without a key: Redis reports its arity before the subscribed-mode rule,
+        // and corral has no arity table for forwarded commands (a documented difference).
+        "A: PING a b",
+        "A: CONFIG GET maxmemory",
+        "A: CLIENT GETNAME",
+        "A: UNSUBSCRIBE c",
+    ],
+)];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscribed_mode_errors_match_redis() {
+    let pair = Pair::start().await;
+    for (name, script) in SUBSCRIBED_ERROR_SCRIPTS {
+        for resp3 in [false, true] {
+            check(&pair, name, script, resp3).await;
+        }
+    }
+    pair.proxy.stop().await;
+}
+
+// ---- 2. many subscribers, one upstream subscription ----
+
+/// The `CLIENT LIST TYPE pubsub` lines of a server.
+async fn pubsub_clients(server: &mut RawClient) -> usize {
+    reply_text(&call(server, "CLIENT LIST TYPE pubsub").await)
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_subscribers_share_one_upstream_subscription() {
+    const CLIENTS: usize = 1000;
+    const MESSAGES: usize = 20;
+    let pair = Pair::start().await;
+    let mut redis = connect(pair.upstream.addr()).await;
+    let mut subs = Vec::with_capacity(CLIENTS);
+    for _ in 0..CLIENTS {
+        let mut c = connect(pair.proxy.addr).await;
+        c.send(&encode(&[b"SUBSCRIBE", b"many"])).await;
+        subs.push(c);
+    }
+    // Every confirmation, once everyone asked: the first waits for Redis, the others join.
+    for c in &mut subs {
+        let r = c.read_resp().await;
+        assert_eq!(show(&r), show(&confirmation(false, "subscribe", "many", 1)));
+    }
+    assert_eq!(numsub(&mut redis, "many").await, 1, "Redis's subscribers");
+    assert_eq!(
+        pubsub_clients(&mut redis).await,
+        1,
+        "Redis's pub/sub clients"
+    );
+
+    let mut publisher = connect(pair.proxy.addr).await;
+    for i in 0..MESSAGES {
+        // Through corral, PUBLISH counts corral once.
+        assert_eq!(publish(&mut publisher, "many", &format!("m{i}")).await, 1);
+    }
+    for (n, c) in subs.iter_mut().enumerate() {
+        for i in 0..MESSAGES {
+            let got = c.read_resp().await;
+            let want = frame(false, &[b"message", b"many", format!("m{i}").as_bytes()]);
+            assert_eq!(show(&got), show(&want), "subscriber {n}, message {i}");
+        }
+        assert!(
+            !c.has_pending_reply(),
+            "subscriber {n}: more than {MESSAGES}"
+        );
+    }
+
+    // The last one to leave ends the upstream subscription.
+    drop(subs);
+    poll_until(LIMIT, "Redis to count no subscriber", || async {
+        let mut redis = connect(pair.upstream.addr()).await;
+        (numsub(&mut redis, "many").await == 0).then_some(())
+    })
+    .await;
+    pair.proxy.stop().await;
+}
+
+// ---- 3. patterns and shard channels ----
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn patterns_and_shard_channels_deliver_redis_frames() {
+    let pair = Pair::start().await;
+    let mut redis = connect(pair.upstream.addr()).await;
+    for resp3 in [false, true] {
+        let mut p = client(pair.proxy.addr, resp3).await;
+        subscribe(&mut p, resp3, "PSUBSCRIBE", "news.*", 1).await;
+        let mut s = client(pair.proxy.addr, resp3).await;
+        subscribe(&mut s, resp3, "SSUBSCRIBE", "shard", 1).await;
+
+        // Published directly on Redis: what corral relays is what Redis sent it.
+        let r = call(&mut redis, "PUBLISH news.x payload").await;
+        assert_eq!(show(&r), show(&int(1)));
+        let got = p.read_resp().await;
+        let want = frame(resp3, &[b"pmessage", b"news.*", b"news.x", b"payload"]);
+        assert_eq!(show(&got), show(&want));
+        // Not a match for the pattern: nothing for p (the PING shows it).
+        assert_eq!(
+            show(&call(&mut redis, "PUBLISH news payload").await),
+            show(&int(0))
+        );
+
+        let r = call(&mut redis, "SPUBLISH shard payload").await;
+        assert_eq!(show(&r), show(&int(1)));
+        let got = s.read_resp().await;
+        assert_eq!(
+            show(&got),
+            show(&frame(resp3, &[b"smessage", b"shard", b"payload"]))
+        );
+        // A shard channel is not a channel: PUBLISH does not reach it.
+        assert_eq!(
+            show(&call(&mut redis, "PUBLISH shard x").await),
+            show(&int(0))
+        );
+
+        let pong: &[u8] = if resp3 {
+            b"+PONG\r\n"
+        } else {
+            b"*2\r\n$4\r\npong\r\n$0\r\n\r\n"
+        };
+        assert_eq!(show(&call(&mut p, "PING").await), show(pong));
+        assert_eq!(show(&call(&mut s, "PING").await), show(pong));
+    }
+    pair.proxy.stop().await;
+}
+
+// ---- 4. RESP3 pushes between replies ----
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resp3_pushes_interleave_with_replies_in_order() {
+    const ROUNDS: usize = 50;
+    const KEYS_PER_ROUND: usize = 10;
+    const MESSAGES_PER_ROUND: usize = 5;
+    let pair = Pair::start().await;
+    let mut a = client(pair.proxy.addr, true).await;
+    subscribe(&mut a, true, "SUBSCRIBE", "feed", 1).await;
+    let mut b = connect(pair.proxy.addr).await;
+
+    let (mut replies, mut pushes) = (Vec::new(), Vec::new());
+    let mut expected = Vec::new();
+    let mut counter = 0;
+    for round in 0..ROUNDS {
+        let mut batch = Vec::new();
+        for k in 0..KEYS_PER_ROUND {
+            let (key, value) = (format!("il:{round}:{k}"), format!("v{round}.{k}"));
+            batch.extend(encode(&[b"SET", key.as_bytes(), value.as_bytes()]));
+            batch.extend(encode(&[b"GET", key.as_bytes()]));
+            batch.extend(encode(&[b"INCR", b"il:counter"]));
+            counter += 1;
+            expected.extend([b"+OK\r\n".to_vec(), bulk(&value), int(counter)]);
+        }
+        // B's messages and A's pipeline are in flight at the same time.
+        let publishing = async {
+            for m in 0..MESSAGES_PER_ROUND {
+                let n = round * MESSAGES_PER_ROUND + m;
+                assert_eq!(publish(&mut b, "feed", &format!("p{n}")).await, 1);
+            }
+        };
+        let pipelining = async {
+            a.send(&batch).await;
+            while replies.len() < expected.len() {
+                let f = a.read_resp().await;
+                if f.starts_with(b">") {
+                    &mut pushes
+                } else {
+                    &mut replies
+                }
+                .push(f);
+            }
+        };
+        tokio::join!(publishing, pipelining);
+    }
+    let total = ROUNDS * MESSAGES_PER_ROUND;
+    while pushes.len() < total {
+        let f = a.read_resp().await;
+        assert!(
+            f.starts_with(b">"),
+            "a reply nobody asked for: {}",
+            show(&f)
+        );
+        pushes.push(f);
+    }
+    for (i, (got, want)) in replies.iter().zip(&expected).enumerate() {
+        assert_eq!(show(got), show(want), "reply {i}");
+    }
+    for (n, got) in pushes.iter().enumerate() {
+        let want = frame(true, &[b"message", b"feed", format!("p{n}").as_bytes()]);
+        assert_eq!(show(got), show(&want), "push {n}");
+    }
+    // Nothing more: no message twice, no reply left over.
+    assert_eq!(show(&call(&mut a, "PING").await), show(b"+PONG\r\n"));
+    pair.proxy.stop().await;
+}
+
+// ---- 5. confirmations follow Redis's ----
+
+/// Right after a client sees its confirmation, a message published directly on Redis must
+/// reach it: corral may only confirm once Redis has confirmed its own subscription. Two
+/// clients subscribe at once each time, so the second may join a subscription still pending.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_published_after_the_confirmation_is_delivered() {
+    let pair = Pair::start().await;
+    let mut redis = connect(pair.upstream.addr()).await;
+    let mut a = client(pair.proxy.addr, false).await;
+    let mut c = client(pair.proxy.addr, true).await;
+    // Per client: channels and patterns, and shard channels (counted apart).
+    let (mut plain, mut shard) = (0, 0);
+    for i in 0..100 {
+        let (cmd, name, publish_cmd, channel) = match i % 3 {
+            0 => ("SUBSCRIBE", format!("ord{i}"), "PUBLISH", format!("ord{i}")),
+            1 => (
+                "PSUBSCRIBE",
+                format!("ord{i}.*"),
+                "PUBLISH",
+                format!("ord{i}.x"),
+            ),
+            _ => (
+                "SSUBSCRIBE",
+                format!("ord{i}"),
+                "SPUBLISH",
+                format!("ord{i}"),
+            ),
+        };
+        let count = if cmd == "SSUBSCRIBE" {
+            shard += 1;
+            shard
+        } else {
+            plain += 1;
+            plain
+        };
+        send_line(&mut a, &format!("{cmd} {name}")).await;
+        send_line(&mut c, &format!("{cmd} {name}")).await;
+        let verb = cmd.to_ascii_lowercase();
+        for (who, resp3) in [(&mut a, false), (&mut c, true)] {
+            let r = who.read_resp().await;
+            let want = confirmation(resp3, &verb, &name, count);
+            assert_eq!(show(&r), show(&want), "round {i}");
+        }
+        let r = call(&mut redis, &format!("{publish_cmd} {channel} m{i}")).await;
+        assert_eq!(
+            show(&r),
+            show(&int(1)),
+            "round {i}: {cmd} {name} not in place"
+        );
+        for (who, resp3) in [(&mut a, false), (&mut c, true)] {
+            let got = who.read_resp().await;
+            let mut parts: Vec<&[u8]> = match cmd {
+                "SUBSCRIBE" => vec![b"message"],
+                "PSUBSCRIBE" => vec![b"pmessage", name.as_bytes()],
+                _ => vec![b"smessage"],
+            };
+            let payload = format!("m{i}");
+            parts.extend([channel.as_bytes(), payload.as_bytes()]);
+            assert_eq!(show(&got), show(&frame(resp3, &parts)), "round {i}");
+        }
+    }
+    pair.proxy.stop().await;
+}
+
+// ---- 6. slow subscribers ----
+
+/// Messages published per batch in [`Flood`].
+const BATCH: usize = 500;
+
+/// Two subscribers of `flood` through corral: `fast` reads everything, `slow` never reads.
+/// Messages (1 KB) are published directly on Redis in batches, each read by the fast
+/// subscriber before the next, so it is never more than a batch behind corral's queue.
+struct Flood {
+    pair: Pair,
+    redis: RawClient,
+    fast: RawClient,
+    slow: RawClient,
+    slow_addr: String,
+    published: usize,
+}
+
+impl Flood {
+    async fn start() -> Flood {
+        let pair = Pair::start().await;
+        let mut fast = client(pair.proxy.addr, false).await;
+        subscribe(&mut fast, false, "SUBSCRIBE", "flood", 1).await;
+        let mut slow = client(pair.proxy.addr, false).await;
+        subscribe(&mut slow, false, "SUBSCRIBE", "flood", 1).await;
+        let slow_addr = slow.stream.local_addr().expect("addr").to_string();
+        let redis = connect(pair.upstream.addr()).await;
+        Flood {
+            pair,
+            redis,
+            fast,
+            slow,
+            slow_addr,
+            published: 0,
+        }
+    }
+
+    fn payload(i: usize) -> Vec<u8> {
+        format!("{i:06}{}", "x".repeat(1018)).into_bytes()
+    }
+
+    /// Publishes one batch and checks the fast subscriber got all of it, in order.
+    async fn batch(&mut self) {
+        let range = self.published..self.published + BATCH;
+        let mut bytes = Vec::new();
+        for i in range.clone() {
+            bytes.extend(encode(&[b"PUBLISH", b"flood", &Self::payload(i)]));
+        }
+        for r in self.redis.pipeline(&bytes, 64 * 1024, BATCH).await {
+            assert_eq!(show(&r), show(&int(1)), "corral is Redis's one subscriber");
+        }
+        for i in range {
+            let got = message_payload(&self.fast.read_resp().await, "flood");
+            assert!(got == Self::payload(i), "fast subscriber, message {i}");
+        }
+        self.published += BATCH;
+    }
+
+    async fn slow_listed(&self) -> bool {
+        let addrs = corral_client_addrs(self.pair.proxy.addr).await;
+        addrs.contains(&self.slow_addr)
+    }
+
+    /// corral answers, the fast subscriber still gets messages, Redis still counts one.
+    async fn check_healthy(&mut self) {
+        let mut other = connect(self.pair.proxy.addr).await;
+        assert_eq!(show(&call(&mut other, "PING").await), show(b"+PONG\r\n"));
+        assert_eq!(publish(&mut self.redis, "flood", "last").await, 1);
+        let got = message_payload(&self.fast.read_resp().await, "flood");
+        assert_eq!(show(&got), show(b"last"));
+        assert_eq!(numsub(&mut self.redis, "flood").await, 1);
+    }
+}
+
+/// A subscriber that stopped reading holds up nobody on its channel, well past corral's
+/// queue (4,096 messages) plus what the sockets hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_subscriber_holds_up_nobody() {
+    let mut f = Flood::start().await;
+    while f.published < 12_000 {
+        f.batch().await;
+    }
+    f.check_healthy().await;
+    f.pair.proxy.stop().await;
+}
+
+/// A subscriber that never reads is disconnected once it is more than the queue behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_subscriber_is_disconnected() {
+    let mut f = Flood::start().await;
+    // Publishing stops once the slow subscriber is gone, or at 20 MB.
+    while f.published < 40 * BATCH && f.slow_listed().await {
+        f.batch().await;
+    }
+    let deadline = Deadline::new(LIMIT, "corral to disconnect the slow subscriber");
+    while f.slow_listed().await {
+        deadline.pause().await;
+    }
+    // Closed, not just forgotten: what the sockets held, then the end.
+    assert!(f.slow.is_closed().await, "slow subscriber still connected");
+    f.check_healthy().await;
+    f.pair.proxy.stop().await;
+}
+
+// ---- 7. upstream restart ----
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscribers_get_messages_again_after_an_upstream_restart() {
+    let mut pair = Pair::start().await;
+    let mut a = client(pair.proxy.addr, false).await;
+    subscribe(&mut a, false, "SUBSCRIBE", "r", 1).await;
+    let mut c = client(pair.proxy.addr, true).await;
+    subscribe(&mut c, true, "PSUBSCRIBE", "r*", 1).await;
+    let expect = |resp3: bool, payload: &str| match resp3 {
+        false => frame(false, &[b"message", b"r", payload.as_bytes()]),
+        true => frame(true, &[b"pmessage", b"r*", b"r", payload.as_bytes()]),
+    };
+    let mut redis = connect(pair.upstream.addr()).await;
+    assert_eq!(publish(&mut redis, "r", "before").await, 2);
+    for (who, resp3) in [(&mut a, false), (&mut c, true)] {
+        assert_eq!(show(&who.read_resp().await), show(&expect(resp3, "before")));
+    }
+
+    pair.upstream.restart();
+    // Messages published before corral subscribed again are lost (as for any subscriber of
+    // a restarted Redis); a PUBLISH's count says when both subscriptions are back.
+    let upstream = pair.upstream.addr();
+    poll_until(LIMIT, "corral to subscribe again", || async move {
+        let mut redis = RawClient::connect(upstream).await.ok()?;
+        (publish(&mut redis, "r", "probe").await == 2).then_some(())
+    })
+    .await;
+    let mut redis = connect(upstream).await;
+    assert_eq!(publish(&mut redis, "r", "after").await, 2);
+    for (who, resp3) in [(&mut a, false), (&mut c, true)] {
+        // Any probe that made it, then the message published after recovery.
+        loop {
+            let got = who.read_resp().await;
+            if got == expect(resp3, "after") {
+                break;
+            }
+            assert_eq!(show(&got), show(&expect(resp3, "probe")));
+        }
+    }
+    // Still connected and subscribed.
+    let r = call(&mut a, "PING").await;
+    assert_eq!(show(&r), show(b"*2\r\n$4\r\npong\r\n$0\r\n\r\n"));
+    assert_eq!(show(&call(&mut c, "PING").await), show(b"+PONG\r\n"));
+    // New subscriptions are made on the new connection too.
+    let mut d = client(pair.proxy.addr, false).await;
+    subscribe(&mut d, false, "SUBSCRIBE", "r2", 1).await;
+    assert_eq!(publish(&mut redis, "r2", "fresh").await, 2, "r2 and r*");
+    let want = frame(false, &[b"message", b"r2", b"fresh"]);
+    assert_eq!(show(&d.read_resp().await), show(&want));
+    pair.proxy.stop().await;
+}
+
+// ---- 8. keyspace notifications ----
+
+const KEYSPACE_SCRIPT: &[&str] = &[
+    "A: PSUBSCRIBE __keyspace@0__:ks*",
+    "B: SET ks:k v",
+    "A<",
+    // Reads notify nothing.
+    "B: GET ks:k",
+    "B: EXPIRE ks:k 100",
+    "A<",
+    "B: DEL ks:k",
+    "A<",
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keyspace_notifications_reach_pattern_subscribers() {
+    let pair = Pair::start().await;
+    for server in [pair.direct.addr(), pair.upstream.addr()] {
+        let mut c = connect(server).await;
+        let r = call(&mut c, "CONFIG SET notify-keyspace-events KEA").await;
+        assert_eq!(show(&r), show(b"+OK\r\n"));
+    }
+    for resp3 in [false, true] {
+        let [_, proxied] = check(&pair, "keyspace", KEYSPACE_SCRIPT, resp3).await;
+        let got: Vec<&[u8]> = proxied
+            .iter()
+            .filter(|r| r.label == "A<")
+            .map(|r| r.bytes.as_slice())
+            .collect();
+        let want: Vec<Vec<u8>> = ["set", "expire", "del"]
+            .iter()
+            .map(|event| {
+                let parts: [&[u8]; 4] = [
+                    b"pmessage",
+                    b"__keyspace@0__:ks*",
+                    b"__keyspace@0__:ks:k",
+                    event.as_bytes(),
+                ];
+                frame(resp3, &parts)
+            })
+            .collect();
+        let want: Vec<&[u8]> = want.iter().map(Vec::as_slice).collect();
+        assert_eq!(got, want);
+    }
+    pair.proxy.stop().await;
+}
