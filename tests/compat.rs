@@ -29,46 +29,10 @@ use common::{RedisServer, TestProxy, encode};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-/// Length of the first complete reply in `buf` (RESP2 or RESP3), `None` if incomplete.
-///
-/// A scanner of its own, independent of corral's: `common::frame_len` relies on
-/// `redis-protocol`'s RESP3 decoder, which rejects RESP2's `$-1`/`*-1` nulls and sets holding
-/// maps (as in COMMAND INFO), both of which the corpus has. An attribute (`|`) belongs to the
-/// reply that follows it; a push (`>`) counts as a reply.
-fn reply_len(buf: &[u8]) -> Option<usize> {
-    skip_reply(buf, 0)
-}
-
-/// End of the reply starting at `pos`.
-fn skip_reply(buf: &[u8], pos: usize) -> Option<usize> {
-    let kind = *buf.get(pos)?;
-    let eol = pos + buf[pos..].windows(2).position(|w| w == b"\r\n")?;
-    let line = &buf[pos + 1..eol];
-    let next = eol + 2;
-    let number = || -> i64 {
-        std::str::from_utf8(line)
-            .ok()
-            .and_then(|l| l.parse().ok())
-            .unwrap_or_else(|| panic!("bad length in reply {}", show(&buf[pos..])))
-    };
-    let skip_n = |mut at: usize, n: i64| -> Option<usize> {
-        for _ in 0..n.max(0) {
-            at = skip_reply(buf, at)?;
-        }
-        Some(at)
-    };
-    match kind {
-        b'+' | b'-' | b':' | b',' | b'(' | b'#' | b'_' => Some(next),
-        b'$' | b'!' | b'=' => match usize::try_from(number()) {
-            Ok(n) => (buf.len() >= next + n + 2).then_some(next + n + 2),
-            Err(_) => Some(next), // $-1
-        },
-        b'*' | b'~' | b'>' => skip_n(next, number()),
-        b'%' => skip_n(next, 2 * number()),
-        b'|' => skip_reply(buf, skip_n(next, 2 * number())?),
-        _ => panic!("not a RESP reply: {}", show(&buf[pos..])),
-    }
-}
+// `common::frame_len` relies on `redis-protocol`'s RESP3 decoder, which rejects RESP2's
+// `$-1`/`*-1` nulls and sets holding maps (as in COMMAND INFO), both of which the corpus has:
+// replies are split with the harness's own scanner instead.
+use common::resp_len as reply_len;
 
 /// A client returning raw reply bytes, like `common::RawClient` but using `reply_len`.
 struct Client {

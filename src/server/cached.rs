@@ -75,14 +75,10 @@ pub(super) fn cache_step(
             let name = args
                 .get(0)
                 .and_then(|n| commands::table::upper(n, &mut buf));
-            let name = name.unwrap_or_default();
-            if matches!(name, b"EVAL" | b"EVALSHA" | b"FCALL") {
+            if matches!(name, Some(b"EVAL" | b"EVALSHA" | b"FCALL")) {
                 writes.barrier = true;
             }
-            commands::keys::write_keys(name, args, |k| {
-                cache.invalidate_for_write(k);
-                writes.keys.push(Bytes::copy_from_slice(k));
-            });
+            writes.keys.extend(invalidate_writes(cache, args));
             None
         }
         Access::All => {
@@ -92,4 +88,19 @@ pub(super) fn cache_step(
             None
         }
     }
+}
+
+/// Invalidates the keys a write command names (before it is forwarded) and returns them, to
+/// invalidate again once it is acknowledged.
+pub(super) fn invalidate_writes(cache: &Cache, args: &Args<'_>) -> Vec<Bytes> {
+    let mut buf = [0u8; 24];
+    let name = args
+        .get(0)
+        .and_then(|n| commands::table::upper(n, &mut buf));
+    let mut keys = Vec::new();
+    commands::keys::write_keys(name.unwrap_or_default(), args, |k| {
+        cache.invalidate_for_write(k);
+        keys.push(Bytes::copy_from_slice(k));
+    });
+    keys
 }

@@ -15,9 +15,9 @@ use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
-use super::cached::{Writes, cache_step};
+use super::cached::{Writes, cache_step, invalidate_writes};
 use super::clients::{self, ClientEntry, ReplyMode};
-use super::slot::{Queued, Slot};
+use super::slot::{AfterAck, Queued, Slot};
 use super::stateful::Pin;
 use super::subscriber::{Subscriptions, encode_message};
 use super::{Shared, cluster_view, corral, info, routed};
@@ -531,17 +531,10 @@ impl Conn {
             // Inside MULTI, Redis queues (almost) everything, PING and SELECT included: the
             // replies must be Redis's own. Commands that change connection state leave the
             // connection unfit for reuse.
-            let mut queued_writes = Vec::new();
-            if let (Route::Forward(Access::Write), Some(cache)) = (route, &self.shared.cache) {
-                let mut buf = [0u8; 24];
-                let name = args
-                    .get(0)
-                    .and_then(|n| commands::table::upper(n, &mut buf));
-                commands::keys::write_keys(name.unwrap_or_default(), &args, |k| {
-                    cache.invalidate_for_write(k);
-                    queued_writes.push(Bytes::copy_from_slice(k));
-                });
-            }
+            let mut queued_writes = match (route, &self.shared.cache) {
+                (Route::Forward(Access::Write), Some(cache)) => invalidate_writes(cache, &args),
+                _ => Vec::new(),
+            };
             let bytes = req();
             let select = match route {
                 Route::Select => args
@@ -638,17 +631,10 @@ impl Conn {
                 }
             }
             Route::Blocking => {
-                let mut writes = Vec::new();
-                if let Some(cache) = &self.shared.cache {
-                    let mut buf = [0u8; 24];
-                    let name = args
-                        .get(0)
-                        .and_then(|n| commands::table::upper(n, &mut buf));
-                    commands::keys::write_keys(name.unwrap_or_default(), &args, |k| {
-                        cache.invalidate_for_write(k);
-                        writes.push(Bytes::copy_from_slice(k));
-                    });
-                }
+                let writes = match &self.shared.cache {
+                    Some(cache) => invalidate_writes(cache, &args),
+                    None => Vec::new(),
+                };
                 Pending::Blocking {
                     req: req(),
                     writes,
@@ -918,12 +904,14 @@ impl Conn {
             rx,
             count,
             conn,
-            writes,
-            writes_all,
-            lane_barrier,
-            exec_select,
-            cluster_cmds,
-            skip_first,
+            after: AfterAck {
+                writes,
+                writes_all,
+                lane_barrier,
+                exec_select,
+                cluster_cmds,
+                skip_first,
+            },
             blocking: None,
         });
     }

@@ -23,6 +23,25 @@ pub(super) struct Blocking {
     pub(super) dedicated: Option<Dedicated>,
 }
 
+/// What to do when a forwarded batch is answered, besides passing the replies on.
+#[derive(Debug, Default)]
+pub(super) struct AfterAck {
+    /// Keys the requests write: invalidated again once acknowledged, so a read that raced
+    /// the write cannot leave a stale entry behind.
+    pub(super) writes: Vec<Bytes>,
+    /// A request may have changed every key (FLUSHALL...): flush the cache.
+    pub(super) writes_all: bool,
+    /// Wait for the cache's tracking connection to catch up before replying (scripts).
+    pub(super) lane_barrier: bool,
+    /// The last request is an EXEC that runs these SELECTs (database, position): move the
+    /// client to the last one that succeeded.
+    pub(super) exec_select: Option<Vec<(u32, usize)>>,
+    /// Cluster mode: each request and its slot, to follow redirections.
+    pub(super) cluster_cmds: Option<Vec<(Bytes, Option<u16>)>>,
+    /// The first reply answers a request the client did not send (a deferred MULTI).
+    pub(super) skip_first: bool,
+}
+
 /// A slot and whether its replies are dropped (CLIENT REPLY OFF/SKIP).
 pub(super) struct Queued {
     pub(super) slot: Slot,
@@ -42,19 +61,7 @@ pub(super) enum Slot {
         rx: oneshot::Receiver<JobResult>,
         count: u32,
         conn: UpstreamConn,
-        /// Keys these requests write: invalidated again once acknowledged, so a read that
-        /// raced the write cannot leave a stale entry behind.
-        writes: Vec<Bytes>,
-        writes_all: bool,
-        /// Wait for the cache's tracking connection to catch up before replying (scripts).
-        lane_barrier: bool,
-        /// The last request is an EXEC that runs these SELECTs (database, position): move the
-        /// client to the last one that succeeded.
-        exec_select: Option<Vec<(u32, usize)>>,
-        /// Cluster mode: each request and its slot, to follow redirections.
-        cluster_cmds: Option<Vec<(Bytes, Option<u16>)>>,
-        /// The first reply answers a request the client did not send (a deferred MULTI).
-        skip_first: bool,
+        after: AfterAck,
         blocking: Option<Blocking>,
     },
     /// Cluster mode: a multi-key request split per slot, merged in key order.
@@ -172,14 +179,17 @@ impl Conn {
                 rx,
                 count,
                 conn,
-                writes,
-                writes_all,
-                lane_barrier,
-                exec_select,
-                cluster_cmds,
-                skip_first,
+                after,
                 blocking,
             } => {
+                let AfterAck {
+                    writes,
+                    writes_all,
+                    lane_barrier,
+                    exec_select,
+                    cluster_cmds,
+                    skip_first,
+                } = after;
                 let result = match blocking {
                     None => self.wait(rx, &conn).await,
                     Some(b) => match self.wait_blocking(rx, client).await {

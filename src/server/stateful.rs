@@ -8,7 +8,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use super::connection::Conn;
-use super::slot::{Blocking, Slot};
+use super::slot::{AfterAck, Blocking, Slot};
 use crate::commands::Tx;
 use crate::resp::request::encode_request;
 use crate::upstream::Dedicated;
@@ -140,12 +140,10 @@ impl Conn {
             rx,
             count: 1,
             conn,
-            writes,
-            writes_all: false,
-            lane_barrier: false,
-            exec_select: None,
-            cluster_cmds: None,
-            skip_first: false,
+            after: AfterAck {
+                writes,
+                ..AfterAck::default()
+            },
             blocking: Some(Blocking { dedicated }),
         });
         true
