@@ -48,6 +48,22 @@ pub struct ClusterConfig {
     pub seeds: Vec<String>,
     /// Topology refresh period (it is also refreshed at once on redirections and failures).
     pub refresh_ms: u64,
+    /// Where read-only commands go: masters only (default), replicas (falling back to the
+    /// master when a shard has none), or any node of the shard.
+    pub read_from: ReadFrom,
+}
+
+/// Which nodes serve read-only commands in cluster mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReadFrom {
+    /// Masters only: reads see every acknowledged write.
+    #[default]
+    Master,
+    /// Replicas (READONLY): offloads masters; reads may lag writes by the replication delay.
+    Replica,
+    /// Master and replicas, spread by client.
+    Any,
 }
 
 impl Default for ClusterConfig {
@@ -55,6 +71,7 @@ impl Default for ClusterConfig {
         ClusterConfig {
             seeds: Vec::new(),
             refresh_ms: 5_000,
+            read_from: ReadFrom::Master,
         }
     }
 }

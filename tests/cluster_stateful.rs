@@ -105,3 +105,53 @@ async fn subscribers_get_messages_published_anywhere() {
     );
     proxy.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_go_to_replicas_when_asked() {
+    let mut cluster = RedisCluster::start(3, 1);
+    // Replicas report themselves as loading until they replicated something: write first.
+    for m in cluster.master_ports() {
+        common::sync_cmd(m, &["SET", "warmup", "1"]);
+        common::sync_cmd(m, &["WAIT", "1", "2000"]);
+    }
+    let seeds = cluster.seeds();
+    let proxy = TestProxy::start_with(&seeds[0], |cfg| {
+        cfg.cluster.seeds = seeds.clone();
+        cfg.cluster.refresh_ms = 200;
+        cfg.cluster.read_from = corral::config::ReadFrom::Replica;
+    })
+    .await;
+    let mut c = RawClient::connect(proxy.addr).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !String::from_utf8_lossy(&c.cmd("CLUSTER INFO").await).contains("cluster_state:ok") {
+        assert!(
+            Instant::now() < deadline,
+            "cluster never ready through corral"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let key = "{r}k";
+    let slot = corral::cluster::key_slot(key.as_bytes());
+    let master = cluster.master_for_slot(slot);
+    let replica = cluster.replicas_of(master)[0];
+    common::sync_cmd(replica, &["CONFIG", "RESETSTAT"]);
+    assert_eq!(c.cmd(&format!("SET {key} v")).await, b"+OK\r\n");
+    common::sync_cmd(master, &["WAIT", "1", "2000"]);
+    // The topology refresh marks the replica online once it has replicated; reads then go
+    // there (with READONLY), writes still to the master.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        assert_eq!(c.cmd(&format!("GET {key}")).await, b"$1\r\nv\r\n");
+        let stats = String::from_utf8_lossy(&common::sync_cmd(replica, &["INFO", "commandstats"]))
+            .into_owned();
+        if stats.contains("cmdstat_get:calls=") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no GET reached the replica: {stats}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    proxy.stop().await;
+}

@@ -65,7 +65,7 @@ pub(super) fn route(
         return keyless(cluster, name, args, req, proto, client);
     }
     match crate::cluster::keys::keys_slot(&positions, args) {
-        KeySlot::One(slot) => match cluster.master_of(slot) {
+        KeySlot::One(slot) => match node_for(cluster, name, slot, client) {
             Some(addr) => Pending::Node {
                 conn: cluster.conn_for(&addr, proto, client),
                 req,
@@ -81,6 +81,16 @@ pub(super) fn route(
             MultiKey::Split(kind) => split(cluster, name, kind, args, &positions, proto, client),
             _ => Pending::Ready(Bytes::from_static(CROSSSLOT)),
         },
+    }
+}
+
+/// The node for a request on `slot`: a replica for read-only commands when `read_from` says
+/// so, else the master.
+fn node_for(cluster: &ClusterUpstream, name: &[u8], slot: u16, client: u64) -> Option<Addr> {
+    use crate::commands::Access;
+    match crate::commands::keys::access(name) {
+        Access::Get | Access::MGet | Access::Read => cluster.read_node(slot, client),
+        _ => cluster.master_of(slot),
     }
 }
 

@@ -16,6 +16,7 @@ use tracing::{debug, info, warn};
 use super::conn::{self, ConnSettings, UpstreamConn};
 use super::status::UpstreamStatus;
 use crate::cluster::{Addr, SlotMap};
+use crate::config::ReadFrom;
 use crate::resp::request::encode_request;
 use crate::resp::{Proto, ReplyScanner};
 
@@ -24,6 +25,7 @@ use crate::resp::{Proto, ReplyScanner};
 struct NodePool {
     resp2: Vec<UpstreamConn>,
     resp3: Vec<UpstreamConn>,
+    readonly: bool,
 }
 
 /// The cluster as corral sees it.
@@ -37,6 +39,7 @@ pub struct ClusterUpstream {
     refresh: Notify,
     status: Arc<UpstreamStatus>,
     shutdown: CancellationToken,
+    read_from: ReadFrom,
 }
 
 impl ClusterUpstream {
@@ -46,6 +49,7 @@ impl ClusterUpstream {
         seeds: Vec<Addr>,
         connections: usize,
         refresh_every: Duration,
+        read_from: ReadFrom,
         status: Arc<UpstreamStatus>,
         shutdown: CancellationToken,
     ) -> Arc<ClusterUpstream> {
@@ -58,6 +62,7 @@ impl ClusterUpstream {
             refresh: Notify::new(),
             status,
             shutdown,
+            read_from,
         });
         tokio::spawn(refresh_loop(c.clone(), refresh_every));
         c
@@ -99,6 +104,38 @@ impl ClusterUpstream {
         list[(client_id % list.len() as u64) as usize].clone()
     }
 
+    /// The node a read-only command for `slot` goes to, per `read_from`: a replica chosen by
+    /// client id (the master when the shard has no online replica), or the master.
+    pub fn read_node(&self, slot: u16, client_id: u64) -> Option<Addr> {
+        let map = self.map();
+        let shard = map.shard(slot)?;
+        let online: Vec<&Addr> = shard
+            .replicas
+            .iter()
+            .filter(|r| r.health == crate::cluster::Health::Online)
+            .map(|r| &r.addr)
+            .collect();
+        let pick = |list: &[&Addr]| list[(client_id % list.len() as u64) as usize].clone();
+        match self.read_from {
+            ReadFrom::Master => Some(shard.master.addr.clone()),
+            ReadFrom::Replica if !online.is_empty() => Some(pick(&online)),
+            ReadFrom::Replica => Some(shard.master.addr.clone()),
+            ReadFrom::Any => {
+                let mut all = online;
+                all.push(&shard.master.addr);
+                Some(pick(&all))
+            }
+        }
+    }
+
+    /// Whether `addr` is a replica in the current map (its connections send READONLY).
+    fn is_replica(&self, addr: &Addr) -> bool {
+        self.map()
+            .shards()
+            .iter()
+            .any(|s| s.replicas.iter().any(|r| &r.addr == addr))
+    }
+
     /// The master serving `slot`, if the map knows one.
     pub fn master_of(&self, slot: u16) -> Option<Addr> {
         self.map().master(slot).map(|n| n.addr.clone())
@@ -122,12 +159,14 @@ impl ClusterUpstream {
     }
 
     fn pool(&self, addr: &Addr) -> NodePool {
+        let readonly = self.is_replica(addr);
         let make = |proto| {
             (0..self.connections)
                 .map(|_| {
                     let settings = ConnSettings {
                         addr: addr.to_string(),
                         proto,
+                        readonly,
                         ..self.base.clone()
                     };
                     UpstreamConn::spawn(
@@ -142,6 +181,7 @@ impl ClusterUpstream {
         NodePool {
             resp2: make(Proto::Resp2),
             resp3: make(Proto::Resp3),
+            readonly,
         }
     }
 
@@ -195,10 +235,22 @@ impl ClusterUpstream {
             );
         }
         *self.map.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(map);
-        // Pools of nodes that are gone are dropped; their tasks end when unused.
-        let live: Vec<Addr> = self.masters();
+        // Pools of nodes that are gone, or changed role (their READONLY state would be
+        // wrong), are dropped; their tasks end when unused.
+        let map = self.map();
+        let role = |a: &Addr| -> Option<bool> {
+            map.shards().iter().find_map(|s| {
+                if &s.master.addr == a {
+                    Some(false)
+                } else if s.replicas.iter().any(|r| &r.addr == a) {
+                    Some(true)
+                } else {
+                    None
+                }
+            })
+        };
         let mut nodes = self.nodes.lock().unwrap_or_else(|p| p.into_inner());
-        nodes.retain(|a, _| live.contains(a));
+        nodes.retain(|a, pool| role(a) == Some(pool.readonly));
     }
 }
 

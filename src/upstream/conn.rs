@@ -110,6 +110,8 @@ pub struct ConnSettings {
     /// Reconnect after a failure. A dedicated (pinned) connection carries per-client state
     /// that a new connection would not have, so it fails for good instead.
     pub reconnect: bool,
+    /// Send READONLY after the handshake: reads on a cluster replica.
+    pub readonly: bool,
 }
 
 /// Handle to a connection task; cheap to clone.
@@ -338,6 +340,9 @@ async fn connect(s: &ConnSettings, status: &UpstreamStatus) -> Result<(TcpStream
     }
     if s.db != 0 {
         handshake::select(&mut stream, s.proto, s.db).await?;
+    }
+    if s.readonly {
+        handshake::readonly(&mut stream, s.proto).await?;
     }
     let tracking = s.tracking && handshake::tracking_on(&mut stream, s.proto).await?;
     Ok((stream, tracking))

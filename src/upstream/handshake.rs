@@ -64,6 +64,17 @@ pub async fn select(stream: &mut TcpStream, proto: Proto, db: u32) -> Result<(),
     }
 }
 
+/// Lets a cluster replica serve reads of its master's slots.
+///
+/// # Errors
+/// The server's error or an I/O error.
+pub async fn readonly(stream: &mut TcpStream, proto: Proto) -> Result<(), String> {
+    match command(stream, &[b"READONLY"], proto).await? {
+        Reply::Error(e) => Err(e),
+        Reply::Ok(_) => Ok(()),
+    }
+}
+
 /// Turns on server-assisted client-side caching (default mode: the server remembers the keys
 /// this connection reads). Returns false when the server refuses it (tracking unsupported or
 /// disabled), so the caller can fall back to a TTL-only cache.

@@ -97,6 +97,7 @@ impl Upstream {
                 seeds,
                 cfg.upstream.connections,
                 Duration::from_millis(cfg.cluster.refresh_ms),
+                cfg.cluster.read_from,
                 up.status.clone(),
                 shutdown.child_token(),
             ));
@@ -144,6 +145,7 @@ impl Upstream {
             tracking: false,
             db: 0,
             reconnect: true,
+            readonly: false,
         })
     }
 
