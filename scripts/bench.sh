@@ -10,6 +10,9 @@
 # Scenarios, one function each (scenario_NAME), chosen with --scenarios:
 #   p1, p16  redis-benchmark -c 50 -n N -t set / -t get at pipeline depth 1 / 16
 #   load     corral-load: Zipf(0.99) keys over a preloaded key space, 90% GET, pipeline 16
+#   cluster  corral --cluster in front of a 3-master Redis Cluster (started here) against the
+#            standalone redis-server and standalone corral: redis-benchmark -c 50 -t set,get
+#            -r 100000 (keys key:NNN spread over every slot) at -P 1 (-n N) and -P 16 (--n16)
 # To add one (say a cache-on hot-key run), start what it needs in a start_* function, register
 # the target with add_target, and write scenario_NAME calling record_rb or measure.
 #
@@ -115,9 +118,17 @@ cpu_ticks() {
 }
 
 # Targets: name -> port and the pid of the proxy in front of Redis ("" when direct).
-declare -A PORT PROXY_PID
+# REDIS_PIDS_OF: the redis-server pids behind a target, when not the standalone one.
+declare -A PORT PROXY_PID REDIS_PIDS_OF
 TARGETS=()
 add_target() { TARGETS+=("$1"); PORT[$1]=$2; PROXY_PID[$1]=$3; }
+
+# redis_ticks TARGET: CPU ticks of every redis-server behind TARGET.
+redis_ticks() {
+  local pid sum=0
+  for pid in ${REDIS_PIDS_OF[$1]:-$REDIS_PID}; do sum=$(( sum + $(cpu_ticks "$pid") )); done
+  echo "$sum"
+}
 
 start_redis() {
   REDIS_PORT=$(free_port)
@@ -163,6 +174,58 @@ start_corral() {
   add_target corral "$port" "$pid"
 }
 
+# A 3-master Redis Cluster (no replicas) on free ports, each node with its own bus port.
+start_cluster() {
+  local i port bus pid addrs=() ok
+  CLUSTER_PIDS=""
+  CLUSTER_SEEDS=""
+  for i in 1 2 3; do
+    port=$(free_port)
+    bus=$(free_port)
+    mkdir -p "$WORK/node$i"
+    redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --daemonize no \
+      --cluster-enabled yes --cluster-config-file nodes.conf --cluster-port "$bus" \
+      --cluster-node-timeout 5000 --dir "$WORK/node$i" --logfile "$WORK/node$i.log" &
+    pid=$!
+    PIDS+=("$pid")
+    wait_ready "$port" "node$i" "$pid"
+    CLUSTER_PIDS="$CLUSTER_PIDS $pid"
+    CLUSTER_SEEDS="${CLUSTER_SEEDS:+$CLUSTER_SEEDS,}redis://127.0.0.1:$port"
+    addrs+=("127.0.0.1:$port")
+  done
+  timeout 60 redis-cli --cluster create "${addrs[@]}" --cluster-replicas 0 --cluster-yes \
+    >"$WORK/cluster-create.log" 2>&1 </dev/null || {
+    echo "bench.sh: redis-cli --cluster create failed:" >&2; cat "$WORK/cluster-create.log" >&2; exit 1
+  }
+  for i in $(seq 1 300); do
+    ok=1
+    for port in "${addrs[@]#127.0.0.1:}"; do
+      timeout 2 redis-cli -p "$port" cluster info 2>/dev/null | grep -q '^cluster_state:ok' || ok=0
+    done
+    [ "$ok" = 1 ] && return 0
+    sleep 0.1
+  done
+  echo "bench.sh: the cluster never reached cluster_state:ok" >&2; exit 1
+}
+
+# corral --no-cache --cluster in front of the cluster; ready once it knows every slot.
+start_corral_cluster() {
+  local port i
+  port=$(free_port)
+  "$CORRAL" --no-cache --listen "127.0.0.1:$port" --cluster "$CLUSTER_SEEDS" \
+    --log-level warn >"$WORK/corral-cluster.log" 2>&1 &
+  local pid=$!
+  PIDS+=("$pid")
+  wait_ready "$port" corral-cluster "$pid"
+  for i in $(seq 1 100); do
+    timeout 2 redis-cli -p "$port" cluster info 2>/dev/null | grep -q '^cluster_state:ok' && break
+    [ "$i" = 100 ] && { echo "bench.sh: corral never saw the cluster as ok" >&2; exit 1; }
+    sleep 0.1
+  done
+  add_target cluster "$port" "$pid"
+  REDIS_PIDS_OF[cluster]=$CLUSTER_PIDS
+}
+
 # measure SCENARIO TEST TARGET ROUND PARSER -- CMD...: runs CMD with the CPU counters of
 # redis-server and of the target's proxy read around it; PARSER (a function and its
 # arguments, word-split) turns CMD's output into "requests rps p99_ms"; appends one line to
@@ -171,12 +234,12 @@ measure() {
   local scenario=$1 test=$2 target=$3 round=$4 parser=$5
   shift 6
   local ppid=${PROXY_PID[$target]} out r0 r1 p0=0 p1=0 requests rps p99 proxy_us redis_us
-  r0=$(cpu_ticks "$REDIS_PID")
+  r0=$(redis_ticks "$target")
   [ -n "$ppid" ] && p0=$(cpu_ticks "$ppid")
   out=$(timeout "$RUN_TIMEOUT" "$@" 2>"$WORK/client.err") || {
     echo "bench.sh: $scenario $test on $target failed:" >&2; cat "$WORK/client.err" >&2; exit 1
   }
-  r1=$(cpu_ticks "$REDIS_PID")
+  r1=$(redis_ticks "$target")
   [ -n "$ppid" ] && p1=$(cpu_ticks "$ppid")
   # shellcheck disable=SC2086
   read -r requests rps p99 < <(printf '%s\n' "$out" | $parser) || true
@@ -219,6 +282,36 @@ scenario_p16() {
   for r in $(seq 1 "$ROUNDS"); do record_rb p16 16 "$N16" "$r"; done
 }
 
+# The cluster against one standalone Redis (direct) and standalone corral, keys spread over
+# every slot (-r), each round running every target back to back.
+scenario_cluster() {
+  local r pipe n test target
+  for r in $(seq 1 "$ROUNDS"); do
+    for pipe in 1 16; do
+      n=$N
+      [ "$pipe" = 16 ] && n=$N16
+      for test in set get; do
+        for target in direct corral cluster; do
+          measure "cl-p$pipe" "${test^^}" "$target" "$r" "parse_rb $n" -- \
+            redis-benchmark -h 127.0.0.1 -p "${PORT[$target]}" -c "$CLIENTS" -n "$n" \
+            -r 100000 -t "$test" -P "$pipe" --csv
+        done
+      done
+    done
+  done
+  # The SETs went through corral to every master (redis-benchmark counts error replies as
+  # answers, so check where the keys are).
+  local port total=0 keys
+  for port in ${CLUSTER_SEEDS//,/ }; do
+    port=${port##*:}
+    keys=$(redis-cli -p "$port" dbsize)
+    [ "$keys" -gt 0 ] || { echo "bench.sh: cluster master :$port holds no key" >&2; exit 1; }
+    total=$(( total + keys ))
+  done
+  echo "  cluster: $total keys over the masters; DBSIZE through corral:" \
+    "$(redis-cli -p "${PORT[cluster]}" dbsize), through standalone: $(redis-cli -p "$REDIS_PORT" dbsize)"
+}
+
 # Zipf(0.99) over LOAD_KEYS preloaded keys, 90% GET / 10% SET, 50 connections x pipeline 16.
 scenario_load() {
   local r target
@@ -235,15 +328,19 @@ scenario_load() {
 start_redis
 start_nutcracker
 start_corral
+case " $SCENARIOS " in
+  *" cluster "*) start_cluster; start_corral_cluster ;;
+esac
 
 # Warm every path (connections, allocator, page cache) before anything is recorded.
 for target in "${TARGETS[@]}"; do
   timeout "$RUN_TIMEOUT" redis-benchmark -h 127.0.0.1 -p "${PORT[$target]}" -c "$CLIENTS" \
-    -n 20000 -t set,get -P 16 -q >/dev/null 2>&1
+    -n 20000 -t set,get -P 16 -q ${REDIS_PIDS_OF[$target]:+-r 100000} >/dev/null 2>&1
 done
 
 echo "corral bench: N=$N N16=$N16 rounds=$ROUNDS clients=$CLIENTS scenarios=\"$SCENARIOS\"" \
   "redis :$REDIS_PORT nutcracker :${PORT[nutcracker]} corral :${PORT[corral]}" \
+  "${PORT[cluster]:+corral-cluster :${PORT[cluster]} over $CLUSTER_SEEDS}" \
   "(CPU tick = $((1000000 / CLK_TCK)) us)"
 : >"$RESULTS"
 for s in $SCENARIOS; do
@@ -286,6 +383,10 @@ titles = {
     "p1": f"redis-benchmark -c 50 -n {n} -P 1",
     "p16": f"redis-benchmark -c 50 -n {n16} -P 16",
     "load": f"corral-load -c 50 -P 16, Zipf(0.99) over {load_keys} keys, 90% GET, {load_s} s",
+    "cl-p1": f"cluster: redis-benchmark -c 50 -n {n} -r 100000 -P 1; cluster = corral over 3 masters,"
+             " redis us/req summed over the masters",
+    "cl-p16": f"cluster: redis-benchmark -c 50 -n {n16} -r 100000 -P 16; cluster = corral over 3 masters,"
+              " redis us/req summed over the masters",
 }
 checks = []
 last = None
@@ -295,13 +396,18 @@ for sc, test in order:
         print(f"{'test':<5}{'target':<12}{'req/s':>12}{'p99 ms':>9}{'proxy us/req':>14}{'redis us/req':>14}")
         last = sc
     m = {}
-    for target in ("direct", "nutcracker", "corral"):
+    for target in ("direct", "nutcracker", "corral", "cluster"):
         key = (sc, test, target)
         if key not in runs:
             continue
         m[target] = [med(key, i) for i in range(4)]
         rps, p99, proxy, redis = m[target]
         print(f"{test:<5}{target:<12}{rps:>12,.0f}{p99:>9.3f}{fmt(proxy, '>14.3f')}{redis:>14.3f}")
+    if {"direct", "corral", "cluster"} <= m.keys():
+        kd = ratio(sc, test, "cluster", "direct")
+        kc = ratio(sc, test, "cluster", "corral")
+        print(f"     throughput ratios (median of per-round ratios): cluster/direct {kd:.2f}"
+              f"  cluster/corral {kc:.2f}  corral/direct {ratio(sc, test, 'corral', 'direct'):.2f}")
     if {"direct", "nutcracker", "corral"} <= m.keys():
         cd = ratio(sc, test, "corral", "direct")
         ct = ratio(sc, test, "corral", "nutcracker")

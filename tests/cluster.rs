@@ -207,3 +207,516 @@ async fn a_killed_master_is_replaced_and_its_keys_are_readable_again() {
     }
     proxy.stop().await;
 }
+
+// ---- Clients as they are, the CLUSTER view in use, whole-keyspace commands, topology
+// changes. ----
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+
+/// `per` keys named `{prefix}:N` for each master, with the master's port: every shard gets
+/// some.
+fn keys_per_master(
+    cluster: &mut RedisCluster,
+    prefix: &str,
+    per: usize,
+) -> Vec<(u16, Vec<String>)> {
+    let port = cluster.master_ports()[0];
+    let nodes = RedisCluster::cluster_nodes(port);
+    let mut out: Vec<(u16, Vec<String>)> = cluster
+        .master_ports()
+        .into_iter()
+        .map(|p| (p, Vec::new()))
+        .collect();
+    for i in 0..100_000 {
+        if out.iter().all(|(_, k)| k.len() >= per) {
+            return out;
+        }
+        let key = format!("{prefix}:{i}");
+        let slot = key_slot(key.as_bytes());
+        let owner = nodes
+            .iter()
+            .find(|n| n.is_master() && n.slots.iter().any(|&(a, b)| (a..=b).contains(&slot)))
+            .map(|n| n.port)
+            .expect("every slot has a master");
+        let entry = out
+            .iter_mut()
+            .find(|(p, _)| *p == owner)
+            .expect("owner is a master");
+        if entry.1.len() < per {
+            entry.1.push(key);
+        }
+    }
+    panic!("could not find {per} keys for every master");
+}
+
+/// Runs a program to completion (60 s bound) with `stdin`; returns stdout, panicking with its
+/// output on a non-zero exit.
+async fn run_tool(program: &str, args: &[&str], stdin: &str) -> String {
+    use tokio::io::AsyncWriteExt;
+    let mut child = tokio::process::Command::new(program)
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {program} ({e}); run scripts/deps.sh"));
+    let mut input = child.stdin.take().expect("stdin");
+    let stdin = stdin.as_bytes().to_vec();
+    let writer = tokio::spawn(async move {
+        let _ = input.write_all(&stdin).await;
+    });
+    let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+        .await
+        .unwrap_or_else(|_| panic!("{program} {args:?} did not finish"))
+        .expect("wait");
+    writer.await.expect("stdin writer");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{program} {args:?} failed: {}\nstdout: {stdout}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_cli_with_and_without_cluster_mode_reads_and_writes_every_shard() {
+    let mut cluster = RedisCluster::start(3, 0);
+    let proxy = proxy_for(&cluster).await;
+    let mut c = RawClient::connect(proxy.addr).await.unwrap();
+    wait_ready(&mut c).await;
+    let port = proxy.addr.port().to_string();
+    let shards = keys_per_master(&mut cluster, "cli", 3);
+
+    for (flags, tag) in [
+        (vec!["-p", port.as_str()], "plain"),
+        (vec!["-c", "-p", port.as_str()], "c"),
+    ] {
+        // One command per invocation, on keys of every shard.
+        for (owner, keys) in &shards {
+            for k in keys {
+                let key = format!("{tag}:{k}");
+                let value = format!("{tag}-{owner}");
+                let mut args = flags.clone();
+                args.extend(["SET", key.as_str(), value.as_str()]);
+                assert_eq!(
+                    run_tool("redis-cli", &args, "").await.trim(),
+                    "OK",
+                    "{tag}: SET {key}"
+                );
+                let mut args = flags.clone();
+                args.extend(["GET", key.as_str()]);
+                assert_eq!(
+                    run_tool("redis-cli", &args, "").await.trim(),
+                    value,
+                    "{tag}: GET {key}"
+                );
+                assert_eq!(
+                    sync_cmd(
+                        cluster.master_for_slot(key_slot(key.as_bytes())),
+                        &["GET", &key]
+                    ),
+                    bulk(&value),
+                    "{tag}: {key} on its owner"
+                );
+            }
+        }
+        // Many commands on one connection, read from stdin; a multi-key command across shards.
+        let all: Vec<String> = shards
+            .iter()
+            .flat_map(|(_, k)| k.iter().map(|k| format!("{tag}:{k}")))
+            .collect();
+        let mut script = String::new();
+        for k in &all {
+            script.push_str(&format!("SET {k} s-{k}\n"));
+        }
+        script.push_str(&format!("MGET {}\n", all.join(" ")));
+        script.push_str(&format!("DEL {}\n", all.join(" ")));
+        script.push_str("CLUSTER KEYSLOT foo\n");
+        let out = run_tool("redis-cli", &flags, &script).await;
+        let mut want: Vec<String> = all.iter().map(|_| "OK".to_string()).collect();
+        want.extend(all.iter().map(|k| format!("s-{k}")));
+        want.push(all.len().to_string());
+        want.push("12182".to_string());
+        assert_eq!(
+            out.lines().collect::<Vec<_>>(),
+            want,
+            "{tag}: piped commands"
+        );
+    }
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_py_plain_client_pipelines_keys_across_shards() {
+    let probe = std::process::Command::new("python3")
+        .args(["-c", "import redis"])
+        .output()
+        .expect("python3 is needed for this test");
+    assert!(
+        probe.status.success(),
+        "the redis-py package is missing; install it with scripts/deps.sh"
+    );
+    let mut cluster = RedisCluster::start(3, 0);
+    let proxy = proxy_for(&cluster).await;
+    let mut c = RawClient::connect(proxy.addr).await.unwrap();
+    wait_ready(&mut c).await;
+    let shards = keys_per_master(&mut cluster, "py", 20);
+    let keys: Vec<String> = shards.iter().flat_map(|(_, k)| k.clone()).collect();
+
+    // redis.Redis (not RedisCluster): one connection to corral, as to a single Redis.
+    let script = r#"
+import sys, redis
+port, keys = int(sys.argv[1]), sys.argv[2:]
+r = redis.Redis(port=port, decode_responses=True)
+p = r.pipeline(transaction=False)
+for i, k in enumerate(keys):
+    p.set(k, f"v{i}")
+    p.get(k)
+    p.incr(k + ":n")
+out = p.execute()
+assert out == [x for i in range(len(keys)) for x in (True, f"v{i}", 1)], out
+assert r.mget(keys + ["py:missing"]) == [f"v{i}" for i in range(len(keys))] + [None]
+assert r.exists(*keys) == len(keys)
+assert r.delete(*[k + ":n" for k in keys]) == len(keys)
+assert r.dbsize() == len(keys), r.dbsize()
+assert sorted(r.scan_iter(match="py:*", count=7)) == sorted(keys)
+assert sorted(r.keys("py:*")) == sorted(keys)
+info = r.cluster("info")
+assert info["cluster_state"] == "ok", info
+print("ok")
+"#;
+    let mut args = vec!["-c", script, &proxy.addr.port().to_string()]
+        .into_iter()
+        .map(String::from)
+        .collect::<Vec<_>>();
+    args.extend(keys.iter().cloned());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    assert_eq!(run_tool("python3", &args, "").await.trim(), "ok");
+    for (i, k) in keys.iter().enumerate() {
+        let owner = cluster.master_for_slot(key_slot(k.as_bytes()));
+        assert_eq!(
+            sync_cmd(owner, &["GET", k]),
+            bulk(&format!("v{i}")),
+            "{k} on its owner"
+        );
+    }
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resp3_client_gets_maps_and_nulls_as_from_one_redis() {
+    let mut cluster = RedisCluster::start(3, 0);
+    let proxy = proxy_for(&cluster).await;
+    let mut c = RawClient::connect(proxy.addr).await.unwrap();
+    wait_ready(&mut c).await;
+    let single = RedisServer::start();
+    let mut direct = RawClient::connect(single.addr()).await.unwrap();
+    for client in [&mut c, &mut direct] {
+        client.send(&common::encode(&[b"HELLO", b"3"])).await;
+        let hello = client.read_resp().await;
+        assert!(hello.starts_with(b"%"), "HELLO 3: {}", common::show(&hello));
+    }
+    let shards = keys_per_master(&mut cluster, "r3", 1);
+    let keys: Vec<&str> = shards.iter().map(|(_, k)| k[0].as_str()).collect();
+    let mut lines = Vec::new();
+    for k in &keys {
+        lines.push(format!("HSET {k}:h a 1 b 2"));
+        lines.push(format!("HGETALL {k}:h"));
+        lines.push(format!("SET {k} v"));
+        lines.push(format!("SADD {k}:s x"));
+        lines.push(format!("SMEMBERS {k}:s"));
+        lines.push(format!("GET {k}:missing"));
+        lines.push(format!("ZADD {k}:z 1.5 m"));
+        lines.push(format!("ZSCORE {k}:z m"));
+    }
+    let all = keys.join(" ");
+    lines.push(format!("MGET {all} nokey"));
+    lines.push("DBSIZE".to_string());
+    for line in &lines {
+        for client in [&mut c, &mut direct] {
+            let w = common::words(line);
+            let args: Vec<&[u8]> = w.iter().map(Vec::as_slice).collect();
+            client.send(&common::encode(&args)).await;
+        }
+        let p = c.read_resp().await;
+        let d = direct.read_resp().await;
+        assert_eq!(common::show(&p), common::show(&d), "{line}");
+    }
+    // A map really: the field count of the HGETALL reply.
+    c.send(&common::encode(&[
+        b"HGETALL",
+        format!("{}:h", keys[0]).as_bytes(),
+    ]))
+    .await;
+    assert!(c.read_resp().await.starts_with(b"%2\r\n"));
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eval_runs_on_the_slot_of_its_keys_and_refuses_keys_across_slots() {
+    let mut cluster = RedisCluster::start(3, 0);
+    let proxy = proxy_for(&cluster).await;
+    let mut c = RawClient::connect(proxy.addr).await.unwrap();
+    wait_ready(&mut c).await;
+    let script = "return {redis.call('INCR', KEYS[1]), redis.call('INCRBY', KEYS[2], ARGV[1])}";
+    let reply = c
+        .request(&[b"EVAL", script.as_bytes(), b"2", b"{e}a", b"{e}b", b"5"])
+        .await;
+    assert_eq!(reply, b"*2\r\n:1\r\n:5\r\n");
+    let owner = cluster.master_for_slot(key_slot(b"{e}"));
+    assert_eq!(sync_cmd(owner, &["GET", "{e}b"]), bulk("5"));
+
+    // Keys in different slots: refused like Redis Cluster does, and nothing ran.
+    let reply = c
+        .request(&[b"EVAL", script.as_bytes(), b"2", b"ea", b"eb", b"5"])
+        .await;
+    assert_eq!(
+        reply,
+        b"-CROSSSLOT Keys in request don't hash to the same slot\r\n".to_vec()
+    );
+    for k in ["ea", "eb"] {
+        let o = cluster.master_for_slot(key_slot(k.as_bytes()));
+        assert_eq!(sync_cmd(o, &["EXISTS", k]), b":0\r\n", "{k}");
+    }
+
+    // SCRIPT LOAD reaches every master, so EVALSHA works for keys of every shard.
+    let sha = c.request(&[b"SCRIPT", b"LOAD", script.as_bytes()]).await;
+    let sha = String::from_utf8_lossy(&sha)
+        .lines()
+        .nth(1)
+        .expect("sha")
+        .to_string();
+    for (owner, keys) in keys_per_master(&mut cluster, "sha", 1) {
+        let (a, b) = (format!("{{{}}}a", keys[0]), format!("{{{}}}b", keys[0]));
+        let reply = c
+            .request(&[
+                b"EVALSHA",
+                sha.as_bytes(),
+                b"2",
+                a.as_bytes(),
+                b.as_bytes(),
+                b"2",
+            ])
+            .await;
+        assert_eq!(reply, b"*2\r\n:1\r\n:2\r\n", "EVALSHA on :{owner}");
+        assert_eq!(sync_cmd(owner, &["GET", &b]), bulk("2"));
+    }
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flushall_empties_every_master() {
+    let mut cluster = RedisCluster::start(3, 0);
+    let proxy = proxy_for(&cluster).await;
+    let mut c = RawClient::connect(proxy.addr).await.unwrap();
+    wait_ready(&mut c).await;
+    for i in 0..300 {
+        let k = format!("fl:{i}");
+        c.request(&[b"SET", k.as_bytes(), b"x"]).await;
+    }
+    let masters = cluster.master_ports();
+    for &m in &masters {
+        assert_ne!(sync_cmd(m, &["DBSIZE"]), b":0\r\n", "keys on :{m} before");
+    }
+    assert_eq!(c.cmd("DBSIZE").await, b":300\r\n");
+    assert_eq!(c.cmd("FLUSHALL").await, b"+OK\r\n");
+    for &m in &masters {
+        assert_eq!(
+            sync_cmd(m, &["DBSIZE"]),
+            b":0\r\n",
+            "DBSIZE on :{m} after FLUSHALL"
+        );
+    }
+    assert_eq!(c.cmd("DBSIZE").await, b":0\r\n");
+    assert_eq!(c.cmd("GET fl:0").await, b"$-1\r\n");
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn randomkey_finds_the_keys_of_whichever_master_holds_them() {
+    let mut cluster = RedisCluster::start(3, 0);
+    let proxy = proxy_for(&cluster).await;
+    let mut c = RawClient::connect(proxy.addr).await.unwrap();
+    wait_ready(&mut c).await;
+    assert_eq!(c.cmd("RANDOMKEY").await, b"$-1\r\n", "empty cluster");
+    // Every master in turn is the only one with keys.
+    for (owner, keys) in keys_per_master(&mut cluster, "rk", 3) {
+        for k in &keys {
+            assert_eq!(c.request(&[b"SET", k.as_bytes(), b"x"]).await, b"+OK\r\n");
+        }
+        for &m in &cluster.master_ports() {
+            let want: &[u8] = if m == owner { b":3\r\n" } else { b":0\r\n" };
+            assert_eq!(sync_cmd(m, &["DBSIZE"]), want, "DBSIZE of :{m}");
+        }
+        for _ in 0..5 {
+            let r = c.cmd("RANDOMKEY").await;
+            assert!(
+                keys.iter().any(|k| r == bulk(k)),
+                "RANDOMKEY with keys only on :{owner}: {}",
+                common::show(&r)
+            );
+        }
+        assert_eq!(c.cmd("FLUSHALL").await, b"+OK\r\n");
+    }
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manual_failover_is_followed_without_redirections_or_lost_writes() {
+    let mut cluster = RedisCluster::start(3, 1);
+    let proxy = proxy_for(&cluster).await;
+    let mut c = RawClient::connect(proxy.addr).await.unwrap();
+    wait_ready(&mut c).await;
+    let old = cluster.master_for_slot(key_slot(b"{fo}"));
+    let replica = cluster.replicas_of(old)[0];
+    let shards = keys_per_master(&mut cluster, "mf", 2);
+    let others: Vec<String> = shards.iter().flat_map(|(_, k)| k.clone()).collect();
+
+    // A client writing through corral before, during and after the failover.
+    let done = Arc::new(AtomicBool::new(false));
+    let progress = Arc::new(AtomicI64::new(0));
+    let writer = {
+        let (addr, done, progress) = (proxy.addr, done.clone(), progress.clone());
+        tokio::spawn(async move {
+            let mut w = RawClient::connect(addr).await.expect("connect");
+            let (mut acks, mut after, mut bad) = (0i64, 0, Vec::new());
+            for i in 0..100_000u64 {
+                let r = w.request(&[b"INCR", b"{fo}:ctr"]).await;
+                if r == format!(":{}\r\n", acks + 1).into_bytes() {
+                    acks += 1;
+                    progress.store(acks, Ordering::Relaxed);
+                } else {
+                    bad.push(format!("INCR {{fo}}:ctr -> {}", common::show(&r)));
+                }
+                let k = &others[i as usize % others.len()];
+                let r = w
+                    .request(&[b"SET", k.as_bytes(), i.to_string().as_bytes()])
+                    .await;
+                if r != b"+OK\r\n" {
+                    bad.push(format!("SET {k} -> {}", common::show(&r)));
+                }
+                if bad.len() > 20 {
+                    break;
+                }
+                if done.load(Ordering::Relaxed) {
+                    after += 1;
+                    if after >= 200 {
+                        break;
+                    }
+                }
+                if i == 99_999 {
+                    bad.push("the failover never finished".into());
+                }
+            }
+            (acks, bad)
+        })
+    };
+    // Some writes before the failover.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while progress.load(Ordering::Relaxed) < 100 {
+        assert!(Instant::now() < deadline, "writer made no progress");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let before = progress.load(Ordering::Relaxed);
+    let mut cluster = tokio::task::spawn_blocking(move || {
+        cluster.failover(replica, None);
+        cluster
+    })
+    .await
+    .expect("failover");
+    let at_done = progress.load(Ordering::Relaxed);
+    done.store(true, Ordering::Relaxed);
+    let (acks, bad) = tokio::time::timeout(Duration::from_secs(60), writer)
+        .await
+        .expect("writer did not finish")
+        .expect("writer panicked");
+    eprintln!(
+        "manual failover: {before} INCRs before, {} during, {} after",
+        at_done - before,
+        acks - at_done
+    );
+    assert!(bad.is_empty(), "replies during a manual failover: {bad:?}");
+    assert_eq!(
+        cluster.master_for_slot(key_slot(b"{fo}")),
+        replica,
+        "promoted"
+    );
+    assert_eq!(
+        sync_cmd(replica, &["GET", "{fo}:ctr"]),
+        bulk(&acks.to_string()),
+        "acknowledged INCRs on the new master"
+    );
+    // Still going through the same corral, no restart.
+    assert_eq!(c.cmd("SET {fo}:x 1").await, b"+OK\r\n");
+    assert_eq!(sync_cmd(replica, &["GET", "{fo}:x"]), bulk("1"));
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn while_a_master_is_down_requests_get_prompt_errors_not_hangs() {
+    let mut cluster = RedisCluster::start(3, 0);
+    let proxy = proxy_for(&cluster).await;
+    let mut c = RawClient::connect(proxy.addr).await.unwrap();
+    wait_ready(&mut c).await;
+    let shards = keys_per_master(&mut cluster, "dn", 2);
+    for (_, keys) in &shards {
+        for k in keys {
+            assert_eq!(c.request(&[b"SET", k.as_bytes(), b"v"]).await, b"+OK\r\n");
+        }
+    }
+    let victim = shards[0].0;
+    cluster.kill_node(victim);
+
+    // No replica to take over: the victim's keys fail at once, and the others once the
+    // cluster declares itself down. Every request is answered within the client's read
+    // deadline (10 s), with a value or one of the two errors.
+    let mut slowest = Duration::ZERO;
+    let (mut upstream_errors, mut clusterdown) = (0, 0);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut rounds = 0;
+    loop {
+        for (owner, keys) in &shards {
+            for k in keys {
+                let started = Instant::now();
+                let r = c
+                    .try_request(&[b"GET", k.as_bytes()])
+                    .await
+                    .unwrap_or_else(|e| panic!("GET {k} while :{victim} is down: {e}"));
+                slowest = slowest.max(started.elapsed());
+                if r.starts_with(b"-ERR upstream") {
+                    upstream_errors += 1;
+                } else if r.starts_with(b"-CLUSTERDOWN") {
+                    clusterdown += 1;
+                } else {
+                    assert_ne!(
+                        *owner,
+                        victim,
+                        "GET {k} of the dead master: {}",
+                        common::show(&r)
+                    );
+                    assert_eq!(r, b"$1\r\nv\r\n", "GET {k}");
+                }
+            }
+        }
+        rounds += 1;
+        // Until the live masters have also said the cluster is down, and a few rounds more.
+        if clusterdown > 0 && rounds >= 5 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the cluster never went down ({rounds} rounds)"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(upstream_errors + clusterdown > 0);
+    eprintln!(
+        "master down: {rounds} rounds, {upstream_errors} upstream errors, {clusterdown} \
+         CLUSTERDOWN, slowest reply {slowest:?}"
+    );
+    proxy.stop().await;
+}

@@ -262,6 +262,19 @@ impl Conn {
                     both.extend_from_slice(cmd);
                     (cluster.conn_for(&fix(addr), proto, id), both.freeze(), 2)
                 }
+                Redirect::TryAgain if attempt > 1 => {
+                    // A multi-key request on a slot split by a migration: the splittable
+                    // ones (no atomicity to keep) are answered key by key instead.
+                    if let Some(reply) = Box::pin(self.per_key(cmd, origin)).await {
+                        return reply;
+                    }
+                    cluster.request_refresh();
+                    tokio::time::sleep(Duration::from_millis(50 * attempt as u64)).await;
+                    let addr = slot
+                        .and_then(|s| cluster.master_of(s))
+                        .unwrap_or_else(|| cluster.any_node());
+                    (cluster.conn_for(&addr, proto, id), cmd.clone(), 1)
+                }
                 Redirect::TryAgain | Redirect::ClusterDown => {
                     cluster.request_refresh();
                     let pause = Duration::from_millis(50 * attempt as u64);
@@ -300,32 +313,54 @@ impl Conn {
         last
     }
 
+    /// MGET/MSET/DEL/UNLINK/EXISTS/TOUCH as one request per key, each retried where the
+    /// cluster says; `None` for any other request.
+    async fn per_key(&self, cmd: &Bytes, origin: &UpstreamConn) -> Option<Bytes> {
+        let cluster = self.shared.upstream.cluster.as_ref()?;
+        let mut parser = crate::resp::RequestParser::new(crate::resp::Limits::default());
+        parser.parse(cmd, true).ok()??;
+        let args = parser.args(cmd);
+        let name = args.get(0)?.to_ascii_uppercase();
+        let MultiKey::Split(kind) = classify_multi(&name) else {
+            return None;
+        };
+        let positions = command_keys(&name, &args);
+        let mut requests = Vec::new();
+        for i in positions.indices() {
+            let key = args.get(i)?;
+            let mut argv: Vec<&[u8]> = vec![&name, key];
+            if kind == SplitKind::Mset {
+                argv.push(args.get(i + 1)?);
+            }
+            let mut req = BytesMut::new();
+            encode_request(&argv, &mut req);
+            requests.push((i, crate::cluster::key_slot(key), req.freeze()));
+        }
+        let (proto, id) = (self.session.proto, self.session.id);
+        let mut parts = Vec::with_capacity(requests.len());
+        for (i, slot, req) in requests {
+            let addr = cluster
+                .master_of(slot)
+                .unwrap_or_else(|| cluster.any_node());
+            let conn = cluster.conn_for(&addr, proto, id);
+            let rx = conn.send(req.clone(), 1).await;
+            let reply = match self.wait(rx, &conn).await {
+                Ok(b) => match Redirect::parse(&b) {
+                    Some(Redirect::TryAgain) | None => b,
+                    Some(r) => self.retry(&req, Some(slot), r, origin).await,
+                },
+                Err(e) => e.to_reply(),
+            };
+            parts.push((vec![i], reply));
+        }
+        let mut out = BytesMut::new();
+        merge_split(kind, &parts, &mut out);
+        Some(out.freeze())
+    }
+
     /// Merges the per-slot replies of a split command in key order.
     pub(super) fn merge_split(&mut self, kind: SplitKind, parts: &[(Vec<usize>, Bytes)]) {
-        if let Some((_, err)) = parts.iter().find(|(_, r)| r.first() == Some(&b'-')) {
-            return self.wbuf.extend_from_slice(err);
-        }
-        match kind {
-            SplitKind::Mset => self.wbuf.extend_from_slice(b"+OK\r\n"),
-            SplitKind::SumInt => {
-                let total: i64 = parts.iter().filter_map(|(_, r)| int_reply(r)).sum();
-                self.wbuf
-                    .extend_from_slice(format!(":{total}\r\n").as_bytes());
-            }
-            SplitKind::Mget => {
-                let mut all: Vec<(usize, &[u8])> = Vec::new();
-                for (keys, reply) in parts {
-                    let elements = mget::elements(reply).unwrap_or_default();
-                    all.extend(keys.iter().copied().zip(elements));
-                }
-                all.sort_by_key(|(i, _)| *i);
-                self.wbuf
-                    .extend_from_slice(format!("*{}\r\n", all.len()).as_bytes());
-                for (_, e) in all {
-                    self.wbuf.extend_from_slice(e);
-                }
-            }
-        }
+        merge_split(kind, parts, &mut self.wbuf);
     }
 
     /// Combines the replies of every master.
@@ -395,6 +430,32 @@ impl Conn {
         self.wbuf
             .extend_from_slice(format!("${}\r\n{next}\r\n", next.len()).as_bytes());
         self.wbuf.extend_from_slice(keys);
+    }
+}
+
+/// Merges the per-slot (or per-key) replies of a split command in key order into `out`.
+fn merge_split(kind: SplitKind, parts: &[(Vec<usize>, Bytes)], out: &mut BytesMut) {
+    if let Some((_, err)) = parts.iter().find(|(_, r)| r.first() == Some(&b'-')) {
+        return out.extend_from_slice(err);
+    }
+    match kind {
+        SplitKind::Mset => out.extend_from_slice(b"+OK\r\n"),
+        SplitKind::SumInt => {
+            let total: i64 = parts.iter().filter_map(|(_, r)| int_reply(r)).sum();
+            out.extend_from_slice(format!(":{total}\r\n").as_bytes());
+        }
+        SplitKind::Mget => {
+            let mut all: Vec<(usize, &[u8])> = Vec::new();
+            for (keys, reply) in parts {
+                let elements = mget::elements(reply).unwrap_or_default();
+                all.extend(keys.iter().copied().zip(elements));
+            }
+            all.sort_by_key(|(i, _)| *i);
+            out.extend_from_slice(format!("*{}\r\n", all.len()).as_bytes());
+            for (_, e) in all {
+                out.extend_from_slice(e);
+            }
+        }
     }
 }
 
