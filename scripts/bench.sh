@@ -10,6 +10,10 @@
 # Scenarios, one function each (scenario_NAME), chosen with --scenarios:
 #   p1, p16  redis-benchmark -c 50 -n N -t set / -t get at pipeline depth 1 / 16
 #   load     corral-load: Zipf(0.99) keys over a preloaded key space, 90% GET, pipeline 16
+#            (also through corral with its cache on: target "cached")
+#   hot      one hot key: redis-benchmark GET at -P 1 and -P 16, direct vs corral with its
+#            cache on ("cached"), and the share of those GETs that reached Redis
+#   cluster  a 3-master cluster through corral vs one standalone Redis
 #   cluster  corral --cluster in front of a 3-master Redis Cluster (started here) against the
 #            standalone redis-server and standalone corral: redis-benchmark -c 50 -t set,get
 #            -r 100000 (keys key:NNN spread over every slot) at -P 1 (-n N) and -P 16 (--n16)
@@ -24,7 +28,7 @@ cd "$(dirname "$0")/.."
 N=200000
 N16=""
 ROUNDS=3
-SCENARIOS="p1 p16 load"
+SCENARIOS="p1 p16 hot load cluster"
 LOAD_SECONDS=5
 LOAD_KEYS=1000000
 CLIENTS=50
@@ -175,6 +179,18 @@ start_corral() {
 }
 
 # A 3-master Redis Cluster (no replicas) on free ports, each node with its own bus port.
+# corral with its local cache and coalescing on (the default), as target "cached".
+start_corral_cached() {
+  local port
+  port=$(free_port)
+  "$CORRAL" --listen "127.0.0.1:$port" --upstream "redis://127.0.0.1:$REDIS_PORT" \
+    --log-level warn >"$WORK/corral-cached.log" 2>&1 &
+  local pid=$!
+  PIDS+=("$pid")
+  wait_ready "$port" cached "$pid"
+  add_target cached "$port" "$pid"
+}
+
 start_cluster() {
   local i port bus pid addrs=() ok
   CLUSTER_PIDS=""
@@ -317,7 +333,7 @@ scenario_load() {
   local r target
   timeout "$RUN_TIMEOUT" "$LOAD" --addr "127.0.0.1:$REDIS_PORT" --fill -k "$LOAD_KEYS" -c 8
   for r in $(seq 1 "$ROUNDS"); do
-    for target in direct nutcracker corral; do
+    for target in direct nutcracker corral cached; do
       measure load MIX "$target" "$r" parse_load -- \
         "$LOAD" --addr "127.0.0.1:${PORT[$target]}" -c "$CLIENTS" -P 16 -k "$LOAD_KEYS" \
         --dist zipf --zipf-s 0.99 --get-ratio 0.9 --duration "$LOAD_SECONDS" --csv
@@ -325,9 +341,38 @@ scenario_load() {
   done
 }
 
+# GETs Redis has executed so far (inside MULTI/EXEC included).
+redis_gets() {
+  redis-cli -p "$REDIS_PORT" info commandstats | tr -d '\r' |
+    awk -F'[=,:]' '/^cmdstat_get:/ { print $3; exit } END { if (NR == 0) print 0 }'
+}
+
+# One hot key (redis-benchmark's literal key:__rand_int__ without -r), GET only.
+scenario_hot() {
+  local r pipe n target before after
+  redis-cli -p "$REDIS_PORT" set key:__rand_int__ xxx >/dev/null
+  for r in $(seq 1 "$ROUNDS"); do
+    for pipe in 1 16; do
+      n=$N
+      [ "$pipe" = 16 ] && n=$N16
+      for target in direct cached; do
+        before=$(redis_gets)
+        measure "hot-p$pipe" GET "$target" "$r" "parse_rb $n" -- \
+          redis-benchmark -h 127.0.0.1 -p "${PORT[$target]}" -c "$CLIENTS" -n "$n" \
+          -t get -P "$pipe" --csv
+        after=$(redis_gets)
+        [ "$target" = cached ] && echo "  hot-p$pipe round $r: $((after - before)) of $n GETs" \
+          "reached Redis ($(python3 -c "print(f'{100*($after-$before)/$n:.4f}')")%)"
+      done
+    done
+  done
+  echo "  cached corral: $(redis-cli -p "${PORT[cached]}" corral cache stats | paste -sd' ' | cut -c1-300)"
+}
+
 start_redis
 start_nutcracker
 start_corral
+start_corral_cached
 case " $SCENARIOS " in
   *" cluster "*) start_cluster; start_corral_cluster ;;
 esac
@@ -387,6 +432,8 @@ titles = {
              " redis us/req summed over the masters",
     "cl-p16": f"cluster: redis-benchmark -c 50 -n {n16} -r 100000 -P 16; cluster = corral over 3 masters,"
               " redis us/req summed over the masters",
+    "hot-p1": f"one hot key: redis-benchmark -c 50 -n {n} -t get -P 1; cached = corral, cache on",
+    "hot-p16": f"one hot key: redis-benchmark -c 50 -n {n16} -t get -P 16; cached = corral, cache on",
 }
 checks = []
 last = None
@@ -396,13 +443,18 @@ for sc, test in order:
         print(f"{'test':<5}{'target':<12}{'req/s':>12}{'p99 ms':>9}{'proxy us/req':>14}{'redis us/req':>14}")
         last = sc
     m = {}
-    for target in ("direct", "nutcracker", "corral", "cluster"):
+    for target in ("direct", "nutcracker", "corral", "cached", "cluster"):
         key = (sc, test, target)
         if key not in runs:
             continue
         m[target] = [med(key, i) for i in range(4)]
         rps, p99, proxy, redis = m[target]
         print(f"{test:<5}{target:<12}{rps:>12,.0f}{p99:>9.3f}{fmt(proxy, '>14.3f')}{redis:>14.3f}")
+    if {"direct", "cached"} <= m.keys():
+        cd = ratio(sc, test, "cached", "direct")
+        print(f"     throughput ratio (median of per-round ratios): cached/direct {cd:.2f}")
+        if sc.startswith("hot"):
+            checks.append((f"{sc} GET cached corral/direct throughput", cd, ">=", 1.0))
     if {"direct", "corral", "cluster"} <= m.keys():
         kd = ratio(sc, test, "cluster", "direct")
         kc = ratio(sc, test, "cluster", "corral")

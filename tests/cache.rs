@@ -1148,3 +1148,24 @@ async fn without_tracking_entries_live_fallback_ttl_at_most() {
     }
     proxy.stop().await;
 }
+
+/// A write earlier in the same pipeline keeps later GETs of *its* keys away from the cache
+/// (they must see it), but not GETs of other keys.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_keys_written_earlier_in_a_pipeline_bypass_the_cache() {
+    let redis = RedisServer::start();
+    let proxy = TestProxy::start(&redis.url()).await;
+    let mut c = connect(proxy.addr).await;
+    assert_eq!(c.cmd("SET pl:hot v").await, b"+OK\r\n");
+    make_cached(&mut c, "pl:hot", b"$1\r\nv\r\n").await;
+    let before = Stats::of(&mut c).await.n("cache_hits");
+    c.send(b"SET pl:other x\r\nGET pl:hot\r\nSET pl:hot w\r\nGET pl:hot\r\n")
+        .await;
+    for want in [&b"+OK\r\n"[..], b"$1\r\nv\r\n", b"+OK\r\n", b"$1\r\nw\r\n"] {
+        assert_eq!(c.read_reply().await, want);
+    }
+    // The first GET (another key was written) was a hit; the second (its own key was
+    // written just before) was not.
+    assert_eq!(Stats::of(&mut c).await.n("cache_hits"), before + 1);
+    proxy.stop().await;
+}

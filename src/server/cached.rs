@@ -13,9 +13,12 @@ use crate::upstream::UpstreamConn;
 /// Writes seen by a connection, as the cache needs them.
 #[derive(Default)]
 pub(super) struct Writes {
-    /// This round forwarded a write: later GETs in it must not be served from the cache or
-    /// coalesced, or they could miss the write.
-    pub(super) in_round: bool,
+    /// Keys written earlier in this round: a later GET of one of them must not be served
+    /// from the cache or coalesced, or it could miss the write.
+    pub(super) round_keys: Vec<Bytes>,
+    /// This round forwarded a write whose keys are not known (a script, an unknown command)
+    /// or that changes every key: no later GET in it may be served locally.
+    pub(super) round_all: bool,
     /// Keys written by the current batch, invalidated again once it is acknowledged.
     pub(super) keys: Vec<Bytes>,
     /// The current batch holds a command that may change every key.
@@ -37,14 +40,16 @@ pub(super) fn cache_step(
     may_serve: bool,
 ) -> Option<Pending> {
     match access {
-        Access::Get if args.len() == 2 && may_serve && !writes.in_round => {
+        Access::Get if args.len() == 2 && may_serve && !writes.touched(args.get(1)?) => {
             let key = args.get(1)?;
             Some(Pending::Slot(match cache.get(key, conn) {
                 Lookup::Hit(v) => Slot::Value(v),
                 Lookup::Wait(rx) => Slot::Fill(rx),
             }))
         }
-        Access::MGet if args.len() > 1 && may_serve && !writes.in_round => {
+        Access::MGet
+            if args.len() > 1 && may_serve && !args.iter().skip(1).any(|k| writes.touched(k)) =>
+        {
             let parts = cache.get_many(args.iter().skip(1));
             let missing: Vec<&[u8]> = args
                 .iter()
@@ -70,19 +75,25 @@ pub(super) fn cache_step(
         }
         Access::Get | Access::MGet | Access::Read => None,
         Access::Write => {
-            writes.in_round = true;
             let mut buf = [0u8; 24];
             let name = args
                 .get(0)
-                .and_then(|n| commands::table::upper(n, &mut buf));
-            if matches!(name, Some(b"EVAL" | b"EVALSHA" | b"FCALL")) {
+                .and_then(|n| commands::table::upper(n, &mut buf))
+                .unwrap_or_default();
+            if matches!(name, b"EVAL" | b"EVALSHA" | b"FCALL") {
                 writes.barrier = true;
+                writes.round_all = true;
             }
-            writes.keys.extend(invalidate_writes(cache, args));
+            if !crate::cluster::command_keys(name, args).is_known() {
+                writes.round_all = true;
+            }
+            let keys = invalidate_writes(cache, args);
+            writes.round_keys.extend(keys.iter().cloned());
+            writes.keys.extend(keys);
             None
         }
         Access::All => {
-            writes.in_round = true;
+            writes.round_all = true;
             cache.flush();
             writes.all = true;
             None
@@ -90,17 +101,38 @@ pub(super) fn cache_step(
     }
 }
 
+impl Writes {
+    /// A new round: nothing written in it yet.
+    pub(super) fn new_round(&mut self) {
+        self.round_keys.clear();
+        self.round_all = false;
+    }
+
+    /// Whether a write earlier in this round may have changed `key`.
+    fn touched(&self, key: &[u8]) -> bool {
+        self.round_all || self.round_keys.iter().any(|k| k == key)
+    }
+}
+
 /// Invalidates the keys a write command names (before it is forwarded) and returns them, to
-/// invalidate again once it is acknowledged.
+/// invalidate again once it is acknowledged. The keys come from the command table of Redis
+/// (every key position, read or written), or the first argument for unknown commands.
 pub(super) fn invalidate_writes(cache: &Cache, args: &Args<'_>) -> Vec<Bytes> {
     let mut buf = [0u8; 24];
     let name = args
         .get(0)
-        .and_then(|n| commands::table::upper(n, &mut buf));
+        .and_then(|n| commands::table::upper(n, &mut buf))
+        .unwrap_or_default();
     let mut keys = Vec::new();
-    commands::keys::write_keys(name.unwrap_or_default(), args, |k| {
+    let mut add = |k: &[u8]| {
         cache.invalidate_for_write(k);
         keys.push(Bytes::copy_from_slice(k));
-    });
+    };
+    let positions = crate::cluster::command_keys(name, args);
+    if positions.is_known() {
+        positions.keys(args).for_each(&mut add);
+    } else {
+        commands::keys::write_keys(name, args, add);
+    }
     keys
 }

@@ -286,7 +286,7 @@ impl Conn {
         let mut off = 0;
         let mut handled = 0;
         let mut wants_input = false;
-        self.writes.in_round = false;
+        self.writes.new_round();
         while !self.closing {
             if handled == MAX_PER_ROUND || self.batch.len() >= MAX_ROUND_BYTES {
                 break;
