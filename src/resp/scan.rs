@@ -76,7 +76,10 @@ impl ReplyScanner {
                         }
                         after_line
                     } else {
-                        let end = after_line + n as usize + 2;
+                        let end = usize::try_from(n)
+                            .ok()
+                            .and_then(|n| after_line.checked_add(n)?.checked_add(2))
+                            .ok_or(ScanError("length too large"))?;
                         if buf.len() < end {
                             return Ok(None);
                         }
@@ -228,6 +231,14 @@ mod tests {
         assert!(ReplyScanner::new().next_frame(b"hello\r\n").is_err());
         assert!(ReplyScanner::new().next_frame(b"$-7\r\n").is_err());
         assert!(ReplyScanner::new().next_frame(b"*x\r\n").is_err());
+    }
+
+    #[test]
+    fn absurd_lengths_are_errors_not_panics() {
+        let buf = b"$9223372036854775807\r\n";
+        assert!(matches!(ReplyScanner::new().next_frame(buf), Ok(None) | Err(_)));
+        let buf = b"*9223372036854775807\r\n";
+        assert!(matches!(ReplyScanner::new().next_frame(buf), Ok(None) | Err(_)));
     }
 
     #[test]
