@@ -61,11 +61,16 @@ pub async fn run(
     let upstream_token = CancellationToken::new();
     let upstream = upstream::Upstream::start(&cfg, &upstream_token)?;
     let mut metrics = metrics::Metrics::default();
-    // The cache needs one tracking connection per master in cluster mode: not yet.
-    let cache = if cfg.cache.enabled && !cfg.cluster.enabled() {
+    let cache = if cfg.cache.enabled {
         let settings = upstream::Upstream::settings(&cfg)?;
         let status = upstream.status.clone();
-        let c = cache::Cache::start(&cfg, settings, status, upstream_token.child_token());
+        let c = cache::Cache::start(
+            &cfg,
+            settings,
+            status,
+            upstream_token.child_token(),
+            upstream.cluster.clone(),
+        );
         c.register(metrics.registry_mut());
         Some(c)
     } else {

@@ -119,6 +119,8 @@ struct Stats {
 struct Fill {
     tx: watch::Sender<Option<FillResult>>,
     started: Instant,
+    /// The tracking lane the read went over (`None` for plain coalesced reads).
+    lane: Option<Arc<AtomicU8>>,
 }
 
 #[derive(Debug)]
@@ -131,7 +133,6 @@ struct Core {
     wasted: FrequencySketch,
     hot: HotKeys,
     hasher: foldhash::fast::RandomState,
-    tracking: AtomicU8,
     stats: Stats,
     hot_threshold: u8,
     max_value: usize,
@@ -140,11 +141,26 @@ struct Core {
     beta: f64,
 }
 
+/// One tracking connection (to the upstream, or to one cluster master) and its state.
+#[derive(Debug)]
+struct LaneHandle {
+    conn: UpstreamConn,
+    state: Arc<AtomicU8>,
+}
+
 /// The cache facade used by client connections.
 #[derive(Debug)]
 pub struct Cache {
     core: Arc<Core>,
-    lane: UpstreamConn,
+    /// Tracking lanes by node address, made on first use.
+    lanes: std::sync::Mutex<std::collections::HashMap<String, Arc<LaneHandle>>>,
+    lane_settings: ConnSettings,
+    status: Arc<UpstreamStatus>,
+    shutdown: CancellationToken,
+    /// In cluster mode: any topology change flushes the cache, since a node that lost a slot
+    /// (Redis 7.0) sends no invalidation for its keys.
+    cluster: Option<Arc<crate::upstream::cluster::ClusterUpstream>>,
+    seen_epoch: std::sync::atomic::AtomicU64,
 }
 
 impl Cache {
@@ -154,6 +170,7 @@ impl Cache {
         settings: ConnSettings,
         status: Arc<UpstreamStatus>,
         shutdown: CancellationToken,
+        cluster: Option<Arc<crate::upstream::cluster::ClusterUpstream>>,
     ) -> Cache {
         let c = &cfg.cache;
         let candidates = (c.max_bytes / 1024).clamp(4096, 1 << 20) as usize;
@@ -164,7 +181,6 @@ impl Cache {
             wasted: FrequencySketch::new(candidates),
             hot: HotKeys::default(),
             hasher: foldhash::fast::RandomState::default(),
-            tracking: AtomicU8::new(0),
             stats: Stats::default(),
             hot_threshold: c.hot_threshold,
             max_value: c.max_value_bytes,
@@ -172,15 +188,64 @@ impl Cache {
             fallback_ttl: Duration::from_millis(c.fallback_ttl_ms),
             beta: c.refresh_beta,
         });
-        let settings = ConnSettings {
+        let lane_settings = ConnSettings {
             proto: crate::resp::Proto::Resp3,
             tracking: true,
+            reconnect: true,
             ..settings
         };
-        let observer: Arc<dyn LinkObserver> = Arc::new(Lane(core.clone()));
-        let lane = UpstreamConn::spawn(settings, status, shutdown.clone(), Some(observer));
-        tokio::spawn(decay_hot_keys(core.clone(), shutdown));
-        Cache { core, lane }
+        tokio::spawn(decay_hot_keys(core.clone(), shutdown.clone()));
+        let cache = Cache {
+            core,
+            lanes: std::sync::Mutex::new(std::collections::HashMap::new()),
+            lane_settings,
+            status,
+            shutdown,
+            cluster,
+            seen_epoch: std::sync::atomic::AtomicU64::new(0),
+        };
+        if cache.cluster.is_none() {
+            // Standalone: connect the lane now, so the first hot key finds it up.
+            cache.lane(None);
+        }
+        cache
+    }
+
+    /// The tracking lane to `addr` (the configured upstream when `None`), started on first use.
+    fn lane(&self, addr: Option<&str>) -> Arc<LaneHandle> {
+        let addr = addr.unwrap_or(&self.lane_settings.addr);
+        let mut lanes = self.lanes.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(l) = lanes.get(addr) {
+            return l.clone();
+        }
+        let state = Arc::new(AtomicU8::new(Tracking::Down as u8));
+        let observer: Arc<dyn LinkObserver> = Arc::new(Lane {
+            core: self.core.clone(),
+            state: state.clone(),
+        });
+        let settings = ConnSettings {
+            addr: addr.to_string(),
+            ..self.lane_settings.clone()
+        };
+        let conn = UpstreamConn::spawn(
+            settings,
+            self.status.clone(),
+            self.shutdown.child_token(),
+            Some(observer),
+        );
+        let handle = Arc::new(LaneHandle { conn, state });
+        lanes.insert(addr.to_string(), handle.clone());
+        handle
+    }
+
+    /// Cluster mode: flushes everything once the topology changed (failover, slot moves).
+    fn check_topology(&self) {
+        if let Some(c) = &self.cluster {
+            let epoch = c.epoch();
+            if self.seen_epoch.swap(epoch, Ordering::Relaxed) != epoch {
+                self.core.flush();
+            }
+        }
     }
 
     /// Registers the cache's metrics.
@@ -258,7 +323,8 @@ impl Cache {
 
     /// Looks up a GET of `key`: a local hit, or an upstream read to wait for. A read that is
     /// started goes over the tracking lane for hot keys, else over `conn`.
-    pub fn get(&self, key: &[u8], conn: &UpstreamConn) -> Lookup {
+    pub fn get(&self, key: &[u8], conn: &UpstreamConn, node: Option<&str>) -> Lookup {
+        self.check_topology();
         let core = &self.core;
         let now = Instant::now();
         let hash = core.hasher.hash_one(key);
@@ -270,7 +336,7 @@ impl Cache {
             core.stats.hits.inc();
             e.mark_hit();
             if core.should_refresh(&e, now) {
-                self.refresh(key);
+                self.refresh(key, node);
             }
             return Lookup::Hit(e.value.clone());
         }
@@ -287,17 +353,20 @@ impl Cache {
                 return Lookup::Wait(o.get().tx.subscribe());
             }
             MapEntry::Vacant(v) => {
+                let lane = self.lane(node);
+                let hot = core.admit(hash, &lane.state);
                 let fill = Arc::new(Fill {
                     tx: watch::Sender::new(None),
                     started: now,
+                    lane: hot.then(|| lane.state.clone()),
                 });
                 v.insert(fill.clone());
                 fill
             }
         };
         let rx = fill.tx.subscribe();
-        if core.admit(hash) {
-            self.start_fill(key, fill);
+        if fill.lane.is_some() {
+            self.start_fill(key, fill, node);
         } else {
             core.stats.reads.inc();
             let mut req = BytesMut::new();
@@ -310,7 +379,7 @@ impl Cache {
     }
 
     /// Sends a tracked fill for `key` over the lane.
-    fn start_fill(&self, key: Bytes, fill: Arc<Fill>) {
+    fn start_fill(&self, key: Bytes, fill: Arc<Fill>, node: Option<&str>) {
         self.core.stats.fills.inc();
         let mut req = BytesMut::new();
         encode_request(&[b"MULTI"], &mut req);
@@ -319,26 +388,28 @@ impl Cache {
         encode_request(&[b"EXEC"], &mut req);
         let core = self.core.clone();
         let reply = ReplyTo::Call(Box::new(move |r| core.complete_fill(key, fill, r)));
-        self.lane.try_send_to(req.freeze(), 4, reply);
+        self.lane(node).conn.try_send_to(req.freeze(), 4, reply);
     }
 
     /// Starts a background refresh of `key` unless a read is already in flight.
-    fn refresh(&self, key: &[u8]) {
+    fn refresh(&self, key: &[u8], node: Option<&str>) {
         let core = &self.core;
         let key = Bytes::copy_from_slice(key);
+        let lane = self.lane(node);
         let fill = match core.fills.entry(key.clone()) {
             MapEntry::Occupied(_) => return,
             MapEntry::Vacant(v) => {
                 let fill = Arc::new(Fill {
                     tx: watch::Sender::new(None),
                     started: Instant::now(),
+                    lane: Some(lane.state.clone()),
                 });
                 v.insert(fill.clone());
                 fill
             }
         };
         core.stats.refreshes.inc();
-        self.start_fill(key, fill);
+        self.start_fill(key, fill, node);
     }
 
     /// Local hits for an MGET: one slot per key, `None` where the key is not cached. Counts
@@ -378,15 +449,24 @@ impl Cache {
     /// now: a PING sent on it is answered after every invalidation already queued. Used after
     /// scripts, which may write keys they did not declare, so their writes are read back.
     pub async fn sync_lane(&self, deadline: Option<Duration>) {
-        if self.tracking() != Tracking::On {
-            return;
-        }
-        let mut ping = BytesMut::new();
-        encode_request(&[b"PING"], &mut ping);
-        let rx = self.lane.send(ping.freeze(), 1).await;
-        match deadline {
-            Some(d) => drop(tokio::time::timeout(d, rx).await),
-            None => drop(rx.await),
+        let lanes: Vec<Arc<LaneHandle>> = self
+            .lanes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        for lane in lanes {
+            if Tracking::from_u8(lane.state.load(Ordering::Relaxed)) != Tracking::On {
+                continue;
+            }
+            let mut ping = BytesMut::new();
+            encode_request(&[b"PING"], &mut ping);
+            let rx = lane.conn.send(ping.freeze(), 1).await;
+            match deadline {
+                Some(d) => drop(tokio::time::timeout(d, rx).await),
+                None => drop(rx.await),
+            }
         }
     }
 
@@ -410,7 +490,18 @@ impl Cache {
 
     /// State of the tracking lane.
     pub fn tracking(&self) -> Tracking {
-        Tracking::from_u8(self.core.tracking.load(Ordering::Relaxed))
+        let lanes = self.lanes.lock().unwrap_or_else(|p| p.into_inner());
+        let states: Vec<Tracking> = lanes
+            .values()
+            .map(|l| Tracking::from_u8(l.state.load(Ordering::Relaxed)))
+            .collect();
+        if states.is_empty() || states.contains(&Tracking::Down) {
+            Tracking::Down
+        } else if states.contains(&Tracking::Fallback) {
+            Tracking::Fallback
+        } else {
+            Tracking::On
+        }
     }
 
     /// `name:value` lines for INFO's `# Cache` section and `CORRAL CACHE STATS`.
@@ -444,8 +535,8 @@ impl Cache {
 impl Core {
     /// Hot enough to keep, and not one whose recent entries were invalidated before they
     /// served anything (written about as often as read).
-    fn admit(&self, hash: u64) -> bool {
-        if Tracking::from_u8(self.tracking.load(Ordering::Relaxed)) == Tracking::Down {
+    fn admit(&self, hash: u64, lane: &AtomicU8) -> bool {
+        if Tracking::from_u8(lane.load(Ordering::Relaxed)) == Tracking::Down {
             return false;
         }
         let reads = self.reads.estimate(hash);
@@ -517,7 +608,10 @@ impl Core {
     /// Stores the value if `fill` is still the key's current read, i.e. no invalidation came
     /// since it was sent.
     fn insert_if_current(&self, key: &Bytes, fill: &Arc<Fill>, pttl: i64, value: &Value) {
-        let tracking = Tracking::from_u8(self.tracking.load(Ordering::Relaxed));
+        let tracking = fill
+            .lane
+            .as_ref()
+            .map_or(Tracking::Down, |l| Tracking::from_u8(l.load(Ordering::Relaxed)));
         let cacheable = match value {
             Value::Error(_) => false,
             v if v.size() > self.max_value => {
@@ -548,31 +642,32 @@ impl Core {
     }
 }
 
-/// The tracking lane's observer: applies invalidation pushes and connection changes.
+/// A tracking lane's observer: applies invalidation pushes and connection changes.
 #[derive(Debug)]
-struct Lane(Arc<Core>);
+struct Lane {
+    core: Arc<Core>,
+    state: Arc<AtomicU8>,
+}
 
 impl LinkObserver for Lane {
     fn up(&self, tracking: bool) {
-        self.0.flush();
+        self.core.flush();
         let state = if tracking {
             info!("cache tracking connection up");
             Tracking::On
         } else {
             warn!(
-                ttl_ms = self.0.fallback_ttl.as_millis() as u64,
+                ttl_ms = self.core.fallback_ttl.as_millis() as u64,
                 "upstream refused CLIENT TRACKING: cache entries are bounded by fallback_ttl_ms and may be stale that long"
             );
             Tracking::Fallback
         };
-        self.0.tracking.store(state as u8, Ordering::Relaxed);
+        self.state.store(state as u8, Ordering::Relaxed);
     }
 
     fn down(&self) {
-        self.0
-            .tracking
-            .store(Tracking::Down as u8, Ordering::Relaxed);
-        self.0.flush();
+        self.state.store(Tracking::Down as u8, Ordering::Relaxed);
+        self.core.flush();
     }
 
     fn push(&self, frame: &[u8]) {
@@ -582,7 +677,7 @@ impl LinkObserver for Lane {
             debug!("undecodable push on tracking connection");
             return;
         };
-        let core = &self.0;
+        let core = &self.core;
         match data.as_slice() {
             [F::BlobString { data: kind, .. }, keys] if kind.as_slice() == b"invalidate" => {
                 match keys {
@@ -630,7 +725,6 @@ mod tests {
             wasted: FrequencySketch::new(1024),
             hot: HotKeys::default(),
             hasher: foldhash::fast::RandomState::default(),
-            tracking: AtomicU8::new(Tracking::On as u8),
             stats: Stats::default(),
             hot_threshold: 2,
             max_value: 1024,
@@ -640,10 +734,19 @@ mod tests {
         }
     }
 
+    fn lane_on() -> Arc<AtomicU8> {
+        Arc::new(AtomicU8::new(Tracking::On as u8))
+    }
+
     fn fill(c: &Core, key: &'static [u8]) -> Arc<Fill> {
+        fill_on(c, key, lane_on())
+    }
+
+    fn fill_on(c: &Core, key: &'static [u8], lane: Arc<AtomicU8>) -> Arc<Fill> {
         let f = Arc::new(Fill {
             tx: watch::Sender::new(None),
             started: Instant::now(),
+            lane: Some(lane),
         });
         c.fills.insert(Bytes::from_static(key), f.clone());
         f
@@ -701,28 +804,30 @@ mod tests {
         let err = b"+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n:-1\r\n-WRONGTYPE x\r\n";
         c.complete_fill(Bytes::from_static(b"e"), f, Ok(Bytes::from_static(err)));
         assert!((c.store.len() == 0));
-        c.tracking.store(Tracking::Down as u8, Ordering::Relaxed);
-        let f = fill(&c, b"k");
+        let f = fill_on(&c, b"k", Arc::new(AtomicU8::new(Tracking::Down as u8)));
         c.complete_fill(Bytes::from_static(b"k"), f, Ok(Bytes::from_static(REPLY)));
         assert!((c.store.len() == 0));
     }
 
     #[test]
     fn invalidation_push_removes_keys_and_null_flushes() {
-        let lane = Lane(Arc::new(core()));
+        let lane = Lane {
+            core: Arc::new(core()),
+            state: lane_on(),
+        };
         for k in [&b"a"[..], b"b"] {
             let e = Entry::new(
                 Value::Nil,
                 Instant::now() + Duration::from_secs(60),
                 Duration::ZERO,
             );
-            lane.0.store.insert(Bytes::copy_from_slice(k), e);
+            lane.core.store.insert(Bytes::copy_from_slice(k), e);
         }
         lane.push(b">2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\na\r\n");
-        assert!(!lane.0.store.contains(b"a"));
-        assert!(lane.0.store.contains(b"b"));
+        assert!(!lane.core.store.contains(b"a"));
+        assert!(lane.core.store.contains(b"b"));
         lane.push(b">2\r\n$10\r\ninvalidate\r\n_\r\n");
-        assert!((lane.0.store.len() == 0));
+        assert!((lane.core.store.len() == 0));
     }
 
     #[test]

@@ -302,7 +302,10 @@ impl Observer {
 
     fn deliver(&self, key: &(Kind, Bytes), msg: Message) {
         let state = self.inner.lock();
-        let Some(topic) = state.topics.get(key) else {
+        // Until Redis confirms the subscription, a message on this stream belongs to an
+        // earlier subscription of the same name (its UNSUBSCRIBE still in flight): Redis
+        // would not deliver it to a client that subscribed after it was published.
+        let Some(topic) = state.topics.get(key).filter(|t| t.confirmed) else {
             return;
         };
         let msg = Arc::new(msg);

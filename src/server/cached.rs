@@ -31,9 +31,11 @@ pub(super) struct Writes {
 /// The cache's part in a forwarded command: a GET is looked up (and becomes the returned
 /// slot); a write invalidates its keys now, and records them to invalidate again once it is
 /// acknowledged.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn cache_step(
     cache: &Cache,
     conn: &UpstreamConn,
+    node: Option<&str>,
     writes: &mut Writes,
     access: Access,
     args: &Args<'_>,
@@ -42,13 +44,20 @@ pub(super) fn cache_step(
     match access {
         Access::Get if args.len() == 2 && may_serve && !writes.touched(args.get(1)?) => {
             let key = args.get(1)?;
-            Some(Pending::Slot(match cache.get(key, conn) {
+            Some(Pending::Slot(match cache.get(key, conn, node) {
                 Lookup::Hit(v) => Slot::Value(v),
-                Lookup::Wait(rx) => Slot::Fill(rx),
+                Lookup::Wait(rx) => Slot::Fill {
+                    rx,
+                    key: Bytes::copy_from_slice(key),
+                },
             }))
         }
+        // In cluster mode the missing keys of an MGET may span slots: it is routed as usual.
         Access::MGet
-            if args.len() > 1 && may_serve && !args.iter().skip(1).any(|k| writes.touched(k)) =>
+            if args.len() > 1
+                && may_serve
+                && node.is_none()
+                && !args.iter().skip(1).any(|k| writes.touched(k)) =>
         {
             let parts = cache.get_many(args.iter().skip(1));
             let missing: Vec<&[u8]> = args

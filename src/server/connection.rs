@@ -421,7 +421,12 @@ impl Conn {
                     let rx = p.conn.send(p.req.clone(), 1).await;
                     sent.push((rx, p));
                 }
-                self.push_slot(Slot::Split { kind, parts: sent });
+                let after = self.take_writes();
+                self.push_slot(Slot::Split {
+                    kind,
+                    parts: sent,
+                    after,
+                });
             }
             Pending::Fanout { how, parts } => {
                 self.flush_batch().await;
@@ -430,7 +435,12 @@ impl Conn {
                     let rx = conn.send(req.clone(), 1).await;
                     sent.push((rx, conn, req));
                 }
-                self.push_slot(Slot::Fanout { how, parts: sent });
+                let after = self.take_writes();
+                self.push_slot(Slot::Fanout {
+                    how,
+                    parts: sent,
+                    after,
+                });
             }
             Pending::Scan {
                 conn,
@@ -557,6 +567,34 @@ impl Conn {
         if !matches!(route, Route::Forward(_)) {
             self.info_changed = true;
         }
+        if let (Some(cluster), Some(cache), Route::Forward(access)) =
+            (&self.shared.upstream.cluster, &self.shared.cache, route)
+            && self.pin.is_none()
+            && !self.deferred_multi
+            && cluster.reads_from_masters()
+        {
+            // Cluster mode: reads of one key may be served or coalesced by the cache, through
+            // the tracking lane of the key's master; writes invalidate.
+            let master = args
+                .get(1)
+                .and_then(|k| cluster.master_of(crate::cluster::key_slot(k)));
+            if let Some(master) = master {
+                let conn = cluster.conn_for(&master, self.session.proto, self.session.id);
+                let node = master.to_string();
+                let step = cache_step(
+                    cache,
+                    &conn,
+                    Some(&node),
+                    &mut self.writes,
+                    access,
+                    &args,
+                    true,
+                );
+                if let Some(p) = step {
+                    return p;
+                }
+            }
+        }
         if let Some(p) = self.cluster_step(route, &args, &req) {
             return p;
         }
@@ -568,7 +606,8 @@ impl Conn {
                         .shared
                         .upstream
                         .conn(self.session.proto, self.session.id);
-                    let step = cache_step(cache, conn, &mut self.writes, access, &args, may_serve);
+                    let step =
+                        cache_step(cache, conn, None, &mut self.writes, access, &args, may_serve);
                     if let Some(p) = step {
                         return p;
                     }
@@ -914,6 +953,15 @@ impl Conn {
             },
             blocking: None,
         });
+    }
+
+    /// The cache work pending for writes routed so far, to run once they are acknowledged.
+    fn take_writes(&mut self) -> AfterAck {
+        AfterAck {
+            writes: std::mem::take(&mut self.writes.keys),
+            writes_all: std::mem::take(&mut self.writes.all),
+            ..AfterAck::default()
+        }
     }
 
     /// RESET: besides the session (reset by the local handler), drop any pinned connection

@@ -358,6 +358,24 @@ impl Conn {
         Some(out.freeze())
     }
 
+    /// `GET key` through the routing path, redirections followed (in the client's protocol).
+    pub(super) async fn routed_get(&self, key: &[u8]) -> Bytes {
+        let Some(cluster) = &self.shared.upstream.cluster else {
+            return Bytes::from_static(b"-ERR not in cluster mode\r\n");
+        };
+        let slot = crate::cluster::key_slot(key);
+        let addr = cluster.master_of(slot).unwrap_or_else(|| cluster.any_node());
+        let conn = cluster.conn_for(&addr, self.session.proto, self.session.id);
+        let mut req = BytesMut::new();
+        encode_request(&[b"GET", key], &mut req);
+        let req = req.freeze();
+        let rx = conn.send(req.clone(), 1).await;
+        match self.wait(rx, &conn).await {
+            Ok(b) => self.follow_redirects(b, &[(req, Some(slot))], &conn).await,
+            Err(e) => e.to_reply(),
+        }
+    }
+
     /// Merges the per-slot replies of a split command in key order.
     pub(super) fn merge_split(&mut self, kind: SplitKind, parts: &[(Vec<usize>, Bytes)]) {
         merge_split(kind, parts, &mut self.wbuf);

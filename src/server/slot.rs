@@ -54,8 +54,8 @@ pub(super) enum Slot {
     Ready(Bytes),
     /// A cache hit, encoded in the client's protocol when written.
     Value(Value),
-    /// A coalesced or cache-filling read to wait for.
-    Fill(FillRx),
+    /// A coalesced or cache-filling read of `key` to wait for.
+    Fill { rx: FillRx, key: Bytes },
     /// `count` replies from `conn`.
     Upstream {
         rx: oneshot::Receiver<JobResult>,
@@ -68,11 +68,13 @@ pub(super) enum Slot {
     Split {
         kind: SplitKind,
         parts: Vec<(oneshot::Receiver<JobResult>, Part)>,
+        after: AfterAck,
     },
     /// Cluster mode: the same request to every master, replies combined.
     Fanout {
         how: Fan,
         parts: Vec<(oneshot::Receiver<JobResult>, UpstreamConn, Bytes)>,
+        after: AfterAck,
     },
     /// Cluster mode: a SCAN step on master `node` of `nodes`.
     Scan {
@@ -133,6 +135,15 @@ fn selected_by_exec(replies: &[u8], selects: &[(u32, usize)]) -> Option<u32> {
         .map(|(db, _)| *db)
 }
 
+/// Whether a shared read failed for a reason a routed retry can fix.
+fn redirected(result: &FillResult) -> bool {
+    match result {
+        Ok(Value::Error(e)) => Redirect::parse(e).is_some(),
+        Ok(_) => false,
+        Err(_) => true,
+    }
+}
+
 /// Waits for every receiver (a closed one counts as done).
 async fn futures_join_all(waits: Vec<oneshot::Receiver<()>>) {
     for w in waits {
@@ -171,10 +182,20 @@ impl Conn {
         match slot {
             Slot::Ready(b) => self.wbuf.extend_from_slice(&b),
             Slot::Value(v) => v.encode(self.session.proto, &mut self.wbuf),
-            Slot::Fill(rx) => match self.wait_fill(rx).await {
-                Ok(v) => v.encode(self.session.proto, &mut self.wbuf),
-                Err(e) => self.upstream_error(&e, 1),
-            },
+            Slot::Fill { rx, key } => {
+                let result = self.wait_fill(rx).await;
+                // In cluster mode a read can meet a slot on the move (MOVED/ASK, or a fill's
+                // EXEC aborted by one): answer through the routing path, uncached.
+                if self.shared.upstream.cluster.is_some() && redirected(&result) {
+                    let reply = self.routed_get(&key).await;
+                    self.wbuf.extend_from_slice(&reply);
+                    return;
+                }
+                match result {
+                    Ok(v) => v.encode(self.session.proto, &mut self.wbuf),
+                    Err(e) => self.upstream_error(&e, 1),
+                }
+            }
             Slot::Upstream {
                 rx,
                 count,
@@ -270,7 +291,7 @@ impl Conn {
                 Ok(b) => self.wbuf.extend_from_slice(&b),
                 Err(e) => self.upstream_error(&e, 1),
             },
-            Slot::Split { kind, parts } => {
+            Slot::Split { kind, parts, after } => {
                 let mut replies = Vec::with_capacity(parts.len());
                 for (rx, part) in parts {
                     let reply = match self.wait(rx, &part.conn).await {
@@ -282,9 +303,10 @@ impl Conn {
                     };
                     replies.push((part.keys, reply));
                 }
+                self.invalidate_after(&after);
                 self.merge_split(kind, &replies);
             }
-            Slot::Fanout { how, parts } => {
+            Slot::Fanout { how, parts, after } => {
                 let mut replies = Vec::with_capacity(parts.len());
                 for (rx, conn, req) in parts {
                     let reply = match self.wait(rx, &conn).await {
@@ -296,6 +318,7 @@ impl Conn {
                     };
                     replies.push(reply);
                 }
+                self.invalidate_after(&after);
                 self.merge_fanout(how, &replies);
             }
             Slot::Scan {
@@ -334,6 +357,18 @@ impl Conn {
                 }
                 Err(e) => self.upstream_error(&e, 1),
             },
+        }
+    }
+
+    /// Invalidates again what acknowledged writes may have changed.
+    fn invalidate_after(&self, after: &AfterAck) {
+        if let Some(cache) = &self.shared.cache {
+            for k in &after.writes {
+                cache.invalidate_for_write(k);
+            }
+            if after.writes_all {
+                cache.flush();
+            }
         }
     }
 

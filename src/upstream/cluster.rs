@@ -40,6 +40,8 @@ pub struct ClusterUpstream {
     status: Arc<UpstreamStatus>,
     shutdown: CancellationToken,
     read_from: ReadFrom,
+    /// Bumped whenever the slot map changes: what was learnt from the old one may be stale.
+    epoch: std::sync::atomic::AtomicU64,
 }
 
 impl ClusterUpstream {
@@ -63,9 +65,21 @@ impl ClusterUpstream {
             status,
             shutdown,
             read_from,
+            epoch: std::sync::atomic::AtomicU64::new(0),
         });
         tokio::spawn(refresh_loop(c.clone(), refresh_every));
         c
+    }
+
+    /// Whether reads go to masters only (the local cache is only used then: it is kept
+    /// coherent by the masters' invalidations).
+    pub fn reads_from_masters(&self) -> bool {
+        self.read_from == ReadFrom::Master
+    }
+
+    /// Changes whenever the slot map changes (a refresh found another map, or a MOVED).
+    pub fn epoch(&self) -> u64 {
+        self.epoch.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The current slot map.
@@ -84,6 +98,8 @@ impl ClusterUpstream {
         let mut map = (**guard).clone();
         map.apply_moved(slot, addr);
         *guard = Arc::new(map);
+        self.epoch
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         drop(guard);
         self.request_refresh();
     }
@@ -228,6 +244,8 @@ impl ClusterUpstream {
     fn install(&self, map: SlotMap) {
         let changed = *self.map() != map;
         if changed {
+            self.epoch
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             info!(
                 masters = map.masters().count(),
                 covered = map.covered(),

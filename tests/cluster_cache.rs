@@ -1,0 +1,179 @@
+//! The local cache in cluster mode: hot keys are read through the tracking connection of
+//! their master and stay coherent with writes made directly on the cluster, across a
+//! failover and a slot migration.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{RawClient, RedisCluster, TestProxy, reply_text, sync_cmd};
+use corral::cluster::key_slot;
+
+async fn ready_proxy(cluster: &RedisCluster) -> (TestProxy, RawClient) {
+    let seeds = cluster.seeds();
+    let proxy = TestProxy::start_with(&seeds[0], |cfg| {
+        cfg.cluster.seeds = seeds.clone();
+        cfg.cluster.refresh_ms = 300;
+        cfg.cache.hot_threshold = 2;
+        cfg.upstream.request_timeout_ms = 2_000;
+    })
+    .await;
+    let mut c = RawClient::connect(proxy.addr).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !String::from_utf8_lossy(&c.cmd("CLUSTER INFO").await).contains("cluster_state:ok") {
+        assert!(
+            Instant::now() < deadline,
+            "cluster never ready through corral"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    (proxy, c)
+}
+
+fn bulk(v: &str) -> Vec<u8> {
+    format!("${}\r\n{v}\r\n", v.len()).into_bytes()
+}
+
+async fn hits(c: &mut RawClient) -> u64 {
+    let stats = String::from_utf8_lossy(&c.cmd("CORRAL CACHE STATS").await).into_owned();
+    let mut lines = stats.split("\r\n");
+    while let Some(l) = lines.next() {
+        if l == "cache_hits" {
+            lines.next();
+            return lines.next().and_then(|v| v.parse().ok()).unwrap_or(0);
+        }
+    }
+    panic!("no cache_hits in {stats}")
+}
+
+/// GETs `key` until a GET is a cache hit (bounded).
+async fn make_cached(c: &mut RawClient, key: &str, want: &str) {
+    for _ in 0..100 {
+        let before = hits(c).await;
+        assert_eq!(c.cmd(&format!("GET {key}")).await, bulk(want));
+        if hits(c).await > before {
+            return;
+        }
+    }
+    panic!("{key} never served from the cache");
+}
+
+/// GETs `key` until it returns `want` (bounded); afterwards it must keep returning it.
+async fn becomes(c: &mut RawClient, key: &str, want: &str) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let got = c.cmd(&format!("GET {key}")).await;
+        if got == bulk(want) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{key} stuck at {got:?}, want {want}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for _ in 0..200 {
+        assert_eq!(
+            c.cmd(&format!("GET {key}")).await,
+            bulk(want),
+            "{key} went back"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hot_keys_are_cached_and_direct_writes_invalidate_them() {
+    let mut cluster = RedisCluster::start(3, 0);
+    let (proxy, mut c) = ready_proxy(&cluster).await;
+    for i in 0..6 {
+        let key = format!("hot:{i}");
+        assert_eq!(c.cmd(&format!("SET {key} a")).await, b"+OK\r\n");
+        make_cached(&mut c, &key, "a").await;
+        // A write made directly on the key's master reaches corral as an invalidation.
+        let owner = cluster.master_for_slot(key_slot(key.as_bytes()));
+        assert_eq!(sync_cmd(owner, &["SET", &key, "b"]), b"+OK\r\n");
+        becomes(&mut c, &key, "b").await;
+        // And a write through corral is read back at once.
+        assert_eq!(c.cmd(&format!("SET {key} c")).await, b"+OK\r\n");
+        assert_eq!(c.cmd(&format!("GET {key}")).await, bulk("c"));
+    }
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cache_stays_coherent_across_a_failover() {
+    let mut cluster = RedisCluster::start(3, 1);
+    let (proxy, mut c) = ready_proxy(&cluster).await;
+    let key = "fo:hot";
+    assert_eq!(c.cmd(&format!("SET {key} old")).await, b"+OK\r\n");
+    let master = cluster.master_for_slot(key_slot(key.as_bytes()));
+    sync_cmd(master, &["WAIT", "1", "2000"]);
+    make_cached(&mut c, key, "old").await;
+    let replica = cluster.replicas_of(master)[0];
+    cluster.kill_node(master);
+    // Wait until the replica took over, then write the new value directly on it.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !sync_cmd(replica, &["ROLE"]).starts_with(b"*3\r\n$6\r\nmaster") {
+        assert!(Instant::now() < deadline, "replica never promoted");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while sync_cmd(replica, &["SET", key, "new"]) != b"+OK\r\n" {
+        assert!(
+            Instant::now() < deadline,
+            "promoted replica never accepted writes"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    becomes(&mut c, key, "new").await;
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cache_stays_coherent_across_a_slot_migration() {
+    let mut cluster = RedisCluster::start(3, 0);
+    let (proxy, mut c) = ready_proxy(&cluster).await;
+    // A missing key, cached as nil: moving its (empty) slot deletes nothing on the source, so
+    // the source sends no invalidation; only corral's view of the topology can save it.
+    let key = "mig:absent";
+    let slot = key_slot(key.as_bytes());
+    let mut cached = false;
+    for _ in 0..100 {
+        let before = hits(&mut c).await;
+        assert_eq!(c.cmd(&format!("GET {key}")).await, b"$-1\r\n");
+        if hits(&mut c).await > before {
+            cached = true;
+            break;
+        }
+    }
+    assert!(cached, "the missing key was never served from the cache");
+    let src = cluster.master_for_slot(slot);
+    let masters = cluster.master_ports();
+    let dst = *masters.iter().find(|&&p| p != src).unwrap();
+    let id = |p: u16| reply_text(&sync_cmd(p, &["CLUSTER", "MYID"]));
+    let (src_id, dst_id, s) = (id(src), id(dst), slot.to_string());
+    assert_eq!(
+        sync_cmd(dst, &["CLUSTER", "SETSLOT", &s, "IMPORTING", &src_id]),
+        b"+OK\r\n"
+    );
+    assert_eq!(
+        sync_cmd(src, &["CLUSTER", "SETSLOT", &s, "MIGRATING", &dst_id]),
+        b"+OK\r\n"
+    );
+    let others = masters.iter().copied().filter(|&p| p != src && p != dst);
+    for p in [dst, src].into_iter().chain(others) {
+        assert_eq!(
+            sync_cmd(p, &["CLUSTER", "SETSLOT", &s, "NODE", &dst_id]),
+            b"+OK\r\n"
+        );
+    }
+    // The new owner never told corral it tracks this key: a direct write there must still be
+    // seen, once corral learnt of the move (a topology change flushes the cache).
+    assert_eq!(sync_cmd(dst, &["SET", key, "new"]), b"+OK\r\n");
+    becomes(&mut c, key, "new").await;
+    // And it is cached again, now through the new owner's tracking connection.
+    make_cached(&mut c, key, "new").await;
+    assert_eq!(sync_cmd(dst, &["SET", key, "newer"]), b"+OK\r\n");
+    becomes(&mut c, key, "newer").await;
+    proxy.stop().await;
+}
