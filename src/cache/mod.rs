@@ -608,10 +608,9 @@ impl Core {
     /// Stores the value if `fill` is still the key's current read, i.e. no invalidation came
     /// since it was sent.
     fn insert_if_current(&self, key: &Bytes, fill: &Arc<Fill>, pttl: i64, value: &Value) {
-        let tracking = fill
-            .lane
-            .as_ref()
-            .map_or(Tracking::Down, |l| Tracking::from_u8(l.load(Ordering::Relaxed)));
+        let tracking = fill.lane.as_ref().map_or(Tracking::Down, |l| {
+            Tracking::from_u8(l.load(Ordering::Relaxed))
+        });
         let cacheable = match value {
             Value::Error(_) => false,
             v if v.size() > self.max_value => {

@@ -236,9 +236,15 @@ mod tests {
     #[test]
     fn absurd_lengths_are_errors_not_panics() {
         let buf = b"$9223372036854775807\r\n";
-        assert!(matches!(ReplyScanner::new().next_frame(buf), Ok(None) | Err(_)));
+        assert!(matches!(
+            ReplyScanner::new().next_frame(buf),
+            Ok(None) | Err(_)
+        ));
         let buf = b"*9223372036854775807\r\n";
-        assert!(matches!(ReplyScanner::new().next_frame(buf), Ok(None) | Err(_)));
+        assert!(matches!(
+            ReplyScanner::new().next_frame(buf),
+            Ok(None) | Err(_)
+        ));
     }
 
     #[test]

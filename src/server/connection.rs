@@ -606,8 +606,15 @@ impl Conn {
                         .shared
                         .upstream
                         .conn(self.session.proto, self.session.id);
-                    let step =
-                        cache_step(cache, conn, None, &mut self.writes, access, &args, may_serve);
+                    let step = cache_step(
+                        cache,
+                        conn,
+                        None,
+                        &mut self.writes,
+                        access,
+                        &args,
+                        may_serve,
+                    );
                     if let Some(p) = step {
                         return p;
                     }

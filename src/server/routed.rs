@@ -364,7 +364,9 @@ impl Conn {
             return Bytes::from_static(b"-ERR not in cluster mode\r\n");
         };
         let slot = crate::cluster::key_slot(key);
-        let addr = cluster.master_of(slot).unwrap_or_else(|| cluster.any_node());
+        let addr = cluster
+            .master_of(slot)
+            .unwrap_or_else(|| cluster.any_node());
         let conn = cluster.conn_for(&addr, self.session.proto, self.session.id);
         let mut req = BytesMut::new();
         encode_request(&[b"GET", key], &mut req);
