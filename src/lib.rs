@@ -76,10 +76,11 @@ pub async fn run(
     } else {
         None
     };
-    let hub = pubsub::Hub::start(
+    let hub = pubsub::Router::start(
         upstream::Upstream::settings(&cfg)?,
         upstream.status.clone(),
         upstream_token.child_token(),
+        upstream.cluster.clone(),
     );
     let shared = Arc::new(server::Shared::new(
         cfg.clone(),

@@ -155,3 +155,49 @@ async fn reads_go_to_replicas_when_asked() {
     }
     proxy.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shard_subscriptions_follow_their_slot() {
+    let mut cluster = RedisCluster::start(3, 0);
+    let (proxy, mut publisher) = ready_proxy(&cluster).await;
+    let mut sub = RawClient::connect(proxy.addr).await.unwrap();
+    assert_eq!(
+        sub.cmd("SSUBSCRIBE sch").await,
+        b"*3\r\n$10\r\nssubscribe\r\n$3\r\nsch\r\n:1\r\n"
+    );
+    let message = b"*3\r\n$8\r\nsmessage\r\n$3\r\nsch\r\n$2\r\nhi\r\n";
+    assert_eq!(publisher.cmd("SPUBLISH sch hi").await, b":1\r\n");
+    assert_eq!(sub.read_reply().await, message);
+
+    // Move the channel's slot to another master: Redis drops the shard subscription on the
+    // old owner; corral subscribes again on the new one, without the client noticing.
+    let slot = corral::cluster::key_slot(b"sch");
+    let src = cluster.master_for_slot(slot);
+    let masters = cluster.master_ports();
+    let dst = *masters.iter().find(|&&p| p != src).unwrap();
+    let id = |p: u16| common::reply_text(&common::sync_cmd(p, &["CLUSTER", "MYID"]));
+    let (src_id, dst_id, s) = (id(src), id(dst), slot.to_string());
+    common::sync_cmd(dst, &["CLUSTER", "SETSLOT", &s, "IMPORTING", &src_id]);
+    common::sync_cmd(src, &["CLUSTER", "SETSLOT", &s, "MIGRATING", &dst_id]);
+    let others = masters.iter().copied().filter(|&p| p != src && p != dst);
+    for p in [dst, src].into_iter().chain(others) {
+        common::sync_cmd(p, &["CLUSTER", "SETSLOT", &s, "NODE", &dst_id]);
+    }
+    // Publish until the new owner has corral's subscription (bounded), then the message
+    // arrives as before.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let n = common::sync_cmd(dst, &["SPUBLISH", "sch", "hi"]);
+        if n == b":1\r\n" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "shard subscription never moved: {n:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(sub.read_reply().await, message);
+    assert_eq!(sub.cmd("PING").await, b"*2\r\n$4\r\npong\r\n$0\r\n\r\n");
+    proxy.stop().await;
+}

@@ -16,6 +16,9 @@ use tracing::{debug, warn};
 use crate::resp::request::encode_request;
 use crate::upstream::{ConnSettings, LinkObserver, ReplyTo, UpstreamConn, UpstreamStatus};
 
+mod router;
+pub use router::Router;
+
 /// The three subscription namespaces of Redis.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Kind {
@@ -73,6 +76,17 @@ pub enum Message {
     },
 }
 
+/// A subscriber moved from one hub to another.
+#[derive(Debug)]
+pub struct Handoff {
+    /// Client id.
+    pub id: u64,
+    /// Its message queue.
+    pub tx: mpsc::Sender<Arc<Message>>,
+    /// Its disconnect token.
+    pub kill: CancellationToken,
+}
+
 /// Messages queued per subscriber before it counts as too slow.
 pub const QUEUE: usize = 4096;
 
@@ -121,6 +135,17 @@ impl Hub {
         status: Arc<UpstreamStatus>,
         shutdown: CancellationToken,
     ) -> Hub {
+        Hub::start_with(settings, status, shutdown, None)
+    }
+
+    /// Like [`Hub::start`]; `moved` receives the shard channels the server dropped on its own
+    /// (`sunsubscribe` pushes after its slot moved away), to be subscribed elsewhere.
+    pub fn start_with(
+        settings: ConnSettings,
+        status: Arc<UpstreamStatus>,
+        shutdown: CancellationToken,
+        moved: Option<mpsc::UnboundedSender<Bytes>>,
+    ) -> Hub {
         let inner = Arc::new(Inner::default());
         let settings = ConnSettings {
             proto: crate::resp::Proto::Resp3,
@@ -132,6 +157,7 @@ impl Hub {
         let observer: Arc<dyn LinkObserver> = Arc::new(Observer {
             inner: inner.clone(),
             ups: ups_tx,
+            moved,
         });
         let conn = UpstreamConn::spawn(settings, status, shutdown, Some(observer));
         tokio::spawn(resubscribe(inner.clone(), conn.clone(), ups_rx));
@@ -202,6 +228,34 @@ impl Hub {
         self.inner.lock().subscribers.remove(&id);
     }
 
+    /// Removes a topic (its upstream subscription is gone) and returns its subscribers with
+    /// their queues, to subscribe them elsewhere.
+    pub fn take_topic(&self, kind: Kind, name: &[u8]) -> Vec<Handoff> {
+        let mut state = self.inner.lock();
+        let key = (kind, Bytes::copy_from_slice(name));
+        let Some(topic) = state.topics.remove(&key) else {
+            return Vec::new();
+        };
+        topic
+            .subscribers
+            .iter()
+            .filter_map(|id| {
+                let sub = state.subscribers.get_mut(id)?;
+                sub.topics.remove(&key);
+                Some(Handoff {
+                    id: *id,
+                    tx: sub.tx.clone(),
+                    kill: sub.kill.clone(),
+                })
+            })
+            .collect()
+    }
+
+    /// Whether client `id` has a queue registered here.
+    pub fn is_registered(&self, id: u64) -> bool {
+        self.inner.lock().subscribers.contains_key(&id)
+    }
+
     /// Upstream subscriptions now (for INFO).
     pub fn upstream_subscriptions(&self) -> usize {
         self.inner.lock().topics.len()
@@ -222,6 +276,8 @@ struct Observer {
     inner: Arc<Inner>,
     /// Wakes the task that resends subscriptions after a reconnect.
     ups: mpsc::Sender<()>,
+    /// Where shard channels the server dropped by itself are reported.
+    moved: Option<mpsc::UnboundedSender<Bytes>>,
 }
 
 impl LinkObserver for Observer {
@@ -260,6 +316,19 @@ impl LinkObserver for Observer {
             b"subscribe" => self.confirm(Kind::Channel, text(1)),
             b"psubscribe" => self.confirm(Kind::Pattern, text(1)),
             b"ssubscribe" => self.confirm(Kind::Shard, text(1)),
+            // Sent by the server itself when the channel's slot moved to another node (a
+            // SUNSUBSCRIBE of ours removed the topic before it was sent).
+            b"sunsubscribe" => {
+                if let (Some(name), Some(moved)) = (text(1), &self.moved)
+                    && self
+                        .inner
+                        .lock()
+                        .topics
+                        .contains_key(&(Kind::Shard, name.clone()))
+                {
+                    let _ = moved.send(name);
+                }
+            }
             b"message" => {
                 if let (Some(channel), Some(payload)) = (text(1), text(2)) {
                     let key = (Kind::Channel, channel.clone());

@@ -798,13 +798,10 @@ impl Conn {
                 }),
                 Err(e) => Some(Pending::Ready(e)),
             },
-            Route::Monitor
-            | Route::PubSub(commands::PubSub::SSubscribe | commands::PubSub::SUnsubscribe) => {
-                error(&format!(
-                    "ERR '{}' is not yet supported by corral in cluster mode",
-                    String::from_utf8_lossy(&name).to_ascii_lowercase()
-                ))
-            }
+            Route::Monitor => error(&format!(
+                "ERR '{}' is not yet supported by corral in cluster mode",
+                String::from_utf8_lossy(&name).to_ascii_lowercase()
+            )),
             _ => None,
         }
     }

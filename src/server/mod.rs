@@ -25,7 +25,7 @@ use tracing::{Instrument, debug, debug_span, error, warn};
 use crate::cache::Cache;
 use crate::config::Config;
 use crate::metrics::Metrics;
-use crate::pubsub::Hub;
+use crate::pubsub::Router;
 use crate::resp::reply;
 use crate::upstream::Upstream;
 
@@ -39,7 +39,7 @@ pub struct Shared {
     /// Local cache and coalescing; `None` with `--no-cache`.
     pub cache: Option<Cache>,
     /// Shared pub/sub subscriptions.
-    pub pubsub: Hub,
+    pub pubsub: Arc<Router>,
     /// Metrics registry.
     pub metrics: Arc<Metrics>,
     /// When the server started (INFO uptime).
@@ -56,7 +56,7 @@ impl Shared {
         cfg: Arc<Config>,
         upstream: Upstream,
         cache: Option<Cache>,
-        pubsub: Hub,
+        pubsub: Arc<Router>,
         metrics: Arc<Metrics>,
     ) -> Self {
         Shared {

@@ -1,0 +1,214 @@
+//! Which hub a subscription goes to: channels and patterns to the main hub (in a cluster,
+//! PUBLISH reaches every node); shard channels, in cluster mode, to a hub on the master of
+//! the channel's slot, moved to the new owner when Redis drops them after a resharding.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, warn};
+
+use super::{Hub, Kind, Message};
+use crate::cluster::{Addr, key_slot};
+use crate::upstream::cluster::ClusterUpstream;
+use crate::upstream::{ConnSettings, UpstreamStatus};
+
+/// A client's queue, kept to register it with shard hubs when it first needs one.
+#[derive(Debug, Clone)]
+struct Client {
+    tx: mpsc::Sender<Arc<Message>>,
+    kill: CancellationToken,
+}
+
+#[derive(Debug, Default)]
+struct Shards {
+    hubs: HashMap<Addr, Arc<Hub>>,
+    /// Where each shard channel is subscribed now.
+    channel_node: HashMap<Bytes, Addr>,
+    clients: HashMap<u64, Client>,
+}
+
+/// All subscriptions of corral.
+#[derive(Debug)]
+pub struct Router {
+    main: Hub,
+    cluster: Option<Arc<ClusterUpstream>>,
+    settings: ConnSettings,
+    status: Arc<UpstreamStatus>,
+    shutdown: CancellationToken,
+    shards: Arc<Mutex<Shards>>,
+    moved: mpsc::UnboundedSender<Bytes>,
+}
+
+impl Router {
+    /// The main hub on `settings`' node; shard hubs (cluster mode) made on first use.
+    pub fn start(
+        settings: ConnSettings,
+        status: Arc<UpstreamStatus>,
+        shutdown: CancellationToken,
+        cluster: Option<Arc<ClusterUpstream>>,
+    ) -> Arc<Router> {
+        let main = Hub::start(settings.clone(), status.clone(), shutdown.child_token());
+        let (moved, moved_rx) = mpsc::unbounded_channel();
+        let router = Arc::new(Router {
+            main,
+            cluster,
+            settings,
+            status,
+            shutdown,
+            shards: Arc::new(Mutex::new(Shards::default())),
+            moved,
+        });
+        tokio::spawn(follow_moves(Arc::downgrade(&router), moved_rx));
+        router
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Shards> {
+        self.shards.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Registers a client's message queue; `kill` disconnects it if it falls behind.
+    pub fn register(&self, id: u64, tx: mpsc::Sender<Arc<Message>>, kill: CancellationToken) {
+        self.main.register(id, tx.clone(), kill.clone());
+        self.lock().clients.insert(id, Client { tx, kill });
+    }
+
+    /// Subscribes client `id`; see [`Hub::subscribe`].
+    pub fn subscribe(&self, id: u64, kind: Kind, name: &[u8]) -> Option<oneshot::Receiver<()>> {
+        match self.shard_hub(kind, name) {
+            Some(hub) => {
+                self.ensure_registered(&hub, id);
+                hub.subscribe(id, kind, name)
+            }
+            None => self.main.subscribe(id, kind, name),
+        }
+    }
+
+    /// Unsubscribes client `id`; see [`Hub::unsubscribe`].
+    pub fn unsubscribe(&self, id: u64, kind: Kind, name: &[u8]) {
+        let hub = match kind {
+            Kind::Shard if self.cluster.is_some() => {
+                let shards = self.lock();
+                shards
+                    .channel_node
+                    .get(name)
+                    .and_then(|a| shards.hubs.get(a).cloned())
+            }
+            _ => None,
+        };
+        match hub {
+            Some(hub) => hub.unsubscribe(id, kind, name),
+            None => self.main.unsubscribe(id, kind, name),
+        }
+    }
+
+    /// Forgets a client entirely (it disconnected or sent RESET).
+    pub fn remove(&self, id: u64) {
+        self.main.remove(id);
+        let hubs: Vec<Arc<Hub>> = {
+            let mut shards = self.lock();
+            shards.clients.remove(&id);
+            shards.hubs.values().cloned().collect()
+        };
+        for hub in hubs {
+            hub.remove(id);
+        }
+    }
+
+    /// Upstream subscriptions now (for INFO).
+    pub fn upstream_subscriptions(&self) -> usize {
+        let shard: usize = self
+            .lock()
+            .hubs
+            .values()
+            .map(|h| h.upstream_subscriptions())
+            .sum();
+        self.main.upstream_subscriptions() + shard
+    }
+
+    /// In cluster mode, the hub on the master of a shard channel's slot.
+    fn shard_hub(&self, kind: Kind, name: &[u8]) -> Option<Arc<Hub>> {
+        let cluster = self.cluster.as_ref()?;
+        if kind != Kind::Shard {
+            return None;
+        }
+        let addr = cluster
+            .master_of(key_slot(name))
+            .unwrap_or_else(|| cluster.any_node());
+        let mut shards = self.lock();
+        shards
+            .channel_node
+            .insert(Bytes::copy_from_slice(name), addr.clone());
+        let hub = shards
+            .hubs
+            .entry(addr.clone())
+            .or_insert_with(|| {
+                let settings = ConnSettings {
+                    addr: addr.to_string(),
+                    ..self.settings.clone()
+                };
+                Arc::new(Hub::start_with(
+                    settings,
+                    self.status.clone(),
+                    self.shutdown.child_token(),
+                    Some(self.moved.clone()),
+                ))
+            })
+            .clone();
+        Some(hub)
+    }
+
+    fn ensure_registered(&self, hub: &Hub, id: u64) {
+        if hub.is_registered(id) {
+            return;
+        }
+        let client = self.lock().clients.get(&id).cloned();
+        if let Some(c) = client {
+            hub.register(id, c.tx, c.kill);
+        }
+    }
+
+    /// A shard channel Redis dropped after its slot moved: subscribe its subscribers on the
+    /// slot's new master.
+    async fn move_channel(&self, name: Bytes) {
+        let Some(cluster) = &self.cluster else { return };
+        let old = self.lock().channel_node.get(&name).cloned();
+        let Some(old_hub) = old.as_ref().and_then(|a| self.lock().hubs.get(a).cloned()) else {
+            return;
+        };
+        // Wait (bounded) for the slot map to show the new owner.
+        cluster.request_refresh();
+        for _ in 0..50 {
+            if cluster.master_of(key_slot(&name)) != old {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let moved = old_hub.take_topic(Kind::Shard, &name);
+        debug!(subscribers = moved.len(), "shard channel moved");
+        let Some(hub) = self.shard_hub(Kind::Shard, &name) else {
+            return;
+        };
+        for h in moved {
+            if !hub.is_registered(h.id) {
+                hub.register(h.id, h.tx, h.kill);
+            }
+            // Confirmations are not awaited: the clients already had theirs.
+            let _ = hub.subscribe(h.id, Kind::Shard, &name);
+        }
+    }
+}
+
+async fn follow_moves(router: std::sync::Weak<Router>, mut moved: mpsc::UnboundedReceiver<Bytes>) {
+    while let Some(name) = moved.recv().await {
+        let Some(r) = router.upgrade() else { return };
+        if r.cluster.is_none() {
+            warn!("shard channel dropped by the server outside cluster mode");
+            continue;
+        }
+        r.move_channel(name).await;
+    }
+}
