@@ -31,7 +31,8 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use rand::Rng;
-use tokio::sync::watch;
+use std::sync::OnceLock;
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
@@ -53,8 +54,27 @@ const MAX_WASTED_FILLS: u8 = 2;
 
 /// What a waiter eventually receives: the GET result or why there is none.
 pub type FillResult = Result<Value, UpstreamError>;
-/// Where a waiter watches for its result (`None` until it arrives).
-pub type FillRx = watch::Receiver<Option<FillResult>>;
+/// Where a waiter gets the result of a shared read.
+#[derive(Debug)]
+pub struct FillRx(Arc<Fill>);
+
+impl FillRx {
+    /// Waits for the result.
+    pub async fn wait(&self) -> FillResult {
+        loop {
+            let notified = self.0.notify.notified();
+            if let Some(r) = self.0.result.get() {
+                return r.clone();
+            }
+            notified.await;
+        }
+    }
+
+    /// The result, if it arrived.
+    pub fn peek(&self) -> Option<FillResult> {
+        self.0.result.get().cloned()
+    }
+}
 
 /// Outcome of a GET lookup.
 #[derive(Debug)]
@@ -63,6 +83,79 @@ pub enum Lookup {
     Hit(Value),
     /// Wait for an upstream read (started now, or joined).
     Wait(FillRx),
+    /// This GET is the read others may join: the caller sends it in its own batch and hands
+    /// its reply to [`Lead::complete`] (from the connection task, so a client that goes away
+    /// cancels nothing).
+    Lead(Lead),
+}
+
+/// A plain GET that concurrent GETs of the same key wait for.
+#[derive(Debug)]
+pub struct Lead {
+    core: Arc<Core>,
+    key: Bytes,
+    fill: Arc<Fill>,
+}
+
+impl Lead {
+    /// Shares the GET's reply (one RESP frame), or its failure, with the waiters.
+    pub fn complete(self, reply: JobResult) {
+        self.core.complete_read(&self.key, &self.fill, reply);
+    }
+}
+
+impl Drop for Lead {
+    /// A read dropped unsent (shutdown) must not leave waiters hanging.
+    fn drop(&mut self) {
+        self.fill.publish(Err(UpstreamError::ShuttingDown));
+    }
+}
+
+impl Fill {
+    fn new(started: Instant, lane: Option<Arc<AtomicU8>>) -> Arc<Fill> {
+        Arc::new(Fill {
+            result: OnceLock::new(),
+            notify: Notify::new(),
+            started,
+            lane,
+        })
+    }
+
+    /// Publishes the result once (later calls are ignored) and wakes the waiters.
+    fn publish(&self, r: FillResult) {
+        if self.result.set(r).is_ok() {
+            self.notify.notify_waiters();
+        }
+    }
+
+    fn waiter(self: &Arc<Self>) -> FillRx {
+        FillRx(self.clone())
+    }
+}
+
+/// Completes a read from the upstream connection's task; if the job is dropped unanswered
+/// (shutdown), its waiters get an error instead of waiting.
+struct Completer {
+    core: Arc<Core>,
+    key: Bytes,
+    fill: Arc<Fill>,
+    tracked: bool,
+}
+
+impl Completer {
+    fn run(self, r: JobResult) {
+        if self.tracked {
+            self.core.complete_fill(&self.key, &self.fill, r);
+        } else {
+            self.core.complete_read(&self.key, &self.fill, r);
+        }
+    }
+}
+
+impl Drop for Completer {
+    fn drop(&mut self) {
+        self.fill.publish(Err(UpstreamError::ShuttingDown));
+    }
 }
 
 /// State of the tracking lane.
@@ -117,7 +210,10 @@ struct Stats {
 /// One in-flight upstream read that waiters share.
 #[derive(Debug)]
 struct Fill {
-    tx: watch::Sender<Option<FillResult>>,
+    /// Set once; waiters are woken through `notify`. (A `watch` channel allocates far more
+    /// per read, and there is one read per miss.)
+    result: OnceLock<FillResult>,
+    notify: Notify,
     started: Instant,
     /// The tracking lane the read went over (`None` for plain coalesced reads).
     lane: Option<Arc<AtomicU8>>,
@@ -173,7 +269,9 @@ impl Cache {
         cluster: Option<Arc<crate::upstream::cluster::ClusterUpstream>>,
     ) -> Cache {
         let c = &cfg.cache;
-        let candidates = (c.max_bytes / 1024).clamp(4096, 1 << 20) as usize;
+        // 1M four-bit counters (512 KiB) at most: the sketch is touched on every GET and must
+        // stay in cache; collisions only blur estimates.
+        let candidates = (c.max_bytes / 1024).clamp(4096, 1 << 16) as usize;
         let core = Arc::new(Core {
             store: Store::new(c.max_bytes),
             fills: DashMap::default(),
@@ -323,7 +421,10 @@ impl Cache {
 
     /// Looks up a GET of `key`: a local hit, or an upstream read to wait for. A read that is
     /// started goes over the tracking lane for hot keys, else over `conn`.
-    pub fn get(&self, key: &[u8], conn: &UpstreamConn, node: Option<&str>) -> Lookup {
+    ///
+    /// With `lead`, a read that is not a tracked fill is returned as [`Lookup::Lead`] for the
+    /// caller to send in its own batch; else it is sent here over `conn`.
+    pub fn get(&self, key: &[u8], conn: &UpstreamConn, node: Option<&str>, lead: bool) -> Lookup {
         self.check_topology();
         let core = &self.core;
         let now = Instant::now();
@@ -343,37 +444,48 @@ impl Cache {
         core.stats.misses.inc();
         if let Some(f) = core.fills.get(key) {
             core.stats.coalesced.inc();
-            return Lookup::Wait(f.tx.subscribe());
+            return Lookup::Wait(f.waiter());
         }
         let key = Bytes::copy_from_slice(key);
         let fill = match core.fills.entry(key.clone()) {
             // Another client started a read in between.
             MapEntry::Occupied(o) => {
                 core.stats.coalesced.inc();
-                return Lookup::Wait(o.get().tx.subscribe());
+                return Lookup::Wait(o.get().waiter());
             }
             MapEntry::Vacant(v) => {
                 let lane = self.lane(node);
                 let hot = core.admit(hash, &lane.state);
-                let fill = Arc::new(Fill {
-                    tx: watch::Sender::new(None),
-                    started: now,
-                    lane: hot.then(|| lane.state.clone()),
-                });
+                let fill = Fill::new(now, hot.then(|| lane.state.clone()));
                 v.insert(fill.clone());
                 fill
             }
         };
-        let rx = fill.tx.subscribe();
+        let rx = fill.waiter();
         if fill.lane.is_some() {
             self.start_fill(key, fill, node);
+        } else if lead {
+            core.stats.reads.inc();
+            return Lookup::Lead(Lead {
+                core: self.core.clone(),
+                key,
+                fill,
+            });
         } else {
             core.stats.reads.inc();
             let mut req = BytesMut::new();
             encode_request(&[b"GET", &key], &mut req);
-            let core = self.core.clone();
-            let reply = ReplyTo::Call(Box::new(move |r| core.complete_read(key, fill, r)));
-            conn.try_send_to(req.freeze(), 1, reply);
+            let done = Completer {
+                core: self.core.clone(),
+                key,
+                fill,
+                tracked: false,
+            };
+            conn.try_send_to(
+                req.freeze(),
+                1,
+                ReplyTo::Call(Box::new(move |r| done.run(r))),
+            );
         }
         Lookup::Wait(rx)
     }
@@ -386,8 +498,13 @@ impl Cache {
         encode_request(&[b"PTTL", &key], &mut req);
         encode_request(&[b"GET", &key], &mut req);
         encode_request(&[b"EXEC"], &mut req);
-        let core = self.core.clone();
-        let reply = ReplyTo::Call(Box::new(move |r| core.complete_fill(key, fill, r)));
+        let done = Completer {
+            core: self.core.clone(),
+            key,
+            fill,
+            tracked: true,
+        };
+        let reply = ReplyTo::Call(Box::new(move |r| done.run(r)));
         self.lane(node).conn.try_send_to(req.freeze(), 4, reply);
     }
 
@@ -399,11 +516,7 @@ impl Cache {
         let fill = match core.fills.entry(key.clone()) {
             MapEntry::Occupied(_) => return,
             MapEntry::Vacant(v) => {
-                let fill = Arc::new(Fill {
-                    tx: watch::Sender::new(None),
-                    started: Instant::now(),
-                    lane: Some(lane.state.clone()),
-                });
+                let fill = Fill::new(Instant::now(), Some(lane.state.clone()));
                 v.insert(fill.clone());
                 fill
             }
@@ -574,26 +687,26 @@ impl Core {
     }
 
     /// A tracked fill finished (runs on the lane task, in wire order with invalidations).
-    fn complete_fill(&self, key: Bytes, fill: Arc<Fill>, r: JobResult) {
+    fn complete_fill(&self, key: &Bytes, fill: &Arc<Fill>, r: JobResult) {
         let parsed = r.and_then(|bytes| {
             value::parse_fill_reply(&bytes).map_err(|cause| UpstreamError::BadReply { cause })
         });
         let result = match parsed {
             Ok((pttl, value)) => {
-                self.insert_if_current(&key, &fill, pttl, &value);
+                self.insert_if_current(key, fill, pttl, &value);
                 Ok(value)
             }
             Err(e) => {
-                self.fills.remove_if(&key, |_, f| Arc::ptr_eq(f, &fill));
+                self.fills.remove_if(key, |_, f| Arc::ptr_eq(f, fill));
                 Err(e)
             }
         };
-        fill.tx.send_replace(Some(result));
+        fill.publish(result);
     }
 
     /// A coalesced plain GET finished: share it, keep nothing.
-    fn complete_read(&self, key: Bytes, fill: Arc<Fill>, r: JobResult) {
-        self.fills.remove_if(&key, |_, f| Arc::ptr_eq(f, &fill));
+    fn complete_read(&self, key: &Bytes, fill: &Arc<Fill>, r: JobResult) {
+        self.fills.remove_if(key, |_, f| Arc::ptr_eq(f, fill));
         let result = r.and_then(|bytes| {
             Value::from_get_reply(&bytes).ok_or_else(|| UpstreamError::BadReply {
                 cause: format!(
@@ -602,7 +715,7 @@ impl Core {
                 ),
             })
         });
-        fill.tx.send_replace(Some(result));
+        fill.publish(result);
     }
 
     /// Stores the value if `fill` is still the key's current read, i.e. no invalidation came
@@ -742,11 +855,7 @@ mod tests {
     }
 
     fn fill_on(c: &Core, key: &'static [u8], lane: Arc<AtomicU8>) -> Arc<Fill> {
-        let f = Arc::new(Fill {
-            tx: watch::Sender::new(None),
-            started: Instant::now(),
-            lane: Some(lane),
-        });
+        let f = Fill::new(Instant::now(), Some(lane));
         c.fills.insert(Bytes::from_static(key), f.clone());
         f
     }
@@ -757,25 +866,22 @@ mod tests {
     fn fill_inserts_when_nothing_intervened() {
         let c = core();
         let f = fill(&c, b"k");
-        let rx = f.tx.subscribe();
-        c.complete_fill(Bytes::from_static(b"k"), f, Ok(Bytes::from_static(REPLY)));
+        let rx = f.waiter();
+        c.complete_fill(&Bytes::from_static(b"k"), &f, Ok(Bytes::from_static(REPLY)));
         assert!(c.store.get(b"k", Instant::now()).is_some());
         assert!(c.fills.is_empty());
-        assert_eq!(
-            *rx.borrow(),
-            Some(Ok(Value::Bulk(Bytes::from_static(b"v"))))
-        );
+        assert_eq!(rx.peek(), Some(Ok(Value::Bulk(Bytes::from_static(b"v")))));
     }
 
     #[test]
     fn fill_after_invalidation_does_not_insert_but_answers_waiters() {
         let c = core();
         let f = fill(&c, b"k");
-        let rx = f.tx.subscribe();
+        let rx = f.waiter();
         c.invalidate(b"k");
-        c.complete_fill(Bytes::from_static(b"k"), f, Ok(Bytes::from_static(REPLY)));
+        c.complete_fill(&Bytes::from_static(b"k"), &f, Ok(Bytes::from_static(REPLY)));
         assert!(c.store.get(b"k", Instant::now()).is_none());
-        assert!(rx.borrow().is_some());
+        assert!(rx.peek().is_some());
     }
 
     #[test]
@@ -784,7 +890,11 @@ mod tests {
         let old = fill(&c, b"k");
         c.invalidate(b"k");
         let new = fill(&c, b"k");
-        c.complete_fill(Bytes::from_static(b"k"), old, Ok(Bytes::from_static(REPLY)));
+        c.complete_fill(
+            &Bytes::from_static(b"k"),
+            &old,
+            Ok(Bytes::from_static(REPLY)),
+        );
         assert!(c.store.get(b"k", Instant::now()).is_none());
         assert!(Arc::ptr_eq(&*c.fills.get(&b"k"[..]).unwrap(), &new));
     }
@@ -797,14 +907,14 @@ mod tests {
             "x".repeat(2000)
         );
         let f = fill(&c, b"big");
-        c.complete_fill(Bytes::from_static(b"big"), f, Ok(Bytes::from(big)));
+        c.complete_fill(&Bytes::from_static(b"big"), &f, Ok(Bytes::from(big)));
         assert!((c.store.len() == 0));
         let f = fill(&c, b"e");
         let err = b"+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n:-1\r\n-WRONGTYPE x\r\n";
-        c.complete_fill(Bytes::from_static(b"e"), f, Ok(Bytes::from_static(err)));
+        c.complete_fill(&Bytes::from_static(b"e"), &f, Ok(Bytes::from_static(err)));
         assert!((c.store.len() == 0));
         let f = fill_on(&c, b"k", Arc::new(AtomicU8::new(Tracking::Down as u8)));
-        c.complete_fill(Bytes::from_static(b"k"), f, Ok(Bytes::from_static(REPLY)));
+        c.complete_fill(&Bytes::from_static(b"k"), &f, Ok(Bytes::from_static(REPLY)));
         assert!((c.store.len() == 0));
     }
 
@@ -834,7 +944,7 @@ mod tests {
         let c = core();
         let f = fill(&c, b"k");
         let r = b"+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n:0\r\n$1\r\nv\r\n";
-        c.complete_fill(Bytes::from_static(b"k"), f, Ok(Bytes::from_static(r)));
+        c.complete_fill(&Bytes::from_static(b"k"), &f, Ok(Bytes::from_static(r)));
         assert!(c.store.get(b"k", Instant::now()).is_none());
     }
 }

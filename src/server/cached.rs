@@ -44,13 +44,15 @@ pub(super) fn cache_step(
     match access {
         Access::Get if args.len() == 2 && may_serve && !writes.touched(args.get(1)?) => {
             let key = args.get(1)?;
-            Some(Pending::Slot(match cache.get(key, conn, node) {
-                Lookup::Hit(v) => Slot::Value(v),
-                Lookup::Wait(rx) => Slot::Fill {
+            // Standalone, a leading read rides in the client's own batch.
+            Some(match cache.get(key, conn, node, node.is_none()) {
+                Lookup::Hit(v) => Pending::Slot(Slot::Value(v)),
+                Lookup::Wait(rx) => Pending::Slot(Slot::Fill {
                     rx,
                     key: Bytes::copy_from_slice(key),
-                },
-            }))
+                }),
+                Lookup::Lead(lead) => Pending::Lead(lead),
+            })
         }
         // In cluster mode the missing keys of an MGET may span slots: it is routed as usual.
         Access::MGet

@@ -73,6 +73,8 @@ pub(super) struct Conn {
     pub(super) exec_select: Option<Vec<(u32, usize)>>,
     /// Cluster mode: each batched request and its slot, to retry after a redirection.
     batch_cmds: Vec<(Bytes, Option<u16>)>,
+    /// GETs in the batch that other clients' GETs wait for: (position in the batch, lead).
+    batch_leads: Vec<(u32, crate::cache::Lead)>,
     /// Cluster mode: MULTI was answered, no command queued yet.
     pub(super) deferred_multi: bool,
     /// The next batch starts with a request whose reply the client must not see (the MULTI
@@ -126,6 +128,7 @@ pub async fn run(
         subs: None,
         exec_select: None,
         batch_cmds: Vec::new(),
+        batch_leads: Vec::new(),
         deferred_multi: false,
         skip_first: false,
         shared,
@@ -217,6 +220,8 @@ pub(super) enum Pending {
     Ready(Bytes),
     /// A cache hit or a read to wait for, queued after the batch so far.
     Slot(Slot),
+    /// A GET that others may join: forwarded in the batch, its reply shared when it arrives.
+    Lead(crate::cache::Lead),
     /// An MGET partly answered from the cache; `req` fetches the rest (empty if none).
     MGet {
         parts: Vec<Option<Value>>,
@@ -353,6 +358,14 @@ impl Conn {
     async fn handle(&mut self, pending: Pending) -> bool {
         match pending {
             Pending::Batched => {}
+            // Leads are batched by `route`; one reaching here had no batch to ride in.
+            Pending::Lead(lead) => {
+                lead.complete(Err(crate::error::UpstreamError::BadReply {
+                    cause: "read not sent".into(),
+                }));
+                self.push_ready(Bytes::from_static(b"-ERR internal: read not sent\r\n"))
+                    .await;
+            }
             Pending::Ready(bytes) => self.push_ready(bytes).await,
             Pending::Slot(slot) => {
                 self.flush_batch().await;
@@ -615,8 +628,12 @@ impl Conn {
                         &args,
                         may_serve,
                     );
-                    if let Some(p) = step {
-                        return p;
+                    match step {
+                        Some(Pending::Lead(lead)) => {
+                            self.batch_leads.push((self.batch_count, lead));
+                        }
+                        Some(p) => return p,
+                        None => {}
                     }
                 }
                 if inline {
@@ -932,7 +949,25 @@ impl Conn {
             Some(c) => c,
             None => self.target(),
         };
-        let rx = conn.send(bytes, count).await;
+        let rx = if self.batch_leads.is_empty() {
+            conn.send(bytes, count).await
+        } else {
+            // The replies go through the upstream connection's task, which shares the leading
+            // GETs' replies with their waiters whatever becomes of this client.
+            let leads = std::mem::take(&mut self.batch_leads);
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let share = move |r: crate::upstream::JobResult| {
+                share_leads(leads, &r);
+                let _ = tx.send(r);
+            };
+            conn.send_to(
+                bytes,
+                count,
+                crate::upstream::ReplyTo::Call(Box::new(share)),
+            )
+            .await;
+            rx
+        };
         let writes = std::mem::take(&mut self.writes.keys);
         let writes_all = std::mem::take(&mut self.writes.all);
         let lane_barrier = std::mem::take(&mut self.writes.barrier);
@@ -1058,5 +1093,32 @@ fn full_command_name(args: &crate::resp::Args<'_>) -> String {
             )
         }
         _ => name,
+    }
+}
+
+/// Completes the leading GETs of a batch from its replies (frame `i` answers request `i`).
+fn share_leads(leads: Vec<(u32, crate::cache::Lead)>, replies: &crate::upstream::JobResult) {
+    let frames: Vec<Bytes> = match replies {
+        Ok(b) => {
+            let mut scanner = crate::resp::ReplyScanner::new();
+            let mut out = Vec::new();
+            let mut start = 0;
+            while let Ok(Some(f)) = scanner.next_frame(b) {
+                out.push(b.slice(start..f.end));
+                start = f.end;
+            }
+            out
+        }
+        Err(_) => Vec::new(),
+    };
+    for (i, lead) in leads {
+        let r = match (replies, frames.get(i as usize)) {
+            (Ok(_), Some(frame)) => Ok(frame.clone()),
+            (Err(e), _) => Err(e.clone()),
+            (Ok(_), None) => Err(crate::error::UpstreamError::BadReply {
+                cause: "missing reply in batch".into(),
+            }),
+        };
+        lead.complete(r);
     }
 }

@@ -421,14 +421,11 @@ impl Conn {
         result
     }
 
-    async fn wait_fill(&self, mut rx: FillRx) -> FillResult {
-        let wait = async {
-            match rx.wait_for(Option::is_some).await {
-                Ok(r) => r.clone().unwrap_or(Err(UpstreamError::ShuttingDown)),
-                // The read was dropped unanswered: its connection is shutting down.
-                Err(_) => Err(UpstreamError::ShuttingDown),
-            }
-        };
+    async fn wait_fill(&self, rx: FillRx) -> FillResult {
+        if let Some(r) = rx.peek() {
+            return r;
+        }
+        let wait = rx.wait();
         match self.shared.upstream.request_timeout {
             Some(d) => timeout(d, wait).await.unwrap_or_else(|_| {
                 Err(UpstreamError::Timeout {
