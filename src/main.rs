@@ -59,8 +59,13 @@ fn main() -> ExitCode {
         .or_else(|_| EnvFilter::try_new(&cfg.log_level))
         .unwrap_or_else(|_| EnvFilter::new("info"));
     tracing_subscriber::fmt().with_env_filter(filter).init();
-    let mut builder = tokio::runtime::Builder::new_multi_thread();
-    if cfg.threads > 0 {
+    // One thread: a current-thread runtime, with no cross-thread wake-ups at all.
+    let mut builder = if cfg.threads == 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+    };
+    if cfg.threads > 1 {
         builder.worker_threads(cfg.threads);
     }
     let runtime = match builder.enable_all().build() {
