@@ -250,6 +250,8 @@ pub struct Cache {
     core: Arc<Core>,
     /// Tracking lanes by node address, made on first use.
     lanes: std::sync::Mutex<std::collections::HashMap<String, Arc<LaneHandle>>>,
+    /// The configured upstream's lane, kept apart so standalone misses take no lock.
+    default_lane: OnceLock<Arc<LaneHandle>>,
     lane_settings: ConnSettings,
     status: Arc<UpstreamStatus>,
     shutdown: CancellationToken,
@@ -296,6 +298,7 @@ impl Cache {
         let cache = Cache {
             core,
             lanes: std::sync::Mutex::new(std::collections::HashMap::new()),
+            default_lane: OnceLock::new(),
             lane_settings,
             status,
             shutdown,
@@ -311,7 +314,16 @@ impl Cache {
 
     /// The tracking lane to `addr` (the configured upstream when `None`), started on first use.
     fn lane(&self, addr: Option<&str>) -> Arc<LaneHandle> {
-        let addr = addr.unwrap_or(&self.lane_settings.addr);
+        match addr {
+            None => self
+                .default_lane
+                .get_or_init(|| self.lane_at(&self.lane_settings.addr))
+                .clone(),
+            Some(addr) => self.lane_at(addr),
+        }
+    }
+
+    fn lane_at(&self, addr: &str) -> Arc<LaneHandle> {
         let mut lanes = self.lanes.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(l) = lanes.get(addr) {
             return l.clone();

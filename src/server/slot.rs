@@ -203,14 +203,6 @@ impl Conn {
                 after,
                 blocking,
             } => {
-                let AfterAck {
-                    writes,
-                    writes_all,
-                    lane_barrier,
-                    exec_select,
-                    cluster_cmds,
-                    skip_first,
-                } = after;
                 let result = match blocking {
                     None => self.wait(rx, &conn).await,
                     Some(b) => match self.wait_blocking(rx, client).await {
@@ -230,17 +222,18 @@ impl Conn {
                     },
                 };
                 // Whatever the outcome, the write may have run.
-                if let Some(cache) = &self.shared.cache {
-                    for k in &writes {
-                        cache.invalidate_for_write(k);
-                    }
-                    if writes_all {
-                        cache.flush();
-                    }
-                    if lane_barrier {
-                        cache.sync_lane(self.shared.upstream.request_timeout).await;
-                    }
+                self.invalidate_after(&after);
+                if after.lane_barrier
+                    && let Some(cache) = &self.shared.cache
+                {
+                    cache.sync_lane(self.shared.upstream.request_timeout).await;
                 }
+                let AfterAck {
+                    exec_select,
+                    cluster_cmds,
+                    skip_first,
+                    ..
+                } = after;
                 let result = match (result, &cluster_cmds) {
                     (Ok(b), Some(cmds)) => Ok(self.follow_redirects(b, cmds, &conn).await),
                     (r, _) => r,

@@ -109,12 +109,13 @@ impl Upstream {
 
     fn pool(&self, proto: Proto, db: u32) -> Vec<UpstreamConn> {
         (0..self.connections)
-            .map(|_| self.spawn(proto, db, true))
+            .map(|_| self.spawn(&self.base.addr, proto, db, true))
             .collect()
     }
 
-    fn spawn(&self, proto: Proto, db: u32, reconnect: bool) -> UpstreamConn {
+    fn spawn(&self, addr: &str, proto: Proto, db: u32, reconnect: bool) -> UpstreamConn {
         let settings = ConnSettings {
+            addr: addr.to_string(),
             proto,
             db,
             reconnect,
@@ -173,16 +174,8 @@ impl Upstream {
         pool[(client_id % pool.len() as u64) as usize].clone()
     }
 
-    /// A connection for one client alone, reused from the idle ones when possible.
-    ///
-    /// # Errors
-    /// `upstream.max_dedicated` connections are in use.
-    pub fn dedicated(&self, proto: Proto, db: u32) -> Result<Dedicated, &'static str> {
-        self.dedicated_to(None, proto, db)
-    }
-
-    /// Like [`Upstream::dedicated`], to the node at `addr` (cluster mode) instead of the
-    /// configured upstream.
+    /// A connection for one client alone, to the node at `addr` (cluster mode) or the
+    /// configured upstream, reused from the idle ones when possible.
     ///
     /// # Errors
     /// `upstream.max_dedicated` connections are in use.
@@ -202,21 +195,7 @@ impl Upstream {
             let list = idle.entry(key).or_default();
             std::iter::from_fn(|| list.pop()).find(|c| !c.is_dead())
         };
-        let conn = reused.unwrap_or_else(|| {
-            let settings = ConnSettings {
-                addr: addr.clone(),
-                proto,
-                db,
-                reconnect: false,
-                ..self.base.clone()
-            };
-            UpstreamConn::spawn(
-                settings,
-                self.status.clone(),
-                self.shutdown.child_token(),
-                None,
-            )
-        });
+        let conn = reused.unwrap_or_else(|| self.spawn(&addr, proto, db, false));
         Ok(Dedicated {
             conn,
             addr,
