@@ -5,44 +5,11 @@
 mod common;
 
 use std::collections::HashMap;
-use std::process::Stdio;
-use std::time::Duration;
 
 use common::{RawClient, RedisServer, TestProxy, encode};
 use redis::AsyncCommands;
-use tokio::io::AsyncWriteExt;
-use tokio::process::Command;
 
-/// Runs `program args`, feeding `stdin`; returns stdout, panicking with stderr if it fails.
-async fn run(program: &str, args: &[&str], stdin: &[u8]) -> String {
-    let mut child = Command::new(program)
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run {program} ({e}); run scripts/deps.sh"));
-    let mut input = child.stdin.take().expect("stdin");
-    let stdin = stdin.to_vec();
-    // Written from a task so a large input cannot block against unread output.
-    let writer = tokio::spawn(async move {
-        let _ = input.write_all(&stdin).await;
-    });
-    let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
-        .await
-        .unwrap_or_else(|_| panic!("{program} {args:?} did not finish"))
-        .expect("wait");
-    writer.await.expect("stdin writer");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "{program} {args:?} failed: {}\nstdout: {stdout}\nstderr: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
-}
+use common::run_tool as run;
 
 /// `redis-cli -p PORT extra...` with no input.
 async fn cli(port: u16, extra: &[&str]) -> String {

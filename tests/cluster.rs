@@ -8,34 +8,8 @@ mod common;
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use common::{RawClient, RedisCluster, RedisServer, TestProxy, sync_cmd};
+use common::{RawClient, RedisCluster, RedisServer, sync_cmd};
 use corral::cluster::key_slot;
-
-async fn proxy_for(cluster: &RedisCluster) -> TestProxy {
-    let seeds = cluster.seeds();
-    TestProxy::start_with(&seeds[0], |cfg| {
-        cfg.cluster.seeds = seeds.clone();
-        cfg.cluster.refresh_ms = 500;
-        cfg.upstream.request_timeout_ms = 2_000;
-    })
-    .await
-}
-
-/// Waits until corral knows the whole slot map (CLUSTER INFO through corral says ok).
-async fn wait_ready(c: &mut RawClient) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let info = c.cmd("CLUSTER INFO").await;
-        if String::from_utf8_lossy(&info).contains("cluster_state:ok") {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "corral never saw the cluster as ok"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
 
 fn bulk(v: &str) -> Vec<u8> {
     format!("${}\r\n{v}\r\n", v.len()).into_bytes()
@@ -44,9 +18,9 @@ fn bulk(v: &str) -> Vec<u8> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keys_over_all_slots_land_on_their_owner_and_multi_key_commands_match_redis() {
     let mut cluster = RedisCluster::start(3, 1);
-    let proxy = proxy_for(&cluster).await;
+    let proxy = common::cluster_proxy(&cluster, |_| {}).await;
     let mut c = RawClient::connect(proxy.addr).await.unwrap();
-    wait_ready(&mut c).await;
+    common::wait_cluster_ready(&mut c).await;
 
     // 1,000 keys over all slots, written and read back through corral, each found on the
     // master that owns its slot.
@@ -119,9 +93,9 @@ async fn keys_over_all_slots_land_on_their_owner_and_multi_key_commands_match_re
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scan_returns_every_key_exactly_once_and_keys_unions_masters() {
     let cluster = RedisCluster::start(3, 1);
-    let proxy = proxy_for(&cluster).await;
+    let proxy = common::cluster_proxy(&cluster, |_| {}).await;
     let mut c = RawClient::connect(proxy.addr).await.unwrap();
-    wait_ready(&mut c).await;
+    common::wait_cluster_ready(&mut c).await;
     let n = 500;
     for i in 0..n {
         let k = format!("scan:{i}");
@@ -168,9 +142,9 @@ async fn scan_returns_every_key_exactly_once_and_keys_unions_masters() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_master_is_replaced_and_its_keys_are_readable_again() {
     let mut cluster = RedisCluster::start(3, 1);
-    let proxy = proxy_for(&cluster).await;
+    let proxy = common::cluster_proxy(&cluster, |_| {}).await;
     let mut c = RawClient::connect(proxy.addr).await.unwrap();
-    wait_ready(&mut c).await;
+    common::wait_cluster_ready(&mut c).await;
     for i in 0..200 {
         let k = format!("fo:{i}");
         c.request(&[b"SET", k.as_bytes(), b"v"]).await;
@@ -250,44 +224,12 @@ fn keys_per_master(
     panic!("could not find {per} keys for every master");
 }
 
-/// Runs a program to completion (60 s bound) with `stdin`; returns stdout, panicking with its
-/// output on a non-zero exit.
-async fn run_tool(program: &str, args: &[&str], stdin: &str) -> String {
-    use tokio::io::AsyncWriteExt;
-    let mut child = tokio::process::Command::new(program)
-        .args(args)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run {program} ({e}); run scripts/deps.sh"));
-    let mut input = child.stdin.take().expect("stdin");
-    let stdin = stdin.as_bytes().to_vec();
-    let writer = tokio::spawn(async move {
-        let _ = input.write_all(&stdin).await;
-    });
-    let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
-        .await
-        .unwrap_or_else(|_| panic!("{program} {args:?} did not finish"))
-        .expect("wait");
-    writer.await.expect("stdin writer");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "{program} {args:?} failed: {}\nstdout: {stdout}\nstderr: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_cli_with_and_without_cluster_mode_reads_and_writes_every_shard() {
     let mut cluster = RedisCluster::start(3, 0);
-    let proxy = proxy_for(&cluster).await;
+    let proxy = common::cluster_proxy(&cluster, |_| {}).await;
     let mut c = RawClient::connect(proxy.addr).await.unwrap();
-    wait_ready(&mut c).await;
+    common::wait_cluster_ready(&mut c).await;
     let port = proxy.addr.port().to_string();
     let shards = keys_per_master(&mut cluster, "cli", 3);
 
@@ -303,14 +245,14 @@ async fn redis_cli_with_and_without_cluster_mode_reads_and_writes_every_shard() 
                 let mut args = flags.clone();
                 args.extend(["SET", key.as_str(), value.as_str()]);
                 assert_eq!(
-                    run_tool("redis-cli", &args, "").await.trim(),
+                    common::run_tool("redis-cli", &args, b"").await.trim(),
                     "OK",
                     "{tag}: SET {key}"
                 );
                 let mut args = flags.clone();
                 args.extend(["GET", key.as_str()]);
                 assert_eq!(
-                    run_tool("redis-cli", &args, "").await.trim(),
+                    common::run_tool("redis-cli", &args, b"").await.trim(),
                     value,
                     "{tag}: GET {key}"
                 );
@@ -336,7 +278,7 @@ async fn redis_cli_with_and_without_cluster_mode_reads_and_writes_every_shard() 
         script.push_str(&format!("MGET {}\n", all.join(" ")));
         script.push_str(&format!("DEL {}\n", all.join(" ")));
         script.push_str("CLUSTER KEYSLOT foo\n");
-        let out = run_tool("redis-cli", &flags, &script).await;
+        let out = common::run_tool("redis-cli", &flags, script.as_bytes()).await;
         let mut want: Vec<String> = all.iter().map(|_| "OK".to_string()).collect();
         want.extend(all.iter().map(|k| format!("s-{k}")));
         want.push(all.len().to_string());
@@ -361,9 +303,9 @@ async fn redis_py_plain_client_pipelines_keys_across_shards() {
         "the redis-py package is missing; install it with scripts/deps.sh"
     );
     let mut cluster = RedisCluster::start(3, 0);
-    let proxy = proxy_for(&cluster).await;
+    let proxy = common::cluster_proxy(&cluster, |_| {}).await;
     let mut c = RawClient::connect(proxy.addr).await.unwrap();
-    wait_ready(&mut c).await;
+    common::wait_cluster_ready(&mut c).await;
     let shards = keys_per_master(&mut cluster, "py", 20);
     let keys: Vec<String> = shards.iter().flat_map(|(_, k)| k.clone()).collect();
 
@@ -395,7 +337,7 @@ print("ok")
         .collect::<Vec<_>>();
     args.extend(keys.iter().cloned());
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    assert_eq!(run_tool("python3", &args, "").await.trim(), "ok");
+    assert_eq!(common::run_tool("python3", &args, b"").await.trim(), "ok");
     for (i, k) in keys.iter().enumerate() {
         let owner = cluster.master_for_slot(key_slot(k.as_bytes()));
         assert_eq!(
@@ -410,9 +352,9 @@ print("ok")
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resp3_client_gets_maps_and_nulls_as_from_one_redis() {
     let mut cluster = RedisCluster::start(3, 0);
-    let proxy = proxy_for(&cluster).await;
+    let proxy = common::cluster_proxy(&cluster, |_| {}).await;
     let mut c = RawClient::connect(proxy.addr).await.unwrap();
-    wait_ready(&mut c).await;
+    common::wait_cluster_ready(&mut c).await;
     let single = RedisServer::start();
     let mut direct = RawClient::connect(single.addr()).await.unwrap();
     for client in [&mut c, &mut direct] {
@@ -459,9 +401,9 @@ async fn a_resp3_client_gets_maps_and_nulls_as_from_one_redis() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eval_runs_on_the_slot_of_its_keys_and_refuses_keys_across_slots() {
     let mut cluster = RedisCluster::start(3, 0);
-    let proxy = proxy_for(&cluster).await;
+    let proxy = common::cluster_proxy(&cluster, |_| {}).await;
     let mut c = RawClient::connect(proxy.addr).await.unwrap();
-    wait_ready(&mut c).await;
+    common::wait_cluster_ready(&mut c).await;
     let script = "return {redis.call('INCR', KEYS[1]), redis.call('INCRBY', KEYS[2], ARGV[1])}";
     let reply = c
         .request(&[b"EVAL", script.as_bytes(), b"2", b"{e}a", b"{e}b", b"5"])
@@ -511,9 +453,9 @@ async fn eval_runs_on_the_slot_of_its_keys_and_refuses_keys_across_slots() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn flushall_empties_every_master() {
     let mut cluster = RedisCluster::start(3, 0);
-    let proxy = proxy_for(&cluster).await;
+    let proxy = common::cluster_proxy(&cluster, |_| {}).await;
     let mut c = RawClient::connect(proxy.addr).await.unwrap();
-    wait_ready(&mut c).await;
+    common::wait_cluster_ready(&mut c).await;
     for i in 0..300 {
         let k = format!("fl:{i}");
         c.request(&[b"SET", k.as_bytes(), b"x"]).await;
@@ -539,9 +481,9 @@ async fn flushall_empties_every_master() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn randomkey_finds_the_keys_of_whichever_master_holds_them() {
     let mut cluster = RedisCluster::start(3, 0);
-    let proxy = proxy_for(&cluster).await;
+    let proxy = common::cluster_proxy(&cluster, |_| {}).await;
     let mut c = RawClient::connect(proxy.addr).await.unwrap();
-    wait_ready(&mut c).await;
+    common::wait_cluster_ready(&mut c).await;
     assert_eq!(c.cmd("RANDOMKEY").await, b"$-1\r\n", "empty cluster");
     // Every master in turn is the only one with keys.
     for (owner, keys) in keys_per_master(&mut cluster, "rk", 3) {
@@ -568,9 +510,9 @@ async fn randomkey_finds_the_keys_of_whichever_master_holds_them() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_manual_failover_is_followed_without_redirections_or_lost_writes() {
     let mut cluster = RedisCluster::start(3, 1);
-    let proxy = proxy_for(&cluster).await;
+    let proxy = common::cluster_proxy(&cluster, |_| {}).await;
     let mut c = RawClient::connect(proxy.addr).await.unwrap();
-    wait_ready(&mut c).await;
+    common::wait_cluster_ready(&mut c).await;
     let old = cluster.master_for_slot(key_slot(b"{fo}"));
     let replica = cluster.replicas_of(old)[0];
     let shards = keys_per_master(&mut cluster, "mf", 2);
@@ -659,9 +601,9 @@ async fn a_manual_failover_is_followed_without_redirections_or_lost_writes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn while_a_master_is_down_requests_get_prompt_errors_not_hangs() {
     let mut cluster = RedisCluster::start(3, 0);
-    let proxy = proxy_for(&cluster).await;
+    let proxy = common::cluster_proxy(&cluster, |_| {}).await;
     let mut c = RawClient::connect(proxy.addr).await.unwrap();
-    wait_ready(&mut c).await;
+    common::wait_cluster_ready(&mut c).await;
     let shards = keys_per_master(&mut cluster, "dn", 2);
     for (_, keys) in &shards {
         for k in keys {

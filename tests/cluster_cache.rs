@@ -10,24 +10,11 @@ use common::{RawClient, RedisCluster, TestProxy, reply_text, sync_cmd};
 use corral::cluster::key_slot;
 
 async fn ready_proxy(cluster: &RedisCluster) -> (TestProxy, RawClient) {
-    let seeds = cluster.seeds();
-    let proxy = TestProxy::start_with(&seeds[0], |cfg| {
-        cfg.cluster.seeds = seeds.clone();
+    common::ready_cluster_proxy(cluster, |cfg| {
         cfg.cluster.refresh_ms = 300;
         cfg.cache.hot_threshold = 2;
-        cfg.upstream.request_timeout_ms = 2_000;
     })
-    .await;
-    let mut c = RawClient::connect(proxy.addr).await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !String::from_utf8_lossy(&c.cmd("CLUSTER INFO").await).contains("cluster_state:ok") {
-        assert!(
-            Instant::now() < deadline,
-            "cluster never ready through corral"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    (proxy, c)
+    .await
 }
 
 fn bulk(v: &str) -> Vec<u8> {

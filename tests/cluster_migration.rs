@@ -11,34 +11,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{RawClient, RedisCluster, TestProxy, reply_text, show, sync_cmd};
+use common::{RawClient, RedisCluster, reply_text, show, sync_cmd};
 use corral::cluster::key_slot;
-
-async fn proxy_for(cluster: &RedisCluster) -> TestProxy {
-    let seeds = cluster.seeds();
-    TestProxy::start_with(&seeds[0], |cfg| {
-        cfg.cluster.seeds = seeds.clone();
-        cfg.cluster.refresh_ms = 500;
-        cfg.upstream.request_timeout_ms = 2_000;
-    })
-    .await
-}
-
-/// Waits until corral knows the whole slot map (CLUSTER INFO through corral says ok).
-async fn wait_ready(c: &mut RawClient) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let info = c.cmd("CLUSTER INFO").await;
-        if String::from_utf8_lossy(&info).contains("cluster_state:ok") {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "corral never saw the cluster as ok"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
 
 fn bulk(v: &str) -> Vec<u8> {
     format!("${}\r\n{v}\r\n", v.len()).into_bytes()
@@ -270,9 +244,9 @@ fn wait_ops(ops: &AtomicU64, more: u64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slot_migrated_under_load_loses_no_write_and_clients_see_no_redirection() {
     let mut cluster = RedisCluster::start(3, 0);
-    let proxy = proxy_for(&cluster).await;
+    let proxy = common::cluster_proxy(&cluster, |_| {}).await;
     let mut c = RawClient::connect(proxy.addr).await.unwrap();
-    wait_ready(&mut c).await;
+    common::wait_cluster_ready(&mut c).await;
 
     let slot = key_slot(b"{mig}");
     let masters = cluster.master_ports();
@@ -411,9 +385,9 @@ async fn a_slot_migrated_under_load_loses_no_write_and_clients_see_no_redirectio
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn during_a_migration_corral_follows_ask_for_moved_and_new_keys() {
     let mut cluster = RedisCluster::start(3, 0);
-    let proxy = proxy_for(&cluster).await;
+    let proxy = common::cluster_proxy(&cluster, |_| {}).await;
     let mut c = RawClient::connect(proxy.addr).await.unwrap();
-    wait_ready(&mut c).await;
+    common::wait_cluster_ready(&mut c).await;
 
     let slot = key_slot(b"{ask}");
     let masters = cluster.master_ports();
@@ -490,9 +464,9 @@ async fn during_a_migration_corral_follows_ask_for_moved_and_new_keys() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn multi_key_reads_of_a_slot_split_by_a_migration_are_answered() {
     let mut cluster = RedisCluster::start(3, 0);
-    let proxy = proxy_for(&cluster).await;
+    let proxy = common::cluster_proxy(&cluster, |_| {}).await;
     let mut c = RawClient::connect(proxy.addr).await.unwrap();
-    wait_ready(&mut c).await;
+    common::wait_cluster_ready(&mut c).await;
     let slot = key_slot(b"{split}");
     let masters = cluster.master_ports();
     let src = cluster.master_for_slot(slot);

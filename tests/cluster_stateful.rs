@@ -9,22 +9,7 @@ use std::time::{Duration, Instant};
 use common::{RawClient, RedisCluster, TestProxy};
 
 async fn ready_proxy(cluster: &RedisCluster) -> (TestProxy, RawClient) {
-    let seeds = cluster.seeds();
-    let proxy = TestProxy::start_with(&seeds[0], |cfg| {
-        cfg.cluster.seeds = seeds.clone();
-        cfg.cluster.refresh_ms = 500;
-    })
-    .await;
-    let mut c = RawClient::connect(proxy.addr).await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !String::from_utf8_lossy(&c.cmd("CLUSTER INFO").await).contains("cluster_state:ok") {
-        assert!(
-            Instant::now() < deadline,
-            "cluster never ready through corral"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    (proxy, c)
+    common::ready_cluster_proxy(cluster, |_| {}).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -114,22 +99,11 @@ async fn reads_go_to_replicas_when_asked() {
         common::sync_cmd(m, &["SET", "warmup", "1"]);
         common::sync_cmd(m, &["WAIT", "1", "2000"]);
     }
-    let seeds = cluster.seeds();
-    let proxy = TestProxy::start_with(&seeds[0], |cfg| {
-        cfg.cluster.seeds = seeds.clone();
+    let (proxy, mut c) = common::ready_cluster_proxy(&cluster, |cfg| {
         cfg.cluster.refresh_ms = 200;
         cfg.cluster.read_from = corral::config::ReadFrom::Replica;
     })
     .await;
-    let mut c = RawClient::connect(proxy.addr).await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !String::from_utf8_lossy(&c.cmd("CLUSTER INFO").await).contains("cluster_state:ok") {
-        assert!(
-            Instant::now() < deadline,
-            "cluster never ready through corral"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
     let key = "{r}k";
     let slot = corral::cluster::key_slot(key.as_bytes());
     let master = cluster.master_for_slot(slot);

@@ -1012,3 +1012,80 @@ impl RedisCluster {
         None
     }
 }
+
+// ---- corral in front of a test cluster ----
+
+/// corral in front of `cluster` (topology refreshed every 500 ms, 2 s request timeout), with
+/// `tweak` applied to its config last.
+pub async fn cluster_proxy(
+    cluster: &RedisCluster,
+    tweak: impl FnOnce(&mut corral::Config),
+) -> TestProxy {
+    let seeds = cluster.seeds();
+    TestProxy::start_with(&seeds[0], |cfg| {
+        cfg.cluster.seeds = seeds.clone();
+        cfg.cluster.refresh_ms = 500;
+        cfg.upstream.request_timeout_ms = 2_000;
+        tweak(cfg);
+    })
+    .await
+}
+
+/// Waits until corral knows the whole slot map (CLUSTER INFO through corral says ok).
+pub async fn wait_cluster_ready(c: &mut RawClient) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !String::from_utf8_lossy(&c.cmd("CLUSTER INFO").await).contains("cluster_state:ok") {
+        assert!(
+            Instant::now() < deadline,
+            "corral never saw the cluster as ok"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// [`cluster_proxy`] plus a client connected once the cluster is ready through it.
+pub async fn ready_cluster_proxy(
+    cluster: &RedisCluster,
+    tweak: impl FnOnce(&mut corral::Config),
+) -> (TestProxy, RawClient) {
+    let proxy = cluster_proxy(cluster, tweak).await;
+    let mut c = RawClient::connect(proxy.addr)
+        .await
+        .expect("connect to corral");
+    wait_cluster_ready(&mut c).await;
+    (proxy, c)
+}
+
+// ---- external programs (redis-cli, python3) ----
+
+/// Runs `program args`, feeding `stdin`; returns stdout, panicking with stderr if it fails.
+pub async fn run_tool(program: &str, args: &[&str], stdin: &[u8]) -> String {
+    use tokio::io::AsyncWriteExt;
+    let mut child = tokio::process::Command::new(program)
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {program} ({e}); run scripts/deps.sh"));
+    let mut input = child.stdin.take().expect("stdin");
+    let stdin = stdin.to_vec();
+    // Written from a task so a large input cannot block against unread output.
+    let writer = tokio::spawn(async move {
+        let _ = input.write_all(&stdin).await;
+    });
+    let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+        .await
+        .unwrap_or_else(|_| panic!("{program} {args:?} did not finish"))
+        .expect("wait");
+    writer.await.expect("stdin writer");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{program} {args:?} failed: {}\nstdout: {stdout}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
