@@ -32,6 +32,7 @@ use tokio::net::TcpStream;
 // `common::frame_len` relies on `redis-protocol`'s RESP3 decoder, which rejects RESP2's
 // `$-1`/`*-1` nulls and sets holding maps (as in COMMAND INFO), both of which the corpus has:
 // replies are split with the harness's own scanner instead.
+use common::mask_hello_id;
 use common::resp_len as reply_len;
 
 /// A client returning raw reply bytes, like `common::RawClient` but using `reply_len`.
@@ -922,21 +923,6 @@ fn comparable(args: &[Vec<u8>], reply: &[u8]) -> Vec<u8> {
     } else {
         reply.to_vec()
     }
-}
-
-/// Blanks out the `id` field of a HELLO reply.
-fn mask_hello_id(reply: &[u8]) -> Vec<u8> {
-    let key = b"$2\r\nid\r\n:";
-    let Some(at) = reply.windows(key.len()).position(|w| w == key) else {
-        return reply.to_vec();
-    };
-    let start = at + key.len();
-    let end = start
-        + reply[start..]
-            .iter()
-            .position(|&b| b == b'\r')
-            .expect("id line end");
-    [&reply[..start], b"<id>", &reply[end..]].concat()
 }
 
 /// One of the two sides: Redis A directly, or Redis B behind corral.

@@ -40,16 +40,6 @@ async fn connect(addr: SocketAddr) -> RawClient {
     RawClient::connect(addr).await.expect("connect")
 }
 
-/// A client of `addr`, switched to RESP3 first when asked.
-async fn client(addr: SocketAddr, resp3: bool) -> RawClient {
-    let mut c = connect(addr).await;
-    if resp3 {
-        let r = c.request(&[b"HELLO", b"3"]).await;
-        assert!(r.starts_with(b"%"), "HELLO 3: {}", show(&r));
-    }
-    c
-}
-
 /// Sends one command line and reads one reply (pushes and RESP3 nulls included).
 async fn call(c: &mut RawClient, line: &str) -> Vec<u8> {
     send_line(c, line).await;
@@ -235,7 +225,7 @@ async fn run(side: Side, script: &[&str], resp3: bool) -> Vec<Reply> {
         let step = Step::parse(line);
         let c = match clients.entry(step.who) {
             Entry::Occupied(e) => e.into_mut(),
-            Entry::Vacant(e) => e.insert(client(side.entry, resp3).await),
+            Entry::Vacant(e) => e.insert(common::client_in(side.entry, resp3).await),
         };
         let mut got = Vec::new();
         match &step.op {
@@ -575,9 +565,9 @@ async fn patterns_and_shard_channels_deliver_redis_frames() {
     let pair = Pair::start().await;
     let mut redis = connect(pair.upstream.addr()).await;
     for resp3 in [false, true] {
-        let mut p = client(pair.proxy.addr, resp3).await;
+        let mut p = common::client_in(pair.proxy.addr, resp3).await;
         subscribe(&mut p, resp3, "PSUBSCRIBE", "news.*", 1).await;
-        let mut s = client(pair.proxy.addr, resp3).await;
+        let mut s = common::client_in(pair.proxy.addr, resp3).await;
         subscribe(&mut s, resp3, "SSUBSCRIBE", "shard", 1).await;
 
         // Published directly on Redis: what corral relays is what Redis sent it.
@@ -624,7 +614,7 @@ async fn resp3_pushes_interleave_with_replies_in_order() {
     const KEYS_PER_ROUND: usize = 10;
     const MESSAGES_PER_ROUND: usize = 5;
     let pair = Pair::start().await;
-    let mut a = client(pair.proxy.addr, true).await;
+    let mut a = common::client_in(pair.proxy.addr, true).await;
     subscribe(&mut a, true, "SUBSCRIBE", "feed", 1).await;
     let mut b = connect(pair.proxy.addr).await;
 
@@ -693,8 +683,8 @@ async fn resp3_pushes_interleave_with_replies_in_order() {
 async fn a_message_published_after_the_confirmation_is_delivered() {
     let pair = Pair::start().await;
     let mut redis = connect(pair.upstream.addr()).await;
-    let mut a = client(pair.proxy.addr, false).await;
-    let mut c = client(pair.proxy.addr, true).await;
+    let mut a = common::client_in(pair.proxy.addr, false).await;
+    let mut c = common::client_in(pair.proxy.addr, true).await;
     // Per client: channels and patterns, and shard channels (counted apart).
     let (mut plain, mut shard) = (0, 0);
     for i in 0..100 {
@@ -769,9 +759,9 @@ struct Flood {
 impl Flood {
     async fn start() -> Flood {
         let pair = Pair::start().await;
-        let mut fast = client(pair.proxy.addr, false).await;
+        let mut fast = common::client_in(pair.proxy.addr, false).await;
         subscribe(&mut fast, false, "SUBSCRIBE", "flood", 1).await;
-        let mut slow = client(pair.proxy.addr, false).await;
+        let mut slow = common::client_in(pair.proxy.addr, false).await;
         subscribe(&mut slow, false, "SUBSCRIBE", "flood", 1).await;
         let slow_addr = slow.stream.local_addr().expect("addr").to_string();
         let redis = connect(pair.upstream.addr()).await;
@@ -857,9 +847,9 @@ async fn a_slow_subscriber_is_disconnected() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn subscribers_get_messages_again_after_an_upstream_restart() {
     let mut pair = Pair::start().await;
-    let mut a = client(pair.proxy.addr, false).await;
+    let mut a = common::client_in(pair.proxy.addr, false).await;
     subscribe(&mut a, false, "SUBSCRIBE", "r", 1).await;
-    let mut c = client(pair.proxy.addr, true).await;
+    let mut c = common::client_in(pair.proxy.addr, true).await;
     subscribe(&mut c, true, "PSUBSCRIBE", "r*", 1).await;
     let expect = |resp3: bool, payload: &str| match resp3 {
         false => frame(false, &[b"message", b"r", payload.as_bytes()]),
@@ -897,7 +887,7 @@ async fn subscribers_get_messages_again_after_an_upstream_restart() {
     assert_eq!(show(&r), show(b"*2\r\n$4\r\npong\r\n$0\r\n\r\n"));
     assert_eq!(show(&call(&mut c, "PING").await), show(b"+PONG\r\n"));
     // New subscriptions are made on the new connection too.
-    let mut d = client(pair.proxy.addr, false).await;
+    let mut d = common::client_in(pair.proxy.addr, false).await;
     subscribe(&mut d, false, "SUBSCRIBE", "r2", 1).await;
     assert_eq!(publish(&mut redis, "r2", "fresh").await, 2, "r2 and r*");
     let want = frame(false, &[b"message", b"r2", b"fresh"]);

@@ -84,17 +84,6 @@ async fn connect(addr: SocketAddr) -> RawClient {
     RawClient::connect(addr).await.expect("connect")
 }
 
-/// A client of `addr`, switched to RESP3 first when asked (HELLO's reply checked loosely:
-/// scripts compare it themselves).
-async fn client(addr: SocketAddr, resp3: bool) -> RawClient {
-    let mut c = connect(addr).await;
-    if resp3 {
-        let r = c.request(&[b"HELLO", b"3"]).await;
-        assert!(r.starts_with(b"%"), "HELLO 3: {}", show(&r));
-    }
-    c
-}
-
 /// Sends one command line, reading the reply with the scanner that copes with every reply.
 async fn call(c: &mut RawClient, line: &str) -> Vec<u8> {
     let cmds = parse_commands(line);
@@ -841,7 +830,7 @@ async fn a_blocked_client_holds_up_nobody() {
     let pair = Pair::start().await;
     let mut admin = connect(pair.proxied.server).await;
     for resp3 in [false, true] {
-        let mut blocker = client(pair.proxy.addr, resp3).await;
+        let mut blocker = common::client_in(pair.proxy.addr, resp3).await;
         blocker.send(&encode(&[b"BLPOP", b"busy", b"0"])).await;
         poll_until(LIMIT, "the BLPOP to block", || {
             let server = pair.proxied.server;
@@ -856,7 +845,7 @@ async fn a_blocked_client_holds_up_nobody() {
         for i in 0..100 {
             let addr = pair.proxy.addr;
             workers.spawn(async move {
-                let mut c = client(addr, resp3).await;
+                let mut c = common::client_in(addr, resp3).await;
                 let key = format!("busy:{i}");
                 for j in 0..10 {
                     let v = format!("v{j}");
@@ -880,7 +869,7 @@ async fn a_blocked_client_holds_up_nobody() {
             !blocker.has_pending_reply(),
             "BLPOP answered before the push"
         );
-        let mut pusher = client(pair.proxy.addr, resp3).await;
+        let mut pusher = common::client_in(pair.proxy.addr, resp3).await;
         assert_eq!(
             show(&pusher.request(&[b"RPUSH", b"busy", b"x"]).await),
             show(b":1\r\n")
@@ -920,7 +909,7 @@ async fn a_client_gone_while_blocked_leaves_no_upstream_connection() {
     let mut admin = connect(pair.proxied.server).await;
     // Both protocols' shared connections in use before counting.
     for resp3 in [false, true] {
-        let mut c = client(pair.proxy.addr, resp3).await;
+        let mut c = common::client_in(pair.proxy.addr, resp3).await;
         let r = call(&mut c, "GET warm").await;
         assert!(r == b"$-1\r\n" || r == b"_\r\n", "GET warm: {}", show(&r));
     }
@@ -928,7 +917,7 @@ async fn a_client_gone_while_blocked_leaves_no_upstream_connection() {
     let is_blpop = |l: &str| field(l, "cmd") == Some("blpop");
 
     for (round, resp3) in [(0, false), (1, true), (2, false)] {
-        let mut blocked = client(pair.proxy.addr, resp3).await;
+        let mut blocked = common::client_in(pair.proxy.addr, resp3).await;
         let id = call(&mut blocked, "CLIENT ID").await;
         let id = String::from_utf8_lossy(&id[1..id.len() - 2]).into_owned();
         blocked.send(&encode(&[b"BLPOP", b"gone:list", b"0"])).await;
@@ -941,7 +930,7 @@ async fn a_client_gone_while_blocked_leaves_no_upstream_connection() {
         .await;
         if round == 1 {
             // Killed by another corral client.
-            let mut killer = client(pair.proxy.addr, false).await;
+            let mut killer = common::client_in(pair.proxy.addr, false).await;
             let r = call(&mut killer, &format!("CLIENT KILL ID {id}")).await;
             assert_eq!(
                 show(&r),
@@ -1404,8 +1393,8 @@ async fn client_list_shows_corrals_clients() {
     let mut admin = connect(pair.proxied.server).await;
     let mut direct = connect(pair.direct.entry).await;
     for resp3 in [false, true] {
-        let mut a = client(pair.proxy.addr, resp3).await;
-        let mut b = client(pair.proxy.addr, resp3).await;
+        let mut a = common::client_in(pair.proxy.addr, resp3).await;
+        let mut b = common::client_in(pair.proxy.addr, resp3).await;
         let mut ids = Vec::new();
         for (c, name) in [(&mut a, "alpha"), (&mut b, "beta")] {
             let r = call(c, &format!("CLIENT SETNAME {name}")).await;
@@ -1504,13 +1493,13 @@ async fn monitor_sees_other_clients_commands() {
     let mut admin = connect(pair.proxied.server).await;
     let mut direct = connect(pair.direct.entry).await;
     for resp3 in [false, true] {
-        let mut m = client(pair.proxy.addr, resp3).await;
+        let mut m = common::client_in(pair.proxy.addr, resp3).await;
         if resp3 {
             call(&mut direct, "HELLO 3").await;
         }
         let want = call(&mut direct, "MONITOR").await;
         assert_eq!(show(&call(&mut m, "MONITOR").await), show(&want));
-        let mut w = client(pair.proxy.addr, resp3).await;
+        let mut w = common::client_in(pair.proxy.addr, resp3).await;
         call(&mut w, "SELECT 1").await;
         let key = format!("mon:key{}", u8::from(resp3));
         let r = call(&mut w, &format!("SET {key} value")).await;
@@ -1545,7 +1534,7 @@ async fn monitor_sees_other_clients_commands() {
 async fn refused_commands_say_so() {
     let pair = Pair::start().await;
     for resp3 in [false, true] {
-        let mut c = client(pair.proxy.addr, resp3).await;
+        let mut c = common::client_in(pair.proxy.addr, resp3).await;
         for (line, name) in [
             ("CLIENT TRACKING ON", "client|tracking"),
             ("client tracking on bcast", "client|tracking"),

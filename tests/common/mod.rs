@@ -1089,3 +1089,14 @@ pub async fn run_tool(program: &str, args: &[&str], stdin: &[u8]) -> String {
     );
     stdout
 }
+
+/// A raw client of `addr`, switched to RESP3 first when asked (HELLO's reply is checked only
+/// for its type: scripts compare it themselves).
+pub async fn client_in(addr: SocketAddr, resp3: bool) -> RawClient {
+    let mut c = RawClient::connect(addr).await.expect("connect");
+    if resp3 {
+        let r = c.request(&[b"HELLO", b"3"]).await;
+        assert!(r.starts_with(b"%"), "HELLO 3: {}", show(&r));
+    }
+    c
+}
