@@ -141,6 +141,14 @@ pub struct CacheConfig {
     pub fallback_ttl_ms: u64,
     /// XFetch β: larger refreshes hot entries earlier before they expire; 0 disables refresh.
     pub refresh_beta: f64,
+    /// Quiet time after which a tracking lane (and any other long-lived upstream connection:
+    /// shared, pub/sub) is sent a PING.
+    pub lane_check_ms: u64,
+    /// How long a lane's PING, or an outstanding fill, may go unanswered before the lane is
+    /// reset and its entries dropped; other long-lived connections are replaced when their
+    /// PING goes unanswered this long. `lane_check_ms + lane_deadline_ms` bounds how long a
+    /// cached value can outlive a write acknowledged by Redis while the lane is silently dead.
+    pub lane_deadline_ms: u64,
 }
 
 /// A password: shown as `MASKED` in logs and debug output.
@@ -224,6 +232,8 @@ impl Default for CacheConfig {
             max_age_ms: 60_000,
             fallback_ttl_ms: 1_000,
             refresh_beta: 1.0,
+            lane_check_ms: 500,
+            lane_deadline_ms: 500,
         }
     }
 }
@@ -327,6 +337,12 @@ impl Config {
         if !(0.0..=100.0).contains(&c.refresh_beta) {
             return Err(invalid("cache.refresh_beta", "must be 0 to 100"));
         }
+        if c.lane_check_ms < 10 || c.lane_check_ms > 3_600_000 {
+            return Err(invalid("cache.lane_check_ms", "must be 10 to 3600000"));
+        }
+        if c.lane_deadline_ms < 10 || c.lane_deadline_ms > 3_600_000 {
+            return Err(invalid("cache.lane_deadline_ms", "must be 10 to 3600000"));
+        }
         Ok(())
     }
 
@@ -346,6 +362,22 @@ impl Config {
     /// Deadline for one upstream connect.
     pub fn connect_timeout(&self) -> Duration {
         Duration::from_millis(self.upstream.connect_timeout_ms)
+    }
+
+    /// Liveness checks of the long-lived upstream connections (tracking lanes, shared and
+    /// pub/sub connections).
+    pub fn health(&self) -> crate::upstream::Health {
+        crate::upstream::Health {
+            check: Duration::from_millis(self.cache.lane_check_ms),
+            deadline: Duration::from_millis(self.cache.lane_deadline_ms),
+            strict: false,
+        }
+    }
+
+    /// How long a cached value may outlive an acknowledged write while its tracking lane is
+    /// silently dead: one check interval plus one deadline.
+    pub fn stale_window(&self) -> Duration {
+        self.health().window()
     }
 
     /// Deadline for one forwarded request, `None` for no deadline.

@@ -12,29 +12,31 @@
 //!    it is acknowledged) removes the key's in-flight read from the singleflight map: that read
 //!    can no longer insert, and later GETs cannot join it.
 //! 3. Losing the lane, or (re)connecting it, flushes everything: invalidations may have been
-//!    missed.
+//!    missed. A lane that goes silent counts as lost within `lane_check_ms + lane_deadline_ms`
+//!    (see [`lane`]).
 
 mod hotkeys;
+mod lane;
 mod sketch;
 mod store;
 mod value;
 
 use std::hash::BuildHasher;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use dashmap::DashMap;
 use dashmap::mapref::entry::Entry as MapEntry;
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use rand::Rng;
 use std::sync::OnceLock;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
 
 pub use hotkeys::HotKey;
 pub use value::Value;
@@ -42,15 +44,16 @@ pub use value::Value;
 use crate::config::Config;
 use crate::error::UpstreamError;
 use crate::resp::request::encode_request;
-use crate::upstream::{
-    ConnSettings, JobResult, LinkObserver, ReplyTo, UpstreamConn, UpstreamStatus,
-};
+use crate::upstream::{ConnSettings, Health, JobResult, ReplyTo, UpstreamConn, UpstreamStatus};
 use hotkeys::HotKeys;
+use lane::{LaneHandle, LaneState, Lanes};
 use sketch::FrequencySketch;
 use store::{Entry, Store};
 
 /// A key whose last fills were invalidated unused this many times is not cached for a while.
 const MAX_WASTED_FILLS: u8 = 2;
+/// Oldest in-flight read a GET may join when requests have no timeout.
+const DEFAULT_JOIN_BOUND: Duration = Duration::from_secs(5);
 
 /// What a waiter eventually receives: the GET result or why there is none.
 pub type FillResult = Result<Value, UpstreamError>;
@@ -73,6 +76,28 @@ impl FillRx {
     /// The result, if it arrived.
     pub fn peek(&self) -> Option<FillResult> {
         self.0.result.get().cloned()
+    }
+
+    /// Whether the read is a tracked fill over a tracking lane (not the client's own GET).
+    pub fn tracked(&self) -> bool {
+        self.0.lane.is_some()
+    }
+
+    /// The waiter gave up after the request timeout: a lane fill that late means the lane is
+    /// not answering, so it is reset (its entries dropped). The error names the node the read
+    /// was sent to.
+    pub fn timed_out(&self) -> UpstreamError {
+        let Some(via) = &self.0.via else {
+            return UpstreamError::Timeout {
+                addr: "(unknown)".into(),
+            };
+        };
+        if self.tracked() {
+            via.reset();
+        }
+        UpstreamError::Timeout {
+            addr: via.addr().to_string(),
+        }
     }
 }
 
@@ -112,12 +137,13 @@ impl Drop for Lead {
 }
 
 impl Fill {
-    fn new(started: Instant, lane: Option<Arc<AtomicU8>>) -> Arc<Fill> {
+    fn new(started: Instant, lane: Option<Arc<LaneState>>, via: Option<UpstreamConn>) -> Arc<Fill> {
         Arc::new(Fill {
             result: OnceLock::new(),
             notify: Notify::new(),
             started,
             lane,
+            via,
         })
     }
 
@@ -167,6 +193,9 @@ pub enum Tracking {
     On,
     /// Connected, but the upstream refused tracking: entries live `fallback_ttl_ms` at most.
     Fallback,
+    /// Several lanes (cluster mode), some down: keys of their masters are read uncached, the
+    /// others are cached. Only ever an aggregate, never one lane's state.
+    Partial,
 }
 
 impl Tracking {
@@ -176,6 +205,7 @@ impl Tracking {
             Tracking::Down => "down",
             Tracking::On => "on",
             Tracking::Fallback => "off (ttl-only fallback)",
+            Tracking::Partial => "partial",
         }
     }
 
@@ -183,8 +213,14 @@ impl Tracking {
         match v {
             1 => Tracking::On,
             2 => Tracking::Fallback,
+            3 => Tracking::Partial,
             _ => Tracking::Down,
         }
+    }
+
+    /// Gauge value: 0 down, 1 tracking, 2 TTL-only fallback, 3 partial.
+    fn as_gauge(self) -> i64 {
+        self as i64
     }
 }
 
@@ -205,6 +241,13 @@ struct Stats {
     entries: Gauge,
     bytes: Gauge,
     evictions: Gauge,
+    stale_window_ms: Gauge,
+    /// Per lane (label `node`): its state as [`Tracking::as_gauge`].
+    lane_state: Family<Vec<(String, String)>, Gauge>,
+    /// Per lane: losses and resets since it was created.
+    lane_resets: Family<Vec<(String, String)>, Gauge>,
+    /// Per lane: always 1, with the state and the last reset cause as labels.
+    lane_info: Family<Vec<(String, String)>, Gauge>,
 }
 
 /// One in-flight upstream read that waiters share.
@@ -216,7 +259,9 @@ struct Fill {
     notify: Notify,
     started: Instant,
     /// The tracking lane the read went over (`None` for plain coalesced reads).
-    lane: Option<Arc<AtomicU8>>,
+    lane: Option<Arc<LaneState>>,
+    /// The connection the read was sent on (`None` only in unit tests).
+    via: Option<UpstreamConn>,
 }
 
 #[derive(Debug)]
@@ -235,26 +280,19 @@ struct Core {
     max_age: Duration,
     fallback_ttl: Duration,
     beta: f64,
-}
-
-/// One tracking connection (to the upstream, or to one cluster master) and its state.
-#[derive(Debug)]
-struct LaneHandle {
-    conn: UpstreamConn,
-    state: Arc<AtomicU8>,
+    /// A GET joins an in-flight read only if it was sent less than this long ago.
+    join_bound: Duration,
 }
 
 /// The cache facade used by client connections.
 #[derive(Debug)]
 pub struct Cache {
     core: Arc<Core>,
-    /// Tracking lanes by node address, made on first use.
-    lanes: std::sync::Mutex<std::collections::HashMap<String, Arc<LaneHandle>>>,
-    /// The configured upstream's lane, kept apart so standalone misses take no lock.
-    default_lane: OnceLock<Arc<LaneHandle>>,
-    lane_settings: ConnSettings,
-    status: Arc<UpstreamStatus>,
-    shutdown: CancellationToken,
+    /// Tracking lanes by node address: the upstream's (standalone), or one per master.
+    lanes: Arc<Lanes>,
+    /// Standalone: the upstream's lane, kept apart so misses take no lock.
+    default_lane: Option<Arc<LaneHandle>>,
+    health: Health,
     /// In cluster mode: any topology change flushes the cache, since a node that lost a slot
     /// (Redis 7.0) sends no invalidation for its keys.
     cluster: Option<Arc<crate::upstream::cluster::ClusterUpstream>>,
@@ -262,7 +300,8 @@ pub struct Cache {
 }
 
 impl Cache {
-    /// Creates the cache and starts its tracking lane to the upstream.
+    /// Creates the cache and starts its tracking lanes: to the upstream, or in cluster mode
+    /// to every master (following the topology).
     pub fn start(
         cfg: &Config,
         settings: ConnSettings,
@@ -287,65 +326,59 @@ impl Cache {
             max_age: Duration::from_millis(c.max_age_ms),
             fallback_ttl: Duration::from_millis(c.fallback_ttl_ms),
             beta: c.refresh_beta,
+            // Past the request timeout its waiters have given up on it anyway.
+            join_bound: cfg.request_timeout().unwrap_or(DEFAULT_JOIN_BOUND),
         });
+        let health = Health {
+            strict: true,
+            ..cfg.health()
+        };
         let lane_settings = ConnSettings {
             proto: crate::resp::Proto::Resp3,
             tracking: true,
             reconnect: true,
+            health: Some(health),
             ..settings
         };
         tokio::spawn(decay_hot_keys(core.clone(), shutdown.clone()));
-        let cache = Cache {
-            core,
-            lanes: std::sync::Mutex::new(std::collections::HashMap::new()),
-            default_lane: OnceLock::new(),
+        let upstream_addr = lane_settings.addr.clone();
+        let lanes = Arc::new(Lanes::new(
+            core.clone(),
             lane_settings,
             status,
-            shutdown,
+            shutdown.clone(),
+        ));
+        let default_lane = match &cluster {
+            // Standalone: connect the lane now, so the first hot key finds it up.
+            None => Some(lanes.start(&upstream_addr)),
+            Some(c) => {
+                tokio::spawn(lane::follow_topology(
+                    lanes.clone(),
+                    c.clone(),
+                    c.watch_epoch(),
+                    shutdown,
+                ));
+                None
+            }
+        };
+        Cache {
+            core,
+            lanes,
+            default_lane,
+            health,
             cluster,
             seen_epoch: std::sync::atomic::AtomicU64::new(0),
-        };
-        if cache.cluster.is_none() {
-            // Standalone: connect the lane now, so the first hot key finds it up.
-            cache.lane(None);
-        }
-        cache
-    }
-
-    /// The tracking lane to `addr` (the configured upstream when `None`), started on first use.
-    fn lane(&self, addr: Option<&str>) -> Arc<LaneHandle> {
-        match addr {
-            None => self
-                .default_lane
-                .get_or_init(|| self.lane_at(&self.lane_settings.addr))
-                .clone(),
-            Some(addr) => self.lane_at(addr),
         }
     }
 
-    fn lane_at(&self, addr: &str) -> Arc<LaneHandle> {
-        let mut lanes = self.lanes.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(l) = lanes.get(addr) {
-            return l.clone();
+    /// The tracking lane for a read from `node` (standalone: `None`, the upstream's lane). In
+    /// cluster mode lanes come and go with the masters; a node without one (not a master in
+    /// the current map) gets no tracked reads.
+    fn lane(&self, node: Option<&str>) -> Option<Arc<LaneHandle>> {
+        match node {
+            None => self.default_lane.clone(),
+            Some(addr) => self.lanes.get(addr),
         }
-        let state = Arc::new(AtomicU8::new(Tracking::Down as u8));
-        let observer: Arc<dyn LinkObserver> = Arc::new(Lane {
-            core: self.core.clone(),
-            state: state.clone(),
-        });
-        let settings = ConnSettings {
-            addr: addr.to_string(),
-            ..self.lane_settings.clone()
-        };
-        let conn = UpstreamConn::spawn(
-            settings,
-            self.status.clone(),
-            self.shutdown.child_token(),
-            Some(observer),
-        );
-        let handle = Arc::new(LaneHandle { conn, state });
-        lanes.insert(addr.to_string(), handle.clone());
-        handle
     }
 
     /// Cluster mode: flushes everything once the topology changed (failover, slot moves).
@@ -420,6 +453,26 @@ impl Cache {
             "Entries evicted for the memory budget",
             s.evictions.clone(),
         );
+        registry.register(
+            "cache_stale_window_ms",
+            "Longest a cached value can outlive a write while its tracking lane is silently dead (lane_check_ms + lane_deadline_ms)",
+            s.stale_window_ms.clone(),
+        );
+        registry.register(
+            "cache_lane_state",
+            "Tracking lane state per node: 0 down, 1 tracking, 2 ttl-only fallback",
+            s.lane_state.clone(),
+        );
+        registry.register(
+            "cache_lane_resets",
+            "Times each tracking lane was lost or reset (dead, fill timed out, closed)",
+            s.lane_resets.clone(),
+        );
+        registry.register(
+            "cache_lane_info",
+            "Tracking lanes, with their state and last reset cause as labels",
+            s.lane_info.clone(),
+        );
     }
 
     /// Refreshes the gauges (entries, bytes, evictions) before a scrape.
@@ -429,6 +482,29 @@ impl Cache {
         s.entries.set(st.len() as i64);
         s.bytes.set(st.bytes() as i64);
         s.evictions.set(st.evictions() as i64);
+        s.stale_window_ms
+            .set(self.health.window().as_millis() as i64);
+        // Rebuilt at each scrape, so lanes dropped with the topology leave no series behind.
+        s.lane_state.clear();
+        s.lane_resets.clear();
+        s.lane_info.clear();
+        for l in self.lanes.all() {
+            let info = &l.info;
+            let node = vec![("node".to_string(), info.addr.clone())];
+            s.lane_state
+                .get_or_create(&node)
+                .set(info.tracking().as_gauge());
+            s.lane_resets.get_or_create(&node).set(info.resets() as i64);
+            let labels = vec![
+                ("node".to_string(), info.addr.clone()),
+                ("state".to_string(), info.tracking().as_str().to_string()),
+                (
+                    "last_reset".to_string(),
+                    info.last_reset().unwrap_or_else(|| "none".into()),
+                ),
+            ];
+            s.lane_info.get_or_create(&labels).set(1);
+        }
     }
 
     /// Looks up a GET of `key`: a local hit, or an upstream read to wait for. A read that is
@@ -454,28 +530,41 @@ impl Cache {
             return Lookup::Hit(e.value.clone());
         }
         core.stats.misses.inc();
-        if let Some(f) = core.fills.get(key) {
+        if let Some(f) = core.fills.get(key)
+            && core.joinable(&f, now)
+        {
             core.stats.coalesced.inc();
             return Lookup::Wait(f.waiter());
         }
         let key = Bytes::copy_from_slice(key);
-        let fill = match core.fills.entry(key.clone()) {
+        let new_fill = || {
+            let lane = self.lane(node).filter(|l| core.admit(hash, &l.info));
+            let via = lane.as_ref().map_or(conn, |l| &l.conn).clone();
+            let fill = Fill::new(now, lane.as_ref().map(|l| l.info.clone()), Some(via));
+            (fill, lane)
+        };
+        let (fill, lane) = match core.fills.entry(key.clone()) {
             // Another client started a read in between.
-            MapEntry::Occupied(o) => {
+            MapEntry::Occupied(o) if core.joinable(o.get(), now) => {
                 core.stats.coalesced.inc();
                 return Lookup::Wait(o.get().waiter());
             }
+            // A read sent too long ago (stuck behind a dead connection, say) is not joined:
+            // a new one takes its place, and the old one can no longer insert.
+            MapEntry::Occupied(mut o) => {
+                let (fill, lane) = new_fill();
+                o.insert(fill.clone());
+                (fill, lane)
+            }
             MapEntry::Vacant(v) => {
-                let lane = self.lane(node);
-                let hot = core.admit(hash, &lane.state);
-                let fill = Fill::new(now, hot.then(|| lane.state.clone()));
+                let (fill, lane) = new_fill();
                 v.insert(fill.clone());
-                fill
+                (fill, lane)
             }
         };
         let rx = fill.waiter();
-        if fill.lane.is_some() {
-            self.start_fill(key, fill, node);
+        if let Some(lane) = lane {
+            self.start_fill(key, fill, &lane);
         } else if lead {
             core.stats.reads.inc();
             return Lookup::Lead(Lead {
@@ -503,7 +592,7 @@ impl Cache {
     }
 
     /// Sends a tracked fill for `key` over the lane.
-    fn start_fill(&self, key: Bytes, fill: Arc<Fill>, node: Option<&str>) {
+    fn start_fill(&self, key: Bytes, fill: Arc<Fill>, lane: &LaneHandle) {
         self.core.stats.fills.inc();
         let mut req = BytesMut::new();
         encode_request(&[b"MULTI"], &mut req);
@@ -517,24 +606,30 @@ impl Cache {
             tracked: true,
         };
         let reply = ReplyTo::Call(Box::new(move |r| done.run(r)));
-        self.lane(node).conn.try_send_to(req.freeze(), 4, reply);
+        lane.conn.try_send_to(req.freeze(), 4, reply);
     }
 
     /// Starts a background refresh of `key` unless a read is already in flight.
     fn refresh(&self, key: &[u8], node: Option<&str>) {
         let core = &self.core;
         let key = Bytes::copy_from_slice(key);
-        let lane = self.lane(node);
+        let Some(lane) = self.lane(node) else {
+            return;
+        };
         let fill = match core.fills.entry(key.clone()) {
             MapEntry::Occupied(_) => return,
             MapEntry::Vacant(v) => {
-                let fill = Fill::new(Instant::now(), Some(lane.state.clone()));
+                let fill = Fill::new(
+                    Instant::now(),
+                    Some(lane.info.clone()),
+                    Some(lane.conn.clone()),
+                );
                 v.insert(fill.clone());
                 fill
             }
         };
         core.stats.refreshes.inc();
-        self.start_fill(key, fill, node);
+        self.start_fill(key, fill, &lane);
     }
 
     /// Local hits for an MGET: one slot per key, `None` where the key is not cached. Counts
@@ -574,15 +669,8 @@ impl Cache {
     /// now: a PING sent on it is answered after every invalidation already queued. Used after
     /// scripts, which may write keys they did not declare, so their writes are read back.
     pub async fn sync_lane(&self, deadline: Option<Duration>) {
-        let lanes: Vec<Arc<LaneHandle>> = self
-            .lanes
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-            .cloned()
-            .collect();
-        for lane in lanes {
-            if Tracking::from_u8(lane.state.load(Ordering::Relaxed)) != Tracking::On {
+        for lane in self.lanes.all() {
+            if lane.info.tracking() != Tracking::On {
                 continue;
             }
             let mut ping = BytesMut::new();
@@ -613,28 +701,47 @@ impl Cache {
             .collect()
     }
 
-    /// State of the tracking lane.
+    /// State of the tracking lanes taken together: `Partial` when some of several are down.
     pub fn tracking(&self) -> Tracking {
-        let lanes = self.lanes.lock().unwrap_or_else(|p| p.into_inner());
-        let states: Vec<Tracking> = lanes
-            .values()
-            .map(|l| Tracking::from_u8(l.state.load(Ordering::Relaxed)))
-            .collect();
-        if states.is_empty() || states.contains(&Tracking::Down) {
-            Tracking::Down
-        } else if states.contains(&Tracking::Fallback) {
-            Tracking::Fallback
-        } else {
-            Tracking::On
-        }
+        let states: Vec<Tracking> = self.lanes.all().iter().map(|l| l.info.tracking()).collect();
+        lane::aggregate(&states)
     }
 
-    /// `name:value` lines for INFO's `# Cache` section and `CORRAL CACHE STATS`.
-    pub fn stats(&self) -> Vec<(&'static str, String)> {
+    /// `name:value` lines for INFO's `# Cache` section and `CORRAL CACHE STATS`; each lane
+    /// gets a `cache_lane<N>` line (`node=..,state=..,resets=..,last_reset=..`), by address.
+    pub fn stats(&self) -> Vec<(String, String)> {
         let s = &self.core.stats;
         let st = &self.core.store;
-        vec![
-            ("cache_tracking", self.tracking().as_str().to_string()),
+        let lanes = self.lanes.all();
+        let states: Vec<Tracking> = lanes.iter().map(|l| l.info.tracking()).collect();
+        let down = states.iter().filter(|t| **t == Tracking::Down).count();
+        let mut out: Vec<(&str, String)> = vec![
+            (
+                "cache_tracking",
+                lane::aggregate(&states).as_str().to_string(),
+            ),
+            (
+                "cache_stale_window_ms",
+                self.health.window().as_millis().to_string(),
+            ),
+            (
+                "cache_lane_check_ms",
+                self.health.check.as_millis().to_string(),
+            ),
+            (
+                "cache_lane_deadline_ms",
+                self.health.deadline.as_millis().to_string(),
+            ),
+            ("cache_lanes", lanes.len().to_string()),
+            ("cache_lanes_down", down.to_string()),
+            (
+                "cache_lane_resets",
+                lanes
+                    .iter()
+                    .map(|l| l.info.resets())
+                    .sum::<u64>()
+                    .to_string(),
+            ),
             ("cache_hits", s.hits.get().to_string()),
             ("cache_misses", s.misses.get().to_string()),
             ("cache_coalesced", s.coalesced.get().to_string()),
@@ -653,19 +760,44 @@ impl Cache {
             ("cache_entries", st.len().to_string()),
             ("cache_bytes", st.bytes().to_string()),
             ("cache_inflight_reads", self.core.fills.len().to_string()),
-        ]
+        ];
+        let mut out: Vec<(String, String)> =
+            out.drain(..).map(|(k, v)| (k.to_string(), v)).collect();
+        for (i, l) in lanes.iter().enumerate() {
+            let info = &l.info;
+            // INFO values are `key=value` lists split on commas: keep the cause free of them.
+            let cause = info
+                .last_reset()
+                .unwrap_or_else(|| "none".into())
+                .replace([',', '\r', '\n'], " ");
+            out.push((
+                format!("cache_lane{i}"),
+                format!(
+                    "node={},state={},resets={},last_reset={cause}",
+                    info.addr,
+                    info.tracking().as_str(),
+                    info.resets(),
+                ),
+            ));
+        }
+        out
     }
 }
 
 impl Core {
     /// Hot enough to keep, and not one whose recent entries were invalidated before they
     /// served anything (written about as often as read).
-    fn admit(&self, hash: u64, lane: &AtomicU8) -> bool {
-        if Tracking::from_u8(lane.load(Ordering::Relaxed)) == Tracking::Down {
+    fn admit(&self, hash: u64, lane: &LaneState) -> bool {
+        if lane.tracking() == Tracking::Down {
             return false;
         }
         let reads = self.reads.estimate(hash);
         reads >= self.hot_threshold && self.wasted.estimate(hash) < MAX_WASTED_FILLS
+    }
+
+    /// Whether a GET arriving `now` may wait for `fill` rather than start its own read.
+    fn joinable(&self, fill: &Fill, now: Instant) -> bool {
+        now.saturating_duration_since(fill.started) < self.join_bound
     }
 
     /// XFetch: refresh with a probability that grows as expiry nears, earlier for keys whose
@@ -733,9 +865,7 @@ impl Core {
     /// Stores the value if `fill` is still the key's current read, i.e. no invalidation came
     /// since it was sent.
     fn insert_if_current(&self, key: &Bytes, fill: &Arc<Fill>, pttl: i64, value: &Value) {
-        let tracking = fill.lane.as_ref().map_or(Tracking::Down, |l| {
-            Tracking::from_u8(l.load(Ordering::Relaxed))
-        });
+        let tracking = fill.lane.as_ref().map_or(Tracking::Down, |l| l.tracking());
         let cacheable = match value {
             Value::Error(_) => false,
             v if v.size() > self.max_value => {
@@ -766,63 +896,6 @@ impl Core {
     }
 }
 
-/// A tracking lane's observer: applies invalidation pushes and connection changes.
-#[derive(Debug)]
-struct Lane {
-    core: Arc<Core>,
-    state: Arc<AtomicU8>,
-}
-
-impl LinkObserver for Lane {
-    fn up(&self, tracking: bool) {
-        self.core.flush();
-        let state = if tracking {
-            info!("cache tracking connection up");
-            Tracking::On
-        } else {
-            warn!(
-                ttl_ms = self.core.fallback_ttl.as_millis() as u64,
-                "upstream refused CLIENT TRACKING: cache entries are bounded by fallback_ttl_ms and may be stale that long"
-            );
-            Tracking::Fallback
-        };
-        self.state.store(state as u8, Ordering::Relaxed);
-    }
-
-    fn down(&self) {
-        self.state.store(Tracking::Down as u8, Ordering::Relaxed);
-        self.core.flush();
-    }
-
-    fn push(&self, frame: &[u8]) {
-        use redis_protocol::resp3::types::OwnedFrame as F;
-        let decoded = redis_protocol::resp3::decode::complete::decode(frame);
-        let Ok(Some((F::Push { data, .. }, _))) = decoded else {
-            debug!("undecodable push on tracking connection");
-            return;
-        };
-        let core = &self.core;
-        match data.as_slice() {
-            [F::BlobString { data: kind, .. }, keys] if kind.as_slice() == b"invalidate" => {
-                match keys {
-                    F::Array { data: keys, .. } => {
-                        for k in keys {
-                            if let F::BlobString { data: k, .. } = k {
-                                core.invalidate(k);
-                                core.stats.invalidations.inc();
-                            }
-                        }
-                    }
-                    // FLUSHALL/FLUSHDB anywhere, or tracking table overflow.
-                    F::Null => core.flush(),
-                    _ => debug!("unexpected invalidate payload"),
-                }
-            }
-            _ => debug!("ignored push on tracking connection"),
-        }
-    }
-}
-
 async fn decay_hot_keys(core: Arc<Core>, shutdown: CancellationToken) {
     let mut tick = tokio::time::interval(Duration::from_secs(10));
     loop {
@@ -840,6 +913,7 @@ async fn decay_hot_keys(core: Arc<Core>, shutdown: CancellationToken) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::upstream::LinkObserver;
 
     fn core() -> Core {
         Core {
@@ -855,19 +929,20 @@ mod tests {
             max_age: Duration::from_secs(60),
             fallback_ttl: Duration::from_secs(1),
             beta: 1.0,
+            join_bound: Duration::from_secs(5),
         }
     }
 
-    fn lane_on() -> Arc<AtomicU8> {
-        Arc::new(AtomicU8::new(Tracking::On as u8))
+    fn lane_on() -> Arc<LaneState> {
+        Arc::new(LaneState::new("test", Tracking::On))
     }
 
     fn fill(c: &Core, key: &'static [u8]) -> Arc<Fill> {
         fill_on(c, key, lane_on())
     }
 
-    fn fill_on(c: &Core, key: &'static [u8], lane: Arc<AtomicU8>) -> Arc<Fill> {
-        let f = Fill::new(Instant::now(), Some(lane));
+    fn fill_on(c: &Core, key: &'static [u8], lane: Arc<LaneState>) -> Arc<Fill> {
+        let f = Fill::new(Instant::now(), Some(lane), None);
         c.fills.insert(Bytes::from_static(key), f.clone());
         f
     }
@@ -925,16 +1000,17 @@ mod tests {
         let err = b"+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n:-1\r\n-WRONGTYPE x\r\n";
         c.complete_fill(&Bytes::from_static(b"e"), &f, Ok(Bytes::from_static(err)));
         assert!((c.store.len() == 0));
-        let f = fill_on(&c, b"k", Arc::new(AtomicU8::new(Tracking::Down as u8)));
+        let f = fill_on(&c, b"k", Arc::new(LaneState::new("test", Tracking::Down)));
         c.complete_fill(&Bytes::from_static(b"k"), &f, Ok(Bytes::from_static(REPLY)));
         assert!((c.store.len() == 0));
     }
 
     #[test]
     fn invalidation_push_removes_keys_and_null_flushes() {
-        let lane = Lane {
+        let lane = lane::Lane {
             core: Arc::new(core()),
-            state: lane_on(),
+            info: lane_on(),
+            stop: CancellationToken::new(),
         };
         for k in [&b"a"[..], b"b"] {
             let e = Entry::new(
@@ -949,6 +1025,39 @@ mod tests {
         assert!(lane.core.store.contains(b"b"));
         lane.push(b">2\r\n$10\r\ninvalidate\r\n_\r\n");
         assert!((lane.core.store.len() == 0));
+    }
+
+    #[test]
+    fn a_lost_lane_drops_every_entry_and_records_why() {
+        let lane = lane::Lane {
+            core: Arc::new(core()),
+            info: lane_on(),
+            stop: CancellationToken::new(),
+        };
+        let e = Entry::new(
+            Value::Nil,
+            Instant::now() + Duration::from_secs(60),
+            Duration::ZERO,
+        );
+        lane.core.store.insert(Bytes::from_static(b"a"), e);
+        lane.down("no reply to a health-check PING within 500 ms");
+        assert_eq!(lane.core.store.len(), 0);
+        assert_eq!(lane.info.tracking(), Tracking::Down);
+        assert_eq!(lane.info.resets(), 1);
+        assert!(lane.info.last_reset().unwrap().contains("PING"));
+        // Stopped on purpose (dropped with the topology, shutdown): not a reset.
+        lane.stop.cancel();
+        lane.down("shutting down");
+        assert_eq!(lane.info.resets(), 1);
+    }
+
+    #[test]
+    fn reads_older_than_the_bound_are_not_joined() {
+        let c = core();
+        let fresh = Fill::new(Instant::now(), None, None);
+        assert!(c.joinable(&fresh, Instant::now()));
+        let later = Instant::now() + Duration::from_secs(6);
+        assert!(!c.joinable(&fresh, later));
     }
 
     #[test]

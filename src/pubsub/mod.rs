@@ -292,7 +292,7 @@ impl LinkObserver for Observer {
         let _ = self.ups.try_send(());
     }
 
-    fn down(&self) {}
+    fn down(&self, _cause: &str) {}
 
     fn push(&self, frame: &[u8]) {
         use redis_protocol::resp3::types::BytesFrame as F;

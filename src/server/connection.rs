@@ -568,7 +568,7 @@ impl Conn {
             };
             if let Some(pin) = &mut self.pin {
                 pin.dirty |= !matches!(route, Route::Forward(_) | Route::Blocking | Route::Info);
-                pin.tx_writes.append(&mut queued_writes);
+                pin.tx_writes.add(&mut queued_writes);
                 if let Some(db) = select {
                     pin.queued_selects.push((db, pin.queued));
                 }
@@ -685,7 +685,7 @@ impl Conn {
                     && pin.in_multi
                 {
                     // The queued writes run now: invalidate them again once EXEC is answered.
-                    self.writes.keys.append(&mut pin.tx_writes);
+                    self.writes.exec(&mut pin.tx_writes);
                 }
                 Pending::Tx {
                     tx,

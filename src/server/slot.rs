@@ -183,11 +183,19 @@ impl Conn {
             Slot::Ready(b) => self.wbuf.extend_from_slice(&b),
             Slot::Value(v) => v.encode(self.session.proto, &mut self.wbuf),
             Slot::Fill { rx, key } => {
+                let tracked = rx.tracked();
                 let result = self.wait_fill(rx).await;
                 // In cluster mode a read can meet a slot on the move (MOVED/ASK, or a fill's
                 // EXEC aborted by one): answer through the routing path, uncached.
                 if self.shared.upstream.cluster.is_some() && redirected(&result) {
                     let reply = self.routed_get(&key).await;
+                    self.wbuf.extend_from_slice(&reply);
+                    return;
+                }
+                // A fill lost with its tracking lane (dead, reset): the client's own
+                // connection may be fine, so it reads the key there, uncached.
+                if tracked && result.is_err() {
+                    let reply = self.plain_get(&key).await;
                     self.wbuf.extend_from_slice(&reply);
                     return;
                 }
@@ -420,17 +428,31 @@ impl Conn {
         }
         let wait = rx.wait();
         match self.shared.upstream.request_timeout {
-            Some(d) => timeout(d, wait).await.unwrap_or_else(|_| {
-                Err(UpstreamError::Timeout {
-                    addr: self
-                        .shared
-                        .upstream
-                        .conn(self.session.proto, self.session.id)
-                        .addr()
-                        .to_string(),
-                })
-            }),
+            Some(d) => match timeout(d, wait).await {
+                Ok(r) => r,
+                Err(_) => Err(rx.timed_out()),
+            },
             None => wait.await,
+        }
+    }
+
+    /// A GET of `key` over the client's own (database 0) connection: the reply bytes, or the
+    /// error reply.
+    async fn plain_get(&mut self, key: &[u8]) -> Bytes {
+        let conn = self
+            .shared
+            .upstream
+            .conn(self.session.proto, self.session.id)
+            .clone();
+        let mut req = bytes::BytesMut::new();
+        crate::resp::request::encode_request(&[b"GET", key], &mut req);
+        let rx = conn.send(req.freeze(), 1).await;
+        match self.wait(rx, &conn).await {
+            Ok(b) => b,
+            Err(e) => {
+                self.shared.metrics.upstream_errors.inc();
+                e.to_reply()
+            }
         }
     }
 

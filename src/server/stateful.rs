@@ -7,6 +7,7 @@ use bytes::{Bytes, BytesMut};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
+use super::cached::TxWrites;
 use super::connection::Conn;
 use super::slot::{AfterAck, Blocking, Slot};
 use crate::commands::Tx;
@@ -24,7 +25,7 @@ pub(super) struct Pin {
     /// Something changed the connection's state beyond a transaction: do not reuse it.
     pub(super) dirty: bool,
     /// Keys written by commands queued in MULTI, invalidated again after EXEC.
-    pub(super) tx_writes: Vec<Bytes>,
+    pub(super) tx_writes: TxWrites,
     /// Commands queued since MULTI.
     pub(super) queued: usize,
     /// SELECTs queued in MULTI: (database, position in the transaction). At EXEC the client
@@ -49,7 +50,7 @@ impl Conn {
                         in_multi: false,
                         watching: false,
                         dirty: false,
-                        tx_writes: Vec::new(),
+                        tx_writes: TxWrites::default(),
                         queued: 0,
                         queued_selects: Vec::new(),
                     });
@@ -191,7 +192,7 @@ impl Conn {
                     in_multi: true,
                     watching: false,
                     dirty: false,
-                    tx_writes: Vec::new(),
+                    tx_writes: TxWrites::default(),
                     queued: 1,
                     queued_selects: Vec::new(),
                 });

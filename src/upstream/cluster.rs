@@ -42,6 +42,8 @@ pub struct ClusterUpstream {
     read_from: ReadFrom,
     /// Bumped whenever the slot map changes: what was learnt from the old one may be stale.
     epoch: std::sync::atomic::AtomicU64,
+    /// Tells watchers (the cache's tracking lanes) that the epoch changed.
+    epoch_tx: tokio::sync::watch::Sender<u64>,
 }
 
 impl ClusterUpstream {
@@ -66,6 +68,7 @@ impl ClusterUpstream {
             shutdown,
             read_from,
             epoch: std::sync::atomic::AtomicU64::new(0),
+            epoch_tx: tokio::sync::watch::Sender::new(0),
         });
         tokio::spawn(refresh_loop(c.clone(), refresh_every));
         c
@@ -80,6 +83,19 @@ impl ClusterUpstream {
     /// Changes whenever the slot map changes (a refresh found another map, or a MOVED).
     pub fn epoch(&self) -> u64 {
         self.epoch.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Wakes up when [`ClusterUpstream::epoch`] changes, to follow the set of masters.
+    pub fn watch_epoch(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.epoch_tx.subscribe()
+    }
+
+    fn bump_epoch(&self) {
+        let e = self
+            .epoch
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            .wrapping_add(1);
+        self.epoch_tx.send_replace(e);
     }
 
     /// The current slot map.
@@ -98,9 +114,8 @@ impl ClusterUpstream {
         let mut map = (**guard).clone();
         map.apply_moved(slot, addr);
         *guard = Arc::new(map);
-        self.epoch
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         drop(guard);
+        self.bump_epoch();
         self.request_refresh();
     }
 
@@ -244,8 +259,6 @@ impl ClusterUpstream {
     fn install(&self, map: SlotMap) {
         let changed = *self.map() != map;
         if changed {
-            self.epoch
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             info!(
                 masters = map.masters().count(),
                 covered = map.covered(),
@@ -269,6 +282,11 @@ impl ClusterUpstream {
         };
         let mut nodes = self.nodes.lock().unwrap_or_else(|p| p.into_inner());
         nodes.retain(|a, pool| role(a) == Some(pool.readonly));
+        drop(nodes);
+        // Announced once the new map is in place, so watchers read the new masters.
+        if changed {
+            self.bump_epoch();
+        }
     }
 }
 

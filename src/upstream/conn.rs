@@ -5,6 +5,12 @@
 //! so the task hands each job the contiguous slice of the read buffer that holds its replies.
 //! The task reconnects with jittered exponential backoff; while the upstream is unreachable,
 //! jobs fail at once instead of waiting.
+//!
+//! A connection that reconnects is also checked for life ([`Health`]): after `check` without a
+//! byte from the upstream and with nothing outstanding, the task sends its own `PING` (whose
+//! reply it consumes); no byte within `deadline` of it means the connection is half-open (a
+//! NAT or firewall dropped the flow, the peer is gone without a FIN), so it is dropped, its
+//! in-flight jobs get `timed out`, and a new one is made.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -80,8 +86,9 @@ pub struct Job {
 pub trait LinkObserver: Send + Sync + std::fmt::Debug {
     /// A connection is up; `tracking` says whether `CLIENT TRACKING ON` succeeded.
     fn up(&self, tracking: bool);
-    /// The connection is gone: anything learnt through it may have missed invalidations.
-    fn down(&self);
+    /// The connection is gone (`cause` says why): anything learnt through it may have missed
+    /// invalidations.
+    fn down(&self, cause: &str);
     /// A RESP3 push frame arrived (whole frame bytes).
     fn push(&self, frame: &[u8]);
 }
@@ -112,6 +119,32 @@ pub struct ConnSettings {
     pub reconnect: bool,
     /// Send READONLY after the handshake: reads on a cluster replica.
     pub readonly: bool,
+    /// Liveness checks; only for connections that reconnect (a dedicated connection may be
+    /// inside MULTI, where a PING would be queued into the client's transaction).
+    pub health: Option<Health>,
+}
+
+/// How a long-lived connection is checked for life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Health {
+    /// Quiet time (no byte from the upstream, nothing outstanding) before corral sends a PING.
+    pub check: Duration,
+    /// How long a PING may go unanswered (no byte at all arrives) before the connection counts
+    /// as dead.
+    pub deadline: Duration,
+    /// Outstanding requests are held to the same bound as a PING: dead once nothing arrived
+    /// for `check` and then `deadline` more while something is outstanding. For the cache's
+    /// tracking lanes, whose requests are tiny fills and whose silence could hide missed
+    /// invalidations; shared connections leave their requests to the request timeout, since
+    /// a client's slow command is not a dead connection.
+    pub strict: bool,
+}
+
+impl Health {
+    /// The longest a dead connection can go unnoticed after its last sign of life.
+    pub fn window(&self) -> Duration {
+        self.check + self.deadline
+    }
 }
 
 /// Handle to a connection task; cheap to clone.
@@ -250,15 +283,17 @@ async fn run(
                 if let Some(o) = &observer {
                     o.up(tracking);
                 }
-                let mut link = Link::new(&s.addr, observer.clone());
-                let cause = tokio::select! {
+                let health = if s.reconnect { s.health } else { None };
+                let mut link = Link::new(&s.addr, observer.clone(), health);
+                let end = tokio::select! {
                     r = link.serve(stream, &mut rx) => r,
-                    _ = reset.notified() => "reset after a request timed out".to_string(),
-                    _ = shutdown.cancelled() => "shutting down".to_string(),
+                    _ = reset.notified() => End::timed_out("reset after a request timed out"),
+                    _ = shutdown.cancelled() => End::lost("shutting down"),
                 };
-                link.fail_all(&cause);
+                link.fail_all(&end);
+                let cause = end.cause;
                 if let Some(o) = &observer {
-                    o.down();
+                    o.down(&cause);
                 }
                 status.lost();
                 status.disconnected(&cause);
@@ -355,7 +390,35 @@ struct Waiter {
     /// Replies already received, when a push frame split them (never on shared connections in
     /// practice, since they do not subscribe or track).
     partial: BytesMut,
+    /// corral's own health-check PING: its reply is consumed here, never handed to a client.
+    probe: bool,
 }
+
+/// Why a live connection ended.
+struct End {
+    cause: String,
+    /// No reply came in time: in-flight jobs get `timed out` rather than `connection lost`.
+    timed_out: bool,
+}
+
+impl End {
+    fn lost(cause: impl Into<String>) -> End {
+        End {
+            cause: cause.into(),
+            timed_out: false,
+        }
+    }
+
+    fn timed_out(cause: impl Into<String>) -> End {
+        End {
+            cause: cause.into(),
+            timed_out: true,
+        }
+    }
+}
+
+/// The encoded health-check request.
+const PING: &[u8] = b"*1\r\n$4\r\nPING\r\n";
 
 /// State of one live connection.
 struct Link {
@@ -367,10 +430,18 @@ struct Link {
     /// Start of the next frame in `rbuf`, relative to its front.
     frame_start: usize,
     observer: Option<Arc<dyn LinkObserver>>,
+    health: Option<Health>,
+    /// When the last bytes arrived (or the connection was made): the last sign of life.
+    last_rx: Instant,
+    /// When `inflight` last went from empty to non-empty.
+    busy_since: Instant,
+    /// When the outstanding health-check PING was sent.
+    probe_sent: Option<Instant>,
 }
 
 impl Link {
-    fn new(addr: &str, observer: Option<Arc<dyn LinkObserver>>) -> Self {
+    fn new(addr: &str, observer: Option<Arc<dyn LinkObserver>>, health: Option<Health>) -> Self {
+        let now = Instant::now();
         Link {
             observer,
             addr: addr.to_string(),
@@ -379,14 +450,69 @@ impl Link {
             wbuf: BytesMut::with_capacity(READ_CHUNK),
             scanner: ReplyScanner::new(),
             frame_start: 0,
+            health,
+            last_rx: now,
+            busy_since: now,
+            probe_sent: None,
         }
+    }
+
+    /// Runs the health check due now: sends a PING on a quiet idle connection, or declares
+    /// the connection dead. Returns when to look again. Activity only ever moves the next
+    /// check later, so the timer is not touched on the hot path: it fires, and this works
+    /// out from the current state whether anything is due yet.
+    fn check_health(&mut self, h: Health, now: Instant) -> Result<Instant, End> {
+        let ms = |d: Duration| d.as_millis();
+        if let Some(sent) = self.probe_sent {
+            let due = sent.max(self.last_rx) + h.deadline;
+            if now >= due {
+                return Err(End::timed_out(format!(
+                    "no reply to a health-check PING within {} ms",
+                    ms(h.deadline)
+                )));
+            }
+            return Ok(due);
+        }
+        if self.inflight.is_empty() {
+            let due = self.last_rx + h.check;
+            if now < due {
+                return Ok(due);
+            }
+            self.wbuf.extend_from_slice(PING);
+            self.busy_since = now;
+            self.probe_sent = Some(now);
+            self.inflight.push_back(Waiter {
+                remaining: 1,
+                reply: ReplyTo::Call(Box::new(|_| {})),
+                partial: BytesMut::new(),
+                probe: true,
+            });
+            return Ok(now + h.deadline);
+        }
+        if h.strict {
+            let due = (self.last_rx + h.check).max(self.busy_since) + h.deadline;
+            if now >= due {
+                return Err(End::timed_out(format!(
+                    "no reply within {} ms",
+                    ms(h.check + h.deadline)
+                )));
+            }
+            return Ok(due);
+        }
+        // Busy shared connection: its requests are bounded by the request timeout.
+        Ok(now + h.check)
     }
 
     /// Moves jobs to the socket and replies to their senders until the connection fails;
     /// returns why. Reads and writes proceed independently, so a large pipelined write can
     /// never deadlock against a large reply.
-    async fn serve(&mut self, mut stream: TcpStream, rx: &mut mpsc::Receiver<Job>) -> String {
+    async fn serve(&mut self, mut stream: TcpStream, rx: &mut mpsc::Receiver<Job>) -> End {
         let (mut rd, mut wr) = stream.split();
+        let health = self.health;
+        // Without health checks the timer branch is disabled and never polled.
+        let first = health.map_or(Duration::from_secs(86_400), |h| h.check);
+        let timer = sleep_until(Instant::now() + first);
+        tokio::pin!(timer);
         loop {
             if self.rbuf.capacity() - self.rbuf.len() < READ_CHUNK / 4 {
                 self.rbuf.reserve(READ_CHUNK);
@@ -394,17 +520,31 @@ impl Link {
             tokio::select! {
                 biased;
                 r = rd.read_buf(&mut self.rbuf) => match r {
-                    Ok(0) => return "closed by upstream".into(),
+                    Ok(0) => return End::lost("closed by upstream"),
                     Ok(_) => {
+                        if health.is_some() {
+                            self.last_rx = Instant::now();
+                        }
                         if let Err(e) = self.deliver() {
-                            return e;
+                            return End::lost(e);
                         }
                     }
-                    Err(e) => return e.to_string(),
+                    Err(e) => return End::lost(e.to_string()),
                 },
                 r = wr.write_buf(&mut self.wbuf), if !self.wbuf.is_empty() => {
                     if let Err(e) = r {
-                        return e.to_string();
+                        return End::lost(e.to_string());
+                    }
+                }
+                () = &mut timer, if health.is_some() => {
+                    if let Some(h) = health {
+                        match self.check_health(h, Instant::now()) {
+                            Ok(next) => timer.as_mut().reset(next),
+                            Err(end) => {
+                                warn!(upstream = %self.addr, cause = %end.cause, "upstream connection unresponsive");
+                                return end;
+                            }
+                        }
                     }
                 }
                 job = rx.recv(), if self.wbuf.len() < WRITE_BATCH => match job {
@@ -421,7 +561,7 @@ impl Link {
                             }
                         }
                     }
-                    None => return "shutting down".into(),
+                    None => return End::lost("shutting down"),
                 },
             }
         }
@@ -439,10 +579,14 @@ impl Link {
             job.reply.send(Ok(Bytes::new()));
             return;
         }
+        if self.health.is_some() && self.inflight.is_empty() {
+            self.busy_since = Instant::now();
+        }
         self.inflight.push_back(Waiter {
             remaining: job.count,
             reply: job.reply,
             partial: BytesMut::new(),
+            probe: false,
         });
     }
 
@@ -480,6 +624,10 @@ impl Link {
             self.scanner.consumed(frame.end);
             self.frame_start = 0;
             if let Some(w) = self.inflight.pop_front() {
+                if w.probe {
+                    self.probe_sent = None;
+                    continue;
+                }
                 if !w.partial.is_empty() {
                     let mut all = w.partial;
                     all.extend_from_slice(&bytes);
@@ -491,12 +639,19 @@ impl Link {
         Ok(())
     }
 
-    fn fail_all(&mut self, cause: &str) {
+    fn fail_all(&mut self, end: &End) {
         for w in self.inflight.drain(..) {
-            w.reply.send(Err(UpstreamError::ConnectionLost {
-                addr: self.addr.clone(),
-                cause: cause.to_string(),
-            }));
+            let e = if end.timed_out {
+                UpstreamError::Timeout {
+                    addr: self.addr.clone(),
+                }
+            } else {
+                UpstreamError::ConnectionLost {
+                    addr: self.addr.clone(),
+                    cause: end.cause.clone(),
+                }
+            };
+            w.reply.send(Err(e));
         }
     }
 }

@@ -16,7 +16,7 @@ use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
-pub use conn::{ConnSettings, Job, JobResult, LinkObserver, ReplyTo, UpstreamConn};
+pub use conn::{ConnSettings, Health, Job, JobResult, LinkObserver, ReplyTo, UpstreamConn};
 pub use status::UpstreamStatus;
 pub use url::UpstreamUrl;
 
@@ -147,6 +147,7 @@ impl Upstream {
             db: 0,
             reconnect: true,
             readonly: false,
+            health: Some(cfg.health()),
         })
     }
 
