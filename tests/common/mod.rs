@@ -811,9 +811,14 @@ impl RedisCluster {
     /// One cluster-enabled node. The cluster bus gets its own free port (the default,
     /// port + 10000, may be taken or past 65535); a clash on either port means a retry.
     fn spawn_node() -> RedisServer {
+        Self::spawn_node_with(&[])
+    }
+
+    /// [`RedisCluster::spawn_node`] with extra arguments.
+    fn spawn_node_with(more: &[&str]) -> RedisServer {
         for _ in 0..10 {
             let bus = free_port();
-            let extra: Vec<String> = [
+            let mut extra: Vec<String> = [
                 "--cluster-enabled",
                 "yes",
                 "--cluster-config-file",
@@ -827,6 +832,7 @@ impl RedisCluster {
             .iter()
             .map(|s| s.to_string())
             .collect();
+            extra.extend(more.iter().map(|s| s.to_string()));
             let port = free_port();
             if port != bus
                 && let Some(s) = RedisServer::spawn_on(port, &extra)
@@ -943,6 +949,106 @@ impl RedisCluster {
         }
         // The old master turns into a replica of the new one.
         self.wait_healthy(Duration::from_secs(30));
+    }
+
+    /// Starts one more node and joins it as a master without slots (CLUSTER MEET), waiting
+    /// until every node sees it connected. Give it a slot ([`RedisCluster::move_empty_slot`])
+    /// before waiting for health: a master without slots is not counted. It stays a master
+    /// when it loses its slots (no replica migration), ready for [`RedisCluster::remove_master`].
+    pub fn add_master(&mut self) -> u16 {
+        let node = Self::spawn_node_with(&["--cluster-allow-replica-migration", "no"]);
+        let port = node.port;
+        let first = *self.live_nodes().first().expect("no live node");
+        // The bus port is not port + 10000 here: MEET must be told it.
+        let nodes = reply_text(&sync_cmd(first, &["CLUSTER", "NODES"]));
+        let bus = nodes
+            .lines()
+            .find(|l| l.contains("myself"))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|a| a.split(['@', ',']).nth(1))
+            .expect("bus port in CLUSTER NODES")
+            .to_string();
+        let r = sync_cmd(
+            port,
+            &["CLUSTER", "MEET", "127.0.0.1", &first.to_string(), &bus],
+        );
+        assert_eq!(r, b"+OK\r\n", "CLUSTER MEET: {}", show(&r));
+        self.servers.push(node);
+        self.masters += 1;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !self.live_nodes().into_iter().all(|p| {
+            Self::cluster_nodes(p)
+                .iter()
+                .any(|n| n.port == port && n.connected && !n.is_troubled())
+        }) {
+            assert!(Instant::now() < deadline, "new node {port} never joined");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        port
+    }
+
+    /// Moves `slot`, which must hold no keys, to the master at `dst` (IMPORTING/MIGRATING,
+    /// then SETSLOT NODE on every master, the target first), and waits until every live node
+    /// agrees.
+    pub fn move_empty_slot(&mut self, slot: u16, dst: u16) {
+        let src = self.master_for_slot(slot);
+        let id = |p: u16| reply_text(&sync_cmd(p, &["CLUSTER", "MYID"]));
+        let (src_id, dst_id, s) = (id(src), id(dst), slot.to_string());
+        let ok = |r: Vec<u8>, what: &str| assert_eq!(r, b"+OK\r\n", "{what}: {}", show(&r));
+        ok(
+            sync_cmd(dst, &["CLUSTER", "SETSLOT", &s, "IMPORTING", &src_id]),
+            "SETSLOT IMPORTING",
+        );
+        ok(
+            sync_cmd(src, &["CLUSTER", "SETSLOT", &s, "MIGRATING", &dst_id]),
+            "SETSLOT MIGRATING",
+        );
+        let mut order = vec![dst, src];
+        let port = *self.live_nodes().first().expect("no live node");
+        order.extend(
+            Self::cluster_nodes(port)
+                .iter()
+                .filter(|n| n.is_master() && n.port != dst && n.port != src)
+                .map(|n| n.port),
+        );
+        for p in order {
+            let r = sync_cmd(p, &["CLUSTER", "SETSLOT", &s, "NODE", &dst_id]);
+            ok(r, &format!("SETSLOT NODE on {p}"));
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !self.live_nodes().into_iter().all(|p| {
+            Self::cluster_nodes(p)
+                .iter()
+                .any(|n| n.port == dst && n.slots.iter().any(|&(a, b)| (a..=b).contains(&slot)))
+        }) {
+            assert!(
+                Instant::now() < deadline,
+                "slot {slot} never moved to {dst}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Takes the master at `port`, which must serve no slots, out of the cluster: every other
+    /// node forgets it and it forgets them (CLUSTER RESET), so gossip cannot bring it back.
+    /// The node keeps running, alone; it is returned to the caller.
+    pub fn remove_master(&mut self, port: u16) -> RedisServer {
+        let id = reply_text(&sync_cmd(port, &["CLUSTER", "MYID"]));
+        let at = self
+            .servers
+            .iter()
+            .position(|s| s.port == port)
+            .unwrap_or_else(|| panic!("no node on port {port}"));
+        let node = self.servers.remove(at);
+        self.masters -= 1;
+        for p in self.live_nodes() {
+            let r = sync_cmd(p, &["CLUSTER", "FORGET", &id]);
+            assert_eq!(r, b"+OK\r\n", "CLUSTER FORGET on {p}: {}", show(&r));
+        }
+        let r = sync_cmd(port, &["CLUSTER", "RESET", "HARD"]);
+        assert_eq!(r, b"+OK\r\n", "CLUSTER RESET on {port}: {}", show(&r));
+        self.wait_healthy(Duration::from_secs(30));
+        node
     }
 
     /// Whether every live node says `cluster_state:ok`.
