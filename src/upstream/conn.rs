@@ -458,9 +458,11 @@ impl Link {
     }
 
     /// Runs the health check due now: sends a PING on a quiet idle connection, or declares
-    /// the connection dead. Returns when to look again. Activity only ever moves the next
-    /// check later, so the timer is not touched on the hot path: it fires, and this works
-    /// out from the current state whether anything is due yet.
+    /// the connection dead. Returns when to look again. The timer is not touched on the hot
+    /// path: it fires, and this works out from the current state whether anything is due
+    /// yet. Activity moves every deadline later, except that a busy connection going idle
+    /// owes a PING `check` after its last reply: so a busy connection is looked at again
+    /// within `check`, and the PING is never late.
     fn check_health(&mut self, h: Health, now: Instant) -> Result<Instant, End> {
         let ms = |d: Duration| d.as_millis();
         if let Some(sent) = self.probe_sent {
@@ -497,7 +499,7 @@ impl Link {
                     ms(h.check + h.deadline)
                 )));
             }
-            return Ok(due);
+            return Ok(due.min(now + h.check));
         }
         // Busy shared connection: its requests are bounded by the request timeout.
         Ok(now + h.check)
@@ -653,5 +655,87 @@ impl Link {
             };
             w.reply.send(Err(e));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn health(strict: bool) -> Health {
+        Health {
+            check: Duration::from_millis(500),
+            deadline: Duration::from_millis(300),
+            strict,
+        }
+    }
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    fn busy(link: &mut Link, at: Instant) {
+        link.busy_since = at;
+        link.inflight.push_back(Waiter {
+            remaining: 1,
+            reply: ReplyTo::Call(Box::new(|_| {})),
+            partial: BytesMut::new(),
+            probe: false,
+        });
+    }
+
+    #[test]
+    fn a_quiet_idle_connection_gets_a_ping_then_dies_without_a_reply() {
+        let h = health(false);
+        let mut link = Link::new("x:1", None, Some(h));
+        let t0 = link.last_rx;
+        assert_eq!(link.check_health(h, t0 + ms(100)).ok(), Some(t0 + ms(500)));
+        assert!(link.wbuf.is_empty());
+        let next = link.check_health(h, t0 + ms(500)).ok();
+        assert_eq!(next, Some(t0 + ms(800)));
+        assert_eq!(&link.wbuf[..], PING);
+        assert!(link.inflight.front().is_some_and(|w| w.probe));
+        // Any byte is a sign of life and moves the deadline.
+        link.last_rx = t0 + ms(700);
+        assert_eq!(link.check_health(h, t0 + ms(800)).ok(), Some(t0 + ms(1000)));
+        let end = link.check_health(h, t0 + ms(1000)).expect_err("dead");
+        assert!(end.timed_out && end.cause.contains("PING"), "{}", end.cause);
+    }
+
+    #[test]
+    fn the_probe_reply_is_consumed_not_delivered() {
+        let h = health(false);
+        let mut link = Link::new("x:1", None, Some(h));
+        let t0 = link.last_rx;
+        link.check_health(h, t0 + ms(500)).ok();
+        link.rbuf.extend_from_slice(b"+PONG\r\n");
+        link.deliver().expect("deliver");
+        assert!(link.inflight.is_empty() && link.probe_sent.is_none());
+        // The next reply is not taken for the probe's: there is no waiter for it.
+        link.rbuf.extend_from_slice(b"+PONG\r\n");
+        assert!(link.deliver().is_err());
+    }
+
+    #[test]
+    fn busy_shared_connections_are_left_to_the_request_timeout() {
+        let h = health(false);
+        let mut link = Link::new("x:1", None, Some(h));
+        let t0 = link.last_rx;
+        busy(&mut link, t0);
+        assert!(link.check_health(h, t0 + ms(60_000)).is_ok());
+        assert!(link.wbuf.is_empty());
+    }
+
+    #[test]
+    fn a_strict_connection_dies_when_a_request_goes_unanswered() {
+        let h = health(true);
+        let mut link = Link::new("x:1", None, Some(h));
+        let t0 = link.last_rx;
+        busy(&mut link, t0 + ms(100));
+        // Looked at again within `check`, so a PING owed after going idle is never late.
+        assert_eq!(link.check_health(h, t0 + ms(150)).ok(), Some(t0 + ms(650)));
+        assert!(link.check_health(h, t0 + ms(799)).is_ok());
+        let end = link.check_health(h, t0 + ms(800)).expect_err("dead");
+        assert!(end.timed_out);
     }
 }
