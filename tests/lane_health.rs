@@ -304,28 +304,31 @@ async fn half_open_pubsub_connection_is_replaced_and_messages_flow_again() {
     proxy.stop().await;
 }
 
+/// Runs `f` on a thread and runtime of its own, so a test client's work (decoding megabytes
+/// of replies) does not compete with the proxy for its worker threads.
+fn on_own_thread<T: Send + 'static>(
+    f: impl std::future::Future<Output = T> + Send + 'static,
+) -> std::thread::JoinHandle<T> {
+    std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("client runtime")
+            .block_on(f)
+    })
+}
+
 /// One client pipelines a huge write and many GETs; another client's PINGs keep being
 /// answered (the delay is printed, not asserted) and every reply is right.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_huge_write_pipelined_with_gets_does_not_starve_others() {
     let redis = RedisServer::start();
     let proxy = TestProxy::start(&redis.url()).await;
-    let mut a = connect(proxy.addr).await;
-    let mut setup = Vec::new();
-    for i in 0..1000 {
-        setup.extend(encode(&[
-            b"SET",
-            format!("o{i}").as_bytes(),
-            format!("v{i}").as_bytes(),
-        ]));
-    }
-    a.pipeline(&setup, 64 * 1024, 1000).await;
-
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let pinger = {
         let stop = stop.clone();
         let addr = proxy.addr;
-        tokio::spawn(async move {
+        on_own_thread(async move {
             let mut b = connect(addr).await;
             let mut worst = Duration::ZERO;
             let mut n = 0u64;
@@ -338,7 +341,34 @@ async fn a_huge_write_pipelined_with_gets_does_not_starve_others() {
             (worst, n)
         })
     };
+    let heavy = on_own_thread(huge_pipelines(proxy.addr));
+    tokio::task::spawn_blocking(move || heavy.join())
+        .await
+        .expect("join")
+        .expect("the pipelining client failed");
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (worst, n) = tokio::task::spawn_blocking(move || pinger.join())
+        .await
+        .expect("join")
+        .expect("the pinging client failed");
+    assert!(n > 0, "the other client's PINGs were never answered");
+    eprintln!("another client's PING meanwhile: {n} answered, slowest {worst:?}");
+    proxy.stop().await;
+}
 
+/// DEL of 50,000 keys then 1,000 GETs; MSET of 100,000 keys, GETs and an MGET of them, DEL
+/// of them all, GETs and an MGET again; every reply checked.
+async fn huge_pipelines(addr: std::net::SocketAddr) {
+    let mut a = connect(addr).await;
+    let mut setup = Vec::new();
+    for i in 0..1000 {
+        setup.extend(encode(&[
+            b"SET",
+            format!("o{i}").as_bytes(),
+            format!("v{i}").as_bytes(),
+        ]));
+    }
+    a.pipeline(&setup, 64 * 1024, 1000).await;
     let keys = |prefix: &str, n: usize| -> Vec<Vec<u8>> {
         (0..n)
             .map(|i| format!("{prefix}{i}").into_bytes())
@@ -360,7 +390,6 @@ async fn a_huge_write_pipelined_with_gets_does_not_starve_others() {
         }
     };
 
-    // DEL of 50,000 keys, then 1,000 GETs of other keys.
     let start = Instant::now();
     let mut p = cmd(b"DEL", &keys("d", 50_000));
     gets(&mut p);
@@ -369,7 +398,6 @@ async fn a_huge_write_pipelined_with_gets_does_not_starve_others() {
     check_gets(&r[1..]);
     eprintln!("DEL 50k + 1,000 GETs: {:?}", start.elapsed());
 
-    // MSET of 100,000 keys, GETs and an MGET of them, DEL of them all, GETs and an MGET again.
     let start = Instant::now();
     let big = keys("b", 100_000);
     let mut mset: Vec<Vec<u8>> = Vec::with_capacity(200_000);
@@ -413,12 +441,6 @@ async fn a_huge_write_pipelined_with_gets_does_not_starve_others() {
     assert_eq!(r[2003], nils, "MGET after DEL");
     check_gets(&r[2004..]);
     eprintln!("MSET/DEL 100k with GETs and MGETs: {:?}", start.elapsed());
-
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let (worst, n) = pinger.await.expect("pinger");
-    assert!(n > 0, "the other client's PINGs were never answered");
-    eprintln!("another client's PING meanwhile: {n} answered, slowest {worst:?}");
-    proxy.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
