@@ -121,6 +121,8 @@ pub struct UpstreamConn {
     reset: Arc<Notify>,
     addr: Arc<str>,
     dead: Arc<AtomicBool>,
+    /// Serves one client at a time (does not reconnect).
+    dedicated: bool,
 }
 
 /// Most jobs queued per connection before senders wait (backpressure, bounded memory).
@@ -146,6 +148,7 @@ impl UpstreamConn {
             reset: reset.clone(),
             addr: settings.addr.clone().into(),
             dead: dead.clone(),
+            dedicated: !settings.reconnect,
         };
         tokio::spawn(async move {
             let reconnect = settings.reconnect;
@@ -222,6 +225,12 @@ impl UpstreamConn {
         Arc::ptr_eq(&self.reset, &other.reset)
     }
 
+    /// Whether this connection serves one client at a time (a transaction, a blocking
+    /// command, a script): nothing of another client can be stuck behind its replies.
+    pub fn is_dedicated(&self) -> bool {
+        self.dedicated
+    }
+
     /// True once a connection that does not reconnect has failed or closed.
     pub fn is_dead(&self) -> bool {
         self.dead.load(Ordering::Relaxed)
@@ -250,7 +259,7 @@ async fn run(
                 if let Some(o) = &observer {
                     o.up(tracking);
                 }
-                let mut link = Link::new(&s.addr, observer.clone());
+                let mut link = Link::new(&s.addr, observer.clone(), status.clone());
                 let cause = tokio::select! {
                     r = link.serve(stream, &mut rx) => r,
                     _ = reset.notified() => "reset after a request timed out".to_string(),
@@ -367,12 +376,19 @@ struct Link {
     /// Start of the next frame in `rbuf`, relative to its front.
     frame_start: usize,
     observer: Option<Arc<dyn LinkObserver>>,
+    /// Told when Redis answers `-BUSY` or `-LOADING` (PING is then forwarded).
+    status: Arc<UpstreamStatus>,
 }
 
 impl Link {
-    fn new(addr: &str, observer: Option<Arc<dyn LinkObserver>>) -> Self {
+    fn new(
+        addr: &str,
+        observer: Option<Arc<dyn LinkObserver>>,
+        status: Arc<UpstreamStatus>,
+    ) -> Self {
         Link {
             observer,
+            status,
             addr: addr.to_string(),
             inflight: VecDeque::new(),
             rbuf: BytesMut::with_capacity(READ_CHUNK),
@@ -471,6 +487,11 @@ impl Link {
             let Some(front) = self.inflight.front_mut() else {
                 return Err("reply without a request".into());
             };
+            // One byte compared per reply in the common case: only errors are looked at.
+            let reply = &self.rbuf[self.frame_start..frame.end];
+            if reply.first() == Some(&b'-') && crate::commands::busy::reports_busy(reply) {
+                self.status.saw_busy();
+            }
             self.frame_start = frame.end;
             front.remaining -= 1;
             if front.remaining > 0 {
