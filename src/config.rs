@@ -106,6 +106,10 @@ pub struct UpstreamConfig {
     /// commands, scripts); further transactions and blocking commands get an error, further
     /// scripts use the shared connections.
     pub max_dedicated: usize,
+    /// Run each script or function on a dedicated connection (for the rest of its client's
+    /// round), so a long one never holds up other clients; `false` keeps them on the shared
+    /// connections, which is cheaper for workloads of many short scripts.
+    pub isolate_scripts: bool,
 }
 
 /// Per-client limits, named after the Redis settings they mirror.
@@ -191,6 +195,7 @@ impl Default for UpstreamConfig {
             reconnect_min_ms: 50,
             reconnect_max_ms: 2_000,
             max_dedicated: 1024,
+            isolate_scripts: true,
         }
     }
 }

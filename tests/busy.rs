@@ -241,14 +241,14 @@ async fn busy_script_answers_others_with_busy_and_dies_by_kill_as_on_redis() {
     proxy.stop().await;
 }
 
-/// With no dedicated connection to spare, the script rides the shared connection and the
-/// requests behind it wait (Redis does not read them while the script runs): SCRIPT KILL
+/// With scripts kept on the shared connections (`isolate_scripts = false`), the requests
+/// behind a long script wait (Redis does not read them while the script runs): SCRIPT KILL
 /// must still reach Redis, out of band, and everything behind the script then completes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_reaches_redis_when_the_shared_connection_is_stuck_behind_the_script() {
     let redis = RedisServer::start_with(&["--busy-reply-threshold", "50"]);
     let proxy = proxy(&redis, |cfg| {
-        cfg.upstream.max_dedicated = 0;
+        cfg.upstream.isolate_scripts = false;
         cfg.upstream.request_timeout_ms = 0;
         cfg.cache.enabled = false;
     })

@@ -651,7 +651,7 @@ impl Conn {
                             };
                         }
                         Some(Exclusive::Script) => {
-                            if self.pin.is_none() {
+                            if self.pin.is_none() && self.shared.cfg.upstream.isolate_scripts {
                                 // The script comes first in this round (`must_start_round`):
                                 // pin the client to a connection of its own for the rest of
                                 // the round, so no other client waits behind the script. With
@@ -799,7 +799,12 @@ impl Conn {
             Route::Blocking => true,
             // A script moves the client to a dedicated connection; a kill goes out of band.
             Route::Forward(_) if self.shared.upstream.cluster.is_none() => {
-                self.pin.is_none() && commands::busy::exclusive(&args).is_some()
+                self.pin.is_none()
+                    && match commands::busy::exclusive(&args) {
+                        Some(Exclusive::Script) => self.shared.cfg.upstream.isolate_scripts,
+                        Some(Exclusive::OutOfBand) => true,
+                        None => false,
+                    }
             }
             _ => false,
         }

@@ -260,6 +260,9 @@ async fn run(
                     o.up(tracking);
                 }
                 let mut link = Link::new(&s.addr, observer.clone(), status.clone());
+                // A dedicated connection serves one client, whose round is already one job:
+                // there is nobody to wait for.
+                link.gather = s.reconnect;
                 let cause = tokio::select! {
                     r = link.serve(stream, &mut rx) => r,
                     _ = reset.notified() => "reset after a request timed out".to_string(),
@@ -378,6 +381,8 @@ struct Link {
     observer: Option<Arc<dyn LinkObserver>>,
     /// Told when Redis answers `-BUSY` or `-LOADING` (PING is then forwarded).
     status: Arc<UpstreamStatus>,
+    /// Let other clients add their requests to a write before it is made.
+    gather: bool,
 }
 
 impl Link {
@@ -389,6 +394,7 @@ impl Link {
         Link {
             observer,
             status,
+            gather: true,
             addr: addr.to_string(),
             inflight: VecDeque::new(),
             rbuf: BytesMut::with_capacity(READ_CHUNK),
@@ -429,7 +435,9 @@ impl Link {
                         // Let client tasks that are ready right now add their requests to
                         // this write: one write (and one read) for many clients' requests
                         // costs Redis and the kernel far less than one each.
-                        tokio::task::yield_now().await;
+                        if self.gather {
+                            tokio::task::yield_now().await;
+                        }
                         while self.wbuf.len() < WRITE_BATCH {
                             match rx.try_recv() {
                                 Ok(job) => self.enqueue(job),
