@@ -95,15 +95,21 @@ pub struct UpstreamConfig {
     pub connections: usize,
     /// Deadline for establishing (and authenticating) one upstream connection.
     pub connect_timeout_ms: u64,
-    /// Deadline for the reply to a forwarded request; 0 waits forever.
+    /// Deadline for the reply to a request on a shared connection; 0 waits forever. Dedicated
+    /// connections (scripts, transactions, blocking commands) wait as long as Redis takes.
     pub request_timeout_ms: u64,
     /// First delay between reconnection attempts; doubles up to `reconnect_max_ms`.
     pub reconnect_min_ms: u64,
     /// Largest delay between reconnection attempts.
     pub reconnect_max_ms: u64,
     /// Most connections reserved for single clients at once (transactions, blocking
-    /// commands); further requests for one get an error.
+    /// commands, scripts); further transactions and blocking commands get an error, further
+    /// scripts use the shared connections.
     pub max_dedicated: usize,
+    /// Run each script or function on a dedicated connection (for the rest of its client's
+    /// round), so a long one never holds up other clients; `false` keeps them on the shared
+    /// connections, which is cheaper for workloads of many short scripts.
+    pub isolate_scripts: bool,
 }
 
 /// Per-client limits, named after the Redis settings they mirror.
@@ -197,6 +203,7 @@ impl Default for UpstreamConfig {
             reconnect_min_ms: 50,
             reconnect_max_ms: 2_000,
             max_dedicated: 1024,
+            isolate_scripts: true,
         }
     }
 }

@@ -3,6 +3,11 @@
 //! Forwarded replies are passed to clients as the exact bytes Redis sent, so all the proxy
 //! needs is where each top-level frame ends (and whether it is a RESP3 push). The scanner is
 //! resumable: a large reply arriving in many reads is scanned once, not once per read.
+//!
+//! Nesting has no limit, as in Redis (a Lua script can return a table nested thousands of
+//! levels deep): the scanner is a loop over an explicit stack, never recursion, and the stack
+//! holds one counter per open aggregate, each opened by at least four bytes already in the
+//! buffer. Its memory is therefore bounded by the bytes buffered, like the buffer itself.
 
 /// The upstream sent bytes that are not RESP; the connection cannot be trusted any more.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -17,8 +22,6 @@ pub struct FrameEnd {
     /// The frame is a RESP3 push (`>`), not a reply to a request.
     pub push: bool,
 }
-
-const MAX_DEPTH: usize = 128;
 
 /// Resumable scanner over one connection's read buffer.
 #[derive(Debug, Default)]
@@ -106,9 +109,6 @@ impl ReplyScanner {
                             _ => n,
                         };
                         if children > 0 {
-                            if self.open.len() >= MAX_DEPTH {
-                                return Err(ScanError("nesting too deep"));
-                            }
                             self.open.push(children);
                             self.pos = after_line;
                             continue;
@@ -248,8 +248,28 @@ mod tests {
     }
 
     #[test]
-    fn deep_nesting_is_bounded() {
-        let buf = b"*1\r\n".repeat(MAX_DEPTH + 1);
-        assert!(ReplyScanner::new().next_frame(&buf).is_err());
+    fn any_nesting_depth_is_one_frame() {
+        // Deeper than Redis can produce (a Lua table stops near 8,000 levels), and far deeper
+        // than a recursive scanner's stack would allow.
+        let depth = 1_000_000;
+        let mut buf = b"*1\r\n".repeat(depth);
+        buf.extend_from_slice(b"-ERR reached lua stack limit\r\n+OK\r\n");
+        assert_eq!(ends(&buf), vec![buf.len() - 5, buf.len()]);
+    }
+
+    #[test]
+    fn deep_nesting_resumes_read_by_read() {
+        let mut buf = b"*2\r\n".repeat(10_000);
+        buf.extend_from_slice(&b":1\r\n".repeat(10_001));
+        buf.extend_from_slice(b"+OK\r\n");
+        let mut s = ReplyScanner::new();
+        let mut got = Vec::new();
+        for cut in (0..buf.len()).step_by(4093).chain([buf.len()]) {
+            while let Some(f) = s.next_frame(&buf[..cut]).unwrap() {
+                got.push(f.end);
+            }
+        }
+        assert_eq!(got, vec![buf.len() - 5, buf.len()]);
+        assert!(s.at_boundary());
     }
 }

@@ -22,7 +22,7 @@ use super::stateful::Pin;
 use super::subscriber::{Subscriptions, encode_message};
 use super::{Shared, cluster_view, corral, info, routed};
 use crate::cache::Value;
-use crate::commands::{self, Access, Local, LocalCtx, Outcome, Route, Session, Tx};
+use crate::commands::{self, Access, Exclusive, Local, LocalCtx, Outcome, Route, Session, Tx};
 use crate::resp::reply::{self, Encoder};
 use crate::resp::request::{encode_request, parse_int};
 use crate::resp::{Limits, Parsed, RequestParser};
@@ -80,6 +80,11 @@ pub(super) struct Conn {
     /// The next batch starts with a request whose reply the client must not see (the MULTI
     /// sent late for a deferred one).
     pub(super) skip_first: bool,
+    /// The current batch runs a script or function (or an EXEC that does).
+    pub(super) batch_script: bool,
+    /// Requests were read from the client while waiting for a reply on a dedicated
+    /// connection: parse them before waiting for more input.
+    pub(super) read_ahead: bool,
 }
 
 /// Serves one client until it disconnects, sends QUIT, breaks the protocol, or shutdown.
@@ -131,6 +136,8 @@ pub async fn run(
         batch_leads: Vec::new(),
         deferred_multi: false,
         skip_first: false,
+        batch_script: false,
+        read_ahead: false,
         shared,
     };
     loop {
@@ -150,7 +157,7 @@ pub async fn run(
         if c.closing {
             return Ok(());
         }
-        if !wants_input {
+        if !wants_input || std::mem::take(&mut c.read_ahead) {
             continue;
         }
         if c.rbuf.len() >= c.shared.cfg.limits.client_query_buffer_limit {
@@ -252,6 +259,8 @@ pub(super) enum Pending {
     EndDeferred(Bytes),
     /// SELECT: `db` if the argument is a valid index.
     Select { db: Option<u32>, req: Bytes },
+    /// SCRIPT KILL, FUNCTION KILL, SHUTDOWN: sent alone on a connection of its own.
+    OutOfBand { req: Bytes, shutdown: bool },
     /// MONITOR: relay once this round's replies are written.
     Monitor,
     /// CLIENT REPLY changed the reply mode; `reply` is its own reply (maybe empty).
@@ -405,6 +414,7 @@ impl Conn {
                 self.push_ready(reply).await;
             }
             Pending::Select { db, req } => return self.select(db, req).await,
+            Pending::OutOfBand { req, shutdown } => return self.out_of_band(req, shutdown).await,
             Pending::Monitor => {
                 self.flush_batch().await;
                 self.monitor = true;
@@ -566,7 +576,9 @@ impl Conn {
                     .and_then(|n| u32::try_from(n).ok()),
                 _ => None,
             };
+            let script = commands::busy::exclusive(&args) == Some(Exclusive::Script);
             if let Some(pin) = &mut self.pin {
+                pin.script_queued |= script;
                 pin.dirty |= !matches!(route, Route::Forward(_) | Route::Blocking | Route::Info);
                 pin.tx_writes.add(&mut queued_writes);
                 if let Some(db) = select {
@@ -611,8 +623,51 @@ impl Conn {
         if let Some(p) = self.cluster_step(route, &args, &req) {
             return p;
         }
+        if let Route::Local(Local::Ping | Local::Echo) = route
+            && self.shared.upstream.cluster.is_none()
+            && self.shared.upstream.status.ping_goes_upstream()
+        {
+            // Redis may be busy with a script (or loading): it would answer -BUSY (-LOADING)
+            // rather than PONG, so ask it. Otherwise PING checks corral itself.
+            if inline {
+                let bytes = req();
+                self.append(&bytes);
+            } else {
+                self.append_range(off, off + len);
+            }
+            return Pending::Batched;
+        }
         match route {
             Route::Forward(access) => {
+                if self.shared.upstream.cluster.is_none() {
+                    match commands::busy::exclusive(&args) {
+                        Some(Exclusive::OutOfBand) if self.pin.is_none() => {
+                            let shutdown = args
+                                .get(0)
+                                .is_some_and(|n| n.eq_ignore_ascii_case(b"SHUTDOWN"));
+                            return Pending::OutOfBand {
+                                req: req(),
+                                shutdown,
+                            };
+                        }
+                        Some(Exclusive::Script) => {
+                            if self.pin.is_none() && self.shared.cfg.upstream.isolate_scripts {
+                                // The script comes first in this round (`must_start_round`):
+                                // pin the client to a connection of its own for the rest of
+                                // the round, so no other client waits behind the script. With
+                                // every dedicated connection in use it goes on the shared one.
+                                self.pin = self
+                                    .shared
+                                    .upstream
+                                    .dedicated_to(None, self.session.proto, self.session.db)
+                                    .ok()
+                                    .map(super::stateful::Pin::new);
+                            }
+                            self.batch_script = true;
+                        }
+                        _ => {}
+                    }
+                }
                 if let Some(cache) = &self.shared.cache {
                     let may_serve = self.pin.is_none() && self.session.db == 0;
                     let conn = self
@@ -742,6 +797,15 @@ impl Conn {
         match commands::classify(&args) {
             Route::Tx(Tx::Multi | Tx::Watch) => self.pin.is_none(),
             Route::Blocking => true,
+            // A script moves the client to a dedicated connection; a kill goes out of band.
+            Route::Forward(_) if self.shared.upstream.cluster.is_none() => {
+                self.pin.is_none()
+                    && match commands::busy::exclusive(&args) {
+                        Some(Exclusive::Script) => self.shared.cfg.upstream.isolate_scripts,
+                        Some(Exclusive::OutOfBand) => true,
+                        None => false,
+                    }
+            }
             _ => false,
         }
     }
@@ -978,6 +1042,8 @@ impl Conn {
         let cluster_cmds =
             (self.shared.upstream.cluster.is_some() && self.pin.is_none()).then_some(cmds);
         let skip_first = std::mem::take(&mut self.skip_first);
+        let script = std::mem::take(&mut self.batch_script)
+            .then(|| self.shared.upstream.status.script_started());
         self.push_slot(Slot::Upstream {
             rx,
             count,
@@ -989,6 +1055,7 @@ impl Conn {
                 exec_select,
                 cluster_cmds,
                 skip_first,
+                script,
             },
             blocking: None,
         });

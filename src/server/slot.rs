@@ -15,12 +15,19 @@ use crate::cache::{FillResult, FillRx, Value};
 use crate::cluster::{Redirect, SplitKind};
 use crate::error::UpstreamError;
 use crate::resp::ReplyScanner;
-use crate::upstream::{Dedicated, JobResult, UpstreamConn};
+use crate::upstream::{Dedicated, JobResult, ScriptRun, UpstreamConn};
 
-/// A blocking command's slot: no deadline, and the wait ends if the client goes away.
+/// A slot on a connection that serves this client alone (a blocking command, a script, an
+/// out-of-band command): no deadline, since nobody else waits behind it and Redis may
+/// legitimately take its time; the wait ends if the client goes away.
 pub(super) struct Blocking {
     /// The connection taken for this command alone, released when it returns.
     pub(super) dedicated: Option<Dedicated>,
+    /// The client shows as blocked (`flags=b` in CLIENT LIST) meanwhile.
+    pub(super) blocked: bool,
+    /// SHUTDOWN: when Redis closes the connection (it shut down), close the client's too,
+    /// with no reply, as Redis itself would.
+    pub(super) closes_client: bool,
 }
 
 /// What to do when a forwarded batch is answered, besides passing the replies on.
@@ -40,6 +47,9 @@ pub(super) struct AfterAck {
     pub(super) cluster_cmds: Option<Vec<(Bytes, Option<u16>)>>,
     /// The first reply answers a request the client did not send (a deferred MULTI).
     pub(super) skip_first: bool,
+    /// The batch runs scripts or functions: counted as running until it is answered (PING is
+    /// forwarded meanwhile, see `UpstreamStatus::ping_goes_upstream`).
+    pub(super) script: Option<ScriptRun>,
 }
 
 /// A slot and whether its replies are dropped (CLIENT REPLY OFF/SKIP).
@@ -208,12 +218,28 @@ impl Conn {
                 rx,
                 count,
                 conn,
-                after,
+                mut after,
                 blocking,
             } => {
                 let result = match blocking {
+                    // A pinned connection serves this client alone: wait as long as Redis
+                    // takes (a script in a transaction, say), as a client of Redis would.
+                    None if conn.is_dedicated() => {
+                        match self.wait_blocking(rx, client, false).await {
+                            Some(r) => r,
+                            None => {
+                                self.gone = true;
+                                return;
+                            }
+                        }
+                    }
                     None => self.wait(rx, &conn).await,
-                    Some(b) => match self.wait_blocking(rx, client).await {
+                    Some(b) => match self.wait_blocking(rx, client, b.blocked).await {
+                        Some(Err(UpstreamError::ConnectionLost { .. })) if b.closes_client => {
+                            // SHUTDOWN succeeded: Redis closed the connection without a reply.
+                            self.gone = true;
+                            return;
+                        }
                         Some(r) => {
                             if let Some(d) = b.dedicated
                                 && r.is_ok()
@@ -229,6 +255,8 @@ impl Conn {
                         }
                     },
                 };
+                // The batch's scripts are over (or nobody waits for them any more).
+                drop(after.script.take());
                 // Whatever the outcome, the write may have run.
                 self.invalidate_after(&after);
                 if after.lane_barrier
@@ -378,7 +406,14 @@ impl Conn {
         rx: oneshot::Receiver<JobResult>,
         conn: &UpstreamConn,
     ) -> JobResult {
-        let result = match self.shared.upstream.request_timeout {
+        // The deadline protects the other clients of a shared connection; a dedicated one
+        // has none, and resetting it would only lose this client's state.
+        let deadline = self
+            .shared
+            .upstream
+            .request_timeout
+            .filter(|_| !conn.is_dedicated());
+        let result = match deadline {
             Some(d) => match timeout(d, rx).await {
                 Ok(r) => r,
                 Err(_) => {
@@ -393,16 +428,20 @@ impl Conn {
         result.unwrap_or(Err(UpstreamError::ShuttingDown))
     }
 
-    /// Waits for a blocking command's reply as long as it takes; `None` if the client closed
-    /// its connection (or was killed) meanwhile. Requests the client sends while blocked are
-    /// kept for later rounds.
+    /// Waits for a reply on a connection that serves this client alone, as long as it takes;
+    /// `None` if the client closed its connection (or was killed) meanwhile. Requests the
+    /// client sends meanwhile are kept for later rounds. `blocked`: a blocking command, shown
+    /// as such by CLIENT LIST.
     async fn wait_blocking(
         &mut self,
         mut rx: oneshot::Receiver<JobResult>,
         client: &mut TcpStream,
+        blocked: bool,
     ) -> Option<JobResult> {
-        self.session.flags = "b";
-        self.entry_update();
+        if blocked {
+            self.session.flags = "b";
+            self.entry_update();
+        }
         let limit = self.shared.cfg.limits.client_query_buffer_limit;
         let result = loop {
             if self.rbuf.capacity() - self.rbuf.len() < 4096 {
@@ -412,13 +451,18 @@ impl Conn {
                 r = &mut rx => break Some(r.unwrap_or(Err(UpstreamError::ShuttingDown))),
                 n = client.read_buf(&mut self.rbuf), if self.rbuf.len() < limit => match n {
                     Ok(0) | Err(_) => break None,
-                    Ok(_) => continue,
+                    Ok(_) => {
+                        self.read_ahead = true;
+                        continue;
+                    }
                 },
                 _ = self.kill.cancelled() => break None,
             }
         };
-        self.session.flags = "N";
-        self.info_changed = true;
+        if blocked {
+            self.session.flags = "N";
+            self.info_changed = true;
+        }
         result
     }
 

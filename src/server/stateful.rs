@@ -1,7 +1,9 @@
 //! Commands whose state a shared upstream connection cannot carry: transactions (the client is
 //! pinned to a dedicated connection from MULTI or WATCH until EXEC, DISCARD or UNWATCH),
-//! blocking commands (sent alone on a dedicated connection), SELECT (validated by the
-//! upstream, then served by that database's shared connections) and MONITOR (a relay).
+//! blocking commands (sent alone on a dedicated connection), scripts (the client is pinned to
+//! a dedicated connection for the rest of the round), SCRIPT KILL, FUNCTION KILL and SHUTDOWN
+//! (out of band), SELECT (validated by the upstream, then served by that database's shared
+//! connections) and MONITOR (a relay).
 
 use bytes::{Bytes, BytesMut};
 use tokio::io::AsyncWriteExt;
@@ -31,6 +33,25 @@ pub(super) struct Pin {
     /// SELECTs queued in MULTI: (database, position in the transaction). At EXEC the client
     /// moves to the last one that succeeded.
     pub(super) queued_selects: Vec<(u32, usize)>,
+    /// A script or function is queued in MULTI: EXEC runs it.
+    pub(super) script_queued: bool,
+}
+
+impl Pin {
+    /// A pin with no transaction state yet: released after the round unless MULTI or WATCH
+    /// comes.
+    pub(super) fn new(ded: Dedicated) -> Pin {
+        Pin {
+            ded,
+            in_multi: false,
+            watching: false,
+            dirty: false,
+            tx_writes: TxWrites::default(),
+            queued: 0,
+            queued_selects: Vec::new(),
+            script_queued: false,
+        }
+    }
 }
 
 impl Conn {
@@ -44,17 +65,7 @@ impl Conn {
                 self.session.proto,
                 self.session.db,
             ) {
-                Ok(ded) => {
-                    self.pin = Some(Pin {
-                        ded,
-                        in_multi: false,
-                        watching: false,
-                        dirty: false,
-                        tx_writes: TxWrites::default(),
-                        queued: 0,
-                        queued_selects: Vec::new(),
-                    });
-                }
+                Ok(ded) => self.pin = Some(Pin::new(ded)),
                 Err(msg) => {
                     let mut out = BytesMut::from(&b"-"[..]);
                     out.extend_from_slice(msg.as_bytes());
@@ -72,6 +83,7 @@ impl Conn {
                     if !pin.in_multi {
                         pin.queued = 0;
                         pin.queued_selects.clear();
+                        pin.script_queued = false;
                     }
                     pin.in_multi = true;
                 }
@@ -86,6 +98,8 @@ impl Conn {
                     if tx == Tx::Exec && !selects.is_empty() {
                         exec_select = Some(selects);
                     }
+                    // EXEC runs the queued scripts now: count them as running.
+                    self.batch_script |= tx == Tx::Exec && std::mem::take(&mut pin.script_queued);
                     ends = true;
                 }
                 Tx::Unwatch if !pin.in_multi => {
@@ -145,7 +159,36 @@ impl Conn {
                 writes,
                 ..AfterAck::default()
             },
-            blocking: Some(Blocking { dedicated }),
+            blocking: Some(Blocking {
+                dedicated,
+                blocked: true,
+                closes_client: false,
+            }),
+        });
+        true
+    }
+
+    /// SCRIPT KILL, FUNCTION KILL or SHUTDOWN, not pinned: sent alone on a connection of its
+    /// own, so it reaches Redis at once whatever the shared connections are waiting for. Ends
+    /// the round: what follows must not overtake it.
+    pub(super) async fn out_of_band(&mut self, req: Bytes, shutdown: bool) -> bool {
+        self.flush_batch().await;
+        let ded = self
+            .shared
+            .upstream
+            .out_of_band(self.session.proto, self.session.db);
+        let conn = ded.conn.clone();
+        let rx = conn.send(req, 1).await;
+        self.push_slot(Slot::Upstream {
+            rx,
+            count: 1,
+            conn,
+            after: AfterAck::default(),
+            blocking: Some(Blocking {
+                dedicated: Some(ded),
+                blocked: false,
+                closes_client: shutdown,
+            }),
         });
         true
     }
@@ -188,13 +231,9 @@ impl Conn {
         {
             Ok(ded) => {
                 self.pin = Some(Pin {
-                    ded,
                     in_multi: true,
-                    watching: false,
-                    dirty: false,
-                    tx_writes: TxWrites::default(),
                     queued: 1,
-                    queued_selects: Vec::new(),
+                    ..Pin::new(ded)
                 });
                 let mut multi = BytesMut::new();
                 encode_request(&[b"MULTI"], &mut multi);

@@ -154,6 +154,8 @@ pub struct UpstreamConn {
     reset: Arc<Notify>,
     addr: Arc<str>,
     dead: Arc<AtomicBool>,
+    /// Serves one client at a time (does not reconnect).
+    dedicated: bool,
 }
 
 /// Most jobs queued per connection before senders wait (backpressure, bounded memory).
@@ -179,6 +181,7 @@ impl UpstreamConn {
             reset: reset.clone(),
             addr: settings.addr.clone().into(),
             dead: dead.clone(),
+            dedicated: !settings.reconnect,
         };
         tokio::spawn(async move {
             let reconnect = settings.reconnect;
@@ -255,6 +258,12 @@ impl UpstreamConn {
         Arc::ptr_eq(&self.reset, &other.reset)
     }
 
+    /// Whether this connection serves one client at a time (a transaction, a blocking
+    /// command, a script): nothing of another client can be stuck behind its replies.
+    pub fn is_dedicated(&self) -> bool {
+        self.dedicated
+    }
+
     /// True once a connection that does not reconnect has failed or closed.
     pub fn is_dead(&self) -> bool {
         self.dead.load(Ordering::Relaxed)
@@ -284,7 +293,10 @@ async fn run(
                     o.up(tracking);
                 }
                 let health = if s.reconnect { s.health } else { None };
-                let mut link = Link::new(&s.addr, observer.clone(), health);
+                let mut link = Link::new(&s.addr, observer.clone(), health, status.clone());
+                // A dedicated connection serves one client, whose round is already one job:
+                // there is nobody to wait for.
+                link.gather = s.reconnect;
                 let end = tokio::select! {
                     r = link.serve(stream, &mut rx) => r,
                     _ = reset.notified() => End::timed_out("reset after a request timed out"),
@@ -437,13 +449,24 @@ struct Link {
     busy_since: Instant,
     /// When the outstanding health-check PING was sent.
     probe_sent: Option<Instant>,
+    /// Told when Redis answers `-BUSY` or `-LOADING` (PING is then forwarded).
+    status: Arc<UpstreamStatus>,
+    /// Let other clients add their requests to a write before it is made.
+    gather: bool,
 }
 
 impl Link {
-    fn new(addr: &str, observer: Option<Arc<dyn LinkObserver>>, health: Option<Health>) -> Self {
+    fn new(
+        addr: &str,
+        observer: Option<Arc<dyn LinkObserver>>,
+        health: Option<Health>,
+        status: Arc<UpstreamStatus>,
+    ) -> Self {
         let now = Instant::now();
         Link {
             observer,
+            status,
+            gather: true,
             addr: addr.to_string(),
             inflight: VecDeque::new(),
             rbuf: BytesMut::with_capacity(READ_CHUNK),
@@ -555,7 +578,9 @@ impl Link {
                         // Let client tasks that are ready right now add their requests to
                         // this write: one write (and one read) for many clients' requests
                         // costs Redis and the kernel far less than one each.
-                        tokio::task::yield_now().await;
+                        if self.gather {
+                            tokio::task::yield_now().await;
+                        }
                         while self.wbuf.len() < WRITE_BATCH {
                             match rx.try_recv() {
                                 Ok(job) => self.enqueue(job),
@@ -617,6 +642,11 @@ impl Link {
             let Some(front) = self.inflight.front_mut() else {
                 return Err("reply without a request".into());
             };
+            // One byte compared per reply in the common case: only errors are looked at.
+            let reply = &self.rbuf[self.frame_start..frame.end];
+            if reply.first() == Some(&b'-') && crate::commands::busy::reports_busy(reply) {
+                self.status.saw_busy();
+            }
             self.frame_start = frame.end;
             front.remaining -= 1;
             if front.remaining > 0 {
@@ -687,7 +717,7 @@ mod tests {
     #[test]
     fn a_quiet_idle_connection_gets_a_ping_then_dies_without_a_reply() {
         let h = health(false);
-        let mut link = Link::new("x:1", None, Some(h));
+        let mut link = Link::new("x:1", None, Some(h), Arc::default());
         let t0 = link.last_rx;
         assert_eq!(link.check_health(h, t0 + ms(100)).ok(), Some(t0 + ms(500)));
         assert!(link.wbuf.is_empty());
@@ -705,7 +735,7 @@ mod tests {
     #[test]
     fn the_probe_reply_is_consumed_not_delivered() {
         let h = health(false);
-        let mut link = Link::new("x:1", None, Some(h));
+        let mut link = Link::new("x:1", None, Some(h), Arc::default());
         let t0 = link.last_rx;
         link.check_health(h, t0 + ms(500)).ok();
         link.rbuf.extend_from_slice(b"+PONG\r\n");
@@ -719,7 +749,7 @@ mod tests {
     #[test]
     fn busy_shared_connections_are_left_to_the_request_timeout() {
         let h = health(false);
-        let mut link = Link::new("x:1", None, Some(h));
+        let mut link = Link::new("x:1", None, Some(h), Arc::default());
         let t0 = link.last_rx;
         busy(&mut link, t0);
         assert!(link.check_health(h, t0 + ms(60_000)).is_ok());
@@ -729,7 +759,7 @@ mod tests {
     #[test]
     fn a_strict_connection_dies_when_a_request_goes_unanswered() {
         let h = health(true);
-        let mut link = Link::new("x:1", None, Some(h));
+        let mut link = Link::new("x:1", None, Some(h), Arc::default());
         let t0 = link.last_rx;
         busy(&mut link, t0 + ms(100));
         // Looked at again within `check`, so a PING owed after going idle is never late.

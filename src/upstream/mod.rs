@@ -17,15 +17,16 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 pub use conn::{ConnSettings, Health, Job, JobResult, LinkObserver, ReplyTo, UpstreamConn};
-pub use status::UpstreamStatus;
+pub use status::{ScriptRun, UpstreamStatus};
 pub use url::UpstreamUrl;
 
 use crate::config::Config;
 use crate::error::ConfigError;
 use crate::resp::Proto;
 
-/// Idle dedicated connections kept for reuse, per protocol and database.
-const MAX_IDLE_DEDICATED: usize = 16;
+/// Idle dedicated connections kept for reuse, per protocol and database. Scripts take one per
+/// concurrent caller, so this is sized to keep a busy EVALSHA workload from reconnecting.
+const MAX_IDLE_DEDICATED: usize = 64;
 
 /// Connections are grouped by protocol and database.
 type PoolKey = (Proto, u32);
@@ -60,7 +61,8 @@ pub struct Dedicated {
     addr: String,
     proto: Proto,
     db: u32,
-    _permit: OwnedSemaphorePermit,
+    /// `None` for an out-of-band connection, which does not count against the limit.
+    _permit: Option<OwnedSemaphorePermit>,
 }
 
 impl Upstream {
@@ -189,6 +191,25 @@ impl Upstream {
         let permit = self.dedicated.clone().try_acquire_owned().map_err(
             |_| "ERR too many dedicated upstream connections in use (upstream.max_dedicated)",
         )?;
+        Ok(self.take_dedicated(addr, proto, db, Some(permit)))
+    }
+
+    /// A connection for one request that must reach Redis at once whatever the other
+    /// connections wait for (SCRIPT KILL, FUNCTION KILL, SHUTDOWN). It does not count against
+    /// `upstream.max_dedicated`: a kill is most needed when scripts hold every dedicated
+    /// connection. Each client has at most one in flight, so `max_clients` bounds them.
+    pub fn out_of_band(&self, proto: Proto, db: u32) -> Dedicated {
+        self.take_dedicated(None, proto, db, None)
+    }
+
+    /// An idle dedicated connection to `addr` (default: the upstream), or a new one.
+    fn take_dedicated(
+        &self,
+        addr: Option<&str>,
+        proto: Proto,
+        db: u32,
+        permit: Option<OwnedSemaphorePermit>,
+    ) -> Dedicated {
         let addr = addr.unwrap_or(&self.base.addr).to_string();
         let key = (addr.clone(), proto, db);
         let reused = {
@@ -197,13 +218,13 @@ impl Upstream {
             std::iter::from_fn(|| list.pop()).find(|c| !c.is_dead())
         };
         let conn = reused.unwrap_or_else(|| self.spawn(&addr, proto, db, false));
-        Ok(Dedicated {
+        Dedicated {
             conn,
             addr,
             proto,
             db,
             _permit: permit,
-        })
+        }
     }
 
     /// A plain connection, handshaken (HELLO, AUTH, SELECT) but not managed: for MONITOR,

@@ -1,7 +1,12 @@
-//! What is known about the upstream: reachable or not, why not, and its version.
+//! What is known about the upstream: reachable or not, why not, its version, and whether it
+//! may be too busy to answer PING.
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// How long after Redis last answered `-BUSY` or `-LOADING` corral still forwards PING.
+const BUSY_MEMORY: Duration = Duration::from_secs(2);
 
 /// Shared upstream health, read by INFO, HELLO and `/healthz`.
 #[derive(Debug, Default)]
@@ -10,6 +15,31 @@ pub struct UpstreamStatus {
     reconnects: AtomicU64,
     version: Mutex<Option<String>>,
     last_error: Mutex<Option<String>>,
+    /// Scripts and functions sent through corral and not answered yet.
+    scripts: Arc<AtomicUsize>,
+    /// When Redis last answered `-BUSY` or `-LOADING`, in ms since [`epoch`] (plus one, so
+    /// that 0 means never).
+    busy_at_ms: AtomicU64,
+}
+
+/// A script or function in flight, counted until dropped.
+#[derive(Debug)]
+pub struct ScriptRun(Arc<AtomicUsize>);
+
+impl Drop for ScriptRun {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A fixed instant to measure the busy marks from.
+fn epoch() -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+fn now_ms() -> u64 {
+    u64::try_from(epoch().elapsed().as_millis()).unwrap_or(u64::MAX)
 }
 
 impl UpstreamStatus {
@@ -57,8 +87,57 @@ impl UpstreamStatus {
         self.reconnects.load(Ordering::Relaxed)
     }
 
+    /// Counts a script or function as running until the returned guard is dropped.
+    pub fn script_started(&self) -> ScriptRun {
+        self.scripts.fetch_add(1, Ordering::Relaxed);
+        ScriptRun(self.scripts.clone())
+    }
+
+    /// Redis answered a request with `-BUSY` or `-LOADING`.
+    pub fn saw_busy(&self) {
+        self.busy_at_ms
+            .store(now_ms().saturating_add(1), Ordering::Relaxed);
+    }
+
+    /// Whether PING (and ECHO) should be asked of Redis rather than answered by corral: a
+    /// script sent through corral is running (Redis may be answering `-BUSY`), or Redis said
+    /// `-BUSY` or `-LOADING` within the last two seconds. Otherwise corral answers them
+    /// itself, and they keep working while the upstream is down.
+    pub fn ping_goes_upstream(&self) -> bool {
+        if self.scripts.load(Ordering::Relaxed) > 0 {
+            return true;
+        }
+        let at = self.busy_at_ms.load(Ordering::Relaxed);
+        at != 0 && now_ms().saturating_add(1).saturating_sub(at) < BUSY_MEMORY.as_millis() as u64
+    }
+
     /// The last connection error, if any.
     pub fn last_error(&self) -> Option<String> {
         self.last_error.lock().ok().and_then(|e| e.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ping_goes_upstream_while_a_script_runs() {
+        let s = UpstreamStatus::default();
+        assert!(!s.ping_goes_upstream());
+        let a = s.script_started();
+        let b = s.script_started();
+        assert!(s.ping_goes_upstream());
+        drop(a);
+        assert!(s.ping_goes_upstream());
+        drop(b);
+        assert!(!s.ping_goes_upstream());
+    }
+
+    #[test]
+    fn ping_goes_upstream_after_a_busy_reply() {
+        let s = UpstreamStatus::default();
+        s.saw_busy();
+        assert!(s.ping_goes_upstream());
     }
 }

@@ -518,37 +518,53 @@ impl Deadline {
 
 /// Length of the first complete reply in `buf` (RESP2 or RESP3), `None` if incomplete. An
 /// attribute (`|`) belongs to the reply that follows it; a push (`>`) counts as a reply.
+/// Iterative, with an explicit count of elements still owed per open aggregate, so a reply
+/// nested as deeply as Redis allows cannot overflow the test thread's stack.
 pub fn resp_len(buf: &[u8]) -> Option<usize> {
-    skip_resp(buf, 0)
-}
-
-fn skip_resp(buf: &[u8], pos: usize) -> Option<usize> {
-    let kind = *buf.get(pos)?;
-    let eol = pos + buf[pos..].windows(2).position(|w| w == b"\r\n")?;
-    let line = &buf[pos + 1..eol];
-    let next = eol + 2;
-    let number = || -> i64 {
-        std::str::from_utf8(line)
-            .ok()
-            .and_then(|l| l.parse().ok())
-            .unwrap_or_else(|| panic!("bad length in reply {}", show(&buf[pos..])))
-    };
-    let skip_n = |mut at: usize, n: i64| -> Option<usize> {
-        for _ in 0..n.max(0) {
-            at = skip_resp(buf, at)?;
+    let mut pos = 0;
+    let mut open: Vec<i64> = Vec::new();
+    loop {
+        let kind = *buf.get(pos)?;
+        let eol = pos + buf[pos..].windows(2).position(|w| w == b"\r\n")?;
+        let line = &buf[pos + 1..eol];
+        let number = || -> i64 {
+            std::str::from_utf8(line)
+                .ok()
+                .and_then(|l| l.parse().ok())
+                .unwrap_or_else(|| panic!("bad length in reply {}", show(&buf[pos..])))
+        };
+        let next = eol + 2;
+        // Where this element's own bytes end, and how many elements it opens.
+        let (end, children) = match kind {
+            b'+' | b'-' | b':' | b',' | b'(' | b'#' | b'_' => (next, 0),
+            b'$' | b'!' | b'=' => match usize::try_from(number()) {
+                Ok(n) if buf.len() < next + n + 2 => return None,
+                Ok(n) => (next + n + 2, 0),
+                Err(_) => (next, 0), // $-1
+            },
+            b'*' | b'~' | b'>' => (next, number().max(0)),
+            b'%' => (next, 2 * number().max(0)),
+            b'|' => (next, 2 * number().max(0) + 1),
+            _ => panic!("not a RESP reply: {}", show(&buf[pos..])),
+        };
+        pos = end;
+        if children > 0 {
+            open.push(children);
+            continue;
         }
-        Some(at)
-    };
-    match kind {
-        b'+' | b'-' | b':' | b',' | b'(' | b'#' | b'_' => Some(next),
-        b'$' | b'!' | b'=' => match usize::try_from(number()) {
-            Ok(n) => (buf.len() >= next + n + 2).then_some(next + n + 2),
-            Err(_) => Some(next), // $-1
-        },
-        b'*' | b'~' | b'>' => skip_n(next, number()),
-        b'%' => skip_n(next, 2 * number()),
-        b'|' => skip_resp(buf, skip_n(next, 2 * number())?),
-        _ => panic!("not a RESP reply: {}", show(&buf[pos..])),
+        // One element done: close every aggregate it completes.
+        loop {
+            match open.last_mut() {
+                None => return Some(pos),
+                Some(left) => {
+                    *left -= 1;
+                    if *left > 0 {
+                        break;
+                    }
+                    open.pop();
+                }
+            }
+        }
     }
 }
 

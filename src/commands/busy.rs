@@ -1,0 +1,107 @@
+//! Commands that can keep Redis busy for as long as they like (scripts and functions), and the
+//! commands Redis still accepts while it is busy with one (the kills, SHUTDOWN).
+//!
+//! While a script runs past `busy-reply-threshold` Redis answers every other client with
+//! `-BUSY` at once, except for a few commands that are how an operator gets out of it. A proxy
+//! must keep both promises: a script may only hold up its own client (so it runs on a
+//! connection where nothing else queues behind it), and a kill must reach Redis whatever the
+//! shared connections are waiting for (so it goes out of band).
+
+use super::table::upper;
+use crate::resp::Args;
+
+/// How corral must send a forwarded command so that a busy Redis affects nobody else.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exclusive {
+    /// EVAL, EVALSHA, FCALL and their `_RO` forms: run as long as the script does, so nothing
+    /// of another client may queue behind them on one upstream connection.
+    Script,
+    /// SCRIPT KILL, FUNCTION KILL, SHUTDOWN: must reach Redis at once, on a connection of
+    /// their own, even when every shared connection waits behind a busy Redis.
+    OutOfBand,
+}
+
+/// Whether the request (name first) needs a connection of its own, and why.
+pub fn exclusive(args: &Args<'_>) -> Option<Exclusive> {
+    let first = args.get(0)?;
+    // Most commands are ruled out by their first letter, before any copying.
+    if !matches!(first.first()?.to_ascii_uppercase(), b'E' | b'F' | b'S') {
+        return None;
+    }
+    let mut buf = [0u8; 24];
+    let name = upper(first, &mut buf)?;
+    match name {
+        b"EVAL" | b"EVALSHA" | b"EVAL_RO" | b"EVALSHA_RO" | b"FCALL" | b"FCALL_RO" => {
+            Some(Exclusive::Script)
+        }
+        b"SHUTDOWN" => Some(Exclusive::OutOfBand),
+        b"SCRIPT" | b"FUNCTION" if args.len() == 2 => {
+            let mut sub = [0u8; 24];
+            (upper(args.get(1)?, &mut sub)? == b"KILL").then_some(Exclusive::OutOfBand)
+        }
+        _ => None,
+    }
+}
+
+/// Whether a reply says Redis cannot serve ordinary commands right now: a script or function
+/// ran past `busy-reply-threshold` (`-BUSY ...`, a busy module's too), or the dataset is still
+/// loading (`-LOADING ...`). `frame` is one whole top-level reply. `-BUSYKEY` (RESTORE) and
+/// `-BUSYGROUP` (XGROUP CREATE) are ordinary errors about keys.
+pub fn reports_busy(frame: &[u8]) -> bool {
+    frame.starts_with(b"-BUSY ") || frame.starts_with(b"-LOADING ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn of(words: &[&str]) -> Option<Exclusive> {
+        let owned: Vec<Vec<u8>> = words.iter().map(|w| w.as_bytes().to_vec()).collect();
+        exclusive(&Args::Owned(&owned))
+    }
+
+    #[test]
+    fn scripts_and_functions_are_exclusive() {
+        for name in [
+            "eval",
+            "EVALSHA",
+            "eval_ro",
+            "EvalSha_Ro",
+            "fcall",
+            "FCALL_RO",
+        ] {
+            assert_eq!(of(&[name, "x", "0"]), Some(Exclusive::Script), "{name}");
+        }
+        assert_eq!(of(&["SCRIPT", "LOAD", "return 1"]), None);
+        assert_eq!(of(&["FUNCTION", "STATS"]), None);
+        assert_eq!(of(&["GET", "k"]), None);
+    }
+
+    #[test]
+    fn kills_and_shutdown_go_out_of_band() {
+        assert_eq!(of(&["script", "kill"]), Some(Exclusive::OutOfBand));
+        assert_eq!(of(&["FUNCTION", "Kill"]), Some(Exclusive::OutOfBand));
+        assert_eq!(of(&["shutdown"]), Some(Exclusive::OutOfBand));
+        assert_eq!(of(&["SHUTDOWN", "NOSAVE"]), Some(Exclusive::OutOfBand));
+        // A wrong arity is Redis's to report, wherever it is sent.
+        assert_eq!(of(&["SCRIPT", "KILL", "x"]), None);
+    }
+
+    #[test]
+    fn busy_and_loading_replies_are_recognised() {
+        assert!(reports_busy(
+            b"-BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.\r\n"
+        ));
+        assert!(reports_busy(
+            b"-LOADING Redis is loading the dataset in memory\r\n"
+        ));
+        assert!(!reports_busy(b"-ERR BUSY\r\n"));
+        assert!(!reports_busy(b"+BUSY\r\n"));
+        assert!(!reports_busy(
+            b"-BUSYKEY Target key name already exists.\r\n"
+        ));
+        assert!(!reports_busy(
+            b"-BUSYGROUP Consumer Group name already exists\r\n"
+        ));
+    }
+}

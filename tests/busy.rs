@@ -1,0 +1,313 @@
+//! A busy Redis through corral: long scripts and functions, the commands that end them
+//! (SCRIPT KILL, FUNCTION KILL, SHUTDOWN NOSAVE), PING while Redis is busy, and replies nested
+//! as deeply as a Lua script can make them. Whatever one client's script does, the other
+//! clients of the same shared upstream connection must see what they would see on Redis
+//! itself: `-BUSY` at once while it runs, then normal service, never a lost connection.
+//!
+//! The proxies here have one shared upstream connection per protocol, so every client of a
+//! test shares it with the client running the script.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use common::{Deadline, RawClient, RedisServer, TestProxy, bulk, encode, poll_until, show};
+
+/// Bounds every wait for Redis to change state.
+const LIMIT: Duration = Duration::from_secs(10);
+
+/// A Lua table that contains itself: Redis converts it until Lua's stack runs out, nearly
+/// 8,000 levels deep, then ends the innermost array with `-ERR reached lua stack limit`.
+const RECURSIVE: &str = "local a = {}; local b = {a}; a[1] = b; return a";
+
+/// A valid table 5,000 levels deep with a string at the bottom.
+const DEEP: &str = "local t = {} local c = t for i = 1, 5000 do local n = {} c[1] = n c = n end \
+                    c[1] = 'bottom' return t";
+
+const SPIN: &str = "while true do end";
+
+const SPIN_LIBRARY: &str =
+    "#!lua name=busylib\nredis.register_function('spin', function() while true do end end)";
+
+/// A proxy with one shared connection per protocol, adjusted by `tweak`.
+async fn proxy(redis: &RedisServer, tweak: impl FnOnce(&mut corral::config::Config)) -> TestProxy {
+    TestProxy::start_with(&redis.url(), |cfg| {
+        cfg.upstream.connections = 1;
+        tweak(cfg);
+    })
+    .await
+}
+
+async fn client(entry: SocketAddr, resp3: bool) -> RawClient {
+    let mut c = RawClient::connect(entry).await.expect("connect");
+    if resp3 {
+        // The HELLO reply holds a per-connection id: not compared.
+        c.send(&encode(&[b"HELLO", b"3"])).await;
+        let hello = c.read_resp().await;
+        assert!(hello.starts_with(b"%"), "{}", show(&hello));
+    }
+    c
+}
+
+/// Polls `line` on `c` (Redis directly) until its reply says BUSY.
+async fn wait_busy(c: &mut RawClient, line: &str) {
+    let deadline = Deadline::new(LIMIT, "Redis to report BUSY");
+    while !c.cmd(line).await.starts_with(b"-BUSY") {
+        deadline.pause().await;
+    }
+}
+
+// ---- deep replies ----
+
+/// The deep replies, and a bystander's pipelined GETs sent while they are in flight on the
+/// same shared connection. Returns every reply, in order.
+async fn deep_session(entry: SocketAddr, resp3: bool) -> Vec<Vec<u8>> {
+    let mut a = client(entry, resp3).await;
+    let mut b = client(entry, resp3).await;
+    let mut out = vec![b.cmd("SET deep:k v").await];
+    for script in [RECURSIVE, DEEP] {
+        a.send(&encode(&[b"EVAL", script.as_bytes(), b"0"])).await;
+        let gets: Vec<u8> = (0..50).flat_map(|_| encode(&[b"GET", b"deep:k"])).collect();
+        b.send(&gets).await;
+        out.push(a.read_resp().await);
+        for _ in 0..50 {
+            out.push(b.read_resp().await);
+        }
+        // Both connections are still good.
+        out.push(a.cmd("PING").await);
+        out.push(b.cmd("GET deep:k").await);
+    }
+    out
+}
+
+async fn deep_replies_pass_whole(tweak: fn(&mut corral::config::Config)) {
+    let redis = RedisServer::start();
+    let proxy = proxy(&redis, tweak).await;
+    for resp3 in [false, true] {
+        let want = deep_session(redis.addr(), resp3).await;
+        let got = deep_session(proxy.addr, resp3).await;
+        // The recursive reply really is nested far deeper than the old limit of 128.
+        assert!(
+            want[1].starts_with(&b"*1\r\n".repeat(7_000)),
+            "resp3 {resp3}"
+        );
+        assert_eq!(want.len(), got.len());
+        for (i, (w, g)) in want.iter().zip(&got).enumerate() {
+            assert!(
+                w == g,
+                "reply {i} (resp3 {resp3}) differs:\n  redis:  {}\n  corral: {}",
+                show(&w[..w.len().min(200)]),
+                show(&g[..g.len().min(200)])
+            );
+        }
+    }
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deep_replies_pass_byte_for_byte() {
+    deep_replies_pass_whole(|_| {}).await;
+}
+
+/// With no dedicated connection to spare, the script and its deep reply ride the shared
+/// connection itself: the reply must not break it for the bystander.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deep_replies_on_the_shared_connection_spare_its_other_clients() {
+    deep_replies_pass_whole(|cfg| {
+        cfg.upstream.max_dedicated = 0;
+        cfg.cache.enabled = false;
+    })
+    .await;
+}
+
+// ---- busy scripts ----
+
+/// How a long-running script is started and ended.
+#[derive(Clone, Copy)]
+struct Spin {
+    /// Loads what the call needs, if anything.
+    setup: Option<&'static [&'static str]>,
+    call: &'static [&'static str],
+    kill: &'static [&'static str],
+    /// The kill that does not apply to this kind of script (Redis answers it with BUSY).
+    wrong_kill: &'static [&'static str],
+}
+
+const EVAL_SPIN: Spin = Spin {
+    setup: None,
+    call: &["EVAL", SPIN, "0"],
+    kill: &["SCRIPT", "KILL"],
+    wrong_kill: &["FUNCTION", "KILL"],
+};
+
+const FCALL_SPIN: Spin = Spin {
+    setup: Some(&["FUNCTION", "LOAD", "REPLACE", SPIN_LIBRARY]),
+    call: &["FCALL", "spin", "0"],
+    kill: &["FUNCTION", "KILL"],
+    wrong_kill: &["SCRIPT", "KILL"],
+};
+
+fn args<'a>(words: &'a [&'a str]) -> Vec<&'a [u8]> {
+    words.iter().map(|w| w.as_bytes()).collect()
+}
+
+/// One session around a busy script: A runs it; B and C (on A's shared connection through
+/// corral) keep asking; D has a transaction open; C ends the script. Returns every reply
+/// with a label. `outlive` is waited while the script runs, to let it run past corral's
+/// request timeout. Reads are EXISTS, not GET: a key hot enough for corral's cache would be
+/// served locally while Redis is busy (a documented difference).
+async fn busy_session(
+    entry: SocketAddr,
+    resp3: bool,
+    spin: Spin,
+    outlive: Duration,
+) -> Vec<(String, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut a = client(entry, resp3).await;
+    let mut b = client(entry, resp3).await;
+    let mut c = client(entry, resp3).await;
+    let mut d = client(entry, resp3).await;
+    out.push(("B: SET".into(), b.cmd("SET busy:k v").await));
+    if let Some(setup) = spin.setup {
+        out.push(("B: setup".into(), b.request(&args(setup)).await));
+    }
+    out.push(("D: MULTI".into(), d.cmd("MULTI").await));
+    out.push(("D: INCR".into(), d.cmd("INCR busy:n").await));
+
+    a.send(&encode(&args(spin.call))).await;
+    // Redis answers -BUSY once the script has run past busy-reply-threshold.
+    let deadline = Deadline::new(LIMIT, "Redis to report BUSY");
+    let busy = loop {
+        let r = b.cmd("EXISTS busy:k").await;
+        if r.starts_with(b"-BUSY") {
+            break r;
+        }
+        assert_eq!(r, b":1\r\n", "before BUSY");
+        deadline.pause().await;
+    };
+    out.push(("B: EXISTS while busy".into(), busy));
+    tokio::time::sleep(outlive).await;
+    out.push(("B: PING while busy".into(), b.cmd("PING").await));
+    out.push(("C: EXISTS while busy".into(), c.cmd("EXISTS busy:k").await));
+    out.push(("D: INCR while busy".into(), d.cmd("INCR busy:n").await));
+    out.push(("D: EXEC while busy".into(), d.cmd("EXEC").await));
+    out.push((
+        "C: the other kill".into(),
+        c.request(&args(spin.wrong_kill)).await,
+    ));
+    out.push(("C: kill".into(), c.request(&args(spin.kill)).await));
+    out.push(("A: killed".into(), a.read_resp().await));
+    out.push(("A: PING".into(), a.cmd("PING").await));
+    out.push(("B: GET after".into(), b.cmd("GET busy:k").await));
+    out.push(("B: PING after".into(), b.cmd("PING").await));
+    out.push(("C: PING after".into(), c.cmd("PING").await));
+    out.push(("D: no longer in MULTI".into(), d.cmd("PING asdf").await));
+    out.push(("D: GET n".into(), d.cmd("GET busy:n").await));
+    out
+}
+
+fn assert_same(want: &[(String, Vec<u8>)], got: &[(String, Vec<u8>)], what: &str) {
+    assert_eq!(want.len(), got.len(), "{what}");
+    let diffs: Vec<String> = want
+        .iter()
+        .zip(got)
+        .filter(|((_, w), (_, g))| w != g)
+        .map(|((label, w), (_, g))| {
+            format!(
+                "{what} {label}\n  redis:  {}\n  corral: {}",
+                show(w),
+                show(g)
+            )
+        })
+        .collect();
+    assert!(diffs.is_empty(), "{}", diffs.join("\n"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn busy_script_answers_others_with_busy_and_dies_by_kill_as_on_redis() {
+    let redis = RedisServer::start_with(&["--busy-reply-threshold", "50"]);
+    // A request timeout far below the script's run time: a script's client waits for it
+    // regardless, and nothing is reset meanwhile.
+    let proxy = proxy(&redis, |cfg| cfg.upstream.request_timeout_ms = 200).await;
+    for spin in [EVAL_SPIN, FCALL_SPIN] {
+        for resp3 in [false, true] {
+            let what = format!("{} resp3={resp3}", spin.call[0]);
+            let want = busy_session(redis.addr(), resp3, spin, Duration::ZERO).await;
+            let got = busy_session(proxy.addr, resp3, spin, Duration::from_millis(600)).await;
+            assert_same(&want, &got, &what);
+        }
+    }
+    proxy.stop().await;
+}
+
+/// With scripts kept on the shared connections (`isolate_scripts = false`), the requests
+/// behind a long script wait (Redis does not read them while the script runs): SCRIPT KILL
+/// must still reach Redis, out of band, and everything behind the script then completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_reaches_redis_when_the_shared_connection_is_stuck_behind_the_script() {
+    let redis = RedisServer::start_with(&["--busy-reply-threshold", "50"]);
+    let proxy = proxy(&redis, |cfg| {
+        cfg.upstream.isolate_scripts = false;
+        cfg.upstream.request_timeout_ms = 0;
+        cfg.cache.enabled = false;
+    })
+    .await;
+    let mut a = client(proxy.addr, false).await;
+    let mut b = client(proxy.addr, false).await;
+    let mut c = client(proxy.addr, false).await;
+    assert_eq!(b.cmd("SET busy:k v").await, b"+OK\r\n");
+    a.send(&encode(&[b"EVAL", SPIN.as_bytes(), b"0"])).await;
+    // Wait until the script is busy, asking Redis directly.
+    let mut direct = RawClient::connect(redis.addr()).await.unwrap();
+    wait_busy(&mut direct, "GET busy:k").await;
+    // Queued behind the script on the shared connection.
+    b.send(&encode(&[b"GET", b"busy:k"])).await;
+    assert_eq!(c.cmd("SCRIPT KILL").await, b"+OK\r\n");
+    let killed = a.read_resp().await;
+    assert!(
+        killed.starts_with(b"-ERR Script killed by user with SCRIPT KILL"),
+        "{}",
+        show(&killed)
+    );
+    assert_eq!(b.read_resp().await, bulk("v"));
+    assert_eq!(a.cmd("GET busy:k").await, bulk("v"));
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_nosave_reaches_a_busy_redis_and_closes_like_redis() {
+    let redis = RedisServer::start_with(&["--busy-reply-threshold", "50"]);
+    let proxy = proxy(&redis, |cfg| {
+        cfg.upstream.max_dedicated = 0;
+        cfg.upstream.request_timeout_ms = 0;
+        cfg.cache.enabled = false;
+    })
+    .await;
+    let mut a = client(proxy.addr, false).await;
+    let mut c = client(proxy.addr, false).await;
+    a.send(&encode(&[b"EVAL", SPIN.as_bytes(), b"0"])).await;
+    let mut direct = RawClient::connect(redis.addr()).await.unwrap();
+    wait_busy(&mut direct, "PING").await;
+    // Redis closes the connection of a SHUTDOWN that succeeds, without a reply.
+    c.send(&encode(&[b"SHUTDOWN", b"NOSAVE"])).await;
+    let mut rest = Vec::new();
+    let closed = tokio::time::timeout(
+        LIMIT,
+        tokio::io::AsyncReadExt::read_to_end(&mut c.stream, &mut rest),
+    )
+    .await
+    .expect("corral to close the SHUTDOWN client's connection");
+    assert!(closed.is_ok() && rest.is_empty(), "{}", show(&rest));
+    poll_until(LIMIT, "Redis to exit", || async {
+        tokio::net::TcpStream::connect(redis.addr())
+            .await
+            .is_err()
+            .then_some(())
+    })
+    .await;
+    // The script's client learns that its connection is gone.
+    let lost = a.read_resp().await;
+    assert!(lost.starts_with(b"-ERR upstream "), "{}", show(&lost));
+    proxy.stop().await;
+}
