@@ -292,6 +292,7 @@ impl Cache {
             proto: crate::resp::Proto::Resp3,
             tracking: true,
             reconnect: true,
+            internal: true,
             ..settings
         };
         tokio::spawn(decay_hot_keys(core.clone(), shutdown.clone()));

@@ -96,6 +96,12 @@ pub(super) enum Slot {
         conn: UpstreamConn,
         with_proxy: bool,
     },
+    /// A reply whose receiver counts are corrected for corral's own subscribers.
+    Counted {
+        rx: oneshot::Receiver<JobResult>,
+        conn: UpstreamConn,
+        count: super::pubcount::Count,
+    },
     /// (Un)subscribe confirmations, written once the new upstream subscriptions are in place.
     Subscribed {
         reply: Bytes,
@@ -205,7 +211,7 @@ impl Conn {
             } => {
                 let result = match blocking {
                     None => self.wait(rx, &conn).await,
-                    Some(b) => match self.wait_blocking(rx, client).await {
+                    Some(b) => match self.wait_blocking(rx, client, &conn).await {
                         Some(r) => {
                             if let Some(d) = b.dedicated
                                 && r.is_ok()
@@ -323,6 +329,13 @@ impl Conn {
                 Ok(b) => self.scan_reply(&b, node, nodes),
                 Err(e) => self.upstream_error(&e, 1),
             },
+            Slot::Counted { rx, conn, count } => match self.wait(rx, &conn).await {
+                Ok(b) => {
+                    let b = super::pubcount::correct(&count, b, &self.shared.pubsub);
+                    self.wbuf.extend_from_slice(&b);
+                }
+                Err(e) => self.upstream_error(&e, 1),
+            },
             Slot::Subscribed { reply, waits } => {
                 // Without an upstream the subscription is still registered and will be made
                 // when the connection returns; the client is not held up longer.
@@ -392,9 +405,12 @@ impl Conn {
         &mut self,
         mut rx: oneshot::Receiver<JobResult>,
         client: &mut TcpStream,
+        conn: &UpstreamConn,
     ) -> Option<JobResult> {
-        self.session.flags = "b";
+        self.session.flags = self.flags(true);
         self.entry_update();
+        // CLIENT UNBLOCK from another client names this connection's id on the server.
+        self.entry_blocked(Some((conn.addr().to_string(), conn.client_id())));
         let limit = self.shared.cfg.limits.client_query_buffer_limit;
         let result = loop {
             if self.rbuf.capacity() - self.rbuf.len() < 4096 {
@@ -409,7 +425,8 @@ impl Conn {
                 _ = self.kill.cancelled() => break None,
             }
         };
-        self.session.flags = "N";
+        self.entry_blocked(None);
+        self.session.flags = self.flags(false);
         self.info_changed = true;
         result
     }

@@ -4,7 +4,7 @@
 //! upstream, then served by that database's shared connections) and MONITOR (a relay).
 
 use bytes::{Bytes, BytesMut};
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::connection::Conn;
@@ -254,9 +254,95 @@ impl Conn {
         first.extend_from_slice(&self.rbuf);
         self.rbuf.clear();
         upstream.write_all(&first).await?;
+        let status = self.shared.upstream.status.clone();
+        let (mut up_rd, mut up_wr) = upstream.split();
+        let (mut cl_rd, mut cl_wr) = client.split();
+        let to_upstream = tokio::io::copy(&mut cl_rd, &mut up_wr);
+        let to_client = async {
+            let mut buf = BytesMut::with_capacity(16 * 1024);
+            let mut out = BytesMut::new();
+            loop {
+                if up_rd.read_buf(&mut buf).await? == 0 {
+                    return Ok::<(), std::io::Error>(());
+                }
+                filter_monitor(&mut buf, &mut out, &|a| status.is_internal(a));
+                if !out.is_empty() {
+                    cl_wr.write_all(&out).await?;
+                    out.clear();
+                }
+            }
+        };
         tokio::select! {
-            r = tokio::io::copy_bidirectional(&mut client, &mut upstream) => r.map(|_| ()),
+            r = to_upstream => r.map(|_| ()),
+            r = to_client => r,
             _ = self.kill.cancelled() => Ok(()),
         }
+    }
+}
+
+/// Moves the complete lines of a MONITOR stream from `buf` to `out`, leaving out the lines
+/// of commands sent by corral's own connections (`internal` says which client addresses are
+/// corral's): what a client sees must not depend on corral's internal traffic (the cache's
+/// tracking lanes). Other replies (`+OK`, errors, the replies to commands the client sent
+/// after MONITOR) are single lines too and pass unchanged; an incomplete line stays in
+/// `buf`.
+fn filter_monitor(buf: &mut BytesMut, out: &mut BytesMut, internal: &dyn Fn(&str) -> bool) {
+    while let Some(nl) = buf.windows(2).position(|w| w == b"\r\n") {
+        let line = buf.split_to(nl + 2);
+        if !monitor_line_from(&line, internal) {
+            out.extend_from_slice(&line);
+        }
+    }
+}
+
+/// Whether `line` is a MONITOR line (`+<time> [<db> <addr>] "cmd" ...`) whose client address
+/// `internal` claims.
+fn monitor_line_from(line: &[u8], internal: &dyn Fn(&str) -> bool) -> bool {
+    let Some(rest) = line.strip_prefix(b"+") else {
+        return false;
+    };
+    let Some(open) = rest.iter().position(|&b| b == b'[') else {
+        return false;
+    };
+    // `[db addr]`; an IPv6 address has brackets of its own: `[0 [::1]:6379]`.
+    let Some(space) = rest[open..].iter().position(|&b| b == b' ') else {
+        return false;
+    };
+    let addr_start = open + space + 1;
+    let close_after = |from: usize| {
+        rest.get(from..)
+            .and_then(|r| r.iter().position(|&b| b == b']'))
+            .map(|p| from + p)
+    };
+    let end = match rest.get(addr_start) {
+        Some(b'[') => close_after(addr_start).and_then(|inner| close_after(inner + 1)),
+        _ => close_after(addr_start),
+    };
+    let Some(end) = end else { return false };
+    match std::str::from_utf8(&rest[addr_start..end]) {
+        Ok(addr) => internal(addr),
+        Err(_) => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn monitor_lines_of_internal_connections_are_dropped() {
+        let lane = "127.0.0.1:5000";
+        let internal = |a: &str| a == lane || a == "[::1]:7";
+        let mut buf = BytesMut::from(
+            &b"+OK\r\n+1.5 [0 127.0.0.1:5000] \"PING\"\r\n+1.6 [0 127.0.0.1:5001] \"GET\" \"k\"\r\n\
+               +1.7 [0 lua] \"get\" \"k\"\r\n+1.8 [0 [::1]:7] \"PING\"\r\n+1.9 [0 127.0.0"[..],
+        );
+        let mut out = BytesMut::new();
+        filter_monitor(&mut buf, &mut out, &internal);
+        assert_eq!(
+            &out[..],
+            &b"+OK\r\n+1.6 [0 127.0.0.1:5001] \"GET\" \"k\"\r\n+1.7 [0 lua] \"get\" \"k\"\r\n"[..]
+        );
+        assert_eq!(&buf[..], b"+1.9 [0 127.0.0");
     }
 }

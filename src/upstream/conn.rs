@@ -8,7 +8,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
@@ -112,6 +112,9 @@ pub struct ConnSettings {
     pub reconnect: bool,
     /// Send READONLY after the handshake: reads on a cluster replica.
     pub readonly: bool,
+    /// corral's own connection, carrying no client's commands (a cache tracking lane): its
+    /// local address is recorded in [`UpstreamStatus`] so MONITOR can leave its traffic out.
+    pub internal: bool,
 }
 
 /// Handle to a connection task; cheap to clone.
@@ -121,6 +124,8 @@ pub struct UpstreamConn {
     reset: Arc<Notify>,
     addr: Arc<str>,
     dead: Arc<AtomicBool>,
+    /// The server's client id for the live connection (0: none, or not reported).
+    client_id: Arc<AtomicU64>,
 }
 
 /// Most jobs queued per connection before senders wait (backpressure, bounded memory).
@@ -141,16 +146,23 @@ impl UpstreamConn {
         let (tx, rx) = mpsc::channel(QUEUE);
         let reset = Arc::new(Notify::new());
         let dead = Arc::new(AtomicBool::new(false));
+        let client_id = Arc::new(AtomicU64::new(0));
         let handle = UpstreamConn {
             tx,
             reset: reset.clone(),
             addr: settings.addr.clone().into(),
             dead: dead.clone(),
+            client_id: client_id.clone(),
         };
         tokio::spawn(async move {
             let reconnect = settings.reconnect;
             let addr = settings.addr.clone();
-            let mut rx = run(settings, status, rx, reset, shutdown, observer).await;
+            let link = LinkInfo {
+                reset,
+                client_id,
+                observer,
+            };
+            let mut rx = run(settings, status, rx, link, shutdown).await;
             dead.store(true, Ordering::Relaxed);
             if !reconnect {
                 // Answer whatever is still sent until every handle is gone.
@@ -226,16 +238,32 @@ impl UpstreamConn {
     pub fn is_dead(&self) -> bool {
         self.dead.load(Ordering::Relaxed)
     }
+
+    /// The server's client id for this connection (from HELLO), 0 while unknown.
+    pub fn client_id(&self) -> u64 {
+        self.client_id.load(Ordering::Relaxed)
+    }
+}
+
+/// What the connection task shares with its handles, besides the job queue.
+struct LinkInfo {
+    reset: Arc<Notify>,
+    client_id: Arc<AtomicU64>,
+    observer: Option<Arc<dyn LinkObserver>>,
 }
 
 async fn run(
     s: ConnSettings,
     status: Arc<UpstreamStatus>,
     mut rx: mpsc::Receiver<Job>,
-    reset: Arc<Notify>,
+    info: LinkInfo,
     shutdown: CancellationToken,
-    observer: Option<Arc<dyn LinkObserver>>,
 ) -> mpsc::Receiver<Job> {
+    let LinkInfo {
+        reset,
+        client_id,
+        observer,
+    } = info;
     let mut backoff = s.backoff_min;
     loop {
         let attempt = tokio::select! {
@@ -243,20 +271,31 @@ async fn run(
             _ = shutdown.cancelled() => return rx,
         };
         let cause = match attempt {
-            Ok(Ok((stream, tracking))) => {
+            Ok(Ok((stream, tracking, id))) => {
                 backoff = s.backoff_min;
+                client_id.store(id.unwrap_or(0), Ordering::Relaxed);
+                let local = stream.local_addr().ok().filter(|_| s.internal);
+                if let Some(a) = local {
+                    status.add_internal(a);
+                }
                 status.connected();
                 info!(upstream = %s.addr, proto = s.proto.as_int(), tracking, "upstream connected");
                 if let Some(o) = &observer {
                     o.up(tracking);
                 }
                 let mut link = Link::new(&s.addr, observer.clone());
+                // A dedicated connection carries one client's requests: nothing to gather.
+                link.gather = s.reconnect;
                 let cause = tokio::select! {
                     r = link.serve(stream, &mut rx) => r,
                     _ = reset.notified() => "reset after a request timed out".to_string(),
                     _ = shutdown.cancelled() => "shutting down".to_string(),
                 };
                 link.fail_all(&cause);
+                client_id.store(0, Ordering::Relaxed);
+                if let Some(a) = local {
+                    status.remove_internal(a);
+                }
                 if let Some(o) = &observer {
                     o.down();
                 }
@@ -317,26 +356,31 @@ async fn run(
 /// The connect, the handshake or the deadline failed.
 pub(super) async fn open(s: &ConnSettings, status: &UpstreamStatus) -> Result<TcpStream, String> {
     match timeout(s.connect_timeout, connect(s, status)).await {
-        Ok(r) => r.map(|(stream, _)| stream),
+        Ok(r) => r.map(|(stream, _, _)| stream),
         Err(_) => Err("connect timed out".into()),
     }
 }
 
-/// Connects and runs the handshake; returns the stream and whether tracking is on.
-async fn connect(s: &ConnSettings, status: &UpstreamStatus) -> Result<(TcpStream, bool), String> {
+/// Connects and runs the handshake; returns the stream, whether tracking is on, and the
+/// server's client id for the connection.
+async fn connect(
+    s: &ConnSettings,
+    status: &UpstreamStatus,
+) -> Result<(TcpStream, bool, Option<u64>), String> {
     let mut stream = TcpStream::connect(&s.addr)
         .await
         .map_err(|e| e.to_string())?;
     stream.set_nodelay(true).map_err(|e| e.to_string())?;
-    let version = handshake::hello(
+    let greeting = handshake::hello(
         &mut stream,
         s.proto,
         s.user.as_deref(),
         s.password.as_deref(),
     )
-    .await?;
-    if let Some(v) = version {
-        status.set_version(&v);
+    .await?
+    .unwrap_or_default();
+    if let Some(v) = &greeting.version {
+        status.set_version(v);
     }
     if s.db != 0 {
         handshake::select(&mut stream, s.proto, s.db).await?;
@@ -345,7 +389,7 @@ async fn connect(s: &ConnSettings, status: &UpstreamStatus) -> Result<(TcpStream
         handshake::readonly(&mut stream, s.proto).await?;
     }
     let tracking = s.tracking && handshake::tracking_on(&mut stream, s.proto).await?;
-    Ok((stream, tracking))
+    Ok((stream, tracking, greeting.id))
 }
 
 /// A job whose replies are still arriving.
@@ -367,6 +411,8 @@ struct Link {
     /// Start of the next frame in `rbuf`, relative to its front.
     frame_start: usize,
     observer: Option<Arc<dyn LinkObserver>>,
+    /// Yield before writing, so that other clients' ready requests join the write.
+    gather: bool,
 }
 
 impl Link {
@@ -379,6 +425,7 @@ impl Link {
             wbuf: BytesMut::with_capacity(READ_CHUNK),
             scanner: ReplyScanner::new(),
             frame_start: 0,
+            gather: true,
         }
     }
 
@@ -412,8 +459,13 @@ impl Link {
                         self.enqueue(job);
                         // Let client tasks that are ready right now add their requests to
                         // this write: one write (and one read) for many clients' requests
-                        // costs Redis and the kernel far less than one each.
-                        tokio::task::yield_now().await;
+                        // costs Redis and the kernel far less than one each. Not on a
+                        // dedicated connection: its one client has nothing more to add, and
+                        // a blocking command (or EXEC) must reach Redis before what other
+                        // clients sent after it, as it would going to Redis directly.
+                        if self.gather {
+                            tokio::task::yield_now().await;
+                        }
                         while self.wbuf.len() < WRITE_BATCH {
                             match rx.try_recv() {
                                 Ok(job) => self.enqueue(job),

@@ -147,6 +147,7 @@ impl Upstream {
             db: 0,
             reconnect: true,
             readonly: false,
+            internal: false,
         })
     }
 

@@ -1,5 +1,7 @@
 //! What is known about the upstream: reachable or not, why not, and its version.
 
+use std::collections::HashSet;
+use std::net::SocketAddr;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
@@ -10,6 +12,8 @@ pub struct UpstreamStatus {
     reconnects: AtomicU64,
     version: Mutex<Option<String>>,
     last_error: Mutex<Option<String>>,
+    /// Local addresses of corral's own live connections (see `ConnSettings::internal`).
+    internal: Mutex<HashSet<SocketAddr>>,
 }
 
 impl UpstreamStatus {
@@ -31,6 +35,32 @@ impl UpstreamStatus {
         let _ = self
             .connected
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+    }
+
+    /// Records the local address of one of corral's own connections, now up.
+    pub fn add_internal(&self, local: SocketAddr) {
+        self.internal
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(local);
+    }
+
+    /// Forgets an internal connection's address once it is closed.
+    pub fn remove_internal(&self, local: SocketAddr) {
+        self.internal
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&local);
+    }
+
+    /// Whether `addr` (`ip:port`, as MONITOR prints a client) is one of corral's own live
+    /// connections.
+    pub fn is_internal(&self, addr: &str) -> bool {
+        let Ok(a) = addr.parse::<SocketAddr>() else {
+            return false;
+        };
+        let set = self.internal.lock().unwrap_or_else(|p| p.into_inner());
+        !set.is_empty() && set.contains(&a)
     }
 
     /// Records the server version from the handshake.
