@@ -1301,6 +1301,8 @@ const CONN_SCRIPTS: &[(&str, &[&str])] = &[
             "A~ CLIENT REPLY SKIP ; SELECT 1 ; GET cr:a ; SELECT 0",
             "A~ CLIENT REPLY OFF ; NOSUCHCOMMAND ; CLIENT REPLY ON",
             "A~ CLIENT REPLY FOO ; CLIENT REPLY ; CLIENT REPLY ON extra",
+            // ON right after SKIP cancels the skip: its own +OK is sent.
+            "A~ CLIENT REPLY SKIP ; CLIENT REPLY ON ; PING",
         ],
     ),
     (
@@ -1322,6 +1324,12 @@ const CONN_SCRIPTS: &[(&str, &[&str])] = &[
             "A: CLIENT KILL ID x",
             "A: CLIENT KILL FOO bar",
             "A: CLIENT KILL ID 1 SKIPME maybe",
+            "A: CLIENT KILL",
+            "A: client kill id 10 wrong_arg",
+            "A: CLIENT KILL ID -1",
+            "A: CLIENT KILL TYPE wrong_type",
+            "A: CLIENT KILL USER wrong_user",
+            "A: CLIENT KILL USER default ADDR 127.0.0.1:1",
             "A: CLIENT ID => ida #any",
             "A: CLIENT KILL ID @ida",
             "A: CLIENT KILL ID @ida SKIPME yes",
@@ -1584,6 +1592,20 @@ async fn client_list_shows_each_clients_command_and_flags() {
             .unwrap_or_else(|| panic!("no id={my_id} in {me}"));
         assert_eq!(field(my_line, "cmd"), Some("client|list"), "{my_line}");
         assert_eq!(field(&mine, "cmd"), Some("client|info"), "{mine}");
+        // The query buffer holds the running command, as in Redis; others' are empty.
+        let redis_info = text_of(&call(&mut direct, "CLIENT INFO").await);
+        assert_eq!(field(&mine, "qbuf"), field(&redis_info, "qbuf"), "{mine}");
+        assert_eq!(
+            field(my_line, "qbuf"),
+            field(&redis_info, "qbuf"),
+            "{my_line}"
+        );
+        for l in me
+            .lines()
+            .filter(|l| field(l, "id") != Some(my_id.as_str()))
+        {
+            assert_eq!(field(l, "qbuf"), Some("0"), "{l}");
+        }
         // An unknown command is `NULL`, as in Redis.
         let r = call(&mut idle, "NOSUCHCOMMAND").await;
         let want_err = call(&mut direct, "NOSUCHCOMMAND").await;
@@ -1648,15 +1670,24 @@ async fn monitor_sees_other_clients_commands() {
     pair.proxy.stop().await;
 }
 
-/// MONITOR shows the commands corral's clients run, and nothing of corral's own traffic on
-/// the cache's tracking lane (cache fills of hot keys, the PING that follows a script): the
-/// trace is the same with the cache on and off.
+/// MONITOR shows the commands corral's clients run, and nothing of corral's own traffic: the
+/// cache's tracking lane (cache fills of hot keys, the PING that follows a script), the
+/// handshake of a new upstream connection. The trace is the same with the cache on and off.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn monitor_leaves_out_corrals_own_connections() {
     let pair = Pair::start().await;
     let mut m = connect(pair.proxy.addr).await;
     assert_eq!(show(&call(&mut m, "MONITOR").await), show(b"+OK\r\n"));
     let mut w = connect(pair.proxy.addr).await;
+    // A transaction opens a dedicated connection, whose handshake (HELLO) is corral's own:
+    // the monitor sees the transaction's commands first, as with Redis.
+    for line in ["MULTI", "SET mon:t 1", "EXEC"] {
+        call(&mut w, line).await;
+    }
+    for want in ["\"MULTI\"", "\"SET\" \"mon:t\" \"1\"", "\"EXEC\""] {
+        let got = String::from_utf8_lossy(&m.read_resp().await).into_owned();
+        assert!(got.contains(want), "want {want}, got {got}");
+    }
     call(&mut w, "SET mon:hot v").await;
     // Hot enough for the cache: later reads are filled on the lane (MULTI/PTTL/GET/EXEC).
     for _ in 0..20 {

@@ -22,6 +22,9 @@ pub struct Session {
     pub flags: &'static str,
     /// The last command the client sent, for CLIENT LIST's `cmd=`.
     pub last_cmd: LastCmd,
+    /// Query buffer bytes (`qbuf=`): set only while CLIENT INFO/LIST runs for this client,
+    /// 0 otherwise, as Redis shows a client between commands.
+    pub qbuf: usize,
     /// Channel, pattern and shard-channel subscription counts.
     pub subs: (usize, usize, usize),
     /// Name from CLIENT SETNAME or HELLO SETNAME.
@@ -49,6 +52,7 @@ impl Session {
             db: 0,
             flags: "N",
             last_cmd: LastCmd::default(),
+            qbuf: 0,
             subs: (0, 0, 0),
             name: None,
             lib_name: None,
@@ -70,7 +74,7 @@ impl Session {
         };
         format!(
             "id={} addr={} laddr={} fd=0 name={} age={} idle=0 flags={} db={} sub={} psub={} \
-             ssub={} multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 \
+             ssub={} multi=-1 qbuf={} qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 \
              omem=0 tot-mem=0 events=r cmd={} user=default redir=-1 resp={} lib-name={} \
              lib-ver={}\n",
             self.id,
@@ -83,6 +87,7 @@ impl Session {
             self.subs.0,
             self.subs.1,
             self.subs.2,
+            self.qbuf,
             cmd,
             self.proto.as_int(),
             text(&self.lib_name),

@@ -269,6 +269,9 @@ fn kill(args: &Args<'_>, me: &Session, registry: &Registry, e: &mut Encoder<'_>)
             None => e.error("ERR No such client"),
         };
     }
+    if args.len() < 3 {
+        return e.error(&reply::wrong_arity("client|kill"));
+    }
     if args.len() < 4 || !args.len().is_multiple_of(2) {
         return e.raw(reply::SYNTAX);
     }
@@ -293,9 +296,14 @@ fn kill(args: &Args<'_>, me: &Session, registry: &Registry, e: &mut Encoder<'_>)
                 let a = addr_of(val);
                 filters.push(Box::new(move |s| Some(s.laddr) == a));
             }
+            // Every client of corral is user `default` (the only user `requirepass` knows);
+            // Redis refuses a user it does not know.
+            b"USER" if val == b"default" => filters.push(Box::new(|_| true)),
             b"USER" => {
-                let is_default = val == b"default";
-                filters.push(Box::new(move |_| is_default));
+                return e.error(&format!(
+                    "ERR No such user '{}'",
+                    String::from_utf8_lossy(val)
+                ));
             }
             b"TYPE" => {
                 if type_matches_any(val).is_none() {

@@ -429,6 +429,11 @@ impl Conn {
             Pending::ReplyMode { mode, reply } => {
                 self.flush_batch().await;
                 self.reply_mode = mode;
+                // CLIENT REPLY ON right after SKIP cancels the skip before replying, as in
+                // Redis: its `+OK` is sent.
+                if mode == ReplyMode::On {
+                    self.silent_now = false;
+                }
                 self.push_ready(reply).await;
             }
             Pending::Node { conn, req, slot } => {
@@ -688,8 +693,11 @@ impl Conn {
                     version: version.as_deref().unwrap_or(crate::VERSION),
                 };
                 self.shared.metrics.local_commands.inc();
+                // CLIENT INFO shows the query buffer: this request and any after it.
+                self.session.qbuf = self.rbuf.len() - off;
                 let outcome =
                     commands::local::execute(cmd, &args, &mut self.session, &ctx, &mut self.local);
+                self.session.qbuf = 0;
                 if outcome == Outcome::Close {
                     self.closing = true;
                 }
@@ -755,7 +763,10 @@ impl Conn {
             }
             Route::ClientAdmin => {
                 self.shared.metrics.local_commands.inc();
+                // CLIENT LIST shows the caller's query buffer: this request and any after it.
+                self.session.qbuf = self.rbuf.len() - off;
                 let (reply, mode) = clients::execute(&args, &self.session, &self.shared.clients);
+                self.session.qbuf = 0;
                 match mode {
                     Some(mode) => Pending::ReplyMode { mode, reply },
                     None => Pending::Ready(reply),

@@ -265,7 +265,7 @@ impl Conn {
                 if up_rd.read_buf(&mut buf).await? == 0 {
                     return Ok::<(), std::io::Error>(());
                 }
-                filter_monitor(&mut buf, &mut out, &|a| status.is_internal(a));
+                filter_monitor(&mut buf, &mut out, &|a, cmd| status.monitor_hides(a, cmd));
                 if !out.is_empty() {
                     cl_wr.write_all(&out).await?;
                     out.clear();
@@ -280,24 +280,25 @@ impl Conn {
     }
 }
 
+/// Says whether MONITOR hides a command (its name) run by a client address.
+type Hide<'a> = &'a dyn Fn(&str, &[u8]) -> bool;
+
 /// Moves the complete lines of a MONITOR stream from `buf` to `out`, leaving out the lines
-/// of commands sent by corral's own connections (`internal` says which client addresses are
-/// corral's): what a client sees must not depend on corral's internal traffic (the cache's
-/// tracking lanes). Other replies (`+OK`, errors, the replies to commands the client sent
-/// after MONITOR) are single lines too and pass unchanged; an incomplete line stays in
-/// `buf`.
-fn filter_monitor(buf: &mut BytesMut, out: &mut BytesMut, internal: &dyn Fn(&str) -> bool) {
+/// `hide` claims (corral's own traffic: the cache's tracking lanes, connection handshakes),
+/// so what a client sees does not depend on corral's internals or the cache setting. Other
+/// replies (`+OK`, errors, the replies to commands the client sent after MONITOR) are single
+/// lines too and pass unchanged; an incomplete line stays in `buf`.
+fn filter_monitor(buf: &mut BytesMut, out: &mut BytesMut, hide: Hide<'_>) {
     while let Some(nl) = buf.windows(2).position(|w| w == b"\r\n") {
         let line = buf.split_to(nl + 2);
-        if !monitor_line_from(&line, internal) {
+        if !hidden(&line, hide) {
             out.extend_from_slice(&line);
         }
     }
 }
 
-/// Whether `line` is a MONITOR line (`+<time> [<db> <addr>] "cmd" ...`) whose client address
-/// `internal` claims.
-fn monitor_line_from(line: &[u8], internal: &dyn Fn(&str) -> bool) -> bool {
+/// Whether `line` is a MONITOR line (`+<time> [<db> <addr>] "cmd" ...`) that `hide` claims.
+fn hidden(line: &[u8], hide: Hide<'_>) -> bool {
     let Some(rest) = line.strip_prefix(b"+") else {
         return false;
     };
@@ -319,8 +320,14 @@ fn monitor_line_from(line: &[u8], internal: &dyn Fn(&str) -> bool) -> bool {
         _ => close_after(addr_start),
     };
     let Some(end) = end else { return false };
+    // The command name: the first quoted argument after `] `.
+    let cmd = rest
+        .get(end + 1..)
+        .and_then(|r| r.strip_prefix(b" \""))
+        .and_then(|r| r.iter().position(|&b| b == b'"').map(|q| &r[..q]))
+        .unwrap_or_default();
     match std::str::from_utf8(&rest[addr_start..end]) {
-        Ok(addr) => internal(addr),
+        Ok(addr) => hide(addr, cmd),
         Err(_) => false,
     }
 }
@@ -332,10 +339,11 @@ mod tests {
     #[test]
     fn monitor_lines_of_internal_connections_are_dropped() {
         let lane = "127.0.0.1:5000";
-        let internal = |a: &str| a == lane || a == "[::1]:7";
+        let internal = |a: &str, cmd: &[u8]| a == lane || a == "[::1]:7" || cmd == b"HELLO";
         let mut buf = BytesMut::from(
             &b"+OK\r\n+1.5 [0 127.0.0.1:5000] \"PING\"\r\n+1.6 [0 127.0.0.1:5001] \"GET\" \"k\"\r\n\
-               +1.7 [0 lua] \"get\" \"k\"\r\n+1.8 [0 [::1]:7] \"PING\"\r\n+1.9 [0 127.0.0"[..],
+               +1.7 [0 lua] \"get\" \"k\"\r\n+1.8 [0 [::1]:7] \"PING\"\r\n\
+               +1.85 [0 127.0.0.1:5001] \"HELLO\" \"2\"\r\n+1.9 [0 127.0.0"[..],
         );
         let mut out = BytesMut::new();
         filter_monitor(&mut buf, &mut out, &internal);

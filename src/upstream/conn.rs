@@ -274,10 +274,8 @@ async fn run(
             Ok(Ok((stream, tracking, id))) => {
                 backoff = s.backoff_min;
                 client_id.store(id.unwrap_or(0), Ordering::Relaxed);
-                let local = stream.local_addr().ok().filter(|_| s.internal);
-                if let Some(a) = local {
-                    status.add_internal(a);
-                }
+                // Registered by `connect` (for MONITOR) until the connection closes.
+                let local = stream.local_addr().ok();
                 status.connected();
                 info!(upstream = %s.addr, proto = s.proto.as_int(), tracking, "upstream connected");
                 if let Some(o) = &observer {
@@ -294,7 +292,7 @@ async fn run(
                 link.fail_all(&cause);
                 client_id.store(0, Ordering::Relaxed);
                 if let Some(a) = local {
-                    status.remove_internal(a);
+                    status.remove_conn(a);
                 }
                 if let Some(o) = &observer {
                     o.down();
@@ -355,10 +353,15 @@ async fn run(
 /// # Errors
 /// The connect, the handshake or the deadline failed.
 pub(super) async fn open(s: &ConnSettings, status: &UpstreamStatus) -> Result<TcpStream, String> {
-    match timeout(s.connect_timeout, connect(s, status)).await {
-        Ok(r) => r.map(|(stream, _, _)| stream),
-        Err(_) => Err("connect timed out".into()),
+    let stream = match timeout(s.connect_timeout, connect(s, status)).await {
+        Ok(r) => r.map(|(stream, _, _)| stream)?,
+        Err(_) => return Err("connect timed out".into()),
+    };
+    // Not managed here: no longer registered once handed over (it is MONITOR's relay).
+    if let Ok(a) = stream.local_addr() {
+        status.remove_conn(a);
     }
+    Ok(stream)
 }
 
 /// Connects and runs the handshake; returns the stream, whether tracking is on, and the
@@ -371,6 +374,12 @@ async fn connect(
         .await
         .map_err(|e| e.to_string())?;
     stream.set_nodelay(true).map_err(|e| e.to_string())?;
+    // Known to MONITOR from before the handshake, whose commands are corral's own; the
+    // guard forgets it if the handshake fails or is abandoned (connect timeout).
+    let mut registered = stream.local_addr().ok().map(|a| {
+        status.add_conn(a, s.internal);
+        ConnRegistration { status, addr: a }
+    });
     let greeting = handshake::hello(
         &mut stream,
         s.proto,
@@ -389,7 +398,23 @@ async fn connect(
         handshake::readonly(&mut stream, s.proto).await?;
     }
     let tracking = s.tracking && handshake::tracking_on(&mut stream, s.proto).await?;
+    // Up: the caller forgets the address when the connection closes.
+    if let Some(r) = registered.take() {
+        std::mem::forget(r);
+    }
     Ok((stream, tracking, greeting.id))
+}
+
+/// Forgets a connection's address (see [`UpstreamStatus::add_conn`]) when dropped.
+struct ConnRegistration<'a> {
+    status: &'a UpstreamStatus,
+    addr: std::net::SocketAddr,
+}
+
+impl Drop for ConnRegistration<'_> {
+    fn drop(&mut self) {
+        self.status.remove_conn(self.addr);
+    }
 }
 
 /// A job whose replies are still arriving.

@@ -1,6 +1,6 @@
 //! What is known about the upstream: reachable or not, why not, and its version.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -12,8 +12,9 @@ pub struct UpstreamStatus {
     reconnects: AtomicU64,
     version: Mutex<Option<String>>,
     last_error: Mutex<Option<String>>,
-    /// Local addresses of corral's own live connections (see `ConnSettings::internal`).
-    internal: Mutex<HashSet<SocketAddr>>,
+    /// Local addresses of corral's live upstream connections, and whether each is internal
+    /// (see `ConnSettings::internal`): for MONITOR.
+    conns: Mutex<HashMap<SocketAddr, bool>>,
 }
 
 impl UpstreamStatus {
@@ -37,30 +38,38 @@ impl UpstreamStatus {
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
     }
 
-    /// Records the local address of one of corral's own connections, now up.
-    pub fn add_internal(&self, local: SocketAddr) {
-        self.internal
+    /// Records the local address of one of corral's connections, from its TCP connect on
+    /// (its handshake included); `internal` when it carries no client's commands.
+    pub fn add_conn(&self, local: SocketAddr, internal: bool) {
+        self.conns
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(local);
+            .insert(local, internal);
     }
 
-    /// Forgets an internal connection's address once it is closed.
-    pub fn remove_internal(&self, local: SocketAddr) {
-        self.internal
+    /// Forgets a connection's address once it is closed.
+    pub fn remove_conn(&self, local: SocketAddr) {
+        self.conns
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&local);
     }
 
-    /// Whether `addr` (`ip:port`, as MONITOR prints a client) is one of corral's own live
-    /// connections.
-    pub fn is_internal(&self, addr: &str) -> bool {
+    /// Whether MONITOR should leave out command `cmd` (its name as MONITOR quotes it, without
+    /// the quotes) run by the client at `addr` (`ip:port`, as MONITOR prints it): everything
+    /// an internal connection of corral's runs, and the handshake (HELLO, AUTH) of any of
+    /// corral's connections: corral answers its clients' HELLO and AUTH itself, so none of
+    /// those lines stands for something a client did.
+    pub fn monitor_hides(&self, addr: &str, cmd: &[u8]) -> bool {
         let Ok(a) = addr.parse::<SocketAddr>() else {
             return false;
         };
-        let set = self.internal.lock().unwrap_or_else(|p| p.into_inner());
-        !set.is_empty() && set.contains(&a)
+        let conns = self.conns.lock().unwrap_or_else(|p| p.into_inner());
+        match conns.get(&a) {
+            Some(true) => true,
+            Some(false) => cmd.eq_ignore_ascii_case(b"HELLO") || cmd.eq_ignore_ascii_case(b"AUTH"),
+            None => false,
+        }
     }
 
     /// Records the server version from the handshake.
