@@ -173,6 +173,7 @@ impl Hub {
             proto: crate::resp::Proto::Resp3,
             tracking: false,
             reconnect: true,
+            gather: false,
             ..settings
         };
         let (ups_tx, ups_rx) = mpsc::channel(1);

@@ -115,6 +115,11 @@ pub struct ConnSettings {
     /// corral's own connection, carrying no client's commands (a cache tracking lane): its
     /// local address is recorded in [`UpstreamStatus`] so MONITOR can leave its traffic out.
     pub internal: bool,
+    /// Before writing a job, yield once so that other clients' ready jobs join the write (a
+    /// shared connection). Off where requests must reach Redis as soon as they are queued:
+    /// the pub/sub connection (an UNSUBSCRIBE must not fall behind a PUBLISH a client sends
+    /// next) and dedicated connections (always off: see `Link::gather`).
+    pub gather: bool,
 }
 
 /// Handle to a connection task; cheap to clone.
@@ -283,7 +288,7 @@ async fn run(
                 }
                 let mut link = Link::new(&s.addr, observer.clone());
                 // A dedicated connection carries one client's requests: nothing to gather.
-                link.gather = s.reconnect;
+                link.gather = s.gather && s.reconnect;
                 let cause = tokio::select! {
                     r = link.serve(stream, &mut rx) => r,
                     _ = reset.notified() => "reset after a request timed out".to_string(),

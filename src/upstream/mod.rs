@@ -148,6 +148,7 @@ impl Upstream {
             reconnect: true,
             readonly: false,
             internal: false,
+            gather: true,
         })
     }
 
