@@ -13,7 +13,7 @@
 //! in `tests/stateful.rs`. corral answers some commands differently from Redis 7.0 on
 //! purpose; they are not in the corpus but checked against corral's exact expected bytes in `corral_specific_replies`:
 //! - commands refused with `-ERR '<cmd>' is not supported by corral: <why>` (SYNC, PSYNC,
-//!   REPLCONF, CLIENT TRACKING/CACHING/GETREDIR/TRACKINGINFO/NO-TOUCH/UNBLOCK);
+//!   REPLCONF, CLIENT TRACKING/CACHING/GETREDIR/TRACKINGINFO/NO-TOUCH);
 //! - CLIENT SETINFO (accepted as Redis 7.2 does; 7.0 has no such subcommand);
 //! - HELLO's `id` field (a per-connection id; the rest of the HELLO reply is compared);
 //! - INFO (corral appends a `# Proxy` section);
@@ -1160,7 +1160,6 @@ const REFUSED: &[(&str, &str, &str)] = &[
     ("CLIENT GETREDIR", "client|getredir", CONN_STATE),
     ("CLIENT TRACKINGINFO", "client|trackinginfo", CONN_STATE),
     ("CLIENT NO-TOUCH ON", "client|no-touch", CONN_STATE),
-    ("CLIENT UNBLOCK 1", "client|unblock", CONN_STATE),
 ];
 
 /// corral's other replies that differ from Redis 7.0 on purpose: (command line, exact reply).
@@ -1220,6 +1219,35 @@ async fn corral_specific_replies() {
             "{proto} INFO through corral: {}",
             show(&info)
         );
+        // corral's fields have names of their own: a client that reads INFO into a map
+        // gets Redis's `connected_clients`, `uptime_in_seconds`..., not corral's.
+        let everything = proxied.request(&[b"INFO", b"everything"]).await;
+        let text = String::from_utf8_lossy(&everything);
+        let (redis_part, corral_part) = text
+            .split_once("# Proxy\r\n")
+            .unwrap_or_else(|| panic!("{proto}: no # Proxy in INFO everything"));
+        let names = |part: &str| -> Vec<String> {
+            part.lines()
+                .filter_map(|l| l.split_once(':').map(|(k, _)| k.to_string()))
+                .filter(|k| !k.starts_with('#') && !k.is_empty())
+                .collect()
+        };
+        let redis_names = names(redis_part);
+        assert!(redis_names.iter().any(|k| k == "connected_clients"));
+        let corral_names = names(corral_part);
+        for want in [
+            "proxy_connected_clients",
+            "proxy_uptime_in_seconds",
+            "cache_enabled",
+        ] {
+            assert!(corral_names.iter().any(|k| k == want), "{proto}: no {want}");
+        }
+        for k in &corral_names {
+            assert!(
+                !redis_names.contains(k),
+                "{proto}: corral's INFO field {k} shadows Redis's"
+            );
+        }
 
         // corral drops RESP3 push frames from its shared connections; the reply that follows
         // the push is delivered.

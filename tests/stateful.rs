@@ -802,6 +802,40 @@ const BLOCKING_SCRIPTS: &[(&str, &[&str])] = &[
         ],
     ),
     (
+        "client unblock",
+        &[
+            // corral's id for A, Redis's on the direct side: only the type is compared.
+            "A: CLIENT ID => a #any",
+            "A> BLPOP bl:u 0",
+            "B: CLIENT UNBLOCK @a",
+            "A<",
+            "A> BRPOP bl:u 0",
+            "B: CLIENT UNBLOCK @a TIMEOUT",
+            "A<",
+            "A> BLMOVE bl:u bl:u2 LEFT RIGHT 0",
+            "B: CLIENT UNBLOCK @a ERROR",
+            "A<",
+            "A> XREAD BLOCK 0 STREAMS bl:us $",
+            "B: client unblock @a error",
+            "A<",
+            // A itself is not blocked now; nor is B; no client has that id.
+            "B: CLIENT UNBLOCK @a",
+            "B: CLIENT ID => b #any",
+            "B: CLIENT UNBLOCK @b ERROR",
+            "B: CLIENT UNBLOCK 987654",
+            "B: CLIENT UNBLOCK -1",
+            // Redis's own errors.
+            "B: CLIENT UNBLOCK asd",
+            "B: CLIENT UNBLOCK @a FOO",
+            "B: CLIENT UNBLOCK",
+            "B: CLIENT UNBLOCK 1 2 3",
+            // A still works, on a blocking command that ends normally too.
+            "A> BLPOP bl:u 0",
+            "B: RPUSH bl:u x",
+            "A<",
+        ],
+    ),
+    (
         "blocking commands in scripts do not block",
         &[
             "A: EVAL \"return redis.call('BLPOP', KEYS[1], 0)\" 1 bl:none",
@@ -1267,6 +1301,8 @@ const CONN_SCRIPTS: &[(&str, &[&str])] = &[
             "A~ CLIENT REPLY SKIP ; SELECT 1 ; GET cr:a ; SELECT 0",
             "A~ CLIENT REPLY OFF ; NOSUCHCOMMAND ; CLIENT REPLY ON",
             "A~ CLIENT REPLY FOO ; CLIENT REPLY ; CLIENT REPLY ON extra",
+            // ON right after SKIP cancels the skip: its own +OK is sent.
+            "A~ CLIENT REPLY SKIP ; CLIENT REPLY ON ; PING",
         ],
     ),
     (
@@ -1288,6 +1324,12 @@ const CONN_SCRIPTS: &[(&str, &[&str])] = &[
             "A: CLIENT KILL ID x",
             "A: CLIENT KILL FOO bar",
             "A: CLIENT KILL ID 1 SKIPME maybe",
+            "A: CLIENT KILL",
+            "A: client kill id 10 wrong_arg",
+            "A: CLIENT KILL ID -1",
+            "A: CLIENT KILL TYPE wrong_type",
+            "A: CLIENT KILL USER wrong_user",
+            "A: CLIENT KILL USER default ADDR 127.0.0.1:1",
             "A: CLIENT ID => ida #any",
             "A: CLIENT KILL ID @ida",
             "A: CLIENT KILL ID @ida SKIPME yes",
@@ -1486,6 +1528,106 @@ async fn client_list_shows_corrals_clients() {
     pair.proxy.stop().await;
 }
 
+/// CLIENT LIST's `cmd=` and `flags=` are each client's own, as Redis shows them: the last
+/// command a client sent, `P` while subscribed, `b` while blocked, `x` in MULTI.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_list_shows_each_clients_command_and_flags() {
+    let pair = Pair::start().await;
+    let mut direct = connect(pair.direct.entry).await;
+    for resp3 in [false, true] {
+        let mut a = common::client_in(pair.proxy.addr, resp3).await;
+        let mut sub = common::client_in(pair.proxy.addr, resp3).await;
+        let mut blocked = common::client_in(pair.proxy.addr, resp3).await;
+        let mut multi = common::client_in(pair.proxy.addr, resp3).await;
+        let mut idle = common::client_in(pair.proxy.addr, resp3).await;
+        let mut ids = Vec::new();
+        for c in [&mut sub, &mut blocked, &mut multi, &mut idle] {
+            let id = call(c, "CLIENT ID").await;
+            ids.push(String::from_utf8_lossy(&id[1..id.len() - 2]).into_owned());
+        }
+        call(&mut sub, "SUBSCRIBE cl:ch").await;
+        blocked.send(&encode(&[b"BLPOP", b"cl:none", b"0"])).await;
+        call(&mut multi, "MULTI").await;
+        call(&mut multi, "CONFIG GET maxmemory").await;
+        call(&mut idle, "GET cl:k").await;
+        // What Redis shows for clients in the same states (its own ids differ).
+        let want = [
+            ("P", "subscribe"),
+            ("b", "blpop"),
+            ("x", "config|get"),
+            ("N", "get"),
+        ];
+        let mut admin = connect(pair.direct.entry).await;
+        let mut d = connect(pair.direct.entry).await;
+        call(&mut d, "SUBSCRIBE cl:ch").await;
+        let line = text_of(&call(&mut admin, "CLIENT LIST TYPE pubsub").await);
+        assert_eq!(
+            (field(&line, "flags"), field(&line, "cmd")),
+            (Some(want[0].0), Some(want[0].1)),
+            "redis: {line}"
+        );
+        // corral publishes a client's state right after writing its reply, and a blocked
+        // client's once its command is sent: poll.
+        for (i, (flags, cmd)) in want.iter().enumerate() {
+            let deadline = Instant::now() + LIMIT;
+            loop {
+                let line = text_of(&call(&mut a, &format!("CLIENT LIST ID {}", ids[i])).await);
+                if field(&line, "flags") == Some(flags) && field(&line, "cmd") == Some(cmd) {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "want flags={flags} cmd={cmd}: {line}"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        // The caller's own line names the CLIENT LIST it is running, like CLIENT INFO.
+        let me = text_of(&call(&mut a, "CLIENT LIST").await);
+        let mine = text_of(&call(&mut a, "CLIENT INFO").await);
+        let my_id = field(&mine, "id").unwrap_or_default().to_string();
+        let my_line = me
+            .lines()
+            .find(|l| field(l, "id") == Some(my_id.as_str()))
+            .unwrap_or_else(|| panic!("no id={my_id} in {me}"));
+        assert_eq!(field(my_line, "cmd"), Some("client|list"), "{my_line}");
+        assert_eq!(field(&mine, "cmd"), Some("client|info"), "{mine}");
+        // The query buffer holds the running command, as in Redis; others' are empty.
+        let redis_info = text_of(&call(&mut direct, "CLIENT INFO").await);
+        assert_eq!(field(&mine, "qbuf"), field(&redis_info, "qbuf"), "{mine}");
+        assert_eq!(
+            field(my_line, "qbuf"),
+            field(&redis_info, "qbuf"),
+            "{my_line}"
+        );
+        for l in me
+            .lines()
+            .filter(|l| field(l, "id") != Some(my_id.as_str()))
+        {
+            assert_eq!(field(l, "qbuf"), Some("0"), "{l}");
+        }
+        // An unknown command is `NULL`, as in Redis.
+        let r = call(&mut idle, "NOSUCHCOMMAND").await;
+        let want_err = call(&mut direct, "NOSUCHCOMMAND").await;
+        assert_eq!(show(&r), show(&want_err));
+        let deadline = Instant::now() + LIMIT;
+        loop {
+            let line = text_of(&call(&mut a, &format!("CLIENT LIST ID {}", ids[3])).await);
+            if field(&line, "cmd") == Some("NULL") {
+                break;
+            }
+            assert!(Instant::now() < deadline, "want cmd=NULL: {line}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        call(&mut multi, "DISCARD").await;
+        let mut pusher = connect(pair.proxy.addr).await;
+        call(&mut pusher, "RPUSH cl:none x").await;
+        blocked.read_resp().await;
+        direct = connect(pair.direct.entry).await;
+    }
+    pair.proxy.stop().await;
+}
+
 /// MONITOR through corral: the monitoring client sees what other corral clients run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn monitor_sees_other_clients_commands() {
@@ -1524,6 +1666,63 @@ async fn monitor_sees_other_clients_commands() {
         })
         .await;
         direct = connect(pair.direct.entry).await;
+    }
+    pair.proxy.stop().await;
+}
+
+/// MONITOR shows the commands corral's clients run, and nothing of corral's own traffic: the
+/// cache's tracking lane (cache fills of hot keys, the PING that follows a script), the
+/// handshake of a new upstream connection. The trace is the same with the cache on and off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn monitor_leaves_out_corrals_own_connections() {
+    let pair = Pair::start().await;
+    let mut m = connect(pair.proxy.addr).await;
+    assert_eq!(show(&call(&mut m, "MONITOR").await), show(b"+OK\r\n"));
+    let mut w = connect(pair.proxy.addr).await;
+    // A transaction opens a dedicated connection, whose handshake (HELLO) is corral's own:
+    // the monitor sees the transaction's commands first, as with Redis.
+    for line in ["MULTI", "SET mon:t 1", "EXEC"] {
+        call(&mut w, line).await;
+    }
+    for want in ["\"MULTI\"", "\"SET\" \"mon:t\" \"1\"", "\"EXEC\""] {
+        let got = String::from_utf8_lossy(&m.read_resp().await).into_owned();
+        assert!(got.contains(want), "want {want}, got {got}");
+    }
+    call(&mut w, "SET mon:hot v").await;
+    // Hot enough for the cache: later reads are filled on the lane (MULTI/PTTL/GET/EXEC).
+    for _ in 0..20 {
+        assert_eq!(show(&call(&mut w, "GET mon:hot").await), show(&bulk("v")));
+    }
+    let hits = cache_hits(&mut w).await;
+    assert!(hits > 0, "the cache served none of the GETs");
+    // A script: corral syncs the lane with a PING before replying.
+    call(
+        &mut w,
+        "EVAL \"return redis.call('SET', KEYS[1], 'w')\" 1 mon:hot",
+    )
+    .await;
+    call(&mut w, "SET mon:end x").await;
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        let r = m.read_resp().await;
+        let line = String::from_utf8_lossy(&r).into_owned();
+        assert!(line.starts_with('+'), "monitor line: {line}");
+        for internal in [
+            "\"PING\"",
+            "\"PTTL\"",
+            "\"MULTI\"",
+            "\"EXEC\"",
+            "\"TRACKING\"",
+        ] {
+            assert!(
+                !line.contains(internal),
+                "corral's own command shown: {line}"
+            );
+        }
+        if line.contains("\"mon:end\"") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no mon:end seen");
     }
     pair.proxy.stop().await;
 }

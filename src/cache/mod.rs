@@ -338,6 +338,7 @@ impl Cache {
             tracking: true,
             reconnect: true,
             health: Some(health),
+            internal: true,
             ..settings
         };
         tokio::spawn(decay_hot_keys(core.clone(), shutdown.clone()));

@@ -17,8 +17,14 @@ pub struct Session {
     pub proto: Proto,
     /// Database chosen with SELECT.
     pub db: u32,
-    /// Flags for CLIENT LIST (`N` normal, `x` in MULTI, `b` blocked, `P` subscribed).
+    /// Flags for CLIENT LIST (`N` normal, `x` in MULTI, `b` blocked, `P` subscribed), in
+    /// Redis's order; see [`flags_text`].
     pub flags: &'static str,
+    /// The last command the client sent, for CLIENT LIST's `cmd=`.
+    pub last_cmd: LastCmd,
+    /// Query buffer bytes (`qbuf=`): set only while CLIENT INFO/LIST runs for this client,
+    /// 0 otherwise, as Redis shows a client between commands.
+    pub qbuf: usize,
     /// Channel, pattern and shard-channel subscription counts.
     pub subs: (usize, usize, usize),
     /// Name from CLIENT SETNAME or HELLO SETNAME.
@@ -45,6 +51,8 @@ impl Session {
             proto: Proto::Resp2,
             db: 0,
             flags: "N",
+            last_cmd: LastCmd::default(),
+            qbuf: 0,
             subs: (0, 0, 0),
             name: None,
             lib_name: None,
@@ -66,7 +74,7 @@ impl Session {
         };
         format!(
             "id={} addr={} laddr={} fd=0 name={} age={} idle=0 flags={} db={} sub={} psub={} \
-             ssub={} multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 \
+             ssub={} multi=-1 qbuf={} qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 \
              omem=0 tot-mem=0 events=r cmd={} user=default redir=-1 resp={} lib-name={} \
              lib-ver={}\n",
             self.id,
@@ -79,10 +87,121 @@ impl Session {
             self.subs.0,
             self.subs.1,
             self.subs.2,
+            self.qbuf,
             cmd,
             self.proto.as_int(),
             text(&self.lib_name),
             text(&self.lib_ver),
         )
+    }
+}
+
+/// CLIENT LIST's `flags=` for a client subscribed (`P`), in MULTI (`x`) and/or blocked (`b`),
+/// in the order Redis prints them; `N` for none.
+pub fn flags_text(pubsub: bool, multi: bool, blocked: bool) -> &'static str {
+    match (pubsub, multi, blocked) {
+        (false, false, false) => "N",
+        (true, false, false) => "P",
+        (false, true, false) => "x",
+        (false, false, true) => "b",
+        (true, true, false) => "Px",
+        (true, false, true) => "Pb",
+        (false, true, true) => "xb",
+        (true, true, true) => "Pxb",
+    }
+}
+
+/// Longest command or subcommand name kept; longer ones are no command Redis knows.
+const MAX_NAME: usize = 24;
+
+/// A client's last command name, lower-case, with its subcommand for container commands
+/// (`client|list`), as Redis shows it in CLIENT LIST. Kept inline: it is set for every request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LastCmd {
+    buf: [u8; 2 * MAX_NAME + 1],
+    len: u8,
+}
+
+impl Default for LastCmd {
+    fn default() -> Self {
+        LastCmd {
+            buf: [0; 2 * MAX_NAME + 1],
+            len: 0,
+        }
+    }
+}
+
+impl LastCmd {
+    /// Records the command in `args` (name first).
+    pub fn set(&mut self, args: &crate::resp::Args<'_>) {
+        self.len = 0;
+        let Some(name) = args.get(0).filter(|n| !n.is_empty() && n.len() <= MAX_NAME) else {
+            return;
+        };
+        let mut len = 0;
+        for &c in name {
+            self.buf[len] = c.to_ascii_lowercase();
+            len += 1;
+        }
+        if is_container(&self.buf[..len])
+            && let Some(sub) = args.get(1).filter(|s| s.len() <= MAX_NAME)
+        {
+            self.buf[len] = b'|';
+            len += 1;
+            for &c in sub {
+                self.buf[len] = c.to_ascii_lowercase();
+                len += 1;
+            }
+        }
+        self.len = len as u8;
+    }
+
+    /// The name (`name|sub` for a subcommand); empty before the first command.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.buf[..usize::from(self.len)]
+    }
+}
+
+/// Commands with subcommands: Redis names those `name|sub`.
+pub fn is_container(lower_name: &[u8]) -> bool {
+    matches!(
+        lower_name,
+        b"acl"
+            | b"client"
+            | b"cluster"
+            | b"command"
+            | b"config"
+            | b"function"
+            | b"latency"
+            | b"memory"
+            | b"module"
+            | b"object"
+            | b"pubsub"
+            | b"script"
+            | b"slowlog"
+            | b"xgroup"
+            | b"xinfo"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn last(words: &[&str]) -> String {
+        let owned: Vec<Vec<u8>> = words.iter().map(|w| w.as_bytes().to_vec()).collect();
+        let mut c = LastCmd::default();
+        c.set(&crate::resp::Args::Owned(&owned));
+        String::from_utf8_lossy(c.as_bytes()).into_owned()
+    }
+
+    #[test]
+    fn last_command_names_subcommands_like_redis() {
+        assert_eq!(last(&["GET", "k"]), "get");
+        assert_eq!(last(&["Client", "LIST"]), "client|list");
+        assert_eq!(last(&["client"]), "client");
+        assert_eq!(last(&[&"x".repeat(100)]), "");
+        assert_eq!(flags_text(true, false, false), "P");
+        assert_eq!(flags_text(false, true, true), "xb");
     }
 }

@@ -79,7 +79,7 @@ pub enum Route {
     Monitor,
     /// Subscriptions, fanned out from shared upstream subscriptions.
     PubSub(PubSub),
-    /// CLIENT LIST/KILL/REPLY/NO-EVICT: about corral's own clients.
+    /// CLIENT LIST/KILL/REPLY/NO-EVICT/UNBLOCK: about corral's own clients.
     ClientAdmin,
     /// Refused with a clear error: `name` is the command, `why` the reason.
     Unsupported {
@@ -155,13 +155,12 @@ fn classify_client(args: &Args<'_>) -> Route {
     let unsupported = |name, why| Route::Unsupported { name, why };
     match sub {
         b"SETNAME" | b"GETNAME" | b"ID" | b"SETINFO" | b"INFO" => Route::Local(Local::Client),
-        b"LIST" | b"KILL" | b"REPLY" | b"NO-EVICT" => Route::ClientAdmin,
+        b"LIST" | b"KILL" | b"REPLY" | b"NO-EVICT" | b"UNBLOCK" => Route::ClientAdmin,
         b"TRACKING" => unsupported("client|tracking", CONN_STATE),
         b"CACHING" => unsupported("client|caching", CONN_STATE),
         b"GETREDIR" => unsupported("client|getredir", CONN_STATE),
         b"TRACKINGINFO" => unsupported("client|trackinginfo", CONN_STATE),
         b"NO-TOUCH" => unsupported("client|no-touch", CONN_STATE),
-        b"UNBLOCK" => unsupported("client|unblock", CONN_STATE),
         _ => Route::Forward(Access::Read),
     }
 }

@@ -5,7 +5,7 @@
 //! Subscribers register a bounded queue; a subscriber that falls behind by more than its
 //! queue is disconnected, as Redis disconnects pub/sub clients over their output buffer limit.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::{Bytes, BytesMut};
@@ -16,6 +16,7 @@ use tracing::{debug, warn};
 use crate::resp::request::encode_request;
 use crate::upstream::{ConnSettings, LinkObserver, ReplyTo, UpstreamConn, UpstreamStatus};
 
+mod glob;
 mod router;
 pub use router::Router;
 
@@ -108,6 +109,27 @@ struct Subscriber {
 struct State {
     topics: HashMap<(Kind, Bytes), Topic>,
     subscribers: HashMap<u64, Subscriber>,
+    /// Upstream UNSUBSCRIBEs sent and not yet confirmed, per topic, in the order sent: each
+    /// confirmation wakes the client whose unsubscribe ended the topic. Until then Redis
+    /// still counts corral as a subscriber.
+    unsubscribing: HashMap<(Kind, Bytes), VecDeque<oneshot::Sender<()>>>,
+}
+
+impl State {
+    /// Whether Redis counts corral as subscribed to `key` now, as far as corral knows.
+    fn upstream_has(&self, key: &(Kind, Bytes)) -> bool {
+        self.topics.contains_key(key) || self.unsubscribing.get(key).is_some_and(|q| !q.is_empty())
+    }
+
+    /// Releases every client waiting for an upstream unsubscribe: the connection is gone,
+    /// and Redis dropped its subscriptions with it.
+    fn release_unsubscribes(&mut self) {
+        for (_, q) in self.unsubscribing.drain() {
+            for w in q {
+                let _ = w.send(());
+            }
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -151,6 +173,7 @@ impl Hub {
             proto: crate::resp::Proto::Resp3,
             tracking: false,
             reconnect: true,
+            gather: false,
             ..settings
         };
         let (ups_tx, ups_rx) = mpsc::channel(1);
@@ -198,34 +221,95 @@ impl Hub {
     }
 
     /// Unsubscribes client `id` from `name`; the upstream subscription ends with its last
-    /// subscriber.
-    pub fn unsubscribe(&self, id: u64, kind: Kind, name: &[u8]) {
+    /// subscriber. Returns a receiver that fires once Redis has confirmed that end, or `None`
+    /// when the upstream subscription stays: after the client saw its confirmation, PUBLISH
+    /// no longer counts corral for it.
+    pub fn unsubscribe(&self, id: u64, kind: Kind, name: &[u8]) -> Option<oneshot::Receiver<()>> {
         let mut state = self.inner.lock();
         let key = (kind, Bytes::copy_from_slice(name));
         if let Some(sub) = state.subscribers.get_mut(&id) {
             sub.topics.remove(&key);
         }
-        let Some(topic) = state.topics.get_mut(&key) else {
-            return;
-        };
+        let topic = state.topics.get_mut(&key)?;
         topic.subscribers.remove(&id);
-        if topic.subscribers.is_empty() {
-            state.topics.remove(&key);
-            drop(state);
-            self.send(kind.unsubscribe_cmd(), name);
+        if !topic.subscribers.is_empty() {
+            return None;
         }
+        state.topics.remove(&key);
+        let (tx, rx) = oneshot::channel();
+        state
+            .unsubscribing
+            .entry(key.clone())
+            .or_default()
+            .push_back(tx);
+        drop(state);
+        let mut req = BytesMut::new();
+        encode_request(&[kind.unsubscribe_cmd(), name], &mut req);
+        let inner = self.inner.clone();
+        // Not sent (queue full, connection closed): no confirmation will come.
+        let failed = move |r: crate::upstream::JobResult| {
+            if r.is_err() {
+                confirm_unsubscribe(&inner, &key);
+            }
+        };
+        self.conn
+            .try_send_to(req.freeze(), 0, ReplyTo::Call(Box::new(failed)));
+        Some(rx)
     }
 
-    /// Forgets a client entirely (it disconnected or sent RESET).
-    pub fn remove(&self, id: u64) {
+    /// How far Redis's count of receivers for a message on `channel` is from the count a
+    /// client of corral should see: corral's own subscribers that would get it minus corral's
+    /// upstream subscriptions that Redis counted (one per matching channel or pattern).
+    /// PUBLISH (`Kind::Channel`) counts pattern subscribers too, as Redis does; with
+    /// `patterns` false only the channel itself counts (PUBSUB NUMSUB).
+    pub fn count_delta(&self, kind: Kind, channel: &[u8], patterns: bool) -> i64 {
+        let state = self.inner.lock();
+        let key = (kind, Bytes::copy_from_slice(channel));
+        let mut delta = 0i64;
+        let mut count = |key: &(Kind, Bytes)| {
+            if let Some(t) = state.topics.get(key) {
+                delta += t.subscribers.len() as i64;
+            }
+            if state.upstream_has(key) {
+                delta -= 1;
+            }
+        };
+        count(&key);
+        if patterns && kind == Kind::Channel {
+            let matching: Vec<&(Kind, Bytes)> = state
+                .topics
+                .keys()
+                .chain(state.unsubscribing.keys())
+                .filter(|(k, p)| *k == Kind::Pattern && glob::matches(p, channel))
+                .collect::<HashSet<_>>()
+                .into_iter()
+                .collect();
+            for key in matching {
+                count(key);
+            }
+        }
+        delta
+    }
+
+    /// No subscription at all, upstream or pending: Redis's counts need no correction.
+    pub fn is_idle(&self) -> bool {
+        let state = self.inner.lock();
+        state.topics.is_empty() && state.unsubscribing.values().all(VecDeque::is_empty)
+    }
+
+    /// Forgets a client entirely (it disconnected or sent RESET). Returns the confirmations
+    /// of the upstream subscriptions this ended (see [`Hub::unsubscribe`]).
+    pub fn remove(&self, id: u64) -> Vec<oneshot::Receiver<()>> {
         let topics = match self.inner.lock().subscribers.get(&id) {
             Some(sub) => sub.topics.iter().cloned().collect::<Vec<_>>(),
-            None => return,
+            None => return Vec::new(),
         };
-        for (kind, name) in topics {
-            self.unsubscribe(id, kind, &name);
-        }
+        let waits = topics
+            .into_iter()
+            .filter_map(|(kind, name)| self.unsubscribe(id, kind, &name))
+            .collect();
         self.inner.lock().subscribers.remove(&id);
+        waits
     }
 
     /// Removes a topic (its upstream subscription is gone) and returns its subscribers with
@@ -289,10 +373,13 @@ impl LinkObserver for Observer {
         for topic in state.topics.values_mut() {
             topic.confirmed = false;
         }
+        state.release_unsubscribes();
         let _ = self.ups.try_send(());
     }
 
-    fn down(&self, _cause: &str) {}
+    fn down(&self, _cause: &str) {
+        self.inner.lock().release_unsubscribes();
+    }
 
     fn push(&self, frame: &[u8]) {
         use redis_protocol::resp3::types::BytesFrame as F;
@@ -316,9 +403,18 @@ impl LinkObserver for Observer {
             b"subscribe" => self.confirm(Kind::Channel, text(1)),
             b"psubscribe" => self.confirm(Kind::Pattern, text(1)),
             b"ssubscribe" => self.confirm(Kind::Shard, text(1)),
-            // Sent by the server itself when the channel's slot moved to another node (a
-            // SUNSUBSCRIBE of ours removed the topic before it was sent).
+            b"unsubscribe" => {
+                self.unsubscribed(Kind::Channel, text(1));
+            }
+            b"punsubscribe" => {
+                self.unsubscribed(Kind::Pattern, text(1));
+            }
+            // Ours, or sent by the server itself when the channel's slot moved to another
+            // node (a SUNSUBSCRIBE of ours removed the topic before it was sent).
             b"sunsubscribe" => {
+                if self.unsubscribed(Kind::Shard, text(1)) {
+                    return;
+                }
                 if let (Some(name), Some(moved)) = (text(1), &self.moved)
                     && self
                         .inner
@@ -369,6 +465,14 @@ impl Observer {
         }
     }
 
+    /// Redis confirmed an UNSUBSCRIBE; false if none of ours was waiting for it.
+    fn unsubscribed(&self, kind: Kind, name: Option<Bytes>) -> bool {
+        match name {
+            Some(name) => confirm_unsubscribe(&self.inner, &(kind, name)),
+            None => false,
+        }
+    }
+
     fn deliver(&self, key: &(Kind, Bytes), msg: Message) {
         let state = self.inner.lock();
         // Until Redis confirms the subscription, a message on this stream belongs to an
@@ -387,6 +491,25 @@ impl Observer {
                 sub.kill.cancel();
             }
         }
+    }
+}
+
+/// Wakes the client waiting for the oldest unconfirmed UNSUBSCRIBE of `key`; false if none.
+fn confirm_unsubscribe(inner: &Inner, key: &(Kind, Bytes)) -> bool {
+    let mut state = inner.lock();
+    let Some(q) = state.unsubscribing.get_mut(key) else {
+        return false;
+    };
+    let waiter = q.pop_front();
+    if q.is_empty() {
+        state.unsubscribing.remove(key);
+    }
+    match waiter {
+        Some(w) => {
+            let _ = w.send(());
+            true
+        }
+        None => false,
     }
 }
 

@@ -88,7 +88,7 @@ impl Router {
     }
 
     /// Unsubscribes client `id`; see [`Hub::unsubscribe`].
-    pub fn unsubscribe(&self, id: u64, kind: Kind, name: &[u8]) {
+    pub fn unsubscribe(&self, id: u64, kind: Kind, name: &[u8]) -> Option<oneshot::Receiver<()>> {
         let hub = match kind {
             Kind::Shard if self.cluster.is_some() => {
                 let shards = self.lock();
@@ -105,17 +105,34 @@ impl Router {
         }
     }
 
-    /// Forgets a client entirely (it disconnected or sent RESET).
-    pub fn remove(&self, id: u64) {
-        self.main.remove(id);
+    /// Forgets a client entirely (it disconnected or sent RESET); see [`Hub::remove`].
+    pub fn remove(&self, id: u64) -> Vec<oneshot::Receiver<()>> {
+        let mut waits = self.main.remove(id);
         let hubs: Vec<Arc<Hub>> = {
             let mut shards = self.lock();
             shards.clients.remove(&id);
             shards.hubs.values().cloned().collect()
         };
         for hub in hubs {
-            hub.remove(id);
+            waits.extend(hub.remove(id));
         }
+        waits
+    }
+
+    /// The correction to Redis's receiver count for `channel` (see [`Hub::count_delta`]), or
+    /// `None` when there is nothing to correct. Standalone only: in cluster mode a PUBLISH
+    /// runs on some node whose count corral's subscriptions on another node do not enter.
+    pub fn count_delta(&self, kind: Kind, channel: &[u8], patterns: bool) -> Option<i64> {
+        if self.cluster.is_some() || self.main.is_idle() {
+            return None;
+        }
+        Some(self.main.count_delta(kind, channel, patterns))
+    }
+
+    /// Whether Redis's counts need no correction at all now (standalone mode, no
+    /// subscription through corral); see [`Router::count_delta`].
+    pub fn counts_exact(&self) -> bool {
+        self.cluster.is_some() || self.main.is_idle()
     }
 
     /// Upstream subscriptions now (for INFO).

@@ -18,6 +18,9 @@ use crate::resp::request::parse_int;
 pub struct ClientEntry {
     snapshot: Mutex<Session>,
     kill: CancellationToken,
+    /// While the client waits in a blocking command: the dedicated connection's upstream
+    /// address and the server's client id for it, which CLIENT UNBLOCK must name.
+    blocked_on: Mutex<Option<(String, u64)>>,
 }
 
 /// All connected clients.
@@ -32,6 +35,7 @@ impl Registry {
         let e = Arc::new(ClientEntry {
             snapshot: Mutex::new(session.clone()),
             kill,
+            blocked_on: Mutex::new(None),
         });
         self.map.insert(session.id, e.clone());
         e
@@ -40,6 +44,14 @@ impl Registry {
     /// Forgets a client that disconnected.
     pub fn remove(&self, id: u64) {
         self.map.remove(&id);
+    }
+
+    /// Where client `id` is blocked now: the upstream address and the server's client id of
+    /// its dedicated connection.
+    pub fn blocked_on(&self, id: u64) -> Option<(String, u64)> {
+        let e = self.map.get(&id)?;
+        let b = e.blocked_on.lock().unwrap_or_else(|p| p.into_inner());
+        b.clone()
     }
 
     fn snapshots(&self) -> Vec<(Session, CancellationToken)> {
@@ -61,6 +73,41 @@ impl ClientEntry {
     pub fn update(&self, session: &Session) {
         *self.snapshot.lock().unwrap_or_else(|p| p.into_inner()) = session.clone();
     }
+
+    /// Records that the client is blocked on the connection with server client id
+    /// `upstream_id` at `addr` (`None`: no longer blocked).
+    pub fn set_blocked(&self, on: Option<(String, u64)>) {
+        *self.blocked_on.lock().unwrap_or_else(|p| p.into_inner()) = on;
+    }
+}
+
+/// `CLIENT UNBLOCK <id> [TIMEOUT|ERROR]` rewritten for the upstream: corral's client id is
+/// replaced by the server's id of the connection that client is blocked on, and by 0 (no
+/// such client in Redis, which then answers `:0`) when it is not blocked through corral.
+/// A corral id never reaches Redis, where it could name some other client. Malformed forms
+/// are sent with a non-numeric id so that Redis gives its own error. Returns the request and
+/// the upstream address it must go to (that of the blocked client's connection).
+pub fn unblock_request(args: &Args<'_>, registry: &Registry) -> (Bytes, Option<String>) {
+    let mut argv: Vec<&[u8]> = args.iter().collect();
+    let target = match argv.get(2).and_then(|a| parse_int(a)) {
+        Some(id) => u64::try_from(id)
+            .ok()
+            .and_then(|id| registry.blocked_on(id))
+            .filter(|(_, upstream_id)| *upstream_id != 0),
+        None => None,
+    };
+    let id_text;
+    if argv.len() > 2 {
+        id_text = match (&target, argv.get(2).and_then(|a| parse_int(a))) {
+            (Some((_, upstream_id)), _) => upstream_id.to_string(),
+            (None, Some(_)) => "0".to_string(),
+            (None, None) => "not-an-id".to_string(),
+        };
+        argv[2] = id_text.as_bytes();
+    }
+    let mut out = BytesMut::new();
+    crate::resp::request::encode_request(&argv, &mut out);
+    (out.freeze(), target.map(|(addr, _)| addr))
 }
 
 /// Reply mode set with CLIENT REPLY.
@@ -86,7 +133,7 @@ pub fn execute(args: &Args<'_>, me: &Session, registry: &Registry) -> (Bytes, Op
     let sub = args.get(1).unwrap_or_default().to_ascii_uppercase();
     let mut mode = None;
     match sub.as_slice() {
-        b"LIST" => list(args, registry, &mut e),
+        b"LIST" => list(args, me, registry, &mut e),
         b"KILL" => kill(args, me, registry, &mut e),
         b"REPLY" if args.len() == 3 => {
             let arg = args.get(2).unwrap_or_default().to_ascii_uppercase();
@@ -127,7 +174,7 @@ fn type_matches(s: &Session, t: &[u8]) -> Option<bool> {
     }
 }
 
-fn list(args: &Args<'_>, registry: &Registry, e: &mut Encoder<'_>) {
+fn list(args: &Args<'_>, me: &Session, registry: &Registry, e: &mut Encoder<'_>) {
     let mut ids: Option<Vec<u64>> = None;
     let mut ty: Option<Vec<u8>> = None;
     let mut i = 2;
@@ -162,6 +209,13 @@ fn list(args: &Args<'_>, registry: &Registry, e: &mut Encoder<'_>) {
     }
     let mut text = String::new();
     for (s, _) in registry.snapshots() {
+        // The caller's own line is its live session: its command is this CLIENT LIST.
+        let (s, cmd) = if s.id == me.id {
+            (me.clone(), "client|list".to_string())
+        } else {
+            let cmd = last_command(&s);
+            (s, cmd)
+        };
         if ids.as_ref().is_some_and(|ids| !ids.contains(&s.id)) {
             continue;
         }
@@ -170,9 +224,20 @@ fn list(args: &Args<'_>, registry: &Registry, e: &mut Encoder<'_>) {
         {
             continue;
         }
-        text.push_str(&s.info_line("client|list"));
+        text.push_str(&s.info_line(&cmd));
     }
     e.verbatim(text.as_bytes());
+}
+
+/// A client's last command as CLIENT LIST shows it: `NULL` before its first command and for a
+/// command Redis does not know (Redis records the failed lookup).
+fn last_command(s: &Session) -> String {
+    let name = s.last_cmd.as_bytes();
+    let parts: Vec<Vec<u8>> = name.split(|&b| b == b'|').map(<[u8]>::to_vec).collect();
+    if name.is_empty() || !super::connection::command_exists(&Args::Owned(&parts)) {
+        return "NULL".to_string();
+    }
+    String::from_utf8_lossy(name).into_owned()
 }
 
 fn type_matches_any(t: &[u8]) -> Option<()> {
@@ -204,6 +269,9 @@ fn kill(args: &Args<'_>, me: &Session, registry: &Registry, e: &mut Encoder<'_>)
             None => e.error("ERR No such client"),
         };
     }
+    if args.len() < 3 {
+        return e.error(&reply::wrong_arity("client|kill"));
+    }
     if args.len() < 4 || !args.len().is_multiple_of(2) {
         return e.raw(reply::SYNTAX);
     }
@@ -228,9 +296,14 @@ fn kill(args: &Args<'_>, me: &Session, registry: &Registry, e: &mut Encoder<'_>)
                 let a = addr_of(val);
                 filters.push(Box::new(move |s| Some(s.laddr) == a));
             }
+            // Every client of corral is user `default` (the only user `requirepass` knows);
+            // Redis refuses a user it does not know.
+            b"USER" if val == b"default" => filters.push(Box::new(|_| true)),
             b"USER" => {
-                let is_default = val == b"default";
-                filters.push(Box::new(move |_| is_default));
+                return e.error(&format!(
+                    "ERR No such user '{}'",
+                    String::from_utf8_lossy(val)
+                ));
             }
             b"TYPE" => {
                 if type_matches_any(val).is_none() {

@@ -67,6 +67,8 @@ pub(super) struct Conn {
     pub(super) pin_reset: bool,
     /// The session changed in a way CLIENT LIST shows.
     pub(super) info_changed: bool,
+    /// The last command CLIENT LIST shows for this client (published at the end of a round).
+    published_cmd: commands::session::LastCmd,
     /// Pub/sub subscriptions, once the client subscribed to something.
     pub(super) subs: Option<Subscriptions>,
     /// An EXEC being sent runs these queued SELECTs (database, position).
@@ -130,6 +132,7 @@ pub async fn run(
         monitor: false,
         pin_reset: false,
         info_changed: false,
+        published_cmd: commands::session::LastCmd::default(),
         subs: None,
         exec_select: None,
         batch_cmds: Vec::new(),
@@ -215,7 +218,8 @@ struct Registered(Arc<Shared>, u64);
 impl Drop for Registered {
     fn drop(&mut self) {
         self.0.clients.remove(self.1);
-        self.0.pubsub.remove(self.1);
+        // Nobody waits for the upstream unsubscribes: the client is gone.
+        drop(self.0.pubsub.remove(self.1));
     }
 }
 
@@ -236,6 +240,12 @@ pub(super) enum Pending {
     },
     /// An INFO request to send on its own.
     Info { req: Bytes, with_proxy: bool },
+    /// A request whose receiver counts are corrected for corral's subscribers, sent on its
+    /// own.
+    Counted {
+        req: Bytes,
+        count: super::pubcount::Count,
+    },
     /// A transaction command (the request bytes), which may pin or unpin the client.
     Tx {
         tx: Tx,
@@ -400,6 +410,12 @@ impl Conn {
                     with_proxy,
                 });
             }
+            Pending::Counted { req, count } => {
+                self.flush_batch().await;
+                let conn = self.target();
+                let rx = conn.send(req, 1).await;
+                self.push_slot(Slot::Counted { rx, conn, count });
+            }
             Pending::Tx { tx, req, node } => return self.transaction(tx, req, node).await,
             Pending::Blocking { req, writes, node } => {
                 return self.blocking(req, writes, node).await;
@@ -423,6 +439,11 @@ impl Conn {
             Pending::ReplyMode { mode, reply } => {
                 self.flush_batch().await;
                 self.reply_mode = mode;
+                // CLIENT REPLY ON right after SKIP cancels the skip before replying, as in
+                // Redis: its `+OK` is sent.
+                if mode == ReplyMode::On {
+                    self.silent_now = false;
+                }
                 self.push_ready(reply).await;
             }
             Pending::Node { conn, req, slot } => {
@@ -482,9 +503,10 @@ impl Conn {
             }
             Pending::Reset(reply) => {
                 self.flush_batch().await;
-                self.reset_state();
-                // RESET turns replies back on, its own included.
-                self.push_ready(reply).await;
+                let waits = self.reset_state();
+                // RESET turns replies back on, its own included. Like an UNSUBSCRIBE's, its
+                // reply waits until Redis dropped the upstream subscriptions it ended.
+                self.push_slot(Slot::Subscribed { reply, waits });
                 return true;
             }
         }
@@ -497,6 +519,7 @@ impl Conn {
         let frame = &self.rbuf[off..off + len];
         let args = self.parser.args(frame);
         let route = commands::classify(&args);
+        self.session.last_cmd.set(&args);
         let allowed_unauthenticated = matches!(
             route,
             Route::Local(Local::Auth | Local::Hello | Local::Quit | Local::Reset)
@@ -568,7 +591,11 @@ impl Conn {
                 (Route::Forward(Access::Write), Some(cache)) => invalidate_writes(cache, &args),
                 _ => Vec::new(),
             };
-            let bytes = req();
+            let bytes = if route == Route::ClientAdmin && is_unblock(&args) {
+                clients::unblock_request(&args, &self.shared.clients).0
+            } else {
+                req()
+            };
             let select = match route {
                 Route::Select => args
                     .get(1)
@@ -668,6 +695,11 @@ impl Conn {
                         _ => {}
                     }
                 }
+                if let Some(count) = super::pubcount::count_of(&args)
+                    && !self.shared.pubsub.counts_exact()
+                {
+                    return Pending::Counted { req: req(), count };
+                }
                 if let Some(cache) = &self.shared.cache {
                     let may_serve = self.pin.is_none() && self.session.db == 0;
                     let conn = self
@@ -716,8 +748,11 @@ impl Conn {
                     version: version.as_deref().unwrap_or(crate::VERSION),
                 };
                 self.shared.metrics.local_commands.inc();
+                // CLIENT INFO shows the query buffer: this request and any after it.
+                self.session.qbuf = self.rbuf.len() - off;
                 let outcome =
                     commands::local::execute(cmd, &args, &mut self.session, &ctx, &mut self.local);
+                self.session.qbuf = 0;
                 if outcome == Outcome::Close {
                     self.closing = true;
                 }
@@ -760,9 +795,33 @@ impl Conn {
                 }
             }
             Route::Monitor => Pending::Monitor,
+            Route::ClientAdmin if is_unblock(&args) => {
+                let (req, addr) = clients::unblock_request(&args, &self.shared.clients);
+                match (&self.shared.upstream.cluster, addr) {
+                    // Cluster mode: to the node the blocked client's connection is on.
+                    (Some(cluster), Some(addr)) => match crate::cluster::Addr::parse(&addr) {
+                        Some(node) => Pending::Node {
+                            conn: cluster.conn_for(&node, self.session.proto, self.session.id),
+                            req,
+                            slot: None,
+                        },
+                        None => {
+                            self.append(&req);
+                            Pending::Batched
+                        }
+                    },
+                    _ => {
+                        self.append(&req);
+                        Pending::Batched
+                    }
+                }
+            }
             Route::ClientAdmin => {
                 self.shared.metrics.local_commands.inc();
+                // CLIENT LIST shows the caller's query buffer: this request and any after it.
+                self.session.qbuf = self.rbuf.len() - off;
                 let (reply, mode) = clients::execute(&args, &self.session, &self.shared.clients);
+                self.session.qbuf = 0;
                 match mode {
                     Some(mode) => Pending::ReplyMode { mode, reply },
                     None => Pending::Ready(reply),
@@ -996,9 +1055,12 @@ impl Conn {
         self.push_slot(Slot::Ready(bytes));
     }
 
-    /// Queues a slot, silenced if CLIENT REPLY says so.
+    /// Queues a slot, silenced if CLIENT REPLY says so. (Un)subscribe confirmations never
+    /// are: Redis sends them as pushes, which CLIENT REPLY OFF/SKIP does not silence, in
+    /// either protocol (a client waiting for them would hang).
     pub(super) fn push_slot(&mut self, slot: Slot) {
-        let silent = self.silent_now || self.reply_mode == ReplyMode::Off;
+        let silent = !matches!(slot, Slot::Subscribed { .. })
+            && (self.silent_now || self.reply_mode == ReplyMode::Off);
         self.slots.push(Queued { slot, silent });
     }
 
@@ -1072,11 +1134,12 @@ impl Conn {
 
     /// RESET: besides the session (reset by the local handler), drop any pinned connection
     /// and restore replies.
-    fn reset_state(&mut self) {
-        self.unsubscribe_all();
+    fn reset_state(&mut self) -> Vec<tokio::sync::oneshot::Receiver<()>> {
+        let waits = self.unsubscribe_all();
         self.session.db = 0;
         self.reply_mode = ReplyMode::On;
         self.pin_reset = true;
+        waits
     }
 
     /// Publishes the session to the client registry.
@@ -1084,22 +1147,40 @@ impl Conn {
         self.entry.update(&self.session);
     }
 
+    /// Publishes where the client is blocked (see [`ClientEntry::set_blocked`]).
+    pub(super) fn entry_blocked(&self, on: Option<(String, u64)>) {
+        self.entry.set_blocked(on);
+    }
+
     /// End-of-round bookkeeping: release a finished pin, publish session changes.
     fn after_round(&mut self) {
         self.release_pin_if_done();
-        if self.info_changed {
+        if self.info_changed || self.session.last_cmd != self.published_cmd {
             self.info_changed = false;
-            self.session.flags = match &self.pin {
-                Some(p) if p.in_multi => "x",
-                _ => "N",
-            };
+            self.published_cmd = self.session.last_cmd;
+            self.session.flags = self.flags(false);
             self.entry.update(&self.session);
         }
     }
+
+    /// CLIENT LIST's flags for this client now, `blocked` or not.
+    pub(super) fn flags(&self, blocked: bool) -> &'static str {
+        commands::session::flags_text(
+            self.subs.as_ref().is_some_and(|s| s.active()),
+            self.pin.as_ref().is_some_and(|p| p.in_multi),
+            blocked,
+        )
+    }
+}
+
+/// CLIENT UNBLOCK, which goes to Redis with the blocked client's upstream id.
+fn is_unblock(args: &crate::resp::Args<'_>) -> bool {
+    args.get(1)
+        .is_some_and(|s| s.eq_ignore_ascii_case(b"UNBLOCK"))
 }
 
 /// Whether Redis knows the command (corral's own and local ones included).
-fn command_exists(args: &crate::resp::Args<'_>) -> bool {
+pub(super) fn command_exists(args: &crate::resp::Args<'_>) -> bool {
     let mut buf = [0u8; 24];
     let Some(name) = args
         .get(0)
@@ -1134,26 +1215,8 @@ fn unknown_command(args: &crate::resp::Args<'_>) -> Bytes {
 /// The command name as Redis prints it in errors: `config|get` for subcommands.
 fn full_command_name(args: &crate::resp::Args<'_>) -> String {
     let name = String::from_utf8_lossy(args.get(0).unwrap_or_default()).to_ascii_lowercase();
-    let container = matches!(
-        name.as_str(),
-        "acl"
-            | "client"
-            | "cluster"
-            | "command"
-            | "config"
-            | "function"
-            | "latency"
-            | "memory"
-            | "module"
-            | "object"
-            | "pubsub"
-            | "script"
-            | "slowlog"
-            | "xgroup"
-            | "xinfo"
-    );
     match args.get(1) {
-        Some(sub) if container => {
+        Some(sub) if commands::session::is_container(name.as_bytes()) => {
             format!(
                 "{name}|{}",
                 String::from_utf8_lossy(sub).to_ascii_lowercase()

@@ -32,7 +32,9 @@ pub fn proxy_sections(shared: &Shared) -> String {
     s
 }
 
-/// The `# Proxy` section, in INFO's `key:value\r\n` format.
+/// The `# Proxy` section, in INFO's `key:value\r\n` format. No field shares a name with one of
+/// Redis's (counters are `proxy_...`): clients that parse INFO into a map must get Redis's
+/// `connected_clients`, `uptime_in_seconds`... whatever order they read the sections in.
 pub fn proxy_section(shared: &Shared) -> String {
     let status = &shared.upstream.status;
     let m = &shared.metrics;
@@ -41,14 +43,17 @@ pub fn proxy_section(shared: &Shared) -> String {
         let _ = write!(s, "{k}:{v}\r\n");
     };
     line("corral_version", &crate::VERSION);
-    line("uptime_in_seconds", &shared.started.elapsed().as_secs());
-    line("connected_clients", &shared.clients());
-    line("total_connections_received", &m.connections.get());
-    line("rejected_connections", &m.rejected_connections.get());
-    line("total_commands_processed", &m.commands.get());
-    line("local_commands_processed", &m.local_commands.get());
-    line("upstream_errors", &m.upstream_errors.get());
-    line("protocol_errors", &m.protocol_errors.get());
+    line(
+        "proxy_uptime_in_seconds",
+        &shared.started.elapsed().as_secs(),
+    );
+    line("proxy_connected_clients", &shared.clients());
+    line("proxy_total_connections_received", &m.connections.get());
+    line("proxy_rejected_connections", &m.rejected_connections.get());
+    line("proxy_total_commands_processed", &m.commands.get());
+    line("proxy_local_commands_processed", &m.local_commands.get());
+    line("proxy_upstream_errors", &m.upstream_errors.get());
+    line("proxy_protocol_errors", &m.protocol_errors.get());
     line(
         "upstream",
         &shared

@@ -7,6 +7,7 @@ mod connection;
 mod corral;
 mod info;
 mod mget;
+mod pubcount;
 mod routed;
 mod slot;
 mod stateful;

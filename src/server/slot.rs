@@ -106,6 +106,12 @@ pub(super) enum Slot {
         conn: UpstreamConn,
         with_proxy: bool,
     },
+    /// A reply whose receiver counts are corrected for corral's own subscribers.
+    Counted {
+        rx: oneshot::Receiver<JobResult>,
+        conn: UpstreamConn,
+        count: super::pubcount::Count,
+    },
     /// (Un)subscribe confirmations, written once the new upstream subscriptions are in place.
     Subscribed {
         reply: Bytes,
@@ -225,7 +231,7 @@ impl Conn {
                     // A pinned connection serves this client alone: wait as long as Redis
                     // takes (a script in a transaction, say), as a client of Redis would.
                     None if conn.is_dedicated() => {
-                        match self.wait_blocking(rx, client, false).await {
+                        match self.wait_blocking(rx, client, false, &conn).await {
                             Some(r) => r,
                             None => {
                                 self.gone = true;
@@ -234,7 +240,7 @@ impl Conn {
                         }
                     }
                     None => self.wait(rx, &conn).await,
-                    Some(b) => match self.wait_blocking(rx, client, b.blocked).await {
+                    Some(b) => match self.wait_blocking(rx, client, b.blocked, &conn).await {
                         Some(Err(UpstreamError::ConnectionLost { .. })) if b.closes_client => {
                             // SHUTDOWN succeeded: Redis closed the connection without a reply.
                             self.gone = true;
@@ -359,6 +365,13 @@ impl Conn {
                 Ok(b) => self.scan_reply(&b, node, nodes),
                 Err(e) => self.upstream_error(&e, 1),
             },
+            Slot::Counted { rx, conn, count } => match self.wait(rx, &conn).await {
+                Ok(b) => {
+                    let b = super::pubcount::correct(&count, b, &self.shared.pubsub);
+                    self.wbuf.extend_from_slice(&b);
+                }
+                Err(e) => self.upstream_error(&e, 1),
+            },
             Slot::Subscribed { reply, waits } => {
                 // Without an upstream the subscription is still registered and will be made
                 // when the connection returns; the client is not held up longer.
@@ -437,10 +450,13 @@ impl Conn {
         mut rx: oneshot::Receiver<JobResult>,
         client: &mut TcpStream,
         blocked: bool,
+        conn: &UpstreamConn,
     ) -> Option<JobResult> {
         if blocked {
-            self.session.flags = "b";
+            self.session.flags = self.flags(true);
             self.entry_update();
+            // CLIENT UNBLOCK from another client names this connection's id on the server.
+            self.entry_blocked(Some((conn.addr().to_string(), conn.client_id())));
         }
         let limit = self.shared.cfg.limits.client_query_buffer_limit;
         let result = loop {
@@ -460,7 +476,8 @@ impl Conn {
             }
         };
         if blocked {
-            self.session.flags = "N";
+            self.entry_blocked(None);
+            self.session.flags = self.flags(false);
             self.info_changed = true;
         }
         result

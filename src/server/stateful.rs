@@ -6,7 +6,7 @@
 //! connections) and MONITOR (a relay).
 
 use bytes::{Bytes, BytesMut};
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::cached::TxWrites;
@@ -294,9 +294,103 @@ impl Conn {
         first.extend_from_slice(&self.rbuf);
         self.rbuf.clear();
         upstream.write_all(&first).await?;
+        let status = self.shared.upstream.status.clone();
+        let (mut up_rd, mut up_wr) = upstream.split();
+        let (mut cl_rd, mut cl_wr) = client.split();
+        let to_upstream = tokio::io::copy(&mut cl_rd, &mut up_wr);
+        let to_client = async {
+            let mut buf = BytesMut::with_capacity(16 * 1024);
+            let mut out = BytesMut::new();
+            loop {
+                if up_rd.read_buf(&mut buf).await? == 0 {
+                    return Ok::<(), std::io::Error>(());
+                }
+                filter_monitor(&mut buf, &mut out, &|a, cmd| status.monitor_hides(a, cmd));
+                if !out.is_empty() {
+                    cl_wr.write_all(&out).await?;
+                    out.clear();
+                }
+            }
+        };
         tokio::select! {
-            r = tokio::io::copy_bidirectional(&mut client, &mut upstream) => r.map(|_| ()),
+            r = to_upstream => r.map(|_| ()),
+            r = to_client => r,
             _ = self.kill.cancelled() => Ok(()),
         }
+    }
+}
+
+/// Says whether MONITOR hides a command (its name) run by a client address.
+type Hide<'a> = &'a dyn Fn(&str, &[u8]) -> bool;
+
+/// Moves the complete lines of a MONITOR stream from `buf` to `out`, leaving out the lines
+/// `hide` claims (corral's own traffic: the cache's tracking lanes, connection handshakes),
+/// so what a client sees does not depend on corral's internals or the cache setting. Other
+/// replies (`+OK`, errors, the replies to commands the client sent after MONITOR) are single
+/// lines too and pass unchanged; an incomplete line stays in `buf`.
+fn filter_monitor(buf: &mut BytesMut, out: &mut BytesMut, hide: Hide<'_>) {
+    while let Some(nl) = buf.windows(2).position(|w| w == b"\r\n") {
+        let line = buf.split_to(nl + 2);
+        if !hidden(&line, hide) {
+            out.extend_from_slice(&line);
+        }
+    }
+}
+
+/// Whether `line` is a MONITOR line (`+<time> [<db> <addr>] "cmd" ...`) that `hide` claims.
+fn hidden(line: &[u8], hide: Hide<'_>) -> bool {
+    let Some(rest) = line.strip_prefix(b"+") else {
+        return false;
+    };
+    let Some(open) = rest.iter().position(|&b| b == b'[') else {
+        return false;
+    };
+    // `[db addr]`; an IPv6 address has brackets of its own: `[0 [::1]:6379]`.
+    let Some(space) = rest[open..].iter().position(|&b| b == b' ') else {
+        return false;
+    };
+    let addr_start = open + space + 1;
+    let close_after = |from: usize| {
+        rest.get(from..)
+            .and_then(|r| r.iter().position(|&b| b == b']'))
+            .map(|p| from + p)
+    };
+    let end = match rest.get(addr_start) {
+        Some(b'[') => close_after(addr_start).and_then(|inner| close_after(inner + 1)),
+        _ => close_after(addr_start),
+    };
+    let Some(end) = end else { return false };
+    // The command name: the first quoted argument after `] `.
+    let cmd = rest
+        .get(end + 1..)
+        .and_then(|r| r.strip_prefix(b" \""))
+        .and_then(|r| r.iter().position(|&b| b == b'"').map(|q| &r[..q]))
+        .unwrap_or_default();
+    match std::str::from_utf8(&rest[addr_start..end]) {
+        Ok(addr) => hide(addr, cmd),
+        Err(_) => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn monitor_lines_of_internal_connections_are_dropped() {
+        let lane = "127.0.0.1:5000";
+        let internal = |a: &str, cmd: &[u8]| a == lane || a == "[::1]:7" || cmd == b"HELLO";
+        let mut buf = BytesMut::from(
+            &b"+OK\r\n+1.5 [0 127.0.0.1:5000] \"PING\"\r\n+1.6 [0 127.0.0.1:5001] \"GET\" \"k\"\r\n\
+               +1.7 [0 lua] \"get\" \"k\"\r\n+1.8 [0 [::1]:7] \"PING\"\r\n\
+               +1.85 [0 127.0.0.1:5001] \"HELLO\" \"2\"\r\n+1.9 [0 127.0.0"[..],
+        );
+        let mut out = BytesMut::new();
+        filter_monitor(&mut buf, &mut out, &internal);
+        assert_eq!(
+            &out[..],
+            &b"+OK\r\n+1.6 [0 127.0.0.1:5001] \"GET\" \"k\"\r\n+1.7 [0 lua] \"get\" \"k\"\r\n"[..]
+        );
+        assert_eq!(&buf[..], b"+1.9 [0 127.0.0");
     }
 }

@@ -159,8 +159,12 @@ impl Conn {
                 {
                     waits.push(w);
                 }
-            } else if subs.set(kind).remove(&name) {
-                hub.unsubscribe(id, kind, &name);
+            } else if subs.set(kind).remove(&name)
+                && let Some(w) = hub.unsubscribe(id, kind, &name)
+            {
+                // The reply waits until Redis dropped the upstream subscription, so that a
+                // PUBLISH the client sends next is not counted for it.
+                waits.push(w);
             }
             confirmation(verb, Some(&name), subs.count(kind), proto, &mut out);
         }
@@ -175,12 +179,14 @@ impl Conn {
         self.session.proto == Proto::Resp2 && self.subs.as_ref().is_some_and(|s| s.active())
     }
 
-    /// Drops every subscription (RESET, disconnect).
-    pub(super) fn unsubscribe_all(&mut self) {
-        if self.subs.take().is_some() {
-            self.shared.pubsub.remove(self.session.id);
-            self.session.subs = (0, 0, 0);
+    /// Drops every subscription (RESET, disconnect). Returns the confirmations of the
+    /// upstream unsubscribes this ended.
+    pub(super) fn unsubscribe_all(&mut self) -> Vec<oneshot::Receiver<()>> {
+        if self.subs.take().is_none() {
+            return Vec::new();
         }
+        self.session.subs = (0, 0, 0);
+        self.shared.pubsub.remove(self.session.id)
     }
 }
 

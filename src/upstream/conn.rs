@@ -14,7 +14,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
@@ -122,6 +122,14 @@ pub struct ConnSettings {
     /// Liveness checks; only for connections that reconnect (a dedicated connection may be
     /// inside MULTI, where a PING would be queued into the client's transaction).
     pub health: Option<Health>,
+    /// corral's own connection, carrying no client's commands (a cache tracking lane): its
+    /// local address is recorded in [`UpstreamStatus`] so MONITOR can leave its traffic out.
+    pub internal: bool,
+    /// Before writing a job, yield once so that other clients' ready jobs join the write (a
+    /// shared connection). Off where requests must reach Redis as soon as they are queued:
+    /// the pub/sub connection (an UNSUBSCRIBE must not fall behind a PUBLISH a client sends
+    /// next) and dedicated connections (always off: see `Link::gather`).
+    pub gather: bool,
 }
 
 /// How a long-lived connection is checked for life.
@@ -156,6 +164,8 @@ pub struct UpstreamConn {
     dead: Arc<AtomicBool>,
     /// Serves one client at a time (does not reconnect).
     dedicated: bool,
+    /// The server's client id for the live connection (0: none, or not reported).
+    client_id: Arc<AtomicU64>,
 }
 
 /// Most jobs queued per connection before senders wait (backpressure, bounded memory).
@@ -176,17 +186,24 @@ impl UpstreamConn {
         let (tx, rx) = mpsc::channel(QUEUE);
         let reset = Arc::new(Notify::new());
         let dead = Arc::new(AtomicBool::new(false));
+        let client_id = Arc::new(AtomicU64::new(0));
         let handle = UpstreamConn {
             tx,
             reset: reset.clone(),
             addr: settings.addr.clone().into(),
             dead: dead.clone(),
             dedicated: !settings.reconnect,
+            client_id: client_id.clone(),
         };
         tokio::spawn(async move {
             let reconnect = settings.reconnect;
             let addr = settings.addr.clone();
-            let mut rx = run(settings, status, rx, reset, shutdown, observer).await;
+            let link = LinkInfo {
+                reset,
+                client_id,
+                observer,
+            };
+            let mut rx = run(settings, status, rx, link, shutdown).await;
             dead.store(true, Ordering::Relaxed);
             if !reconnect {
                 // Answer whatever is still sent until every handle is gone.
@@ -268,16 +285,32 @@ impl UpstreamConn {
     pub fn is_dead(&self) -> bool {
         self.dead.load(Ordering::Relaxed)
     }
+
+    /// The server's client id for this connection (from HELLO), 0 while unknown.
+    pub fn client_id(&self) -> u64 {
+        self.client_id.load(Ordering::Relaxed)
+    }
+}
+
+/// What the connection task shares with its handles, besides the job queue.
+struct LinkInfo {
+    reset: Arc<Notify>,
+    client_id: Arc<AtomicU64>,
+    observer: Option<Arc<dyn LinkObserver>>,
 }
 
 async fn run(
     s: ConnSettings,
     status: Arc<UpstreamStatus>,
     mut rx: mpsc::Receiver<Job>,
-    reset: Arc<Notify>,
+    info: LinkInfo,
     shutdown: CancellationToken,
-    observer: Option<Arc<dyn LinkObserver>>,
 ) -> mpsc::Receiver<Job> {
+    let LinkInfo {
+        reset,
+        client_id,
+        observer,
+    } = info;
     let mut backoff = s.backoff_min;
     loop {
         let attempt = tokio::select! {
@@ -285,8 +318,11 @@ async fn run(
             _ = shutdown.cancelled() => return rx,
         };
         let cause = match attempt {
-            Ok(Ok((stream, tracking))) => {
+            Ok(Ok((stream, tracking, id))) => {
                 backoff = s.backoff_min;
+                client_id.store(id.unwrap_or(0), Ordering::Relaxed);
+                // Registered by `connect` (for MONITOR) until the connection closes.
+                let local = stream.local_addr().ok();
                 status.connected();
                 info!(upstream = %s.addr, proto = s.proto.as_int(), tracking, "upstream connected");
                 if let Some(o) = &observer {
@@ -296,7 +332,7 @@ async fn run(
                 let mut link = Link::new(&s.addr, observer.clone(), health, status.clone());
                 // A dedicated connection serves one client, whose round is already one job:
                 // there is nobody to wait for.
-                link.gather = s.reconnect;
+                link.gather = s.gather && s.reconnect;
                 let end = tokio::select! {
                     r = link.serve(stream, &mut rx) => r,
                     _ = reset.notified() => End::timed_out("reset after a request timed out"),
@@ -304,6 +340,10 @@ async fn run(
                 };
                 link.fail_all(&end);
                 let cause = end.cause;
+                client_id.store(0, Ordering::Relaxed);
+                if let Some(a) = local {
+                    status.remove_conn(a);
+                }
                 if let Some(o) = &observer {
                     o.down(&cause);
                 }
@@ -363,27 +403,43 @@ async fn run(
 /// # Errors
 /// The connect, the handshake or the deadline failed.
 pub(super) async fn open(s: &ConnSettings, status: &UpstreamStatus) -> Result<TcpStream, String> {
-    match timeout(s.connect_timeout, connect(s, status)).await {
-        Ok(r) => r.map(|(stream, _)| stream),
-        Err(_) => Err("connect timed out".into()),
+    let stream = match timeout(s.connect_timeout, connect(s, status)).await {
+        Ok(r) => r.map(|(stream, _, _)| stream)?,
+        Err(_) => return Err("connect timed out".into()),
+    };
+    // Not managed here: no longer registered once handed over (it is MONITOR's relay).
+    if let Ok(a) = stream.local_addr() {
+        status.remove_conn(a);
     }
+    Ok(stream)
 }
 
-/// Connects and runs the handshake; returns the stream and whether tracking is on.
-async fn connect(s: &ConnSettings, status: &UpstreamStatus) -> Result<(TcpStream, bool), String> {
+/// Connects and runs the handshake; returns the stream, whether tracking is on, and the
+/// server's client id for the connection.
+async fn connect(
+    s: &ConnSettings,
+    status: &UpstreamStatus,
+) -> Result<(TcpStream, bool, Option<u64>), String> {
     let mut stream = TcpStream::connect(&s.addr)
         .await
         .map_err(|e| e.to_string())?;
     stream.set_nodelay(true).map_err(|e| e.to_string())?;
-    let version = handshake::hello(
+    // Known to MONITOR from before the handshake, whose commands are corral's own; the
+    // guard forgets it if the handshake fails or is abandoned (connect timeout).
+    let mut registered = stream.local_addr().ok().map(|a| {
+        status.add_conn(a, s.internal);
+        ConnRegistration { status, addr: a }
+    });
+    let greeting = handshake::hello(
         &mut stream,
         s.proto,
         s.user.as_deref(),
         s.password.as_deref(),
     )
-    .await?;
-    if let Some(v) = version {
-        status.set_version(&v);
+    .await?
+    .unwrap_or_default();
+    if let Some(v) = &greeting.version {
+        status.set_version(v);
     }
     if s.db != 0 {
         handshake::select(&mut stream, s.proto, s.db).await?;
@@ -392,7 +448,23 @@ async fn connect(s: &ConnSettings, status: &UpstreamStatus) -> Result<(TcpStream
         handshake::readonly(&mut stream, s.proto).await?;
     }
     let tracking = s.tracking && handshake::tracking_on(&mut stream, s.proto).await?;
-    Ok((stream, tracking))
+    // Up: the caller forgets the address when the connection closes.
+    if let Some(r) = registered.take() {
+        std::mem::forget(r);
+    }
+    Ok((stream, tracking, greeting.id))
+}
+
+/// Forgets a connection's address (see [`UpstreamStatus::add_conn`]) when dropped.
+struct ConnRegistration<'a> {
+    status: &'a UpstreamStatus,
+    addr: std::net::SocketAddr,
+}
+
+impl Drop for ConnRegistration<'_> {
+    fn drop(&mut self) {
+        self.status.remove_conn(self.addr);
+    }
 }
 
 /// A job whose replies are still arriving.
@@ -577,7 +649,10 @@ impl Link {
                         self.enqueue(job);
                         // Let client tasks that are ready right now add their requests to
                         // this write: one write (and one read) for many clients' requests
-                        // costs Redis and the kernel far less than one each.
+                        // costs Redis and the kernel far less than one each. Not on a
+                        // dedicated connection: its one client has nothing more to add, and
+                        // a blocking command (or EXEC) must reach Redis before what other
+                        // clients sent after it, as it would going to Redis directly.
                         if self.gather {
                             tokio::task::yield_now().await;
                         }

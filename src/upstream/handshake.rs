@@ -14,11 +14,21 @@ use crate::resp::{Proto, ReplyScanner};
 #[derive(Debug, PartialEq)]
 enum Reply {
     Error(String),
-    Ok(Option<String>),
+    Ok(Option<Greeting>),
 }
 
-/// Authenticates and selects the protocol on a fresh connection. Returns the server version
-/// when the server reports it.
+/// What HELLO's reply tells about the server and this connection.
+#[derive(Debug, Default, PartialEq)]
+pub struct Greeting {
+    /// The server's version.
+    pub version: Option<String>,
+    /// This connection's client id on the server (what CLIENT ID would say): CLIENT UNBLOCK
+    /// of a client blocked through corral names it.
+    pub id: Option<u64>,
+}
+
+/// Authenticates and selects the protocol on a fresh connection. Returns what the server
+/// reports of itself (nothing before Redis 6, which has no HELLO).
 ///
 /// # Errors
 /// The server's error text, or the I/O error.
@@ -27,7 +37,7 @@ pub async fn hello(
     proto: Proto,
     user: Option<&str>,
     password: Option<&str>,
-) -> Result<Option<String>, String> {
+) -> Result<Option<Greeting>, String> {
     let version = proto.as_int().to_string();
     let mut args: Vec<&[u8]> = vec![b"HELLO", version.as_bytes()];
     if let Some(pass) = password {
@@ -38,7 +48,7 @@ pub async fn hello(
         ]);
     }
     match command(stream, &args, proto).await? {
-        Reply::Ok(version) => Ok(version),
+        Reply::Ok(greeting) => Ok(greeting),
         Reply::Error(e) if e.contains("unknown command") && proto == Proto::Resp2 => {
             // Redis before 6.0: no HELLO, no ACL users.
             if let Some(pass) = password {
@@ -120,10 +130,11 @@ fn decode(bytes: &[u8], proto: Proto) -> Result<Reply, String> {
             Ok(match frame {
                 Frame2::Error(e) => Reply::Error(e),
                 Frame2::Array(items) => {
-                    Reply::Ok(version_in(items.chunks(2).filter_map(|kv| match kv {
-                        [Frame2::BulkString(k), Frame2::BulkString(v)] => Some((k, v)),
+                    Reply::Ok(Some(greeting(items.chunks(2).filter_map(|kv| match kv {
+                        [Frame2::BulkString(k), Frame2::BulkString(v)] => Some((k, Field::Text(v))),
+                        [Frame2::BulkString(k), Frame2::Integer(n)] => Some((k, Field::Int(*n))),
                         _ => None,
-                    })))
+                    }))))
                 }
                 _ => Reply::Ok(None),
             })
@@ -138,13 +149,19 @@ fn decode(bytes: &[u8], proto: Proto) -> Result<Reply, String> {
                     Reply::Error(String::from_utf8_lossy(&data).into_owned())
                 }
                 Frame3::Map { data, .. } => {
-                    Reply::Ok(version_in(data.iter().filter_map(|(k, v)| match (k, v) {
-                        (
-                            Frame3::BlobString { data: k, .. },
-                            Frame3::BlobString { data: v, .. },
-                        ) => Some((k, v)),
-                        _ => None,
-                    })))
+                    Reply::Ok(Some(greeting(data.iter().filter_map(|(k, v)| {
+                        match (k, v) {
+                            (
+                                Frame3::BlobString { data: k, .. },
+                                Frame3::BlobString { data: v, .. },
+                            ) => Some((k, Field::Text(v))),
+                            (
+                                Frame3::BlobString { data: k, .. },
+                                Frame3::Number { data: n, .. },
+                            ) => Some((k, Field::Int(*n))),
+                            _ => None,
+                        }
+                    }))))
                 }
                 _ => Reply::Ok(None),
             })
@@ -152,10 +169,22 @@ fn decode(bytes: &[u8], proto: Proto) -> Result<Reply, String> {
     }
 }
 
-fn version_in<'a>(mut pairs: impl Iterator<Item = (&'a Vec<u8>, &'a Vec<u8>)>) -> Option<String> {
-    pairs
-        .find(|(k, _)| k.as_slice() == b"version")
-        .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
+/// A value in HELLO's reply map.
+enum Field<'a> {
+    Text(&'a Vec<u8>),
+    Int(i64),
+}
+
+fn greeting<'a>(pairs: impl Iterator<Item = (&'a Vec<u8>, Field<'a>)>) -> Greeting {
+    let mut g = Greeting::default();
+    for (k, v) in pairs {
+        match (k.as_slice(), v) {
+            (b"version", Field::Text(v)) => g.version = Some(String::from_utf8_lossy(v).into()),
+            (b"id", Field::Int(n)) => g.id = u64::try_from(n).ok(),
+            _ => {}
+        }
+    }
+    g
 }
 
 #[cfg(test)]
@@ -164,16 +193,18 @@ mod tests {
 
     #[test]
     fn finds_version_in_both_protocols() {
-        let r2 = b"*4\r\n$6\r\nserver\r\n$5\r\nredis\r\n$7\r\nversion\r\n$6\r\n7.0.15\r\n";
-        assert_eq!(
-            decode(r2, Proto::Resp2),
-            Ok(Reply::Ok(Some("7.0.15".into())))
-        );
-        let r3 = b"%2\r\n$6\r\nserver\r\n$5\r\nredis\r\n$7\r\nversion\r\n$5\r\n7.2.0\r\n";
-        assert_eq!(
-            decode(r3, Proto::Resp3),
-            Ok(Reply::Ok(Some("7.2.0".into())))
-        );
+        let r2 = b"*6\r\n$6\r\nserver\r\n$5\r\nredis\r\n$7\r\nversion\r\n$6\r\n7.0.15\r\n\
+                   $2\r\nid\r\n:7\r\n";
+        let g = |v: &str, id| {
+            Ok(Reply::Ok(Some(Greeting {
+                version: Some(v.into()),
+                id,
+            })))
+        };
+        assert_eq!(decode(r2, Proto::Resp2), g("7.0.15", Some(7)));
+        let r3 = b"%3\r\n$6\r\nserver\r\n$5\r\nredis\r\n$7\r\nversion\r\n$5\r\n7.2.0\r\n\
+                   $2\r\nid\r\n:12\r\n";
+        assert_eq!(decode(r3, Proto::Resp3), g("7.2.0", Some(12)));
     }
 
     #[test]

@@ -150,6 +150,8 @@ impl Upstream {
             reconnect: true,
             readonly: false,
             health: Some(cfg.health()),
+            internal: false,
+            gather: true,
         })
     }
 

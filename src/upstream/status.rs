@@ -1,6 +1,8 @@
 //! What is known about the upstream: reachable or not, why not, its version, and whether it
 //! may be too busy to answer PING.
 
+use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -20,6 +22,9 @@ pub struct UpstreamStatus {
     /// When Redis last answered `-BUSY` or `-LOADING`, in ms since [`epoch`] (plus one, so
     /// that 0 means never).
     busy_at_ms: AtomicU64,
+    /// Local addresses of corral's live upstream connections, and whether each is internal
+    /// (see `ConnSettings::internal`): for MONITOR.
+    conns: Mutex<HashMap<SocketAddr, bool>>,
 }
 
 /// A script or function in flight, counted until dropped.
@@ -61,6 +66,46 @@ impl UpstreamStatus {
         let _ = self
             .connected
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+    }
+
+    /// Records the local address of one of corral's connections, from its TCP connect on
+    /// (its handshake included); `internal` when it carries no client's commands.
+    pub fn add_conn(&self, local: SocketAddr, internal: bool) {
+        self.conns
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(local, internal);
+    }
+
+    /// Forgets a connection's address once it is closed.
+    pub fn remove_conn(&self, local: SocketAddr) {
+        self.conns
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&local);
+    }
+
+    /// Whether MONITOR should leave out command `cmd` (its name as MONITOR quotes it, without
+    /// the quotes) run by the client at `addr` (`ip:port`, as MONITOR prints it): everything
+    /// an internal connection of corral's runs, and the handshake (HELLO, AUTH) of any of
+    /// corral's connections: corral answers its clients' HELLO and AUTH itself, so none of
+    /// those lines stands for something a client did. PING too: a client's PING is answered
+    /// by corral, and one forwarded while Redis is busy is refused with `-BUSY` (which MONITOR
+    /// never shows), so a PING from a shared connection is corral's own health check.
+    pub fn monitor_hides(&self, addr: &str, cmd: &[u8]) -> bool {
+        let Ok(a) = addr.parse::<SocketAddr>() else {
+            return false;
+        };
+        let conns = self.conns.lock().unwrap_or_else(|p| p.into_inner());
+        match conns.get(&a) {
+            Some(true) => true,
+            Some(false) => {
+                cmd.eq_ignore_ascii_case(b"HELLO")
+                    || cmd.eq_ignore_ascii_case(b"AUTH")
+                    || cmd.eq_ignore_ascii_case(b"PING")
+            }
+            None => false,
+        }
     }
 
     /// Records the server version from the handshake.
