@@ -104,6 +104,9 @@ pub struct UpstreamConfig {
     /// Most connections reserved for single clients at once (transactions, blocking
     /// commands); further requests for one get an error.
     pub max_dedicated: usize,
+    /// Most clients with CLIENT TRACKING on at once, each holding a dedicated connection
+    /// (counted in `max_dedicated` too), plus the REDIRECT targets' connections.
+    pub max_tracking_clients: usize,
 }
 
 /// Per-client limits, named after the Redis settings they mirror.
@@ -189,6 +192,7 @@ impl Default for UpstreamConfig {
             reconnect_min_ms: 50,
             reconnect_max_ms: 2_000,
             max_dedicated: 1024,
+            max_tracking_clients: 256,
         }
     }
 }

@@ -20,6 +20,7 @@ use super::clients::{self, ClientEntry, ReplyMode};
 use super::slot::{AfterAck, Queued, Slot};
 use super::stateful::Pin;
 use super::subscriber::{Subscriptions, encode_message};
+use super::tracking::Inbox;
 use super::{Shared, cluster_view, corral, info, routed};
 use crate::cache::Value;
 use crate::commands::{self, Access, Local, LocalCtx, Outcome, Route, Session, Tx};
@@ -80,6 +81,10 @@ pub(super) struct Conn {
     /// The next batch starts with a request whose reply the client must not see (the MULTI
     /// sent late for a deferred one).
     pub(super) skip_first: bool,
+    /// Woken when pushes wait in an inbox (CLIENT TRACKING).
+    pub(super) wake: Arc<tokio::sync::Notify>,
+    /// Invalidations redirected to this client (CLIENT TRACKING ... REDIRECT its id).
+    pub(super) redirected: Arc<Inbox>,
 }
 
 /// Serves one client until it disconnects, sends QUIT, breaks the protocol, or shutdown.
@@ -103,6 +108,9 @@ pub async fn run(
     let authenticated = shared.cfg.requirepass.get().is_none();
     let session = Session::new(id, addr, laddr, authenticated);
     let entry = shared.clients.add(&session, kill.clone());
+    let wake = Arc::new(tokio::sync::Notify::new());
+    let redirected = Inbox::new(wake.clone(), kill.clone());
+    shared.tracking.register(id, redirected.clone());
     let _registered = Registered(shared.clone(), id);
     let mut c = Conn {
         session,
@@ -131,6 +139,8 @@ pub async fn run(
         batch_leads: Vec::new(),
         deferred_multi: false,
         skip_first: false,
+        wake,
+        redirected,
         shared,
     };
     loop {
@@ -167,9 +177,14 @@ pub async fn run(
             .saturating_sub(c.rbuf.len())
             .max(READ_CHUNK);
         c.rbuf.reserve(want);
+        let wake = c.wake.clone();
         let n = match &mut c.subs {
             None => tokio::select! {
                 r = stream.read_buf(&mut c.rbuf) => r?,
+                _ = wake.notified() => {
+                    c.write_inbox(&mut stream).await?;
+                    continue;
+                }
                 _ = kill.cancelled() => return Ok(()),
             },
             // Subscribed: messages are written as they come, between requests.
@@ -193,6 +208,10 @@ pub async fn run(
                     c.wbuf.clear();
                     continue;
                 }
+                _ = wake.notified() => {
+                    c.write_inbox(&mut stream).await?;
+                    continue;
+                }
                 _ = kill.cancelled() => return Ok(()),
             },
         };
@@ -209,6 +228,7 @@ impl Drop for Registered {
     fn drop(&mut self) {
         self.0.clients.remove(self.1);
         self.0.pubsub.remove(self.1);
+        self.0.tracking.remove(self.1);
     }
 }
 
@@ -258,6 +278,11 @@ pub(super) enum Pending {
     ReplyMode { mode: ReplyMode, reply: Bytes },
     /// RESET: its reply, after which pinning and reply mode are reset too.
     Reset(Bytes),
+    /// HELLO switched the protocol of a client with CLIENT TRACKING on (its reply): the
+    /// tracking connection, which it keeps, switches too.
+    HelloPinned(Bytes),
+    /// CLIENT TRACKING/CACHING/GETREDIR/TRACKINGINFO (arguments, request bytes).
+    Tracking { argv: Vec<Bytes>, req: Bytes },
     /// Cluster mode: a request for one node (`slot`: its keys' slot, to retry after a
     /// redirection).
     Node {
@@ -470,6 +495,17 @@ impl Conn {
                     nodes,
                 });
             }
+            Pending::Tracking { argv, req } => return self.client_tracking(argv, req).await,
+            Pending::HelloPinned(reply) => {
+                self.push_ready(reply).await;
+                // Redis's reply to this HELLO is not the client's: it got corral's.
+                let mut hello = BytesMut::new();
+                let version = self.session.proto.as_int().to_string();
+                encode_request(&[b"HELLO", version.as_bytes()], &mut hello);
+                self.skip_first = true;
+                self.append(&hello);
+                self.flush_batch().await;
+            }
             Pending::Reset(reply) => {
                 self.flush_batch().await;
                 self.reset_state();
@@ -559,6 +595,11 @@ impl Conn {
                 _ => Vec::new(),
             };
             let bytes = req();
+            let tracking_on = route == Route::Tracking
+                && args
+                    .get(1)
+                    .is_some_and(|a| a.eq_ignore_ascii_case(b"TRACKING"))
+                && args.get(2).is_some_and(|a| a.eq_ignore_ascii_case(b"ON"));
             let select = match route {
                 Route::Select => args
                     .get(1)
@@ -566,6 +607,9 @@ impl Conn {
                     .and_then(|n| u32::try_from(n).ok()),
                 _ => None,
             };
+            if tracking_on && let Some(refused) = self.tracking_in_multi() {
+                return Pending::Ready(refused);
+            }
             if let Some(pin) = &mut self.pin {
                 pin.dirty |= !matches!(route, Route::Forward(_) | Route::Blocking | Route::Info);
                 pin.tx_writes.append(&mut queued_writes);
@@ -655,6 +699,7 @@ impl Conn {
                 with_proxy: info::wants_proxy_section(&args),
             },
             Route::Local(cmd) => {
+                let proto_before = self.session.proto;
                 let version = self.shared.upstream.status.version();
                 let ctx = LocalCtx {
                     requirepass: self.shared.cfg.requirepass.get(),
@@ -669,6 +714,10 @@ impl Conn {
                 let reply = self.local.split().freeze();
                 if cmd == Local::Reset {
                     return Pending::Reset(reply);
+                }
+                let tracking = self.pin.as_ref().is_some_and(|p| p.tracking.is_some());
+                if cmd == Local::Hello && tracking && self.session.proto != proto_before {
+                    return Pending::HelloPinned(reply);
                 }
                 Pending::Ready(reply)
             }
@@ -705,6 +754,10 @@ impl Conn {
                 }
             }
             Route::Monitor => Pending::Monitor,
+            Route::Tracking => Pending::Tracking {
+                argv: args.iter().map(Bytes::copy_from_slice).collect(),
+                req: req(),
+            },
             Route::ClientAdmin => {
                 self.shared.metrics.local_commands.inc();
                 let (reply, mode) = clients::execute(&args, &self.session, &self.shared.clients);
@@ -742,6 +795,14 @@ impl Conn {
         match commands::classify(&args) {
             Route::Tx(Tx::Multi | Tx::Watch) => self.pin.is_none(),
             Route::Blocking => true,
+            // CLIENT TRACKING ON pins the client: what came before must run first.
+            Route::Tracking => {
+                self.pin.is_none()
+                    && args
+                        .get(1)
+                        .is_some_and(|a| a.eq_ignore_ascii_case(b"TRACKING"))
+                    && args.get(2).is_some_and(|a| a.eq_ignore_ascii_case(b"ON"))
+            }
             _ => false,
         }
     }
@@ -1022,12 +1083,38 @@ impl Conn {
         self.release_pin_if_done();
         if self.info_changed {
             self.info_changed = false;
-            self.session.flags = match &self.pin {
-                Some(p) if p.in_multi => "x",
-                _ => "N",
+            // Redis's order: `x` (MULTI), `t` (tracking), `B` (broadcast).
+            let tracking = self.pin.as_ref().and_then(|p| p.tracking.as_ref());
+            let in_multi = self.pin.as_ref().is_some_and(|p| p.in_multi);
+            self.session.flags = match (in_multi, tracking.map(|t| t.bcast)) {
+                (true, None) => "x",
+                (true, Some(false)) => "xt",
+                (true, Some(true)) => "xtB",
+                (false, Some(false)) => "t",
+                (false, Some(true)) => "tB",
+                (false, None) => "N",
             };
             self.entry.update(&self.session);
         }
+    }
+}
+
+impl Conn {
+    /// Writes the pushes waiting in this client's inboxes (CLIENT TRACKING), between
+    /// requests.
+    async fn write_inbox(&mut self, stream: &mut TcpStream) -> std::io::Result<()> {
+        self.take_inbox();
+        if self.wbuf.is_empty() {
+            return Ok(());
+        }
+        // A client that stops reading must not pin this task: its inbox is bounded and
+        // cancels `kill` when full.
+        tokio::select! {
+            r = stream.write_all(&self.wbuf) => r?,
+            _ = self.kill.cancelled() => {}
+        }
+        self.wbuf.clear();
+        Ok(())
     }
 }
 

@@ -30,6 +30,24 @@ pub(super) struct Pin {
     /// SELECTs queued in MULTI: (database, position in the transaction). At EXEC the client
     /// moves to the last one that succeeded.
     pub(super) queued_selects: Vec<(u32, usize)>,
+    /// CLIENT TRACKING is on (or on its way): the pin stays until it is turned off.
+    pub(super) tracking: Option<super::tracking::Tracking>,
+}
+
+impl Pin {
+    /// A pin to `ded` with no transaction state.
+    pub(super) fn new(ded: Dedicated) -> Pin {
+        Pin {
+            ded,
+            in_multi: false,
+            watching: false,
+            dirty: false,
+            tx_writes: Vec::new(),
+            queued: 0,
+            queued_selects: Vec::new(),
+            tracking: None,
+        }
+    }
 }
 
 impl Conn {
@@ -43,17 +61,7 @@ impl Conn {
                 self.session.proto,
                 self.session.db,
             ) {
-                Ok(ded) => {
-                    self.pin = Some(Pin {
-                        ded,
-                        in_multi: false,
-                        watching: false,
-                        dirty: false,
-                        tx_writes: Vec::new(),
-                        queued: 0,
-                        queued_selects: Vec::new(),
-                    });
-                }
+                Ok(ded) => self.pin = Some(Pin::new(ded)),
                 Err(msg) => {
                     let mut out = BytesMut::from(&b"-"[..]);
                     out.extend_from_slice(msg.as_bytes());
@@ -187,13 +195,9 @@ impl Conn {
         {
             Ok(ded) => {
                 self.pin = Some(Pin {
-                    ded,
                     in_multi: true,
-                    watching: false,
-                    dirty: false,
-                    tx_writes: Vec::new(),
                     queued: 1,
-                    queued_selects: Vec::new(),
+                    ..Pin::new(ded)
                 });
                 let mut multi = BytesMut::new();
                 encode_request(&[b"MULTI"], &mut multi);
@@ -212,18 +216,21 @@ impl Conn {
         }
     }
 
-    /// Releases (or drops) a dedicated connection once no transaction state is left on it.
+    /// Releases (or drops) a dedicated connection once no transaction or tracking state is
+    /// left on it.
     pub(super) fn release_pin_if_done(&mut self) {
         let done = self.pin_reset
             || self
                 .pin
                 .as_ref()
-                .is_some_and(|p| !p.in_multi && !p.watching);
+                .is_some_and(|p| !p.in_multi && !p.watching && p.tracking.is_none());
         if !done {
             return;
         }
         let reset = std::mem::take(&mut self.pin_reset);
-        if let Some(pin) = self.pin.take() {
+        if let Some(mut pin) = self.pin.take() {
+            // RESET turns tracking off: Redis forgets it when the connection closes.
+            pin.stop_tracking();
             self.info_changed = true;
             // After RESET the connection may still be in MULTI or watching: close it.
             if !pin.dirty && !reset {
