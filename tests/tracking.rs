@@ -498,3 +498,34 @@ async fn redis_rs_client_side_cache_sees_direct_writes() {
     let stats = con.get_cache_statistics().expect("cache statistics");
     assert!(stats.invalidate >= 1, "{stats:?}");
 }
+
+/// INFO's `tracking_clients` counts the clients a client can see: not corral's own cache
+/// lane (which Redis counts too).
+#[tokio::test]
+async fn info_tracking_clients_leaves_out_corrals_cache_lane() {
+    let p = Pair::start().await;
+    let mut t = connect(p.proxy.addr).await;
+    poll_until(LIMIT, "the cache's tracking lane", || async {
+        let mut c = connect(p.proxy.addr).await;
+        contains(&c.cmd("INFO cache").await, b"cache_tracking:on").then_some(())
+    })
+    .await;
+    assert!(contains(
+        &t.cmd("INFO clients").await,
+        b"tracking_clients:0\r\n"
+    ));
+    assert_eq!(t.cmd("CLIENT TRACKING ON").await, b"+OK\r\n");
+    let info = t.cmd("INFO").await;
+    assert!(
+        contains(&info, b"tracking_clients:1\r\n"),
+        "{}",
+        show(&info)
+    );
+    let mut direct = connect(p.behind).await;
+    let redis = direct.cmd("INFO clients").await;
+    assert!(
+        contains(&redis, b"tracking_clients:2\r\n"),
+        "{}",
+        show(&redis)
+    );
+}

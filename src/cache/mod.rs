@@ -629,6 +629,16 @@ impl Cache {
         }
     }
 
+    /// Tracking lanes connected with `CLIENT TRACKING ON`: Redis counts each in INFO's
+    /// `tracking_clients`.
+    pub fn tracking_lanes(&self) -> usize {
+        let lanes = self.lanes.lock().unwrap_or_else(|p| p.into_inner());
+        lanes
+            .values()
+            .filter(|l| Tracking::from_u8(l.state.load(Ordering::Relaxed)) == Tracking::On)
+            .count()
+    }
+
     /// `name:value` lines for INFO's `# Cache` section and `CORRAL CACHE STATS`.
     pub fn stats(&self) -> Vec<(&'static str, String)> {
         let s = &self.core.stats;

@@ -308,7 +308,7 @@ impl Conn {
                 rx,
                 conn,
                 with_proxy,
-            } => match self.wait(rx, &conn).await {
+            } => match self.wait(rx, &conn).await.map(|b| self.hide_lanes(b)) {
                 Ok(b) if with_proxy => {
                     let sections = info::proxy_sections(&self.shared);
                     info::append_section(&b, &sections, &mut self.wbuf);
@@ -399,6 +399,17 @@ impl Conn {
                 }
                 Err(e) => self.upstream_error(&e, 1),
             },
+        }
+    }
+
+    /// An INFO reply without corral's own cache lane in `tracking_clients` (standalone mode;
+    /// in cluster mode INFO comes from one node, which may or may not have a lane).
+    fn hide_lanes(&self, reply: Bytes) -> Bytes {
+        match &self.shared.cache {
+            Some(cache) if self.shared.upstream.cluster.is_none() => {
+                info::hide_lanes(reply, cache.tracking_lanes())
+            }
+            _ => reply,
         }
     }
 
