@@ -528,4 +528,21 @@ async fn info_tracking_clients_leaves_out_corrals_cache_lane() {
         "{}",
         show(&redis)
     );
+
+    // RESP3: an invalidation that comes before INFO's reply is written first, and the reply
+    // is still corral's (with its own sections).
+    assert!(t.cmd("HELLO 3").await.starts_with(b"%"));
+    t.cmd("GET i").await;
+    direct.cmd("SET i 1").await;
+    t.send(&request("INFO")).await;
+    assert_eq!(
+        t.read_resp().await,
+        b">2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\ni\r\n"
+    );
+    let info = t.read_resp().await;
+    assert!(
+        contains(&info, b"tracking_clients:1\r\n") && contains(&info, b"# Proxy"),
+        "{}",
+        show(&info)
+    );
 }

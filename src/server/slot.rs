@@ -308,7 +308,7 @@ impl Conn {
                 rx,
                 conn,
                 with_proxy,
-            } => match self.wait(rx, &conn).await.map(|b| self.hide_lanes(b)) {
+            } => match self.wait(rx, &conn).await.map(|b| self.pushes_first(b)) {
                 Ok(b) if with_proxy => {
                     let sections = info::proxy_sections(&self.shared);
                     info::append_section(&b, &sections, &mut self.wbuf);
@@ -400,6 +400,14 @@ impl Conn {
                 Err(e) => self.upstream_error(&e, 1),
             },
         }
+    }
+
+    /// Writes the invalidation pushes that precede an INFO reply (tracking connection) and
+    /// returns the reply, without corral's cache lane in `tracking_clients`.
+    fn pushes_first(&mut self, reply: Bytes) -> Bytes {
+        let start = first_reply(&reply).map_or(0, |(start, _)| start);
+        self.wbuf.extend_from_slice(&reply[..start]);
+        self.hide_lanes(reply.slice(start..))
     }
 
     /// An INFO reply without corral's own cache lane in `tracking_clients` (standalone mode;
