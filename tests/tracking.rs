@@ -446,6 +446,22 @@ async fn off_reset_and_disconnect_release_the_upstream_connection() {
 }
 
 #[tokio::test]
+async fn redirect_inside_multi_is_refused() {
+    let p = Pair::start().await;
+    let mut t = connect(p.proxy.addr).await;
+    let id = String::from_utf8_lossy(&t.cmd("CLIENT ID").await[1..])
+        .trim()
+        .to_string();
+    assert_eq!(t.cmd("MULTI").await, b"+OK\r\n");
+    let refused = t.cmd(&format!("CLIENT TRACKING ON REDIRECT {id}")).await;
+    assert_eq!(
+        refused,
+        b"-ERR CLIENT TRACKING with REDIRECT inside MULTI is not supported by corral\r\n"
+    );
+    assert_eq!(t.cmd("EXEC").await, b"*0\r\n");
+}
+
+#[tokio::test]
 async fn tracking_clients_are_bounded() {
     let p = Pair::start_with(|c| c.upstream.max_tracking_clients = 1).await;
     let mut a = connect(p.proxy.addr).await;

@@ -600,6 +600,13 @@ impl Conn {
                     .get(1)
                     .is_some_and(|a| a.eq_ignore_ascii_case(b"TRACKING"))
                 && args.get(2).is_some_and(|a| a.eq_ignore_ascii_case(b"ON"));
+            if tracking_on && args.iter().any(|a| a.eq_ignore_ascii_case(b"REDIRECT")) {
+                // The corral id would have to become the target's upstream id, which needs a
+                // connection made for it: not while Redis queues the command.
+                return Pending::Ready(Bytes::from_static(
+                    b"-ERR CLIENT TRACKING with REDIRECT inside MULTI is not supported by corral\r\n",
+                ));
+            }
             let select = match route {
                 Route::Select => args
                     .get(1)
