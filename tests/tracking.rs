@@ -562,3 +562,32 @@ async fn info_tracking_clients_leaves_out_corrals_cache_lane() {
         show(&info)
     );
 }
+
+/// A tracking client's reads bypass corral's cache (so Redis tracks them), and its writes
+/// still invalidate that cache for every other client.
+#[tokio::test]
+async fn tracking_clients_and_corrals_cache() {
+    let p = Pair::start().await;
+    let mut a = connect(p.proxy.addr).await;
+    let mut t = connect(p.proxy.addr).await;
+    assert_eq!(a.cmd("SET hot v0").await, b"+OK\r\n");
+    poll_until(LIMIT, "corral's cache to hold the hot key", || async {
+        let mut a = connect(p.proxy.addr).await;
+        for _ in 0..64 {
+            a.cmd("GET hot").await;
+        }
+        let stats = a.cmd("CORRAL CACHE STATS").await;
+        (!contains(&stats, b"cache_entries:0\r\n")).then_some(())
+    })
+    .await;
+    t.cmd("HELLO 3").await;
+    assert_eq!(t.cmd("CLIENT TRACKING ON").await, b"+OK\r\n");
+    assert_eq!(t.cmd("GET hot").await, b"$2\r\nv0\r\n");
+    assert_eq!(t.cmd("SET hot v1").await, b"+OK\r\n");
+    // Redis tracked T's read: its own write invalidates it.
+    assert_eq!(
+        t.read_resp().await,
+        b">2\r\n$10\r\ninvalidate\r\n*1\r\n$3\r\nhot\r\n"
+    );
+    assert_eq!(a.cmd("GET hot").await, b"$2\r\nv1\r\n");
+}
