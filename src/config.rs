@@ -110,6 +110,9 @@ pub struct UpstreamConfig {
     /// round), so a long one never holds up other clients; `false` keeps them on the shared
     /// connections, which is cheaper for workloads of many short scripts.
     pub isolate_scripts: bool,
+    /// Most clients with CLIENT TRACKING on at once, each holding a dedicated connection
+    /// (counted in `max_dedicated` too), plus the REDIRECT targets' connections.
+    pub max_tracking_clients: usize,
 }
 
 /// Per-client limits, named after the Redis settings they mirror.
@@ -204,6 +207,7 @@ impl Default for UpstreamConfig {
             reconnect_max_ms: 2_000,
             max_dedicated: 1024,
             isolate_scripts: true,
+            max_tracking_clients: 256,
         }
     }
 }

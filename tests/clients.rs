@@ -29,7 +29,7 @@ async fn redis_cli_commands_resp3_and_inline_input() {
     assert_eq!(cli(port, &["--no-raw", "GET", "cli:k"]).await, "\"v\"\n");
     assert_eq!(cli(port, &["--no-raw", "GET", "cli:none"]).await, "(nil)\n");
     assert_eq!(cli(port, &["PING"]).await, "PONG\n");
-    let err = cli(port, &["--no-raw", "CLIENT", "TRACKING", "ON"]).await;
+    let err = cli(port, &["--no-raw", "CLIENT", "NO-TOUCH", "ON"]).await;
     assert!(err.starts_with("(error) ERR"), "{err}");
 
     // RESP3: redis-cli sends HELLO 3 first, and a map reply is shown as one.

@@ -13,7 +13,7 @@
 //! in `tests/stateful.rs`. corral answers some commands differently from Redis 7.0 on
 //! purpose; they are not in the corpus but checked against corral's exact expected bytes in `corral_specific_replies`:
 //! - commands refused with `-ERR '<cmd>' is not supported by corral: <why>` (SYNC, PSYNC,
-//!   REPLCONF, CLIENT TRACKING/CACHING/GETREDIR/TRACKINGINFO/NO-TOUCH);
+//!   REPLCONF, CLIENT NO-TOUCH; CLIENT TRACKING is compared in `tests/tracking.rs`);
 //! - CLIENT SETINFO (accepted as Redis 7.2 does; 7.0 has no such subcommand);
 //! - HELLO's `id` field (a per-connection id; the rest of the HELLO reply is compared);
 //! - INFO (corral appends a `# Proxy` section);
@@ -1155,10 +1155,6 @@ const REFUSED: &[(&str, &str, &str)] = &[
     ("SYNC", "sync", REPLICATION),
     ("PSYNC ? -1", "psync", REPLICATION),
     ("REPLCONF listening-port 1", "replconf", REPLICATION),
-    ("CLIENT TRACKING ON", "client|tracking", CONN_STATE),
-    ("CLIENT CACHING YES", "client|caching", CONN_STATE),
-    ("CLIENT GETREDIR", "client|getredir", CONN_STATE),
-    ("CLIENT TRACKINGINFO", "client|trackinginfo", CONN_STATE),
     ("CLIENT NO-TOUCH ON", "client|no-touch", CONN_STATE),
 ];
 

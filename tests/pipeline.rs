@@ -115,9 +115,19 @@ fn mixed_script(c: usize, rounds: usize, unknown: &[u8]) -> Script {
                 exec.extend(bulk(&v));
                 exec.extend_from_slice(b"+PONG\r\n");
                 s.push(&["EXEC"], Expect::Exact(exec));
+                // Tracking pins the client to a connection of its own until OFF.
                 s.push(
                     &["CLIENT", "TRACKING", "ON"],
-                    Expect::ErrorContaining("client|tracking"),
+                    Expect::Exact(b"+OK\r\n".to_vec()),
+                );
+                s.push(&["GET", &s_key], Expect::Exact(bulk(&v)));
+                s.push(
+                    &["CLIENT", "TRACKING", "OFF"],
+                    Expect::Exact(b"+OK\r\n".to_vec()),
+                );
+                s.push(
+                    &["CLIENT", "NO-TOUCH", "ON"],
+                    Expect::ErrorContaining("no-touch"),
                 );
             }
             7 => s.push(

@@ -1735,8 +1735,7 @@ async fn refused_commands_say_so() {
     for resp3 in [false, true] {
         let mut c = common::client_in(pair.proxy.addr, resp3).await;
         for (line, name) in [
-            ("CLIENT TRACKING ON", "client|tracking"),
-            ("client tracking on bcast", "client|tracking"),
+            ("CLIENT NO-TOUCH ON", "client|no-touch"),
             ("SYNC", "sync"),
             ("PSYNC ? -1", "psync"),
         ] {

@@ -708,6 +708,16 @@ impl Cache {
         lane::aggregate(&states)
     }
 
+    /// Tracking lanes connected with `CLIENT TRACKING ON`: Redis counts each in INFO's
+    /// `tracking_clients`.
+    pub fn tracking_lanes(&self) -> usize {
+        self.lanes
+            .all()
+            .iter()
+            .filter(|l| l.info.tracking() == Tracking::On)
+            .count()
+    }
+
     /// `name:value` lines for INFO's `# Cache` section and `CORRAL CACHE STATS`; each lane
     /// gets a `cache_lane<N>` line (`node=..,state=..,resets=..,last_reset=..`), by address.
     pub fn stats(&self) -> Vec<(String, String)> {

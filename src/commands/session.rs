@@ -96,19 +96,26 @@ impl Session {
     }
 }
 
-/// CLIENT LIST's `flags=` for a client subscribed (`P`), in MULTI (`x`) and/or blocked (`b`),
-/// in the order Redis prints them; `N` for none.
-pub fn flags_text(pubsub: bool, multi: bool, blocked: bool) -> &'static str {
-    match (pubsub, multi, blocked) {
-        (false, false, false) => "N",
-        (true, false, false) => "P",
-        (false, true, false) => "x",
-        (false, false, true) => "b",
-        (true, true, false) => "Px",
-        (true, false, true) => "Pb",
-        (false, true, true) => "xb",
-        (true, true, true) => "Pxb",
-    }
+/// CLIENT LIST's `flags=`: subscribed (`P`), in MULTI (`x`), blocked (`b`), CLIENT TRACKING on
+/// (`t`, with `B` in BCAST mode), in the order Redis prints them; `N` for none.
+pub fn flags_text(
+    pubsub: bool,
+    multi: bool,
+    blocked: bool,
+    tracking: Option<bool>,
+) -> &'static str {
+    // Indexed by the flags as bits, in print order.
+    const TEXT: [&str; 32] = [
+        "N", "P", "x", "Px", "b", "Pb", "xb", "Pxb", "t", "Pt", "xt", "Pxt", "bt", "Pbt", "xbt",
+        "Pxbt", "B", "PB", "xB", "PxB", "bB", "PbB", "xbB", "PxbB", "tB", "PtB", "xtB", "PxtB",
+        "btB", "PbtB", "xbtB", "PxbtB",
+    ];
+    let bits = usize::from(pubsub)
+        | usize::from(multi) << 1
+        | usize::from(blocked) << 2
+        | usize::from(tracking.is_some()) << 3
+        | usize::from(tracking == Some(true)) << 4;
+    TEXT[bits]
 }
 
 /// Longest command or subcommand name kept; longer ones are no command Redis knows.
@@ -201,7 +208,8 @@ mod tests {
         assert_eq!(last(&["Client", "LIST"]), "client|list");
         assert_eq!(last(&["client"]), "client");
         assert_eq!(last(&[&"x".repeat(100)]), "");
-        assert_eq!(flags_text(true, false, false), "P");
-        assert_eq!(flags_text(false, true, true), "xb");
+        assert_eq!(flags_text(true, false, false, None), "P");
+        assert_eq!(flags_text(false, true, true, None), "xb");
+        assert_eq!(flags_text(false, true, false, Some(true)), "xtB");
     }
 }

@@ -81,6 +81,9 @@ pub enum Route {
     PubSub(PubSub),
     /// CLIENT LIST/KILL/REPLY/NO-EVICT/UNBLOCK: about corral's own clients.
     ClientAdmin,
+    /// CLIENT TRACKING/CACHING/GETREDIR/TRACKINGINFO: client-side caching, on a connection
+    /// of the client's own while tracking is on.
+    Tracking,
     /// Refused with a clear error: `name` is the command, `why` the reason.
     Unsupported {
         /// Command name as the client should see it.
@@ -156,10 +159,7 @@ fn classify_client(args: &Args<'_>) -> Route {
     match sub {
         b"SETNAME" | b"GETNAME" | b"ID" | b"SETINFO" | b"INFO" => Route::Local(Local::Client),
         b"LIST" | b"KILL" | b"REPLY" | b"NO-EVICT" | b"UNBLOCK" => Route::ClientAdmin,
-        b"TRACKING" => unsupported("client|tracking", CONN_STATE),
-        b"CACHING" => unsupported("client|caching", CONN_STATE),
-        b"GETREDIR" => unsupported("client|getredir", CONN_STATE),
-        b"TRACKINGINFO" => unsupported("client|trackinginfo", CONN_STATE),
+        b"TRACKING" | b"CACHING" | b"GETREDIR" | b"TRACKINGINFO" => Route::Tracking,
         b"NO-TOUCH" => unsupported("client|no-touch", CONN_STATE),
         _ => Route::Forward(Access::Read),
     }
@@ -199,8 +199,10 @@ mod tests {
     fn stateful_commands_get_their_routes() {
         assert_eq!(route(&["multi"]), Route::Tx(Tx::Multi));
         assert_eq!(route(&["client", "reply", "off"]), Route::ClientAdmin);
+        assert_eq!(route(&["client", "tracking", "on"]), Route::Tracking);
+        assert_eq!(route(&["client", "caching", "yes"]), Route::Tracking);
         assert!(matches!(
-            route(&["client", "tracking", "on"]),
+            route(&["client", "no-touch", "on"]),
             Route::Unsupported { .. }
         ));
         assert_eq!(

@@ -20,6 +20,7 @@ use super::clients::{self, ClientEntry, ReplyMode};
 use super::slot::{AfterAck, Queued, Slot};
 use super::stateful::Pin;
 use super::subscriber::{Subscriptions, encode_message};
+use super::tracking::Inbox;
 use super::{Shared, cluster_view, corral, info, routed};
 use crate::cache::Value;
 use crate::commands::{self, Access, Exclusive, Local, LocalCtx, Outcome, Route, Session, Tx};
@@ -87,6 +88,10 @@ pub(super) struct Conn {
     /// Requests were read from the client while waiting for a reply on a dedicated
     /// connection: parse them before waiting for more input.
     pub(super) read_ahead: bool,
+    /// Woken when pushes wait in an inbox (CLIENT TRACKING).
+    pub(super) wake: Arc<tokio::sync::Notify>,
+    /// Invalidations redirected to this client (CLIENT TRACKING ... REDIRECT its id).
+    pub(super) redirected: Arc<Inbox>,
 }
 
 /// Serves one client until it disconnects, sends QUIT, breaks the protocol, or shutdown.
@@ -110,6 +115,9 @@ pub async fn run(
     let authenticated = shared.cfg.requirepass.get().is_none();
     let session = Session::new(id, addr, laddr, authenticated);
     let entry = shared.clients.add(&session, kill.clone());
+    let wake = Arc::new(tokio::sync::Notify::new());
+    let redirected = Inbox::new(wake.clone(), kill.clone());
+    shared.tracking.register(id, redirected.clone());
     let _registered = Registered(shared.clone(), id);
     let mut c = Conn {
         session,
@@ -141,6 +149,8 @@ pub async fn run(
         skip_first: false,
         batch_script: false,
         read_ahead: false,
+        wake,
+        redirected,
         shared,
     };
     loop {
@@ -177,9 +187,14 @@ pub async fn run(
             .saturating_sub(c.rbuf.len())
             .max(READ_CHUNK);
         c.rbuf.reserve(want);
+        let wake = c.wake.clone();
         let n = match &mut c.subs {
             None => tokio::select! {
                 r = stream.read_buf(&mut c.rbuf) => r?,
+                _ = wake.notified() => {
+                    c.write_inbox(&mut stream).await?;
+                    continue;
+                }
                 _ = kill.cancelled() => return Ok(()),
             },
             // Subscribed: messages are written as they come, between requests.
@@ -203,6 +218,10 @@ pub async fn run(
                     c.wbuf.clear();
                     continue;
                 }
+                _ = wake.notified() => {
+                    c.write_inbox(&mut stream).await?;
+                    continue;
+                }
                 _ = kill.cancelled() => return Ok(()),
             },
         };
@@ -220,6 +239,7 @@ impl Drop for Registered {
         self.0.clients.remove(self.1);
         // Nobody waits for the upstream unsubscribes: the client is gone.
         drop(self.0.pubsub.remove(self.1));
+        self.0.tracking.remove(self.1);
     }
 }
 
@@ -277,6 +297,11 @@ pub(super) enum Pending {
     ReplyMode { mode: ReplyMode, reply: Bytes },
     /// RESET: its reply, after which pinning and reply mode are reset too.
     Reset(Bytes),
+    /// HELLO switched the protocol of a client with CLIENT TRACKING on (its reply): the
+    /// tracking connection, which it keeps, switches too.
+    HelloPinned(Bytes),
+    /// CLIENT TRACKING/CACHING/GETREDIR/TRACKINGINFO (arguments, request bytes).
+    Tracking { argv: Vec<Bytes>, req: Bytes },
     /// Cluster mode: a request for one node (`slot`: its keys' slot, to retry after a
     /// redirection).
     Node {
@@ -501,6 +526,17 @@ impl Conn {
                     nodes,
                 });
             }
+            Pending::Tracking { argv, req } => return self.client_tracking(argv, req).await,
+            Pending::HelloPinned(reply) => {
+                self.push_ready(reply).await;
+                // Redis's reply to this HELLO is not the client's: it got corral's.
+                let mut hello = BytesMut::new();
+                let version = self.session.proto.as_int().to_string();
+                encode_request(&[b"HELLO", version.as_bytes()], &mut hello);
+                self.skip_first = true;
+                self.append(&hello);
+                self.flush_batch().await;
+            }
             Pending::Reset(reply) => {
                 self.flush_batch().await;
                 let waits = self.reset_state();
@@ -596,6 +632,18 @@ impl Conn {
             } else {
                 req()
             };
+            let tracking_on = route == Route::Tracking
+                && args
+                    .get(1)
+                    .is_some_and(|a| a.eq_ignore_ascii_case(b"TRACKING"))
+                && args.get(2).is_some_and(|a| a.eq_ignore_ascii_case(b"ON"));
+            if tracking_on && args.iter().any(|a| a.eq_ignore_ascii_case(b"REDIRECT")) {
+                // The corral id would have to become the target's upstream id, which needs a
+                // connection made for it: not while Redis queues the command.
+                return Pending::Ready(Bytes::from_static(
+                    b"-ERR CLIENT TRACKING with REDIRECT inside MULTI is not supported by corral\r\n",
+                ));
+            }
             let select = match route {
                 Route::Select => args
                     .get(1)
@@ -604,6 +652,9 @@ impl Conn {
                 _ => None,
             };
             let script = commands::busy::exclusive(&args) == Some(Exclusive::Script);
+            if tracking_on && let Some(refused) = self.tracking_in_multi() {
+                return Pending::Ready(refused);
+            }
             if let Some(pin) = &mut self.pin {
                 pin.script_queued |= script;
                 pin.dirty |= !matches!(route, Route::Forward(_) | Route::Blocking | Route::Info);
@@ -742,6 +793,7 @@ impl Conn {
                 with_proxy: info::wants_proxy_section(&args),
             },
             Route::Local(cmd) => {
+                let proto_before = self.session.proto;
                 let version = self.shared.upstream.status.version();
                 let ctx = LocalCtx {
                     requirepass: self.shared.cfg.requirepass.get(),
@@ -759,6 +811,10 @@ impl Conn {
                 let reply = self.local.split().freeze();
                 if cmd == Local::Reset {
                     return Pending::Reset(reply);
+                }
+                let tracking = self.pin.as_ref().is_some_and(|p| p.tracking.is_some());
+                if cmd == Local::Hello && tracking && self.session.proto != proto_before {
+                    return Pending::HelloPinned(reply);
                 }
                 Pending::Ready(reply)
             }
@@ -816,6 +872,10 @@ impl Conn {
                     }
                 }
             }
+            Route::Tracking => Pending::Tracking {
+                argv: args.iter().map(Bytes::copy_from_slice).collect(),
+                req: req(),
+            },
             Route::ClientAdmin => {
                 self.shared.metrics.local_commands.inc();
                 // CLIENT LIST shows the caller's query buffer: this request and any after it.
@@ -864,6 +924,14 @@ impl Conn {
                         Some(Exclusive::OutOfBand) => true,
                         None => false,
                     }
+            }
+            // CLIENT TRACKING ON pins the client: what came before must run first.
+            Route::Tracking => {
+                self.pin.is_none()
+                    && args
+                        .get(1)
+                        .is_some_and(|a| a.eq_ignore_ascii_case(b"TRACKING"))
+                    && args.get(2).is_some_and(|a| a.eq_ignore_ascii_case(b"ON"))
             }
             _ => false,
         }
@@ -1165,10 +1233,12 @@ impl Conn {
 
     /// CLIENT LIST's flags for this client now, `blocked` or not.
     pub(super) fn flags(&self, blocked: bool) -> &'static str {
+        let tracking = self.pin.as_ref().and_then(|p| p.tracking.as_ref());
         commands::session::flags_text(
             self.subs.as_ref().is_some_and(|s| s.active()),
             self.pin.as_ref().is_some_and(|p| p.in_multi),
             blocked,
+            tracking.map(|t| t.bcast),
         )
     }
 }
@@ -1177,6 +1247,25 @@ impl Conn {
 fn is_unblock(args: &crate::resp::Args<'_>) -> bool {
     args.get(1)
         .is_some_and(|s| s.eq_ignore_ascii_case(b"UNBLOCK"))
+}
+
+impl Conn {
+    /// Writes the pushes waiting in this client's inboxes (CLIENT TRACKING), between
+    /// requests.
+    async fn write_inbox(&mut self, stream: &mut TcpStream) -> std::io::Result<()> {
+        self.take_inbox();
+        if self.wbuf.is_empty() {
+            return Ok(());
+        }
+        // A client that stops reading must not pin this task: its inbox is bounded and
+        // cancels `kill` when full.
+        tokio::select! {
+            r = stream.write_all(&self.wbuf) => r?,
+            _ = self.kill.cancelled() => {}
+        }
+        self.wbuf.clear();
+        Ok(())
+    }
 }
 
 /// Whether Redis knows the command (corral's own and local ones included).

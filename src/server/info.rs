@@ -2,7 +2,7 @@
 
 use std::fmt::Write;
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 
 use super::Shared;
 use crate::resp::Args;
@@ -96,6 +96,43 @@ pub fn append_section(reply: &[u8], section: &str, out: &mut BytesMut) {
     Encoder { proto, out }.verbatim(&text);
 }
 
+/// Redis's `tracking_clients` (clients with CLIENT TRACKING on) counts corral's own cache
+/// lanes; a client counts the clients it can see, so `lanes` is taken off.
+pub fn hide_lanes(reply: Bytes, lanes: usize) -> Bytes {
+    const FIELD: &[u8] = b"\r\ntracking_clients:";
+    let Some((kind, body)) = string_body(&reply).filter(|_| lanes > 0) else {
+        return reply;
+    };
+    let Some(at) = body.windows(FIELD.len()).position(|w| w == FIELD) else {
+        return reply;
+    };
+    let start = at + FIELD.len();
+    let end = start
+        + body[start..]
+            .iter()
+            .position(|&b| b == b'\r')
+            .unwrap_or(body.len() - start);
+    let Some(n) = parse_int(&body[start..end]) else {
+        return reply;
+    };
+    let mut text = Vec::with_capacity(body.len());
+    text.extend_from_slice(&body[..start]);
+    text.extend_from_slice((n - lanes as i64).max(0).to_string().as_bytes());
+    text.extend_from_slice(&body[end..]);
+    let proto = if kind == b'=' {
+        Proto::Resp3
+    } else {
+        Proto::Resp2
+    };
+    let mut out = BytesMut::new();
+    Encoder {
+        proto,
+        out: &mut out,
+    }
+    .verbatim(&text);
+    out.freeze()
+}
+
 /// Splits a `$` or `=` reply into its type and text (without the verbatim `txt:` prefix).
 fn string_body(reply: &[u8]) -> Option<(u8, &[u8])> {
     let kind = *reply.first()?;
@@ -132,6 +169,17 @@ mod tests {
             appended(b"=14\r\ntxt:# S\r\nx:1\r\n\r\n"),
             b"=30\r\ntxt:# S\r\nx:1\r\n\r\n# Proxy\r\na:1\r\n\r\n"
         );
+    }
+
+    #[test]
+    fn own_lanes_are_not_tracking_clients() {
+        let reply =
+            Bytes::from_static(b"$38\r\n# Clients\r\ntracking_clients:3\r\nx:1\r\n\r\n\r\n");
+        assert_eq!(
+            &hide_lanes(reply.clone(), 1)[..],
+            b"$38\r\n# Clients\r\ntracking_clients:2\r\nx:1\r\n\r\n\r\n"
+        );
+        assert_eq!(hide_lanes(reply.clone(), 0), reply);
     }
 
     #[test]

@@ -12,6 +12,7 @@ mod routed;
 mod slot;
 mod stateful;
 mod subscriber;
+mod tracking;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -47,6 +48,8 @@ pub struct Shared {
     pub started: Instant,
     /// Connected clients, for CLIENT LIST and CLIENT KILL.
     pub clients: clients::Registry,
+    /// Inboxes and redirection sinks of client-side caching (CLIENT TRACKING).
+    tracking: tracking::Registry,
     next_id: AtomicU64,
     client_count: AtomicUsize,
 }
@@ -68,6 +71,7 @@ impl Shared {
             metrics,
             started: Instant::now(),
             clients: clients::Registry::default(),
+            tracking: tracking::Registry::default(),
             next_id: AtomicU64::new(1),
             client_count: AtomicUsize::new(0),
         }

@@ -117,6 +117,20 @@ pub(super) enum Slot {
         reply: Bytes,
         waits: Vec<oneshot::Receiver<()>>,
     },
+    /// CLIENT TRACKING ON/OFF's reply: on `+OK` the change applies.
+    Tracking {
+        rx: oneshot::Receiver<JobResult>,
+        conn: UpstreamConn,
+        change: super::tracking::Change,
+    },
+    /// GETREDIR or TRACKINGINFO of a redirecting client: Redis's reply names the sink's id
+    /// `from`, the client knows its target as `to`.
+    Redir {
+        rx: oneshot::Receiver<JobResult>,
+        conn: UpstreamConn,
+        from: u64,
+        to: u64,
+    },
     /// SELECT's reply (the first of the replies in `rx`); on `+OK` the client moves to `db`.
     Select {
         rx: oneshot::Receiver<JobResult>,
@@ -149,6 +163,19 @@ fn selected_by_exec(replies: &[u8], selects: &[(u32, usize)]) -> Option<u32> {
         .rev()
         .find(|(_, i)| elements.get(*i) == Some(&&b"+OK\r\n"[..]))
         .map(|(db, _)| *db)
+}
+
+/// Where the first reply (not a push) in `replies` starts and ends.
+fn first_reply(replies: &[u8]) -> Option<(usize, usize)> {
+    let mut scanner = ReplyScanner::new();
+    let mut start = 0;
+    while let Ok(Some(f)) = scanner.next_frame(replies) {
+        if !f.push {
+            return Some((start, f.end));
+        }
+        start = f.end;
+    }
+    None
 }
 
 /// Whether a shared read failed for a reason a routed retry can fix.
@@ -281,9 +308,14 @@ impl Conn {
                     (r, _) => r,
                 };
                 let (result, count) = match result {
-                    Ok(b) if skip_first => match ReplyScanner::new().next_frame(&b) {
-                        Ok(Some(f)) => (Ok(b.slice(f.end..)), count - 1),
-                        _ => (Ok(b), count),
+                    Ok(b) if skip_first => match first_reply(&b) {
+                        // Pushes before it (a tracking connection) are the client's.
+                        Some((start, end)) => {
+                            let mut kept = bytes::BytesMut::from(&b[..start]);
+                            kept.extend_from_slice(&b[end..]);
+                            (Ok(kept.freeze()), count - 1)
+                        }
+                        None => (Ok(b), count),
                     },
                     Err(e) if skip_first => (Err(e), count - 1),
                     r => (r, count),
@@ -318,7 +350,7 @@ impl Conn {
                 rx,
                 conn,
                 with_proxy,
-            } => match self.wait(rx, &conn).await {
+            } => match self.wait(rx, &conn).await.map(|b| self.pushes_first(b)) {
                 Ok(b) if with_proxy => {
                     let sections = info::proxy_sections(&self.shared);
                     info::append_section(&b, &sections, &mut self.wbuf);
@@ -382,13 +414,30 @@ impl Conn {
                 }
                 self.wbuf.extend_from_slice(&reply);
             }
+            Slot::Tracking { rx, conn, change } => match self.wait(rx, &conn).await {
+                Ok(b) => {
+                    self.tracking_answered(super::tracking::ends_ok(&b), change);
+                    self.wbuf.extend_from_slice(&b);
+                }
+                Err(e) => {
+                    self.tracking_answered(false, change);
+                    self.upstream_error(&e, 1);
+                }
+            },
+            Slot::Redir { rx, conn, from, to } => match self.wait(rx, &conn).await {
+                Ok(b) => {
+                    let b = super::tracking::rewrite_redirect(&b, from, to);
+                    self.wbuf.extend_from_slice(&b);
+                }
+                Err(e) => self.upstream_error(&e, 1),
+            },
             Slot::Select { rx, conn, db } => match self.wait(rx, &conn).await {
                 Ok(b) => {
-                    let first = match ReplyScanner::new().next_frame(&b) {
-                        Ok(Some(f)) => &b[..f.end],
-                        _ => &b[..],
-                    };
-                    if first == b"+OK\r\n"
+                    // The SELECT's reply, after any invalidation pushes that came before it
+                    // (tracking connection), without the `SELECT 0` that followed it.
+                    let (start, end) = first_reply(&b).unwrap_or((0, b.len()));
+                    let first = &b[..end];
+                    if &b[start..end] == b"+OK\r\n"
                         && let Some(db) = db
                         && self.pin.as_ref().is_none_or(|p| !p.in_multi)
                     {
@@ -399,6 +448,25 @@ impl Conn {
                 }
                 Err(e) => self.upstream_error(&e, 1),
             },
+        }
+    }
+
+    /// Writes the invalidation pushes that precede an INFO reply (tracking connection) and
+    /// returns the reply, without corral's cache lane in `tracking_clients`.
+    fn pushes_first(&mut self, reply: Bytes) -> Bytes {
+        let start = first_reply(&reply).map_or(0, |(start, _)| start);
+        self.wbuf.extend_from_slice(&reply[..start]);
+        self.hide_lanes(reply.slice(start..))
+    }
+
+    /// An INFO reply without corral's own cache lane in `tracking_clients` (standalone mode;
+    /// in cluster mode INFO comes from one node, which may or may not have a lane).
+    fn hide_lanes(&self, reply: Bytes) -> Bytes {
+        match &self.shared.cache {
+            Some(cache) if self.shared.upstream.cluster.is_none() => {
+                info::hide_lanes(reply, cache.tracking_lanes())
+            }
+            _ => reply,
         }
     }
 

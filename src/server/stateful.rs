@@ -35,11 +35,13 @@ pub(super) struct Pin {
     pub(super) queued_selects: Vec<(u32, usize)>,
     /// A script or function is queued in MULTI: EXEC runs it.
     pub(super) script_queued: bool,
+    /// CLIENT TRACKING is on (or on its way): the pin stays until it is turned off.
+    pub(super) tracking: Option<super::tracking::Tracking>,
 }
 
 impl Pin {
-    /// A pin with no transaction state yet: released after the round unless MULTI or WATCH
-    /// comes.
+    /// A pin with no transaction state yet: released after the round unless MULTI, WATCH or
+    /// CLIENT TRACKING comes.
     pub(super) fn new(ded: Dedicated) -> Pin {
         Pin {
             ded,
@@ -50,6 +52,7 @@ impl Pin {
             queued: 0,
             queued_selects: Vec::new(),
             script_queued: false,
+            tracking: None,
         }
     }
 }
@@ -252,18 +255,21 @@ impl Conn {
         }
     }
 
-    /// Releases (or drops) a dedicated connection once no transaction state is left on it.
+    /// Releases (or drops) a dedicated connection once no transaction or tracking state is
+    /// left on it.
     pub(super) fn release_pin_if_done(&mut self) {
         let done = self.pin_reset
             || self
                 .pin
                 .as_ref()
-                .is_some_and(|p| !p.in_multi && !p.watching);
+                .is_some_and(|p| !p.in_multi && !p.watching && p.tracking.is_none());
         if !done {
             return;
         }
         let reset = std::mem::take(&mut self.pin_reset);
-        if let Some(pin) = self.pin.take() {
+        if let Some(mut pin) = self.pin.take() {
+            // RESET turns tracking off: Redis forgets it when the connection closes.
+            pin.stop_tracking();
             self.info_changed = true;
             // After RESET the connection may still be in MULTI or watching: close it.
             if !pin.dirty && !reset {

@@ -91,6 +91,17 @@ pub trait LinkObserver: Send + Sync + std::fmt::Debug {
     fn down(&self, cause: &str);
     /// A RESP3 push frame arrived (whole frame bytes).
     fn push(&self, frame: &[u8]);
+    /// A push frame arrived while a job is in flight. An observer for a connection whose
+    /// pushes belong to the client reading its replies (CLIENT TRACKING through corral)
+    /// appends the frame to `out`, which goes to that job in wire order with its replies,
+    /// and returns true; by default pushes are not replies and go to [`LinkObserver::push`].
+    fn push_inline(&self, _frame: &[u8], _out: &mut BytesMut) -> bool {
+        false
+    }
+    /// A job's replies are complete: an observer that keeps pushes in wire order moves the
+    /// pushes it was given while no job was in flight, and that nobody took yet, to `out`
+    /// (they came before these replies).
+    fn take_pending(&self, _out: &mut BytesMut) {}
 }
 
 /// Settings one connection task needs.
@@ -700,8 +711,20 @@ impl Link {
             .map_err(|e| e.to_string())?
         {
             if frame.push {
-                // Keep the replies before the push; hand the push to the observer.
                 let start = self.frame_start;
+                if let (Some(o), Some(front)) = (&self.observer, self.inflight.front_mut()) {
+                    let mut kept = BytesMut::new();
+                    if o.push_inline(&self.rbuf[start..frame.end], &mut kept) {
+                        // The push stays between the replies where Redis put it.
+                        front.partial.extend_from_slice(&self.rbuf[..start]);
+                        front.partial.extend_from_slice(&kept);
+                        self.rbuf.advance(frame.end);
+                        self.scanner.consumed(frame.end);
+                        self.frame_start = 0;
+                        continue;
+                    }
+                }
+                // Keep the replies before the push; hand the push to the observer.
                 match &self.observer {
                     Some(o) => o.push(&self.rbuf[start..frame.end]),
                     None => debug!(upstream = %self.addr, "dropped push frame"),
@@ -735,8 +758,12 @@ impl Link {
                     self.probe_sent = None;
                     continue;
                 }
-                if !w.partial.is_empty() {
-                    let mut all = w.partial;
+                let mut all = BytesMut::new();
+                if let Some(o) = &self.observer {
+                    o.take_pending(&mut all);
+                }
+                if !w.partial.is_empty() || !all.is_empty() {
+                    all.extend_from_slice(&w.partial);
                     all.extend_from_slice(&bytes);
                     bytes = all;
                 }

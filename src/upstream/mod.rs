@@ -31,6 +31,9 @@ const MAX_IDLE_DEDICATED: usize = 64;
 /// Connections are grouped by protocol and database.
 type PoolKey = (Proto, u32);
 
+/// An idle dedicated connection and the route of its push frames.
+type IdleConn = (UpstreamConn, Arc<PushRoute>);
+
 /// The connections to one upstream server.
 #[derive(Debug)]
 pub struct Upstream {
@@ -42,8 +45,10 @@ pub struct Upstream {
     resp3: Vec<UpstreamConn>,
     /// Shared pools for other databases, made on first use.
     other_dbs: Mutex<HashMap<PoolKey, Arc<[UpstreamConn]>>>,
-    idle: Mutex<HashMap<(String, Proto, u32), Vec<UpstreamConn>>>,
+    idle: Mutex<HashMap<(String, Proto, u32), Vec<IdleConn>>>,
     dedicated: Arc<Semaphore>,
+    /// Clients with CLIENT TRACKING on, and redirection targets (`max_tracking_clients`).
+    tracking: Arc<Semaphore>,
     /// Health and version, shared with INFO and the admin endpoint.
     pub status: Arc<UpstreamStatus>,
     /// Per-request deadline.
@@ -61,8 +66,54 @@ pub struct Dedicated {
     addr: String,
     proto: Proto,
     db: u32,
+    /// Where the connection's push frames go (CLIENT TRACKING invalidations).
+    pub pushes: Arc<PushRoute>,
     /// `None` for an out-of-band connection, which does not count against the limit.
     _permit: Option<OwnedSemaphorePermit>,
+}
+
+/// A dedicated connection's push frames go to the observer set here, if any: its client's
+/// own, while that client has CLIENT TRACKING on.
+#[derive(Debug, Default)]
+pub struct PushRoute {
+    to: Mutex<Option<Arc<dyn LinkObserver>>>,
+}
+
+impl PushRoute {
+    /// Sends later push frames to `to` (`None`: drop them).
+    pub fn set(&self, to: Option<Arc<dyn LinkObserver>>) {
+        *self.to.lock().unwrap_or_else(|e| e.into_inner()) = to;
+    }
+
+    fn get(&self) -> Option<Arc<dyn LinkObserver>> {
+        self.to.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+impl LinkObserver for PushRoute {
+    fn up(&self, _tracking: bool) {}
+
+    fn down(&self, cause: &str) {
+        if let Some(o) = self.get() {
+            o.down(cause);
+        }
+    }
+
+    fn push(&self, frame: &[u8]) {
+        if let Some(o) = self.get() {
+            o.push(frame);
+        }
+    }
+
+    fn push_inline(&self, frame: &[u8], out: &mut bytes::BytesMut) -> bool {
+        self.get().is_some_and(|o| o.push_inline(frame, out))
+    }
+
+    fn take_pending(&self, out: &mut bytes::BytesMut) {
+        if let Some(o) = self.get() {
+            o.take_pending(out);
+        }
+    }
 }
 
 impl Upstream {
@@ -82,6 +133,7 @@ impl Upstream {
             other_dbs: Mutex::new(HashMap::new()),
             idle: Mutex::new(HashMap::new()),
             dedicated: Arc::new(Semaphore::new(cfg.upstream.max_dedicated)),
+            tracking: Arc::new(Semaphore::new(cfg.upstream.max_tracking_clients)),
             status,
             request_timeout: cfg.request_timeout(),
             cluster: None,
@@ -116,6 +168,17 @@ impl Upstream {
     }
 
     fn spawn(&self, addr: &str, proto: Proto, db: u32, reconnect: bool) -> UpstreamConn {
+        self.spawn_observed(addr, proto, db, reconnect, None)
+    }
+
+    fn spawn_observed(
+        &self,
+        addr: &str,
+        proto: Proto,
+        db: u32,
+        reconnect: bool,
+        observer: Option<Arc<dyn LinkObserver>>,
+    ) -> UpstreamConn {
         let settings = ConnSettings {
             addr: addr.to_string(),
             proto,
@@ -127,8 +190,26 @@ impl Upstream {
             settings,
             self.status.clone(),
             self.shutdown.child_token(),
-            None,
+            observer,
         )
+    }
+
+    /// A place among the clients with CLIENT TRACKING on (or redirection targets), held
+    /// until dropped.
+    ///
+    /// # Errors
+    /// `upstream.max_tracking_clients` places are taken.
+    pub fn tracking_permit(&self) -> Result<OwnedSemaphorePermit, &'static str> {
+        self.tracking.clone().try_acquire_owned().map_err(|_| {
+            "ERR too many clients with CLIENT TRACKING on through corral \
+             (upstream.max_tracking_clients)"
+        })
+    }
+
+    /// A RESP3 connection of its own whose push frames go to `observer` (not reconnecting:
+    /// Redis knows it by its id): the target of CLIENT TRACKING ... REDIRECT.
+    pub fn push_sink(&self, observer: Arc<dyn LinkObserver>) -> UpstreamConn {
+        self.spawn_observed(&self.base.addr, Proto::Resp3, 0, false, Some(observer))
     }
 
     /// Connection settings from the config (RESP2, database 0, reconnecting, no tracking).
@@ -217,14 +298,20 @@ impl Upstream {
         let reused = {
             let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
             let list = idle.entry(key).or_default();
-            std::iter::from_fn(|| list.pop()).find(|c| !c.is_dead())
+            std::iter::from_fn(|| list.pop()).find(|(c, _)| !c.is_dead())
         };
-        let conn = reused.unwrap_or_else(|| self.spawn(&addr, proto, db, false));
+        let (conn, pushes) = reused.unwrap_or_else(|| {
+            let pushes = Arc::new(PushRoute::default());
+            let observer: Arc<dyn LinkObserver> = pushes.clone();
+            let conn = self.spawn_observed(&addr, proto, db, false, Some(observer));
+            (conn, pushes)
+        });
         Dedicated {
             conn,
             addr,
             proto,
             db,
+            pushes,
             _permit: permit,
         }
     }
@@ -252,7 +339,8 @@ impl Upstream {
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         let list = idle.entry((d.addr, d.proto, d.db)).or_default();
         if list.len() < MAX_IDLE_DEDICATED {
-            list.push(d.conn);
+            d.pushes.set(None);
+            list.push((d.conn, d.pushes));
         }
     }
 }

@@ -1,0 +1,563 @@
+//! Client-side caching through corral (CLIENT TRACKING). A client that turns tracking on is
+//! pinned to a dedicated upstream connection until it turns it off, so Redis tracks exactly
+//! its reads; that connection's invalidation pushes reach the client in wire order with its
+//! replies. A REDIRECT names a corral client: corral gives that client an upstream connection
+//! of its own to redirect to (a sink), whose invalidations it relays in the target's protocol,
+//! and translates ids between the two in replies (GETREDIR, TRACKINGINFO, redirect-broken).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+
+use bytes::{Bytes, BytesMut};
+use dashmap::DashMap;
+use tokio::sync::{Notify, OnceCell, OwnedSemaphorePermit};
+use tokio_util::sync::CancellationToken;
+
+use super::connection::Conn;
+use super::slot::Slot;
+use super::stateful::Pin;
+use crate::resp::Proto;
+use crate::resp::reply::Encoder;
+use crate::resp::request::{encode_request, parse_int};
+use crate::upstream::{LinkObserver, Upstream, UpstreamConn};
+
+/// Most bytes of pushes waiting for one client before it is disconnected (Redis's default
+/// pub/sub output buffer hard limit).
+const INBOX_LIMIT: usize = 32 * 1024 * 1024;
+
+/// Frames for one client that do not answer a request, written between its requests.
+#[derive(Debug)]
+pub(super) struct Inbox {
+    queue: Mutex<(VecDeque<Bytes>, usize)>,
+    /// Shared by a client's inboxes: its connection loop waits on it.
+    wake: Arc<Notify>,
+    /// Cancelled when the client does not keep up.
+    kill: CancellationToken,
+}
+
+impl Inbox {
+    pub(super) fn new(wake: Arc<Notify>, kill: CancellationToken) -> Arc<Self> {
+        Arc::new(Inbox {
+            queue: Mutex::new((VecDeque::new(), 0)),
+            wake,
+            kill,
+        })
+    }
+
+    fn put(&self, frame: Bytes) {
+        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        if q.1 + frame.len() > INBOX_LIMIT {
+            drop(q);
+            tracing::warn!("closing client that does not read its invalidation messages");
+            self.kill.cancel();
+            return;
+        }
+        q.1 += frame.len();
+        q.0.push_back(frame);
+        drop(q);
+        self.wake.notify_one();
+    }
+
+    /// Takes every queued frame.
+    pub(super) fn take(&self) -> Vec<Bytes> {
+        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        q.1 = 0;
+        q.0.drain(..).collect()
+    }
+}
+
+/// The pushes of a tracking client's own connection: kept in wire order with its replies,
+/// or queued for the client when no reply is due.
+#[derive(Debug)]
+struct OwnPushes {
+    inbox: Arc<Inbox>,
+    /// (sink's upstream id, corral id) of the redirection, to rewrite `tracking-redir-broken`.
+    redirect: Mutex<Option<(u64, u64)>>,
+}
+
+const REDIR_BROKEN: &[u8] = b">2\r\n$21\r\ntracking-redir-broken\r\n:";
+
+impl OwnPushes {
+    /// The frame as the client must see it: a broken redirection names the corral id.
+    fn client_view(&self, frame: &[u8]) -> Bytes {
+        if let Some(rest) = frame.strip_prefix(REDIR_BROKEN)
+            && let Some(id) = rest.strip_suffix(b"\r\n").and_then(parse_int)
+            && let Some((up, mine)) = *self.redirect.lock().unwrap_or_else(|e| e.into_inner())
+            && u64::try_from(id).is_ok_and(|id| id == up)
+        {
+            return Bytes::from(format!(">2\r\n$21\r\ntracking-redir-broken\r\n:{mine}\r\n"));
+        }
+        Bytes::copy_from_slice(frame)
+    }
+}
+
+impl LinkObserver for OwnPushes {
+    fn up(&self, _tracking: bool) {}
+
+    fn down(&self, _cause: &str) {
+        // Redis forgot what this client tracks: it must not keep a cache that nothing
+        // invalidates any more. Closing the client makes its library drop that cache.
+        self.inbox.kill.cancel();
+    }
+
+    fn push(&self, frame: &[u8]) {
+        self.inbox.put(self.client_view(frame));
+    }
+
+    fn push_inline(&self, frame: &[u8], out: &mut BytesMut) -> bool {
+        out.extend_from_slice(&self.client_view(frame));
+        true
+    }
+
+    fn take_pending(&self, out: &mut BytesMut) {
+        for f in self.inbox.take() {
+            out.extend_from_slice(&f);
+        }
+    }
+}
+
+/// A redirection target's connection: every push on it is an invalidation for that client.
+#[derive(Debug)]
+struct SinkPushes {
+    inbox: Arc<Inbox>,
+}
+
+impl LinkObserver for SinkPushes {
+    fn up(&self, _tracking: bool) {}
+    fn down(&self, _cause: &str) {}
+    fn push(&self, frame: &[u8]) {
+        self.inbox.put(Bytes::copy_from_slice(frame));
+    }
+}
+
+/// The connection a redirection target gets, and its id in Redis once known.
+#[derive(Debug)]
+struct Sink {
+    conn: UpstreamConn,
+    id: OnceCell<u64>,
+    _permit: OwnedSemaphorePermit,
+}
+
+/// Every client's inbox for redirected invalidations, and the sinks made for them.
+#[derive(Debug, Default)]
+pub(super) struct Registry {
+    inboxes: DashMap<u64, Arc<Inbox>>,
+    sinks: Mutex<HashMap<u64, Arc<Sink>>>,
+}
+
+impl Registry {
+    /// Registers a client's inbox for invalidations redirected to it.
+    pub(super) fn register(&self, id: u64, inbox: Arc<Inbox>) {
+        self.inboxes.insert(id, inbox);
+    }
+
+    /// Forgets a client that disconnected; closing its sink tells Redis that clients
+    /// redirecting to it lost their target.
+    pub(super) fn remove(&self, id: u64) {
+        self.inboxes.remove(&id);
+        self.sinks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&id);
+    }
+
+    /// The upstream id Redis knows corral client `target` by, for REDIRECT.
+    async fn sink_id(&self, target: u64, upstream: &Upstream) -> Result<u64, String> {
+        let Some(inbox) = self.inboxes.get(&target).map(|i| i.clone()) else {
+            return Err("ERR The client ID you want redirect to does not exist".into());
+        };
+        let sink = {
+            let mut sinks = self.sinks.lock().unwrap_or_else(|e| e.into_inner());
+            match sinks.get(&target) {
+                Some(s) if !s.conn.is_dead() => s.clone(),
+                _ => {
+                    let permit = upstream.tracking_permit()?;
+                    let conn = upstream.push_sink(Arc::new(SinkPushes { inbox }));
+                    let s = Arc::new(Sink {
+                        conn,
+                        id: OnceCell::new(),
+                        _permit: permit,
+                    });
+                    sinks.insert(target, s.clone());
+                    s
+                }
+            }
+        };
+        let id = sink
+            .id
+            .get_or_try_init(|| async {
+                let mut req = BytesMut::new();
+                encode_request(&[b"CLIENT", b"ID"], &mut req);
+                let rx = sink.conn.send(req.freeze(), 1).await;
+                let reply = match upstream.request_timeout {
+                    Some(d) => tokio::time::timeout(d, rx)
+                        .await
+                        .map_err(|_| "upstream timed out".to_string())?,
+                    None => rx.await,
+                };
+                match reply {
+                    Ok(Ok(b)) => b
+                        .strip_prefix(b":")
+                        .and_then(|r| r.strip_suffix(b"\r\n"))
+                        .and_then(parse_int)
+                        .and_then(|n| u64::try_from(n).ok())
+                        .ok_or_else(|| "unexpected CLIENT ID reply".to_string()),
+                    Ok(Err(e)) => Err(e.to_string()),
+                    Err(_) => Err("connection closed".to_string()),
+                }
+            })
+            .await
+            .copied();
+        id.map_err(|cause| {
+            let mut sinks = self.sinks.lock().unwrap_or_else(|e| e.into_inner());
+            if sinks.get(&target).is_some_and(|s| Arc::ptr_eq(s, &sink)) {
+                sinks.remove(&target);
+            }
+            format!("ERR upstream unavailable for CLIENT TRACKING REDIRECT: {cause}")
+        })
+    }
+}
+
+/// Tracking state of a pinned client.
+#[derive(Debug)]
+pub(super) struct Tracking {
+    own: Arc<OwnPushes>,
+    /// Redis confirmed CLIENT TRACKING ON (false while the first ON is on its way).
+    confirmed: bool,
+    /// (corral id, upstream id) of the redirection target.
+    redirect: Option<(u64, u64)>,
+    /// BCAST mode, for CLIENT LIST's flags.
+    pub(super) bcast: bool,
+    _permit: OwnedSemaphorePermit,
+}
+
+/// What a CLIENT TRACKING ON/OFF sent upstream will change once Redis answers `+OK`.
+#[derive(Debug)]
+pub(super) struct Change {
+    on: bool,
+    redirect: Option<(u64, u64)>,
+    bcast: bool,
+}
+
+impl Pin {
+    /// Stops routing pushes to the client (tracking off, or the pin is dropped).
+    pub(super) fn stop_tracking(&mut self) {
+        if self.tracking.take().is_some() {
+            self.ded.pushes.set(None);
+            // Redis no longer tracks for it, but the connection is not reused all the same.
+            self.dirty = true;
+        }
+    }
+}
+
+impl Conn {
+    /// CLIENT TRACKING/CACHING/GETREDIR/TRACKINGINFO outside MULTI.
+    pub(super) async fn client_tracking(&mut self, argv: Vec<Bytes>, req: Bytes) -> bool {
+        let sub = argv
+            .get(1)
+            .map(|s| s.to_ascii_uppercase())
+            .unwrap_or_default();
+        if sub.as_slice() == b"TRACKING" {
+            return self.tracking_on_off(argv, req).await;
+        }
+        // The redirection as of the last CLIENT TRACKING sent (this round's included).
+        let redirect = self
+            .pin
+            .as_ref()
+            .and_then(|p| p.tracking.as_ref())
+            .and_then(|t| *t.own.redirect.lock().unwrap_or_else(|e| e.into_inner()));
+        match (sub.as_slice(), redirect) {
+            // Redis answers with the sink's id: the client knows the target by its corral id.
+            (b"GETREDIR" | b"TRACKINGINFO", Some((up, mine))) => {
+                self.flush_batch().await;
+                let conn = self.target();
+                let rx = conn.send(req, 1).await;
+                self.push_slot(Slot::Redir {
+                    rx,
+                    conn,
+                    from: up,
+                    to: mine,
+                });
+            }
+            // Without tracking they go to a shared connection, which never tracks: Redis's
+            // replies for a client without tracking (CACHING's error included).
+            _ => self.append(&req),
+        }
+        false
+    }
+
+    async fn tracking_on_off(&mut self, argv: Vec<Bytes>, req: Bytes) -> bool {
+        let mode = argv
+            .get(2)
+            .map(|s| s.to_ascii_uppercase())
+            .unwrap_or_default();
+        let on = match mode.as_slice() {
+            b"ON" => true,
+            b"OFF" => false,
+            // Redis's syntax error, from a connection whose state it does not change.
+            _ => {
+                self.append(&req);
+                return false;
+            }
+        };
+        if self.shared.upstream.cluster.is_some() {
+            self.error_reply(
+                "ERR CLIENT TRACKING is not supported by corral in cluster mode".into(),
+            )
+            .await;
+            return false;
+        }
+        let tracking = self.pin.as_ref().is_some_and(|p| p.tracking.is_some());
+        if !on && !tracking {
+            // Nothing to turn off: Redis's `+OK` from wherever the client's requests go.
+            self.append(&req);
+            return false;
+        }
+        let mut argv = argv;
+        let mut redirect = None;
+        let mut bcast = false;
+        let mut j = 3;
+        while j < argv.len() {
+            if argv[j].eq_ignore_ascii_case(b"BCAST") {
+                bcast = true;
+            } else if argv[j].eq_ignore_ascii_case(b"REDIRECT")
+                && let Some(target) = argv
+                    .get(j + 1)
+                    .and_then(|a| parse_int(a))
+                    .and_then(|n| u64::try_from(n).ok())
+            {
+                let sink = self
+                    .shared
+                    .tracking
+                    .sink_id(target, &self.shared.upstream)
+                    .await;
+                match sink {
+                    Ok(up) => {
+                        argv[j + 1] = Bytes::from(up.to_string());
+                        redirect = Some((target, up));
+                    }
+                    Err(e) => {
+                        self.error_reply(e).await;
+                        return false;
+                    }
+                }
+                j += 1;
+            }
+            j += 1;
+        }
+        if on && let Err(e) = self.start_tracking() {
+            self.error_reply(e.into()).await;
+            return false;
+        }
+        if let Some(t) = self.pin.as_ref().and_then(|p| p.tracking.as_ref()) {
+            *t.own.redirect.lock().unwrap_or_else(|e| e.into_inner()) =
+                redirect.map(|(mine, up)| (up, mine));
+        }
+        self.flush_batch().await;
+        let mut bytes = BytesMut::new();
+        if redirect.is_some() {
+            let words: Vec<&[u8]> = argv.iter().map(|a| &a[..]).collect();
+            encode_request(&words, &mut bytes);
+        } else {
+            bytes.extend_from_slice(&req);
+        }
+        let conn = self.target();
+        let rx = conn.send(bytes.freeze(), 1).await;
+        self.push_slot(Slot::Tracking {
+            rx,
+            conn,
+            change: Change {
+                on,
+                redirect,
+                bcast,
+            },
+        });
+        false
+    }
+
+    /// Pins the client (if it is not yet) and routes its connection's pushes to it.
+    ///
+    /// # Errors
+    /// Too many tracking clients or dedicated connections.
+    pub(super) fn start_tracking(&mut self) -> Result<(), &'static str> {
+        if self.pin.as_ref().is_some_and(|p| p.tracking.is_some()) {
+            return Ok(());
+        }
+        let permit = self.shared.upstream.tracking_permit()?;
+        if self.pin.is_none() {
+            let ded =
+                self.shared
+                    .upstream
+                    .dedicated_to(None, self.session.proto, self.session.db)?;
+            self.pin = Some(Pin::new(ded));
+        }
+        let own = Arc::new(OwnPushes {
+            inbox: Inbox::new(self.wake.clone(), self.kill.clone()),
+            redirect: Mutex::new(None),
+        });
+        if let Some(pin) = &mut self.pin {
+            let observer: Arc<dyn LinkObserver> = own.clone();
+            pin.ded.pushes.set(Some(observer));
+            pin.tracking = Some(Tracking {
+                own,
+                confirmed: false,
+                redirect: None,
+                bcast: false,
+                _permit: permit,
+            });
+        }
+        self.info_changed = true;
+        Ok(())
+    }
+
+    /// Applies Redis's answer to CLIENT TRACKING ON/OFF (`ok`: it said `+OK`).
+    pub(super) fn tracking_answered(&mut self, ok: bool, change: Change) {
+        let Some(pin) = &mut self.pin else { return };
+        match (ok, change.on) {
+            (true, true) => {
+                if let Some(t) = &mut pin.tracking {
+                    t.confirmed = true;
+                    t.redirect = change.redirect;
+                    t.bcast = change.bcast;
+                }
+            }
+            (true, false) => pin.stop_tracking(),
+            (false, _) => {
+                if pin.tracking.as_ref().is_some_and(|t| !t.confirmed) {
+                    pin.stop_tracking();
+                } else if let Some(t) = &pin.tracking {
+                    // Refused: the redirection in force is still the confirmed one.
+                    *t.own.redirect.lock().unwrap_or_else(|e| e.into_inner()) =
+                        t.redirect.map(|(mine, up)| (up, mine));
+                }
+            }
+        }
+        self.info_changed = true;
+    }
+
+    /// Tracking inside MULTI: the queued ON may turn tracking on at EXEC, so the client
+    /// keeps its connection (and its pushes) from now on.
+    pub(super) fn tracking_in_multi(&mut self) -> Option<Bytes> {
+        if self.shared.upstream.cluster.is_some() {
+            return Some(Bytes::from_static(
+                b"-ERR CLIENT TRACKING is not supported by corral in cluster mode\r\n",
+            ));
+        }
+        match self.start_tracking() {
+            Ok(()) => {
+                if let Some(t) = self.pin.as_mut().and_then(|p| p.tracking.as_mut()) {
+                    t.confirmed = true;
+                }
+                None
+            }
+            Err(e) => Some(Bytes::from(format!("-{e}\r\n"))),
+        }
+    }
+
+    /// Writes the pushes waiting for this client: its own connection's, as they are, and
+    /// invalidations redirected to it, in the form Redis gives them to a client of its
+    /// protocol (a RESP2 client gets them only in pub/sub mode).
+    pub(super) fn take_inbox(&mut self) {
+        if let Some(t) = self.pin.as_ref().and_then(|p| p.tracking.as_ref()) {
+            for f in t.own.inbox.take() {
+                self.wbuf.extend_from_slice(&f);
+            }
+        }
+        let subscribed = self.subs.as_ref().is_some_and(|s| s.active());
+        for f in self.redirected.take() {
+            match self.session.proto {
+                Proto::Resp3 => self.wbuf.extend_from_slice(&f),
+                // Redis sends a RESP2 target a message on `__redis__:invalidate` (with the
+                // push's payload as it is) when it is subscribed, and nothing otherwise.
+                Proto::Resp2 if subscribed => {
+                    if let Some(payload) = f.strip_prefix(b">2\r\n$10\r\ninvalidate\r\n") {
+                        self.wbuf.extend_from_slice(
+                            b"*3\r\n$7\r\nmessage\r\n$20\r\n__redis__:invalidate\r\n",
+                        );
+                        self.wbuf.extend_from_slice(payload);
+                    }
+                }
+                Proto::Resp2 => {}
+            }
+        }
+    }
+
+    async fn error_reply(&mut self, text: String) {
+        let mut out = BytesMut::new();
+        Encoder {
+            proto: self.session.proto,
+            out: &mut out,
+        }
+        .error(&text);
+        self.push_ready(out.freeze()).await;
+    }
+}
+
+/// Whether the last reply in `replies` (pushes may come before it) is `+OK`.
+pub(super) fn ends_ok(replies: &[u8]) -> bool {
+    replies == b"+OK\r\n" || replies.ends_with(b"\n+OK\r\n")
+}
+
+/// A GETREDIR or TRACKINGINFO reply with the redirection's upstream id `from` replaced by the
+/// corral id `to`.
+pub(super) fn rewrite_redirect(replies: &[u8], from: u64, to: u64) -> Bytes {
+    let field = format!("redirect\r\n:{from}\r\n");
+    let bare = format!(":{from}\r\n");
+    let getredir = replies.ends_with(bare.as_bytes())
+        && !replies.ends_with(field.as_bytes())
+        && (replies.len() == bare.len() || replies[replies.len() - bare.len() - 1] == b'\n');
+    if getredir {
+        // GETREDIR: the last reply is the id itself.
+        let mut out = BytesMut::from(&replies[..replies.len() - bare.len()]);
+        out.extend_from_slice(format!(":{to}\r\n").as_bytes());
+        return out.freeze();
+    }
+    // TRACKINGINFO: the `redirect` field (flags, before it, are fixed words).
+    match replies
+        .windows(field.len())
+        .position(|w| w == field.as_bytes())
+    {
+        Some(at) => {
+            let mut out = BytesMut::from(&replies[..at]);
+            out.extend_from_slice(format!("redirect\r\n:{to}\r\n").as_bytes());
+            out.extend_from_slice(&replies[at + field.len()..]);
+            out.freeze()
+        }
+        None => Bytes::copy_from_slice(replies),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn getredir_reply_names_the_corral_client() {
+        assert_eq!(&rewrite_redirect(b":17\r\n", 17, 4)[..], b":4\r\n");
+        assert_eq!(
+            &rewrite_redirect(
+                b">2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\nk\r\n:17\r\n",
+                17,
+                4
+            )[..],
+            b">2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\nk\r\n:4\r\n"
+        );
+        assert_eq!(&rewrite_redirect(b":-1\r\n", 17, 4)[..], b":-1\r\n");
+    }
+
+    #[test]
+    fn trackinginfo_reply_names_the_corral_client() {
+        let reply = b"*6\r\n$5\r\nflags\r\n*1\r\n$2\r\non\r\n$8\r\nredirect\r\n:17\r\n\
+                      $8\r\nprefixes\r\n*0\r\n";
+        let want = b"*6\r\n$5\r\nflags\r\n*1\r\n$2\r\non\r\n$8\r\nredirect\r\n:4\r\n\
+                     $8\r\nprefixes\r\n*0\r\n";
+        assert_eq!(&rewrite_redirect(reply, 17, 4)[..], &want[..]);
+    }
+
+    #[test]
+    fn ok_may_follow_pushes() {
+        assert!(ends_ok(b"+OK\r\n"));
+        assert!(ends_ok(b">2\r\n$10\r\ninvalidate\r\n_\r\n+OK\r\n"));
+        assert!(!ends_ok(b"-ERR no\r\n"));
+    }
+}

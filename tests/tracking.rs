@@ -1,0 +1,593 @@
+//! Client-side caching through corral (CLIENT TRACKING) against real Redis: the same scripts
+//! run against one Redis directly and against a second one through corral, and every reply
+//! and invalidation a client receives must be the same bytes, in the same order. Also: the
+//! pinned connections are released, the bound holds, and a real client library's
+//! client-side cache (redis-rs `cache-aio`) sees direct writes through corral.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use common::{
+    Deadline, RawClient, RedisServer, TestProxy, contains, encode, mask_hello_id, parse_commands,
+    poll_until, show,
+};
+
+/// Bounds every wait for a server-side state change.
+const LIMIT: Duration = Duration::from_secs(10);
+
+struct Pair {
+    /// Redis reached directly.
+    direct: SocketAddr,
+    /// corral, and the Redis behind it.
+    proxy: TestProxy,
+    behind: SocketAddr,
+    _servers: (RedisServer, RedisServer),
+}
+
+impl Pair {
+    async fn start() -> Pair {
+        Self::start_with(|_| {}).await
+    }
+
+    async fn start_with(tweak: impl FnOnce(&mut corral::Config)) -> Pair {
+        let a = RedisServer::start();
+        let b = RedisServer::start();
+        let proxy = TestProxy::start_with(&b.url(), tweak).await;
+        Pair {
+            direct: a.addr(),
+            behind: b.addr(),
+            proxy,
+            _servers: (a, b),
+        }
+    }
+}
+
+async fn connect(addr: SocketAddr) -> RawClient {
+    RawClient::connect(addr).await.expect("connect")
+}
+
+fn request(line: &str) -> Vec<u8> {
+    let cmds = parse_commands(line);
+    let argv: Vec<&[u8]> = cmds[0].iter().map(Vec::as_slice).collect();
+    encode(&argv)
+}
+
+/// Masks what necessarily differs between two servers: HELLO's id and the redirection id in
+/// TRACKINGINFO (checked separately through corral).
+fn mask(reply: &[u8]) -> Vec<u8> {
+    let reply = mask_hello_id(reply);
+    let key = b"redirect\r\n:";
+    let Some(at) = reply.windows(key.len()).position(|w| w == key) else {
+        return reply;
+    };
+    let start = at + key.len();
+    let end = start + reply[start..].iter().position(|&b| b == b'\r').unwrap_or(0);
+    if &reply[start..end] == b"-1" || &reply[start..end] == b"0" {
+        return reply;
+    }
+    [&reply[..start], b"<id>", &reply[end..]].concat()
+}
+
+/// Runs a script on one side and returns what the clients received, in order.
+///
+/// Lines: `T: CMD` (and `X: CMD`) sends on client T (X) through `entry` and reads frames up to
+/// the command's reply, invalidation pushes that come first included; `T=id: CMD` records an
+/// integer reply as `<id>`; `X? n` reads n frames (redirected invalidations) from X;
+/// `W: CMD` runs a command directly on `server` (a write by another application);
+/// `H: key` reads `key` through `entry` many times so corral's cache holds it.
+/// `@X` in a command is X's client id as `entry` reports it.
+async fn run(entry: SocketAddr, server: SocketAddr, script: &[&str]) -> Vec<String> {
+    let mut t = connect(entry).await;
+    let mut x = connect(entry).await;
+    let mut w = connect(server).await;
+    let mut h = connect(entry).await;
+    let x_id = String::from_utf8_lossy(&x.request(&[b"CLIENT", b"ID"]).await[1..])
+        .trim()
+        .to_string();
+    let mut out = Vec::new();
+    for line in script {
+        let (who, shown_cmd) = line.split_once(' ').expect("script line");
+        let rest = shown_cmd.replace("@X", &x_id);
+        match who {
+            "T:" | "X:" | "T=id:" => {
+                let c = if who == "X:" { &mut x } else { &mut t };
+                c.send(&request(&rest)).await;
+                loop {
+                    let f = c.read_resp().await;
+                    let push = f.first() == Some(&b'>');
+                    let shown = if who == "T=id:" && !push {
+                        "<id>".to_string()
+                    } else {
+                        show(&mask(&f))
+                    };
+                    out.push(format!("{} {shown_cmd} -> {shown}", &who[..1]));
+                    if !push {
+                        break;
+                    }
+                }
+            }
+            "X?" => {
+                let n: usize = rest.parse().expect("frame count");
+                for _ in 0..n {
+                    out.push(format!("X? -> {}", show(&x.read_resp().await)));
+                }
+            }
+            "W:" => {
+                w.send(&request(&rest)).await;
+                let r = w.read_resp().await;
+                assert!(!r.starts_with(b"-"), "{rest}: {}", show(&r));
+            }
+            "H:" => {
+                for _ in 0..64 {
+                    h.request(&[b"GET", rest.as_bytes()]).await;
+                }
+            }
+            _ => panic!("bad script line {line}"),
+        }
+    }
+    out
+}
+
+/// Runs `script` directly and through corral; the transcripts must be identical.
+async fn same_on_both(p: &Pair, script: &[&str]) -> Vec<String> {
+    let direct = run(p.direct, p.direct, script).await;
+    let proxied = run(p.proxy.addr, p.behind, script).await;
+    assert_eq!(direct, proxied, "direct (left) and through corral (right)");
+    direct
+}
+
+/// `CLIENT LIST` lines of `server` that have CLIENT TRACKING on (`t` flag).
+async fn tracking_conns(server: SocketAddr) -> usize {
+    let mut c = connect(server).await;
+    let list = c.request(&[b"CLIENT", b"LIST"]).await;
+    String::from_utf8_lossy(&list)
+        .lines()
+        .filter(|l| {
+            l.split(' ')
+                .any(|f| f.strip_prefix("flags=").is_some_and(|f| f.contains('t')))
+        })
+        .count()
+}
+
+/// Connections open on `server` (CLIENT LIST lines, the asking one included).
+async fn conns(server: SocketAddr) -> usize {
+    let mut c = connect(server).await;
+    let list = c.request(&[b"CLIENT", b"LIST"]).await;
+    String::from_utf8_lossy(&list)
+        .lines()
+        .filter(|l| l.starts_with("id="))
+        .count()
+}
+
+#[tokio::test]
+async fn resp3_invalidations_arrive_where_redis_puts_them() {
+    let p = Pair::start().await;
+    let t = same_on_both(
+        &p,
+        &[
+            "W: SET k v0",
+            // corral's cache holds k: the tracking client's read must still reach Redis.
+            "H: k",
+            "T: HELLO 3",
+            "T: CLIENT TRACKING ON",
+            "T: GET k",
+            "W: SET k v1",
+            // The push came while T was idle; it precedes the next reply.
+            "T: EXISTS k",
+            "T: GET k",
+            // T's own write: Redis sends the push right after the write's reply.
+            "T: SET k v2",
+            "T: GET k",
+            "T: MGET k other",
+            "W: DEL k other",
+            "T: CLIENT TRACKINGINFO",
+            "T: CLIENT GETREDIR",
+            "W: FLUSHALL",
+            "T: EXISTS k",
+        ],
+    )
+    .await;
+    assert!(
+        t.iter().filter(|l| l.contains("invalidate")).count() >= 4,
+        "{t:#?}"
+    );
+}
+
+#[tokio::test]
+async fn optin_tracks_only_reads_after_caching_yes() {
+    let p = Pair::start().await;
+    let t = same_on_both(
+        &p,
+        &[
+            "T: HELLO 3",
+            "T: CLIENT CACHING YES",
+            "T: CLIENT TRACKING ON OPTIN",
+            "T: GET a",
+            "T: CLIENT CACHING YES",
+            "T: GET b",
+            "W: SET a 1",
+            "W: SET b 1",
+            "T: EXISTS a",
+            "T: CLIENT TRACKING OFF",
+            "T: CLIENT TRACKING ON OPTOUT",
+            "T: CLIENT CACHING NO",
+            "T: GET c",
+            "T: GET d",
+            "W: MSET c 1 d 1",
+            "T: EXISTS c",
+            "T: CLIENT TRACKINGINFO",
+        ],
+    )
+    .await;
+    let pushes: Vec<_> = t.iter().filter(|l| l.contains("invalidate")).collect();
+    assert_eq!(pushes.len(), 2, "{t:#?}");
+}
+
+#[tokio::test]
+async fn bcast_with_prefixes_and_noloop() {
+    let p = Pair::start().await;
+    same_on_both(
+        &p,
+        &[
+            "T: HELLO 3",
+            "T: CLIENT TRACKING ON BCAST PREFIX a: PREFIX b: NOLOOP",
+            "W: SET a:1 x",
+            "W: SET c:1 x",
+            "T: EXISTS a:1",
+            "T: SET b:1 mine",
+            "W: SET b:2 theirs",
+            "T: EXISTS b:2",
+            "T: CLIENT TRACKINGINFO",
+            // Redis refuses to switch modes while tracking is on.
+            "T: CLIENT TRACKING ON",
+            "T: CLIENT TRACKING OFF",
+            "W: SET a:3 x",
+            "T: EXISTS a:3",
+        ],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn resp2_redirect_to_a_subscribed_corral_client() {
+    let p = Pair::start().await;
+    let t = same_on_both(
+        &p,
+        &[
+            "X: SUBSCRIBE __redis__:invalidate",
+            "T: CLIENT TRACKING ON REDIRECT @X",
+            "T: GET k",
+            "T=id: CLIENT GETREDIR",
+            "T: CLIENT TRACKINGINFO",
+            "W: SET k 1",
+            "X? 1",
+            "T: MGET k j",
+            "W: MSET k 2 j 2",
+            "X? 2",
+            "W: FLUSHALL",
+            "X? 1",
+            "T: CLIENT TRACKING ON REDIRECT 999999",
+            "T: CLIENT TRACKING OFF",
+            "T: CLIENT GETREDIR",
+            "T: CLIENT TRACKINGINFO",
+        ],
+    )
+    .await;
+    assert_eq!(t.iter().filter(|l| l.starts_with("X? ")).count(), 4);
+
+    // Through corral GETREDIR names X by the id corral gave it.
+    let mut x = connect(p.proxy.addr).await;
+    let x_id = x.request(&[b"CLIENT", b"ID"]).await;
+    let id = String::from_utf8_lossy(&x_id[1..]).trim().to_string();
+    let mut t = connect(p.proxy.addr).await;
+    assert_eq!(
+        t.cmd(&format!("CLIENT TRACKING ON REDIRECT {id}")).await,
+        b"+OK\r\n"
+    );
+    assert_eq!(t.cmd("CLIENT GETREDIR").await, x_id);
+    let info = t.cmd("CLIENT TRACKINGINFO").await;
+    assert!(
+        contains(&info, format!("redirect\r\n:{id}\r\n").as_bytes()),
+        "{}",
+        show(&info)
+    );
+}
+
+#[tokio::test]
+async fn resp3_redirect_and_broken_redirect() {
+    let p = Pair::start().await;
+    for side in [(p.direct, p.direct), (p.proxy.addr, p.behind)] {
+        let (entry, server) = side;
+        let mut x = connect(entry).await;
+        x.cmd("HELLO 3").await;
+        let x_id = x.cmd("CLIENT ID").await;
+        let id = String::from_utf8_lossy(&x_id[1..]).trim().to_string();
+        let mut t = connect(entry).await;
+        t.cmd("HELLO 3").await;
+        assert_eq!(
+            t.cmd(&format!("CLIENT TRACKING ON REDIRECT {id}")).await,
+            b"+OK\r\n"
+        );
+        t.cmd("GET r").await;
+        let mut w = connect(server).await;
+        w.cmd("SET r 1").await;
+        assert_eq!(
+            x.read_resp().await,
+            b">2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\nr\r\n",
+            "{side:?}"
+        );
+        // The target leaves: the next invalidation tells T, naming the target's id.
+        drop(x);
+        t.cmd("GET r").await;
+        let want = format!(">2\r\n$21\r\ntracking-redir-broken\r\n:{id}\r\n");
+        let deadline = Deadline::new(LIMIT, "tracking-redir-broken");
+        loop {
+            let mut w = connect(server).await;
+            w.cmd("SET r 2").await;
+            t.send(&request("EXISTS r")).await;
+            let first = t.read_resp().await;
+            if first == b":1\r\n" {
+                // The target's connection is not closed yet: track r again and retry.
+                t.cmd("GET r").await;
+                deadline.pause().await;
+                continue;
+            }
+            assert_eq!(first, want.as_bytes(), "{side:?}");
+            while t.read_resp().await != b":1\r\n" {}
+            break;
+        }
+    }
+}
+
+#[tokio::test]
+async fn tracking_inside_multi_and_reset() {
+    let p = Pair::start().await;
+    same_on_both(
+        &p,
+        &[
+            "T: HELLO 3",
+            "T: MULTI",
+            "T: CLIENT TRACKING ON",
+            "T: GET m",
+            "T: EXEC",
+            "W: SET m 1",
+            "T: EXISTS m",
+            "T: RESET",
+            "T: HELLO 3",
+            "T: GET m",
+            "W: SET m 2",
+            "T: EXISTS m",
+        ],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn hello_switches_protocol_while_tracking() {
+    let p = Pair::start().await;
+    same_on_both(
+        &p,
+        &[
+            "T: HELLO 3",
+            "T: CLIENT TRACKING ON",
+            "T: GET h",
+            "T: HELLO 2",
+            "T: HGETALL h",
+            // RESP2 without a redirection: Redis sends the invalidation nowhere.
+            "W: SET h 1",
+            "T: EXISTS h",
+            "T: HELLO 3",
+            "T: GET h",
+            "W: SET h 2",
+            "T: EXISTS h",
+            "T: CLIENT TRACKINGINFO",
+        ],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn off_reset_and_disconnect_release_the_upstream_connection() {
+    let p = Pair::start().await;
+    let base = tracking_conns(p.behind).await;
+    let open = conns(p.behind).await;
+    let mut t = connect(p.proxy.addr).await;
+    t.cmd("HELLO 3").await;
+    assert_eq!(t.cmd("CLIENT TRACKING ON").await, b"+OK\r\n");
+    assert_eq!(tracking_conns(p.behind).await, base + 1);
+    // corral's own CLIENT LIST shows the flag.
+    let me = t.cmd("CLIENT INFO").await;
+    assert!(contains(&me, b" flags=t "), "{}", show(&me));
+
+    assert_eq!(t.cmd("CLIENT TRACKING OFF").await, b"+OK\r\n");
+    poll_until(LIMIT, "OFF to release the connection", || async {
+        (tracking_conns(p.behind).await == base && conns(p.behind).await == open).then_some(())
+    })
+    .await;
+
+    assert_eq!(t.cmd("CLIENT TRACKING ON BCAST").await, b"+OK\r\n");
+    assert_eq!(tracking_conns(p.behind).await, base + 1);
+    let me = t.cmd("CLIENT INFO").await;
+    assert!(contains(&me, b" flags=tB "), "{}", show(&me));
+    let reset = t.cmd("RESET").await;
+    assert_eq!(reset, b"+RESET\r\n");
+    poll_until(LIMIT, "RESET to release the connection", || async {
+        (tracking_conns(p.behind).await == base).then_some(())
+    })
+    .await;
+
+    t.cmd("HELLO 3").await;
+    assert_eq!(t.cmd("CLIENT TRACKING ON").await, b"+OK\r\n");
+    assert_eq!(tracking_conns(p.behind).await, base + 1);
+    drop(t);
+    poll_until(LIMIT, "a disconnect to release the connection", || async {
+        (tracking_conns(p.behind).await == base && conns(p.behind).await == open).then_some(())
+    })
+    .await;
+
+    // A redirection target's connection goes when the target disconnects.
+    let mut x = connect(p.proxy.addr).await;
+    let id = String::from_utf8_lossy(&x.cmd("CLIENT ID").await[1..])
+        .trim()
+        .to_string();
+    let mut t = connect(p.proxy.addr).await;
+    t.cmd(&format!("CLIENT TRACKING ON REDIRECT {id}")).await;
+    assert_eq!(conns(p.behind).await, open + 2);
+    drop(x);
+    drop(t);
+    poll_until(
+        LIMIT,
+        "the redirection target's connection to close",
+        || async { (conns(p.behind).await == open).then_some(()) },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn redirect_inside_multi_is_refused() {
+    let p = Pair::start().await;
+    let mut t = connect(p.proxy.addr).await;
+    let id = String::from_utf8_lossy(&t.cmd("CLIENT ID").await[1..])
+        .trim()
+        .to_string();
+    assert_eq!(t.cmd("MULTI").await, b"+OK\r\n");
+    let refused = t.cmd(&format!("CLIENT TRACKING ON REDIRECT {id}")).await;
+    assert_eq!(
+        refused,
+        b"-ERR CLIENT TRACKING with REDIRECT inside MULTI is not supported by corral\r\n"
+    );
+    assert_eq!(t.cmd("EXEC").await, b"*0\r\n");
+}
+
+#[tokio::test]
+async fn tracking_clients_are_bounded() {
+    let p = Pair::start_with(|c| c.upstream.max_tracking_clients = 1).await;
+    let mut a = connect(p.proxy.addr).await;
+    let mut b = connect(p.proxy.addr).await;
+    assert_eq!(a.cmd("CLIENT TRACKING ON").await, b"+OK\r\n");
+    let refused = b.cmd("CLIENT TRACKING ON").await;
+    assert!(
+        refused.starts_with(b"-ERR too many clients with CLIENT TRACKING on"),
+        "{}",
+        show(&refused)
+    );
+    // Still a normal client.
+    assert_eq!(b.cmd("SET x 1").await, b"+OK\r\n");
+    assert_eq!(a.cmd("CLIENT TRACKING OFF").await, b"+OK\r\n");
+    assert_eq!(b.cmd("CLIENT TRACKING ON").await, b"+OK\r\n");
+}
+
+/// redis-rs's own client-side cache (RESP3, CLIENT TRACKING) through corral: after a write
+/// made directly on Redis, the cached read returns the new value.
+#[tokio::test]
+async fn redis_rs_client_side_cache_sees_direct_writes() {
+    use redis::AsyncCommands;
+    let p = Pair::start().await;
+    let mut w = connect(p.behind).await;
+    w.cmd("SET cached v1").await;
+    let url = format!("{}/?protocol=resp3", p.proxy.url());
+    let client = redis::Client::open(url).expect("client");
+    let config =
+        redis::AsyncConnectionConfig::new().set_cache_config(redis::caching::CacheConfig::new());
+    let mut con = client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .expect("connect through corral");
+    let v: String = con.get("cached").await.expect("get");
+    assert_eq!(v, "v1");
+    let v: String = con.get("cached").await.expect("get");
+    assert_eq!(v, "v1");
+    let stats = con.get_cache_statistics().expect("cache statistics");
+    assert_eq!((stats.hit, stats.miss), (1, 1), "the second read is a hit");
+
+    w.cmd("SET cached v2").await;
+    poll_until(LIMIT, "the cached read to see the direct write", || {
+        let mut con = con.clone();
+        async move {
+            let v: String = con.get("cached").await.expect("get");
+            (v == "v2").then_some(())
+        }
+    })
+    .await;
+    let stats = con.get_cache_statistics().expect("cache statistics");
+    assert!(stats.invalidate >= 1, "{stats:?}");
+}
+
+/// INFO's `tracking_clients` counts the clients a client can see: not corral's own cache
+/// lane (which Redis counts too).
+#[tokio::test]
+async fn info_tracking_clients_leaves_out_corrals_cache_lane() {
+    let p = Pair::start().await;
+    let mut t = connect(p.proxy.addr).await;
+    poll_until(LIMIT, "the cache's tracking lane", || async {
+        let mut c = connect(p.proxy.addr).await;
+        contains(&c.cmd("INFO cache").await, b"cache_tracking:on").then_some(())
+    })
+    .await;
+    assert!(contains(
+        &t.cmd("INFO clients").await,
+        b"tracking_clients:0\r\n"
+    ));
+    assert_eq!(t.cmd("CLIENT TRACKING ON").await, b"+OK\r\n");
+    let info = t.cmd("INFO").await;
+    assert!(
+        contains(&info, b"tracking_clients:1\r\n"),
+        "{}",
+        show(&info)
+    );
+    let mut direct = connect(p.behind).await;
+    let redis = direct.cmd("INFO clients").await;
+    assert!(
+        contains(&redis, b"tracking_clients:2\r\n"),
+        "{}",
+        show(&redis)
+    );
+
+    // RESP3: an invalidation that comes before INFO's reply is written first, and the reply
+    // is still corral's (with its own sections).
+    assert!(t.cmd("HELLO 3").await.starts_with(b"%"));
+    t.cmd("GET i").await;
+    direct.cmd("SET i 1").await;
+    t.send(&request("INFO")).await;
+    assert_eq!(
+        t.read_resp().await,
+        b">2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\ni\r\n"
+    );
+    let info = t.read_resp().await;
+    assert!(
+        contains(&info, b"tracking_clients:1\r\n") && contains(&info, b"# Proxy"),
+        "{}",
+        show(&info)
+    );
+}
+
+/// A tracking client's reads bypass corral's cache (so Redis tracks them), and its writes
+/// still invalidate that cache for every other client.
+#[tokio::test]
+async fn tracking_clients_and_corrals_cache() {
+    let p = Pair::start().await;
+    let mut a = connect(p.proxy.addr).await;
+    let mut t = connect(p.proxy.addr).await;
+    assert_eq!(a.cmd("SET hot v0").await, b"+OK\r\n");
+    poll_until(LIMIT, "corral's cache to hold the hot key", || async {
+        let mut a = connect(p.proxy.addr).await;
+        for _ in 0..64 {
+            a.cmd("GET hot").await;
+        }
+        let stats = a.cmd("CORRAL CACHE STATS").await;
+        (!contains(&stats, b"cache_entries:0\r\n")).then_some(())
+    })
+    .await;
+    t.cmd("HELLO 3").await;
+    assert_eq!(t.cmd("CLIENT TRACKING ON").await, b"+OK\r\n");
+    assert_eq!(t.cmd("GET hot").await, b"$2\r\nv0\r\n");
+    assert_eq!(t.cmd("SET hot v1").await, b"+OK\r\n");
+    // Redis tracked T's read: its own write invalidates it.
+    assert_eq!(
+        t.read_resp().await,
+        b">2\r\n$10\r\ninvalidate\r\n*1\r\n$3\r\nhot\r\n"
+    );
+    assert_eq!(a.cmd("GET hot").await, b"$2\r\nv1\r\n");
+}
