@@ -311,3 +311,31 @@ async fn shutdown_nosave_reaches_a_busy_redis_and_closes_like_redis() {
     assert!(lost.starts_with(b"-ERR upstream "), "{}", show(&lost));
     proxy.stop().await;
 }
+
+/// A script that keeps Redis silent for longer than the health-check window, but shorter than
+/// its BUSY threshold: clients of Redis simply wait, and so must corral's. The idle shared
+/// connection's health-check PING goes unanswered meanwhile, like every other connection to
+/// Redis: a busy node, not a half-open connection, so corral keeps the connection and the
+/// request queued behind the PING gets its reply when the script ends (not `timed out`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_script_below_the_busy_threshold_delays_others_without_errors() {
+    // The script runs about 1.5 s; the BUSY threshold (5 s) is never reached.
+    const SLOW: &str = "local t = redis.call('TIME') local s = t[1] * 1000000 + t[2] \
+                        while true do t = redis.call('TIME') \
+                        if t[1] * 1000000 + t[2] - s > 1500000 then break end end return 1";
+    let redis = RedisServer::start();
+    let proxy = proxy(&redis, |cfg| {
+        cfg.cache.lane_check_ms = 200;
+        cfg.cache.lane_deadline_ms = 200;
+    })
+    .await;
+    let mut a = client(proxy.addr, false).await;
+    let mut b = client(proxy.addr, false).await;
+    assert_eq!(b.cmd("SET slow:k v").await, b"+OK\r\n");
+    a.send(&encode(&[b"EVAL", SLOW.as_bytes(), b"0"])).await;
+    // Past the shared connection's check (200 ms idle) and the PING's deadline (200 ms).
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(b.cmd("GET slow:k").await, bulk("v"));
+    assert_eq!(a.read_resp().await, b":1\r\n");
+    proxy.stop().await;
+}

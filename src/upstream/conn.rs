@@ -27,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::handshake;
-use super::status::UpstreamStatus;
+use super::status::{NodeLife, UpstreamStatus};
 use crate::error::UpstreamError;
 use crate::resp::{Proto, ReplyScanner};
 
@@ -534,6 +534,8 @@ struct Link {
     probe_sent: Option<Instant>,
     /// Told when Redis answers `-BUSY` or `-LOADING` (PING is then forwarded).
     status: Arc<UpstreamStatus>,
+    /// When the node was last heard from on any health-checked connection.
+    life: Arc<NodeLife>,
     /// Let other clients add their requests to a write before it is made.
     gather: bool,
 }
@@ -546,8 +548,10 @@ impl Link {
         status: Arc<UpstreamStatus>,
     ) -> Self {
         let now = Instant::now();
+        let life = status.node_life(addr);
         Link {
             observer,
+            life,
             status,
             gather: true,
             addr: addr.to_string(),
@@ -573,6 +577,13 @@ impl Link {
         let ms = |d: Duration| d.as_millis();
         if let Some(sent) = self.probe_sent {
             let due = sent.max(self.last_rx) + h.deadline;
+            if now >= due && !h.strict && !self.life.heard_since(sent) {
+                // No connection to this node has heard a byte since the PING went out: Redis
+                // itself is not answering (a script before its BUSY threshold, a slow command,
+                // or the node unreachable as a whole), not this one flow. Replacing the
+                // connection would not help; requests in flight keep `request_timeout_ms`.
+                return Ok(now + h.deadline);
+            }
             if now >= due {
                 return Err(End::timed_out(format!(
                     "no reply to a health-check PING within {} ms",
@@ -632,6 +643,7 @@ impl Link {
                     Ok(_) => {
                         if health.is_some() {
                             self.last_rx = Instant::now();
+                            self.life.heard_at(self.last_rx);
                         }
                         if let Err(e) = self.deliver() {
                             return End::lost(e);
@@ -830,8 +842,33 @@ mod tests {
         // Any byte is a sign of life and moves the deadline.
         link.last_rx = t0 + ms(700);
         assert_eq!(link.check_health(h, t0 + ms(800)).ok(), Some(t0 + ms(1000)));
+        // Another connection to the node heard from it after the PING: this flow is dead.
+        link.life.heard_at(t0 + ms(900));
         let end = link.check_health(h, t0 + ms(1000)).expect_err("dead");
         assert!(end.timed_out && end.cause.contains("PING"), "{}", end.cause);
+    }
+
+    #[test]
+    fn a_silent_node_is_busy_not_a_dead_connection() {
+        let h = health(false);
+        let mut link = Link::new("x:1", None, Some(h), Arc::default());
+        let t0 = link.last_rx;
+        link.life.heard_at(t0);
+        link.check_health(h, t0 + ms(500)).ok();
+        assert!(link.inflight.front().is_some_and(|w| w.probe));
+        // Nothing from the node on any connection since the PING: Redis is busy (a script
+        // before its BUSY threshold), so the connection is kept and looked at again.
+        assert_eq!(link.check_health(h, t0 + ms(800)).ok(), Some(t0 + ms(1100)));
+        assert_eq!(
+            link.check_health(h, t0 + ms(5000)).ok(),
+            Some(t0 + ms(5300))
+        );
+        // A strict connection (a tracking lane) cannot vouch for the cache either way.
+        let strict = health(true);
+        let mut lane = Link::new("x:1", None, Some(strict), Arc::default());
+        let t1 = lane.last_rx;
+        lane.check_health(strict, t1 + ms(500)).ok();
+        assert!(lane.check_health(strict, t1 + ms(800)).is_err());
     }
 
     #[test]

@@ -25,6 +25,32 @@ pub struct UpstreamStatus {
     /// Local addresses of corral's live upstream connections, and whether each is internal
     /// (see `ConnSettings::internal`): for MONITOR.
     conns: Mutex<HashMap<SocketAddr, bool>>,
+    /// When each node last sent anything on any of corral's health-checked connections.
+    lives: Mutex<HashMap<String, Arc<NodeLife>>>,
+}
+
+/// When a node last sent corral anything, on any health-checked connection: tells a silent
+/// connection (half-open) from a silent node (Redis busy, or unreachable as a whole).
+#[derive(Debug, Default)]
+pub struct NodeLife(AtomicU64);
+
+impl NodeLife {
+    /// Bytes arrived from the node at `at`.
+    pub fn heard_at(&self, at: impl Into<Instant>) {
+        self.0.fetch_max(
+            ms_since_epoch(at.into()).saturating_add(1),
+            Ordering::Relaxed,
+        );
+    }
+
+    /// Whether the node sent anything, on some connection, in a millisecond after `t`.
+    pub fn heard_since(&self, t: impl Into<Instant>) -> bool {
+        self.0.load(Ordering::Relaxed) > ms_since_epoch(t.into()).saturating_add(1)
+    }
+}
+
+fn ms_since_epoch(t: Instant) -> u64 {
+    u64::try_from(t.saturating_duration_since(epoch()).as_millis()).unwrap_or(u64::MAX)
 }
 
 /// A script or function in flight, counted until dropped.
@@ -48,6 +74,12 @@ fn now_ms() -> u64 {
 }
 
 impl UpstreamStatus {
+    /// The shared record of when node `addr` was last heard from.
+    pub fn node_life(&self, addr: &str) -> Arc<NodeLife> {
+        let mut lives = self.lives.lock().unwrap_or_else(|p| p.into_inner());
+        lives.entry(addr.to_string()).or_default().clone()
+    }
+
     /// A connection came up.
     pub fn connected(&self) {
         self.connected.fetch_add(1, Ordering::Relaxed);
