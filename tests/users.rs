@@ -33,6 +33,8 @@ struct Pair {
     /// Redis reached directly.
     direct: SocketAddr,
     proxy: TestProxy,
+    /// The Redis behind corral.
+    behind: SocketAddr,
     _servers: (RedisServer, RedisServer),
 }
 
@@ -53,6 +55,7 @@ impl Pair {
         let proxy = TestProxy::start_with(&b.url(), tweak).await;
         Pair {
             direct: a.addr(),
+            behind: b.addr(),
             proxy,
             _servers: (a, b),
         }
@@ -142,6 +145,61 @@ async fn acl_user_gets_redis_own_replies_and_errors() {
     assert!(replies[9].starts_with(b"-NOPERM"), "{}", show(&replies[9]));
     assert_eq!(replies[4], b"$3\r\nbob\r\n");
     assert_eq!(replies[23], b"$5\r\nalice\r\n");
+    pair.proxy.stop().await;
+}
+
+#[tokio::test]
+async fn pipelined_requests_after_auth_run_as_the_new_user() {
+    let pair = Pair::start().await;
+    let script = [
+        "ACL WHOAMI",
+        "AUTH bob 123",
+        "ACL WHOAMI",
+        "GET y1",
+        "AUTH alice wrong",
+        "ACL WHOAMI",
+        "AUTH default x",
+        "ACL WHOAMI",
+        "GET y1",
+        "AUTH alice a-pass",
+        "GET y1",
+        "ACL WHOAMI",
+    ];
+    let mut bytes = Vec::new();
+    for l in script {
+        let w = common::words(l);
+        let args: Vec<&[u8]> = w.iter().map(Vec::as_slice).collect();
+        bytes.extend(common::encode(&args));
+    }
+    let mut direct = connect(pair.direct).await;
+    let mut proxied = connect(pair.proxy.addr).await;
+    direct.send(&bytes).await;
+    proxied.send(&bytes).await;
+    for l in script {
+        let want = direct.read_reply().await;
+        assert_eq!(show(&proxied.read_reply().await), show(&want), "{l}");
+    }
+    pair.proxy.stop().await;
+}
+
+#[tokio::test]
+async fn a_lost_user_connection_closes_the_client() {
+    let pair = Pair::start().await;
+    let mut bob = connect(pair.proxy.addr).await;
+    assert_eq!(bob.cmd("AUTH bob 123").await, b"+OK\r\n");
+    assert_eq!(bob.cmd("SET x1 v").await, b"+OK\r\n");
+    let killed = sync_cmd(pair.behind.port(), &["CLIENT", "KILL", "USER", "bob"]);
+    assert_eq!(killed, b":1\r\n", "{}", show(&killed));
+    // Requests already on their way may get an upstream error; none runs as another user,
+    // and the client is closed.
+    for _ in 0..50 {
+        match bob.try_request(&[b"SET", b"y1", b"v"]).await {
+            Ok(r) => assert!(r.starts_with(b"-"), "ran after the kill: {}", show(&r)),
+            Err(_) => break,
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(bob.is_closed().await, "client still open");
     pair.proxy.stop().await;
 }
 
