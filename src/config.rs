@@ -103,7 +103,7 @@ pub struct UpstreamConfig {
     /// Largest delay between reconnection attempts.
     pub reconnect_max_ms: u64,
     /// Most connections reserved for single clients at once (transactions, blocking
-    /// commands, scripts); further transactions and blocking commands get an error, further
+    /// commands, scripts, clients authenticated as a Redis ACL user); further transactions and blocking commands get an error, further
     /// scripts use the shared connections.
     pub max_dedicated: usize,
     /// Run each script or function on a dedicated connection (for the rest of its client's

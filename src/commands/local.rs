@@ -61,6 +61,7 @@ pub fn execute(
                 s.proto = Proto::Resp2;
                 s.name = None;
                 s.authenticated = ctx.requirepass.is_none();
+                s.user = None;
                 e.proto = Proto::Resp2;
                 e.simple("RESET");
             }
@@ -75,6 +76,7 @@ pub fn execute(
                 match check_password(ctx, user, pass) {
                     Ok(()) => {
                         s.authenticated = true;
+                        s.user = None;
                         e.raw(reply::OK);
                     }
                     Err(err) => e.raw(err),
@@ -142,6 +144,7 @@ fn hello(args: &Args<'_>, s: &mut Session, ctx: &LocalCtx<'_>, e: &mut Encoder<'
             return e.raw(err);
         }
         s.authenticated = true;
+        s.user = None;
     }
     if !s.authenticated {
         return e.error(

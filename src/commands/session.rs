@@ -35,6 +35,8 @@ pub struct Session {
     pub lib_ver: Option<Bytes>,
     /// False until AUTH succeeds when a password is required.
     pub authenticated: bool,
+    /// The Redis ACL user the client authenticated as through corral (`None`: `default`).
+    pub user: Option<Bytes>,
     /// Peer address.
     pub addr: SocketAddr,
     /// Local address the client connected to.
@@ -58,6 +60,7 @@ impl Session {
             lib_name: None,
             lib_ver: None,
             authenticated,
+            user: None,
             addr,
             laddr,
             created: Instant::now(),
@@ -75,7 +78,7 @@ impl Session {
         format!(
             "id={} addr={} laddr={} fd=0 name={} age={} idle=0 flags={} db={} sub={} psub={} \
              ssub={} multi=-1 qbuf={} qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 \
-             omem=0 tot-mem=0 events=r cmd={} user=default redir=-1 resp={} lib-name={} \
+             omem=0 tot-mem=0 events=r cmd={} user={} redir=-1 resp={} lib-name={} \
              lib-ver={}\n",
             self.id,
             self.addr,
@@ -89,6 +92,9 @@ impl Session {
             self.subs.2,
             self.qbuf,
             cmd,
+            self.user
+                .as_ref()
+                .map_or_else(|| "default".into(), |u| String::from_utf8_lossy(u)),
             self.proto.as_int(),
             text(&self.lib_name),
             text(&self.lib_ver),

@@ -300,6 +300,14 @@ pub(super) enum Pending {
     /// HELLO switched the protocol of a client with CLIENT TRACKING on (its reply): the
     /// tracking connection, which it keeps, switches too.
     HelloPinned(Bytes),
+    /// AUTH or HELLO AUTH as a Redis user, checked by Redis (`users.rs`).
+    AuthUser {
+        auth: super::users::UserAuth,
+        req: Bytes,
+    },
+    /// A successful AUTH back to `default` of a client authenticated as a Redis user (its
+    /// reply): the user's connection is closed after this round.
+    Unpin(Bytes),
     /// CLIENT TRACKING/CACHING/GETREDIR/TRACKINGINFO (arguments, request bytes).
     Tracking { argv: Vec<Bytes>, req: Bytes },
     /// Cluster mode: a request for one node (`slot`: its keys' slot, to retry after a
@@ -336,6 +344,11 @@ impl Conn {
         let mut handled = 0;
         let mut wants_input = false;
         self.writes.new_round();
+        if self.user_connection_lost() {
+            // Its requests cannot go on as the user, and must not go on as anyone else.
+            self.closing = true;
+            return false;
+        }
         while !self.closing {
             if handled == MAX_PER_ROUND || self.batch.len() >= MAX_ROUND_BYTES {
                 break;
@@ -527,6 +540,14 @@ impl Conn {
                 });
             }
             Pending::Tracking { argv, req } => return self.client_tracking(argv, req).await,
+            Pending::AuthUser { auth, req } => return self.auth_user(auth, req).await,
+            Pending::Unpin(reply) => {
+                self.push_ready(reply).await;
+                // Dropped, not released, at the end of the round (see `release_pin_if_done`);
+                // later requests start a new round, on corral's own connections.
+                self.pin_reset = true;
+                return true;
+            }
             Pending::HelloPinned(reply) => {
                 self.push_ready(reply).await;
                 // Redis's reply to this HELLO is not the client's: it got corral's.
@@ -703,10 +724,11 @@ impl Conn {
         }
         if let Route::Local(Local::Ping | Local::Echo) = route
             && self.shared.upstream.cluster.is_none()
-            && self.shared.upstream.status.ping_goes_upstream()
+            && (self.shared.upstream.status.ping_goes_upstream() || self.user_pinned())
         {
             // Redis may be busy with a script (or loading): it would answer -BUSY (-LOADING)
-            // rather than PONG, so ask it. Otherwise PING checks corral itself.
+            // rather than PONG, so ask it. Otherwise PING checks corral itself. A Redis user's
+            // ACL may deny PING or ECHO: Redis answers for it.
             if inline {
                 let bytes = req();
                 self.append(&bytes);
@@ -793,6 +815,12 @@ impl Conn {
                 with_proxy: info::wants_proxy_section(&args),
             },
             Route::Local(cmd) => {
+                if matches!(cmd, Local::Auth | Local::Hello)
+                    && let Some(auth) = super::users::upstream_auth(cmd, &args)
+                {
+                    return Pending::AuthUser { auth, req: req() };
+                }
+                let user_before = self.session.user.is_some();
                 let proto_before = self.session.proto;
                 let version = self.shared.upstream.status.version();
                 let ctx = LocalCtx {
@@ -812,7 +840,15 @@ impl Conn {
                 if cmd == Local::Reset {
                     return Pending::Reset(reply);
                 }
-                let tracking = self.pin.as_ref().is_some_and(|p| p.tracking.is_some());
+                if user_before && self.session.user.is_none() {
+                    return Pending::Unpin(reply);
+                }
+                // The pinned connection of a tracking client or a Redis user must speak the
+                // client's protocol too.
+                let tracking = self
+                    .pin
+                    .as_ref()
+                    .is_some_and(|p| p.tracking.is_some() || p.user.is_some());
                 if cmd == Local::Hello && tracking && self.session.proto != proto_before {
                     return Pending::HelloPinned(reply);
                 }
@@ -850,6 +886,10 @@ impl Conn {
                     node: None,
                 }
             }
+            Route::Monitor if self.user_pinned() => Pending::Ready(Bytes::from_static(
+                b"-ERR MONITOR is not supported by corral for a client authenticated as a Redis \
+                  ACL user\r\n",
+            )),
             Route::Monitor => Pending::Monitor,
             Route::ClientAdmin if is_unblock(&args) => {
                 let (req, addr) = clients::unblock_request(&args, &self.shared.clients);
@@ -886,6 +926,18 @@ impl Conn {
                     Some(mode) => Pending::ReplyMode { mode, reply },
                     None => Pending::Ready(reply),
                 }
+            }
+            Route::PubSub(
+                commands::PubSub::Subscribe
+                | commands::PubSub::PSubscribe
+                | commands::PubSub::SSubscribe,
+            ) if self.user_pinned() => {
+                // corral's shared pub/sub connection is authenticated as corral's upstream
+                // user: the user's channel permissions would not apply.
+                Pending::Ready(Bytes::from_static(
+                    b"-ERR SUBSCRIBE is not supported by corral for a client authenticated as \
+                      a Redis ACL user\r\n",
+                ))
             }
             Route::PubSub(cmd) => {
                 self.shared.metrics.local_commands.inc();

@@ -13,6 +13,7 @@ mod slot;
 mod stateful;
 mod subscriber;
 mod tracking;
+mod users;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};

@@ -123,6 +123,14 @@ pub(super) enum Slot {
         conn: UpstreamConn,
         change: super::tracking::Change,
     },
+    /// AUTH or HELLO AUTH for a Redis user (`users.rs`): on success the client is pinned to
+    /// `conn` as the user; `ded` is the connection taken for it when not pinned yet.
+    Auth {
+        rx: oneshot::Receiver<JobResult>,
+        conn: UpstreamConn,
+        auth: super::users::UserAuth,
+        ded: Option<Dedicated>,
+    },
     /// GETREDIR or TRACKINGINFO of a redirecting client: Redis's reply names the sink's id
     /// `from`, the client knows its target as `to`.
     Redir {
@@ -423,6 +431,19 @@ impl Conn {
                     self.tracking_answered(false, change);
                     self.upstream_error(&e, 1);
                 }
+            },
+            Slot::Auth {
+                rx,
+                conn,
+                auth,
+                ded,
+            } => match self.wait(rx, &conn).await {
+                Ok(b) => {
+                    let start = first_reply(&b).map_or(0, |(start, _)| start);
+                    let b = self.auth_answered(b, start, auth, ded);
+                    self.wbuf.extend_from_slice(&b);
+                }
+                Err(e) => self.upstream_error(&e, 1),
             },
             Slot::Redir { rx, conn, from, to } => match self.wait(rx, &conn).await {
                 Ok(b) => {

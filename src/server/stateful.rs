@@ -37,6 +37,10 @@ pub(super) struct Pin {
     pub(super) script_queued: bool,
     /// CLIENT TRACKING is on (or on its way): the pin stays until it is turned off.
     pub(super) tracking: Option<super::tracking::Tracking>,
+    /// The Redis ACL user the connection is authenticated as (`users.rs`): the pin stays
+    /// until RESET, an AUTH back to `default`, or the client leaves, and the connection is
+    /// then closed, never reused.
+    pub(super) user: Option<bytes::Bytes>,
 }
 
 impl Pin {
@@ -53,6 +57,7 @@ impl Pin {
             queued_selects: Vec::new(),
             script_queued: false,
             tracking: None,
+            user: None,
         }
     }
 }
@@ -255,14 +260,13 @@ impl Conn {
         }
     }
 
-    /// Releases (or drops) a dedicated connection once no transaction or tracking state is
+    /// Releases (or drops) a dedicated connection once no transaction, tracking or user is
     /// left on it.
     pub(super) fn release_pin_if_done(&mut self) {
         let done = self.pin_reset
-            || self
-                .pin
-                .as_ref()
-                .is_some_and(|p| !p.in_multi && !p.watching && p.tracking.is_none());
+            || self.pin.as_ref().is_some_and(|p| {
+                !p.in_multi && !p.watching && p.tracking.is_none() && p.user.is_none()
+            });
         if !done {
             return;
         }
@@ -271,7 +275,8 @@ impl Conn {
             // RESET turns tracking off: Redis forgets it when the connection closes.
             pin.stop_tracking();
             self.info_changed = true;
-            // After RESET the connection may still be in MULTI or watching: close it.
+            // After RESET the connection may still be in MULTI or watching, or authenticated
+            // as a user: close it.
             if !pin.dirty && !reset {
                 self.shared.upstream.release(pin.ded);
             }

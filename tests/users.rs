@@ -1,0 +1,453 @@
+//! Redis's own ACL users through corral: users made on Redis with ACL SETUSER authenticate
+//! through corral (AUTH, HELLO AUTH) and get exactly Redis's permissions and errors. The same
+//! sequences run against one Redis directly and against a second one, with the same users,
+//! behind corral; replies are byte-compared.
+
+mod common;
+
+use std::net::SocketAddr;
+
+use common::{RawClient, RedisServer, TestProxy, mask_hello_id, show, sync_cmd};
+
+/// Users made on both servers: a restricted one, and two that may only use their own keys.
+const USERS: &[&[&str]] = &[
+    &[
+        "ACL",
+        "SETUSER",
+        "bob",
+        "on",
+        ">123",
+        "+@scripting",
+        "+set",
+        "+get",
+        "+multi",
+        "+exec",
+        "+acl|whoami",
+        "~x*",
+    ],
+    &["ACL", "SETUSER", "alice", "on", ">a-pass", "+@all", "~a*"],
+    &["ACL", "SETUSER", "carol", "on", ">c-pass", "+@all", "~c*"],
+];
+
+struct Pair {
+    /// Redis reached directly.
+    direct: SocketAddr,
+    proxy: TestProxy,
+    /// The Redis behind corral.
+    behind: SocketAddr,
+    _servers: (RedisServer, RedisServer),
+}
+
+impl Pair {
+    async fn start() -> Pair {
+        Self::start_with(|_| {}).await
+    }
+
+    async fn start_with(tweak: impl FnOnce(&mut corral::Config)) -> Pair {
+        let a = RedisServer::start();
+        let b = RedisServer::start();
+        for server in [&a, &b] {
+            for user in USERS {
+                let r = sync_cmd(server.addr().port(), user);
+                assert_eq!(r, b"+OK\r\n", "{user:?}: {}", show(&r));
+            }
+        }
+        let proxy = TestProxy::start_with(&b.url(), tweak).await;
+        Pair {
+            direct: a.addr(),
+            behind: b.addr(),
+            proxy,
+            _servers: (a, b),
+        }
+    }
+
+    /// Runs `script` (one request per element) on a new client of Redis and one of corral;
+    /// every reply must be the same bytes (HELLO's id masked). Returns corral's replies.
+    async fn same(&self, script: &[&[&[u8]]]) -> Vec<Vec<u8>> {
+        let mut direct = connect(self.direct).await;
+        let mut proxied = connect(self.proxy.addr).await;
+        let mut out = Vec::new();
+        for req in script {
+            let want = mask_hello_id(&direct.request(req).await);
+            let got = proxied.request(req).await;
+            assert_eq!(
+                show(&mask_hello_id(&got)),
+                show(&want),
+                "{:?}",
+                req.iter()
+                    .map(|a| String::from_utf8_lossy(a))
+                    .collect::<Vec<_>>()
+            );
+            out.push(got);
+        }
+        out
+    }
+}
+
+async fn connect(addr: SocketAddr) -> RawClient {
+    RawClient::connect(addr).await.expect("connect")
+}
+
+#[tokio::test]
+async fn acl_user_gets_redis_own_replies_and_errors() {
+    let pair = Pair::start().await;
+    let replies = pair
+        .same(&[
+            &[b"AUTH", b"bob", b"wrong"],
+            &[b"ACL", b"WHOAMI"],
+            &[b"AUTH", b"nobody", b"123"],
+            &[b"AUTH", b"bob", b"123"],
+            &[b"ACL", b"WHOAMI"],
+            &[b"SET", b"x1", b"v"],
+            &[b"GET", b"x1"],
+            // Denied key, denied command, denied command without keys.
+            &[b"SET", b"y1", b"v"],
+            &[b"GET", b"y1"],
+            &[b"HSET", b"x2", b"f", b"v"],
+            &[b"PING"],
+            &[b"ECHO", b"hi"],
+            &[b"DBSIZE"],
+            // Scripts and transactions run as the user too.
+            &[
+                b"EVAL",
+                b"return redis.acl_check_cmd('set','xx',1)",
+                b"1",
+                b"xx",
+            ],
+            &[
+                b"EVAL",
+                b"return redis.acl_check_cmd('hset','xx','f',1)",
+                b"1",
+                b"xx",
+            ],
+            &[b"EVAL", b"return redis.call('get','yy')", b"0"],
+            &[b"MULTI"],
+            &[b"SET", b"x3", b"v"],
+            &[b"GET", b"y3"],
+            &[b"EXEC"],
+            // A failed AUTH leaves the client as it was.
+            &[b"AUTH", b"alice", b"wrong"],
+            &[b"ACL", b"WHOAMI"],
+            // Another user: the same client switches.
+            &[b"AUTH", b"alice", b"a-pass"],
+            &[b"ACL", b"WHOAMI"],
+            &[b"SET", b"x4", b"v"],
+            &[b"SET", b"a4", b"v"],
+        ])
+        .await;
+    // The errors are Redis's, not corral's paraphrase.
+    assert!(
+        replies[0].starts_with(b"-WRONGPASS"),
+        "{}",
+        show(&replies[0])
+    );
+    assert!(replies[7].starts_with(b"-NOPERM"), "{}", show(&replies[7]));
+    assert!(replies[9].starts_with(b"-NOPERM"), "{}", show(&replies[9]));
+    assert_eq!(replies[4], b"$3\r\nbob\r\n");
+    assert_eq!(replies[23], b"$5\r\nalice\r\n");
+    pair.proxy.stop().await;
+}
+
+#[tokio::test]
+async fn pipelined_requests_after_auth_run_as_the_new_user() {
+    let pair = Pair::start().await;
+    let script = [
+        "ACL WHOAMI",
+        "AUTH bob 123",
+        "ACL WHOAMI",
+        "GET y1",
+        "AUTH alice wrong",
+        "ACL WHOAMI",
+        "AUTH default x",
+        "ACL WHOAMI",
+        "GET y1",
+        "AUTH alice a-pass",
+        "GET y1",
+        "ACL WHOAMI",
+    ];
+    let mut bytes = Vec::new();
+    for l in script {
+        let w = common::words(l);
+        let args: Vec<&[u8]> = w.iter().map(Vec::as_slice).collect();
+        bytes.extend(common::encode(&args));
+    }
+    let mut direct = connect(pair.direct).await;
+    let mut proxied = connect(pair.proxy.addr).await;
+    direct.send(&bytes).await;
+    proxied.send(&bytes).await;
+    for l in script {
+        let want = direct.read_reply().await;
+        assert_eq!(show(&proxied.read_reply().await), show(&want), "{l}");
+    }
+    pair.proxy.stop().await;
+}
+
+#[tokio::test]
+async fn a_lost_user_connection_closes_the_client() {
+    let pair = Pair::start().await;
+    let mut bob = connect(pair.proxy.addr).await;
+    assert_eq!(bob.cmd("AUTH bob 123").await, b"+OK\r\n");
+    assert_eq!(bob.cmd("SET x1 v").await, b"+OK\r\n");
+    let killed = sync_cmd(pair.behind.port(), &["CLIENT", "KILL", "USER", "bob"]);
+    assert_eq!(killed, b":1\r\n", "{}", show(&killed));
+    // Requests already on their way may get an upstream error; none runs as another user,
+    // and the client is closed.
+    for _ in 0..50 {
+        match bob.try_request(&[b"SET", b"y1", b"v"]).await {
+            Ok(r) => assert!(r.starts_with(b"-"), "ran after the kill: {}", show(&r)),
+            Err(_) => break,
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(bob.is_closed().await, "client still open");
+    pair.proxy.stop().await;
+}
+
+#[tokio::test]
+async fn hello_auth_as_user() {
+    let pair = Pair::start().await;
+    let replies = pair
+        .same(&[
+            &[b"HELLO", b"3", b"AUTH", b"bob", b"wrong"],
+            &[b"HELLO", b"3", b"AUTH", b"bob", b"123", b"SETNAME", b"bobs"],
+            &[b"ACL", b"WHOAMI"],
+            &[b"GET", b"y1"],
+            &[b"SET", b"x1", b"v"],
+            &[b"GET", b"x1"],
+        ])
+        .await;
+    assert!(
+        replies[0].starts_with(b"-WRONGPASS"),
+        "{}",
+        show(&replies[0])
+    );
+    assert!(replies[1].starts_with(b"%7\r\n"), "{}", show(&replies[1]));
+    assert!(replies[3].starts_with(b"-NOPERM"), "{}", show(&replies[3]));
+
+    // The HELLO reply's id is the one corral gives the client everywhere else.
+    let mut c = connect(pair.proxy.addr).await;
+    let hello = c.request(&[b"HELLO", b"2", b"AUTH", b"bob", b"123"]).await;
+    let id = c.request(&[b"CLIENT", b"ID"]).await;
+    let id = std::str::from_utf8(&id[1..id.len() - 2]).expect("id");
+    assert!(
+        common::contains(&hello, format!("$2\r\nid\r\n:{id}\r\n").as_bytes()),
+        "{} vs CLIENT ID {id}",
+        show(&hello)
+    );
+    // SETNAME applies to the name corral keeps for the client (CLIENT GETNAME is answered by
+    // corral, not checked against the user's ACL: documented).
+    let mut named = connect(pair.proxy.addr).await;
+    let r = named
+        .request(&[
+            b"HELLO", b"3", b"AUTH", b"alice", b"a-pass", b"SETNAME", b"al",
+        ])
+        .await;
+    assert!(r.starts_with(b"%7\r\n"), "{}", show(&r));
+    assert_eq!(named.cmd("CLIENT GETNAME").await, b"$2\r\nal\r\n");
+    // CLIENT LIST shows the user, as Redis does.
+    let list = c.request(&[b"CLIENT", b"INFO"]).await;
+    assert!(common::contains(&list, b" user=bob "), "{}", show(&list));
+    pair.proxy.stop().await;
+}
+
+#[tokio::test]
+async fn two_users_never_share_a_connection() {
+    let pair = Pair::start().await;
+    let mut alice = connect(pair.proxy.addr).await;
+    let mut carol = connect(pair.proxy.addr).await;
+    assert_eq!(alice.cmd("AUTH alice a-pass").await, b"+OK\r\n");
+    assert_eq!(carol.cmd("AUTH carol c-pass").await, b"+OK\r\n");
+    let mut direct_alice = connect(pair.direct).await;
+    let mut direct_carol = connect(pair.direct).await;
+    assert_eq!(direct_alice.cmd("AUTH alice a-pass").await, b"+OK\r\n");
+    assert_eq!(direct_carol.cmd("AUTH carol c-pass").await, b"+OK\r\n");
+    // Interleaved, and pipelined so that both users' requests are in flight together.
+    for i in 0..20 {
+        for (c, d, mine, theirs, me) in [
+            (&mut alice, &mut direct_alice, "a", "c", "alice"),
+            (&mut carol, &mut direct_carol, "c", "a", "carol"),
+        ] {
+            let lines = [
+                format!("SET {mine}{i} {me}"),
+                format!("GET {theirs}{i}"),
+                "ACL WHOAMI".to_string(),
+                format!("GET {mine}{i}"),
+            ];
+            let mut bytes = Vec::new();
+            for l in &lines {
+                let w = common::words(l);
+                let args: Vec<&[u8]> = w.iter().map(Vec::as_slice).collect();
+                bytes.extend(common::encode(&args));
+            }
+            c.send(&bytes).await;
+            d.send(&bytes).await;
+            for l in &lines {
+                let got = c.read_reply().await;
+                let want = d.read_reply().await;
+                assert_eq!(show(&got), show(&want), "{me}: {l}");
+            }
+        }
+    }
+    // A write by one user is seen by the other only through Redis's own permission check.
+    assert!(alice.cmd("GET c3").await.starts_with(b"-NOPERM"));
+    assert_eq!(carol.cmd("ACL WHOAMI").await, b"$5\r\ncarol\r\n");
+    pair.proxy.stop().await;
+}
+
+#[tokio::test]
+async fn cached_hot_key_is_not_served_to_a_user_who_may_not_read_it() {
+    let pair = Pair::start().await;
+    let mut default = connect(pair.proxy.addr).await;
+    assert_eq!(default.cmd("SET secret v").await, b"+OK\r\n");
+    make_cached(&mut default, "secret", b"$1\r\nv\r\n").await;
+    let mut direct = connect(pair.direct).await;
+    assert_eq!(direct.cmd("AUTH bob 123").await, b"+OK\r\n");
+    let want = direct.cmd("GET secret").await;
+    assert!(want.starts_with(b"-NOPERM"), "{}", show(&want));
+    let mut bob = connect(pair.proxy.addr).await;
+    assert_eq!(bob.cmd("AUTH bob 123").await, b"+OK\r\n");
+    let hits = cache_hits(&mut default).await;
+    assert_eq!(show(&bob.cmd("GET secret").await), show(&want));
+    assert_eq!(
+        show(&bob.cmd("MGET secret").await),
+        show(&direct.cmd("MGET secret").await)
+    );
+    assert_eq!(
+        cache_hits(&mut default).await,
+        hits,
+        "bob's read hit the cache"
+    );
+    // The user's writes still invalidate the cache for everyone else.
+    assert_eq!(bob.cmd("SET x9 old").await, b"+OK\r\n");
+    make_cached(&mut default, "x9", b"$3\r\nold\r\n").await;
+    assert_eq!(bob.cmd("SET x9 new").await, b"+OK\r\n");
+    assert_eq!(default.cmd("GET x9").await, b"$3\r\nnew\r\n");
+    pair.proxy.stop().await;
+}
+
+/// GETs `key` (each reply must be `want`) until one GET is a cache hit. Only for tests where
+/// no other client uses the proxy meanwhile.
+async fn make_cached(c: &mut RawClient, key: &str, want: &[u8]) {
+    for _ in 0..50 {
+        let before = cache_hits(c).await;
+        let got = c.request(&[b"GET", key.as_bytes()]).await;
+        assert_eq!(show(&got), show(want), "GET {key}");
+        if cache_hits(c).await > before {
+            return;
+        }
+    }
+    panic!("{key} never became a cache hit after 50 GETs");
+}
+
+/// `cache_hits` from CORRAL CACHE STATS (a flat array of bulk name, value pairs).
+async fn cache_hits(c: &mut RawClient) -> u64 {
+    let stats = c.cmd("CORRAL CACHE STATS").await;
+    let key = b"$10\r\ncache_hits\r\n$";
+    let at = stats
+        .windows(key.len())
+        .position(|w| w == key)
+        .unwrap_or_else(|| panic!("no cache_hits in {}", show(&stats)));
+    let rest = &stats[at + key.len()..];
+    let value = rest
+        .split(|&b| b == b'\n')
+        .nth(1)
+        .and_then(|v| v.strip_suffix(b"\r"))
+        .unwrap_or_else(|| panic!("cache_hits value in {}", show(&stats)));
+    std::str::from_utf8(value)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("cache_hits is not a number: {}", show(&stats)))
+}
+
+#[tokio::test]
+async fn back_to_default_and_reset_close_the_users_connection() {
+    let pair = Pair::start().await;
+    // A user's connection never serves another client: after users came and went
+    // (disconnected, RESET, back to default), transactions and scripts (on dedicated
+    // connections, reused from the idle pool) still run as default.
+    for _ in 0..5 {
+        let mut c = connect(pair.proxy.addr).await;
+        assert_eq!(c.cmd("AUTH bob 123").await, b"+OK\r\n");
+        assert_eq!(c.cmd("GET x1").await, b"$-1\r\n");
+    }
+    pair.same(&[
+        &[b"AUTH", b"bob", b"123"],
+        &[b"GET", b"y1"],
+        // The default user has no password here: any password authenticates it.
+        &[b"AUTH", b"default", b"anything"],
+        &[b"ACL", b"WHOAMI"],
+        &[b"GET", b"y1"],
+        &[b"AUTH", b"bob", b"123"],
+        &[b"GET", b"y1"],
+        &[b"RESET"],
+        &[b"ACL", b"WHOAMI"],
+        &[b"GET", b"y1"],
+    ])
+    .await;
+    for _ in 0..5 {
+        let mut c = connect(pair.proxy.addr).await;
+        assert_eq!(c.cmd("MULTI").await, b"+OK\r\n");
+        assert_eq!(c.cmd("ACL WHOAMI").await, b"+QUEUED\r\n");
+        assert_eq!(c.cmd("EXEC").await, b"*1\r\n$7\r\ndefault\r\n");
+        let check = c
+            .request(&[
+                b"EVAL",
+                b"return redis.acl_check_cmd('hset','yy','f','1')",
+                b"0",
+            ])
+            .await;
+        assert_eq!(check, b":1\r\n", "a script ran as a user: {}", show(&check));
+    }
+    pair.proxy.stop().await;
+}
+
+#[tokio::test]
+async fn users_count_against_max_dedicated() {
+    let pair = Pair::start_with(|cfg| cfg.upstream.max_dedicated = 1).await;
+    let mut first = connect(pair.proxy.addr).await;
+    assert_eq!(first.cmd("AUTH bob 123").await, b"+OK\r\n");
+    let mut second = connect(pair.proxy.addr).await;
+    let refused = second.cmd("AUTH alice a-pass").await;
+    assert_eq!(
+        show(&refused),
+        show(b"-ERR too many dedicated upstream connections in use (upstream.max_dedicated)\r\n")
+    );
+    // The refused client is still the default user; the first keeps its user.
+    assert_eq!(second.cmd("ACL WHOAMI").await, b"$7\r\ndefault\r\n");
+    assert_eq!(first.cmd("ACL WHOAMI").await, b"$3\r\nbob\r\n");
+    // Once the first leaves, its place is free.
+    drop(first);
+    let addr = pair.proxy.addr;
+    common::poll_until(
+        std::time::Duration::from_secs(10),
+        "a dedicated connection freed",
+        || async move {
+            let mut c = connect(addr).await;
+            (c.cmd("AUTH alice a-pass").await == b"+OK\r\n").then_some(())
+        },
+    )
+    .await;
+    pair.proxy.stop().await;
+}
+
+#[tokio::test]
+async fn subscribe_as_a_user_is_refused() {
+    let pair = Pair::start().await;
+    let mut c = connect(pair.proxy.addr).await;
+    assert_eq!(c.cmd("AUTH alice a-pass").await, b"+OK\r\n");
+    let r = c.cmd("SUBSCRIBE ch").await;
+    assert!(
+        r.starts_with(b"-ERR SUBSCRIBE is not supported by corral for a client authenticated"),
+        "{}",
+        show(&r)
+    );
+    // PUBLISH is a plain command: Redis checks the user's channel permissions (alice has
+    // none: Redis 7's `acl-pubsub-default resetchannels`).
+    let mut direct = connect(pair.direct).await;
+    assert_eq!(direct.cmd("AUTH alice a-pass").await, b"+OK\r\n");
+    assert_eq!(
+        show(&c.cmd("PUBLISH ch m").await),
+        show(&direct.cmd("PUBLISH ch m").await)
+    );
+    pair.proxy.stop().await;
+}
