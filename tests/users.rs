@@ -451,3 +451,32 @@ async fn subscribe_as_a_user_is_refused() {
     );
     pair.proxy.stop().await;
 }
+
+/// corral answers CLIENT LIST/KILL/NO-EVICT and CORRAL itself, and cannot check a Redis user's
+/// ACL for them: a user gets Redis's own NOPERM, byte for byte where Redis denies them too,
+/// and never a view of (or a kill of) corral's other clients.
+#[tokio::test]
+async fn users_cannot_run_corrals_admin_commands() {
+    let pair = Pair::start().await;
+    pair.same(&[
+        &[b"AUTH", b"bob", b"123"],
+        &[b"CLIENT", b"LIST"],
+        &[b"CLIENT", b"KILL", b"ID", b"1"],
+        &[b"client", b"no-evict", b"on"],
+    ])
+    .await;
+    // alice may run anything on Redis, but corral's own admin commands stay `default`'s.
+    let mut c = connect(pair.proxy.addr).await;
+    assert_eq!(c.request(&[b"AUTH", b"alice", b"a-pass"]).await, b"+OK\r\n");
+    assert_eq!(
+        show(&c.request(&[b"CLIENT", b"LIST"]).await),
+        show(b"-NOPERM this user has no permissions to run the 'client|list' command\r\n")
+    );
+    assert_eq!(
+        show(&c.request(&[b"CORRAL", b"HOTKEYS"]).await),
+        show(b"-NOPERM this user has no permissions to run the 'corral' command\r\n")
+    );
+    // CLIENT commands about the caller itself still work.
+    assert!(c.request(&[b"CLIENT", b"ID"]).await.starts_with(b":"));
+    pair.proxy.stop().await;
+}

@@ -806,6 +806,21 @@ impl Conn {
                 }
                 Pending::Batched
             }
+            Route::Corral | Route::ClientAdmin
+                if self.session.user.is_some() && is_admin(&args) =>
+            {
+                // A Redis ACL user's permissions are Redis's to check, and corral cannot check
+                // them for what it answers itself: its admin commands are for `default` only.
+                let name = String::from_utf8_lossy(args.get(0).unwrap_or_default()).to_lowercase();
+                let sub = args
+                    .get(1)
+                    .filter(|_| name == "client")
+                    .map(|s| format!("|{}", String::from_utf8_lossy(s).to_lowercase()))
+                    .unwrap_or_default();
+                Pending::Ready(Bytes::from(format!(
+                    "-NOPERM this user has no permissions to run the '{name}{sub}' command\r\n"
+                )))
+            }
             Route::Corral => {
                 self.shared.metrics.local_commands.inc();
                 Pending::Ready(corral::execute(&args, &self.shared, self.session.proto))
@@ -1293,6 +1308,22 @@ impl Conn {
             tracking.map(|t| t.bcast),
         )
     }
+}
+
+/// corral's own admin commands, which Redis puts in `@admin` (CLIENT LIST, KILL, NO-EVICT)
+/// or which reveal other clients' keys (CORRAL): refused to Redis ACL users.
+fn is_admin(args: &crate::resp::Args<'_>) -> bool {
+    let Some(name) = args.get(0) else {
+        return false;
+    };
+    if name.eq_ignore_ascii_case(b"CORRAL") {
+        return true;
+    }
+    args.get(1).is_some_and(|s| {
+        [&b"LIST"[..], b"KILL", b"NO-EVICT"]
+            .iter()
+            .any(|a| s.eq_ignore_ascii_case(a))
+    })
 }
 
 /// CLIENT UNBLOCK, which goes to Redis with the blocked client's upstream id.
