@@ -339,3 +339,31 @@ async fn a_script_below_the_busy_threshold_delays_others_without_errors() {
     assert_eq!(a.read_resp().await, b":1\r\n");
     proxy.stop().await;
 }
+
+/// CLIENT PAUSE WRITE parks a client at its first write, on Redis the client's own connection.
+/// Through corral a paused write must not park a shared upstream connection: other clients'
+/// reads (here queued on the one shared connection) are answered during the pause, as on
+/// Redis, and the write completes when the pause ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_write_holds_up_only_its_own_client() {
+    let redis = RedisServer::start();
+    let proxy = proxy(&redis, |_| {}).await;
+    let mut admin = client(proxy.addr, false).await;
+    let mut writer = client(proxy.addr, false).await;
+    let mut reader = client(proxy.addr, true).await;
+    assert_eq!(admin.cmd("SET pause:k old").await, b"+OK\r\n");
+    // Longer than request_timeout_ms (5 s): a read stuck behind the write would fail.
+    assert_eq!(admin.cmd("CLIENT PAUSE 20000 WRITE").await, b"+OK\r\n");
+    writer.send(&encode(&[b"SET", b"pause:k", b"new"])).await;
+    let mut direct = RawClient::connect(redis.addr()).await.unwrap();
+    let deadline = Deadline::new(LIMIT, "the write to be paused on Redis");
+    while !show(&direct.cmd("INFO clients").await).contains("blocked_clients:1") {
+        deadline.pause().await;
+    }
+    assert_eq!(reader.cmd("GET pause:k").await, bulk("old"));
+    assert_eq!(reader.cmd("EXISTS pause:k").await, b":1\r\n");
+    assert_eq!(admin.cmd("CLIENT UNPAUSE").await, b"+OK\r\n");
+    assert_eq!(writer.read_resp().await, b"+OK\r\n");
+    assert_eq!(reader.cmd("GET pause:k").await, bulk("new"));
+    proxy.stop().await;
+}

@@ -673,6 +673,10 @@ impl Conn {
                 _ => None,
             };
             let script = commands::busy::exclusive(&args) == Some(Exclusive::Script);
+            if let Some(pause) = client_pause(&args) {
+                // Takes effect at EXEC; counting it from now only routes a little early.
+                self.shared.upstream.status.note_pause(pause);
+            }
             if tracking_on && let Some(refused) = self.tracking_in_multi() {
                 return Pending::Ready(refused);
             }
@@ -739,6 +743,23 @@ impl Conn {
         }
         match route {
             Route::Forward(access) => {
+                if let Some(pause) = client_pause(&args) {
+                    self.shared.upstream.status.note_pause(pause);
+                } else if self.paused_alone() {
+                    // Redis parks a paused client's connection at its first paused command: on
+                    // a shared connection that would hold up every client queued behind it.
+                    // While a pause sent through corral lasts, each request goes alone on a
+                    // connection of its own, so only its client waits, as on Redis.
+                    let writes = match &self.shared.cache {
+                        Some(cache) if access == Access::Write => invalidate_writes(cache, &args),
+                        _ => Vec::new(),
+                    };
+                    return Pending::Blocking {
+                        req: req(),
+                        writes,
+                        node: None,
+                    };
+                }
                 if self.shared.upstream.cluster.is_none() {
                     match commands::busy::exclusive(&args) {
                         Some(Exclusive::OutOfBand) if self.pin.is_none() => {
@@ -983,6 +1004,7 @@ impl Conn {
         match commands::classify(&args) {
             Route::Tx(Tx::Multi | Tx::Watch) => self.pin.is_none(),
             Route::Blocking => true,
+            Route::Forward(_) if client_pause(&args).is_none() && self.paused_alone() => true,
             // A script moves the client to a dedicated connection; a kill goes out of band.
             Route::Forward(_) if self.shared.upstream.cluster.is_none() => {
                 self.pin.is_none()
@@ -1298,6 +1320,14 @@ impl Conn {
         }
     }
 
+    /// Whether this client's forwarded requests go alone on a dedicated connection because a
+    /// CLIENT PAUSE is in effect (not for a pinned client: it has a connection of its own).
+    fn paused_alone(&self) -> bool {
+        self.pin.is_none()
+            && self.shared.upstream.cluster.is_none()
+            && self.shared.upstream.status.paused()
+    }
+
     /// CLIENT LIST's flags for this client now, `blocked` or not.
     pub(super) fn flags(&self, blocked: bool) -> &'static str {
         let tracking = self.pin.as_ref().and_then(|p| p.tracking.as_ref());
@@ -1308,6 +1338,25 @@ impl Conn {
             tracking.map(|t| t.bcast),
         )
     }
+}
+
+/// CLIENT PAUSE ms [WRITE|ALL] (`Some(Some(ms))`) or CLIENT UNPAUSE (`Some(None)`).
+fn client_pause(args: &crate::resp::Args<'_>) -> Option<Option<u64>> {
+    if !args.get(0)?.eq_ignore_ascii_case(b"CLIENT") {
+        return None;
+    }
+    let sub = args.get(1)?;
+    if sub.eq_ignore_ascii_case(b"UNPAUSE") {
+        return Some(None);
+    }
+    if !sub.eq_ignore_ascii_case(b"PAUSE") {
+        return None;
+    }
+    let ms = std::str::from_utf8(args.get(2)?)
+        .ok()?
+        .parse::<u64>()
+        .ok()?;
+    Some(Some(ms))
 }
 
 /// corral's own admin commands, which Redis puts in `@admin` (CLIENT LIST, KILL, NO-EVICT)

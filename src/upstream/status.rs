@@ -25,6 +25,8 @@ pub struct UpstreamStatus {
     /// Local addresses of corral's live upstream connections, and whether each is internal
     /// (see `ConnSettings::internal`): for MONITOR.
     conns: Mutex<HashMap<SocketAddr, bool>>,
+    /// Until when a CLIENT PAUSE sent through corral lasts, in ms since [`epoch`] (0: none).
+    paused_until_ms: AtomicU64,
     /// When each node last sent anything on any of corral's health-checked connections.
     lives: Mutex<HashMap<String, Arc<NodeLife>>>,
 }
@@ -168,6 +170,18 @@ impl UpstreamStatus {
     pub fn script_started(&self) -> ScriptRun {
         self.scripts.fetch_add(1, Ordering::Relaxed);
         ScriptRun(self.scripts.clone())
+    }
+
+    /// A client sent CLIENT PAUSE for `ms` through corral (`None`: CLIENT UNPAUSE).
+    pub fn note_pause(&self, ms: Option<u64>) {
+        let until = ms.map_or(0, |ms| now_ms().saturating_add(ms).saturating_add(1));
+        self.paused_until_ms.store(until, Ordering::Relaxed);
+    }
+
+    /// Whether a CLIENT PAUSE sent through corral may still be in effect on Redis.
+    pub fn paused(&self) -> bool {
+        let until = self.paused_until_ms.load(Ordering::Relaxed);
+        until != 0 && now_ms() < until
     }
 
     /// Redis answered a request with `-BUSY` or `-LOADING`.
