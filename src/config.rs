@@ -106,9 +106,9 @@ pub struct UpstreamConfig {
     /// commands, scripts, clients authenticated as a Redis ACL user); further transactions and blocking commands get an error, further
     /// scripts use the shared connections.
     pub max_dedicated: usize,
-    /// Run each script or function on a dedicated connection (for the rest of its client's
-    /// round), so a long one never holds up other clients; `false` keeps them on the shared
-    /// connections, which is cheaper for workloads of many short scripts.
+    /// Run a script or function on a dedicated connection (for the rest of its client's
+    /// round) until it is known to finish quickly, so a long one never holds up other
+    /// clients; `false` keeps every script on the shared connections.
     pub isolate_scripts: bool,
     /// Most clients with CLIENT TRACKING on at once, each holding a dedicated connection
     /// (counted in `max_dedicated` too), plus the REDIRECT targets' connections.

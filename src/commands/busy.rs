@@ -43,6 +43,31 @@ pub fn exclusive(args: &Args<'_>) -> Option<Exclusive> {
     }
 }
 
+/// Identifies a script for learning how long it takes: the command's kind (EVAL, EVALSHA or
+/// FCALL, `_RO` alike) and its body, SHA (case-insensitive, as Redis treats it) or function
+/// name. `None` for anything else.
+pub fn script_key(args: &Args<'_>) -> Option<u64> {
+    use std::hash::{BuildHasher, Hasher};
+    let name = args.get(0)?;
+    let what = args.get(1)?;
+    let starts = |p: &[u8]| name.len() >= p.len() && name[..p.len()].eq_ignore_ascii_case(p);
+    let kind: u8 = if starts(b"EVALSHA") {
+        2
+    } else if starts(b"EVAL") {
+        1
+    } else {
+        3
+    };
+    let mut h = foldhash::fast::FixedState::with_seed(0).build_hasher();
+    h.write_u8(kind);
+    if kind == 1 {
+        h.write(what);
+    } else {
+        what.iter().for_each(|b| h.write_u8(b.to_ascii_lowercase()));
+    }
+    Some(h.finish())
+}
+
 /// Whether a reply says Redis cannot serve ordinary commands right now: a script or function
 /// ran past `busy-reply-threshold` (`-BUSY ...`, a busy module's too), or the dataset is still
 /// loading (`-LOADING ...`). `frame` is one whole top-level reply. `-BUSYKEY` (RESTORE) and
@@ -58,6 +83,23 @@ mod tests {
     fn of(words: &[&str]) -> Option<Exclusive> {
         let owned: Vec<Vec<u8>> = words.iter().map(|w| w.as_bytes().to_vec()).collect();
         exclusive(&Args::Owned(&owned))
+    }
+
+    #[test]
+    fn script_keys_tell_scripts_apart() {
+        let key = |words: &[&str]| {
+            let owned: Vec<Vec<u8>> = words.iter().map(|w| w.as_bytes().to_vec()).collect();
+            script_key(&Args::Owned(&owned))
+        };
+        let sha = key(&["EVALSHA", "ABC", "0"]);
+        assert_eq!(sha, key(&["evalsha_ro", "abc", "1", "k"]));
+        assert_ne!(sha, key(&["EVAL", "ABC", "0"]));
+        assert_ne!(
+            key(&["EVAL", "return 1", "0"]),
+            key(&["EVAL", "RETURN 1", "0"])
+        );
+        assert_ne!(key(&["FCALL", "f", "0"]), key(&["FCALL", "g", "0"]));
+        assert_eq!(key(&["EVAL"]), None);
     }
 
     #[test]

@@ -85,6 +85,8 @@ pub(super) struct Conn {
     pub(super) skip_first: bool,
     /// The current batch runs a script or function (or an EXEC that does).
     pub(super) batch_script: bool,
+    /// The current batch's scripts ([`commands::busy::script_key`]), to learn how long they take.
+    pub(super) batch_script_keys: Vec<u64>,
     /// Requests were read from the client while waiting for a reply on a dedicated
     /// connection: parse them before waiting for more input.
     pub(super) read_ahead: bool,
@@ -148,6 +150,7 @@ pub async fn run(
         deferred_multi: false,
         skip_first: false,
         batch_script: false,
+        batch_script_keys: Vec::new(),
         read_ahead: false,
         wake,
         redirected,
@@ -772,7 +775,8 @@ impl Conn {
                             };
                         }
                         Some(Exclusive::Script) => {
-                            if self.pin.is_none() && self.shared.cfg.upstream.isolate_scripts {
+                            let key = commands::busy::script_key(&args);
+                            if self.pin.is_none() && self.isolates(key) {
                                 // The script comes first in this round (`must_start_round`):
                                 // pin the client to a connection of its own for the rest of
                                 // the round, so no other client waits behind the script. With
@@ -785,6 +789,7 @@ impl Conn {
                                     .map(super::stateful::Pin::new);
                             }
                             self.batch_script = true;
+                            self.batch_script_keys.extend(key);
                         }
                         _ => {}
                     }
@@ -1009,7 +1014,7 @@ impl Conn {
             Route::Forward(_) if self.shared.upstream.cluster.is_none() => {
                 self.pin.is_none()
                     && match commands::busy::exclusive(&args) {
-                        Some(Exclusive::Script) => self.shared.cfg.upstream.isolate_scripts,
+                        Some(Exclusive::Script) => self.isolates(commands::busy::script_key(&args)),
                         Some(Exclusive::OutOfBand) => true,
                         None => false,
                     }
@@ -1261,8 +1266,13 @@ impl Conn {
         let cluster_cmds =
             (self.shared.upstream.cluster.is_some() && self.pin.is_none()).then_some(cmds);
         let skip_first = std::mem::take(&mut self.skip_first);
-        let script = std::mem::take(&mut self.batch_script)
-            .then(|| self.shared.upstream.status.script_started());
+        let keys = std::mem::take(&mut self.batch_script_keys);
+        let script = std::mem::take(&mut self.batch_script).then(|| {
+            self.shared
+                .upstream
+                .status
+                .script_started(keys, conn.is_dedicated())
+        });
         self.push_slot(Slot::Upstream {
             rx,
             count,
@@ -1318,6 +1328,13 @@ impl Conn {
             self.session.flags = self.flags(false);
             self.entry.update(&self.session);
         }
+    }
+
+    /// Whether a script (`key`: [`commands::busy::script_key`]) runs on a connection of its
+    /// own: unless turned off, until it has been seen to finish quickly.
+    fn isolates(&self, key: Option<u64>) -> bool {
+        self.shared.cfg.upstream.isolate_scripts
+            && !key.is_some_and(|k| self.shared.upstream.status.script_book().is_quick(k))
     }
 
     /// Whether this client's forwarded requests go alone on a dedicated connection because a

@@ -297,7 +297,11 @@ impl Conn {
                     },
                 };
                 // The batch's scripts are over (or nobody waits for them any more).
-                drop(after.script.take());
+                if let Some(mut run) = after.script.take()
+                    && result.is_ok()
+                {
+                    run.answered();
+                }
                 // Whatever the outcome, the write may have run.
                 self.invalidate_after(&after);
                 if after.lane_barrier

@@ -25,6 +25,8 @@ pub struct UpstreamStatus {
     /// Local addresses of corral's live upstream connections, and whether each is internal
     /// (see `ConnSettings::internal`): for MONITOR.
     conns: Mutex<HashMap<SocketAddr, bool>>,
+    /// Scripts known to finish quickly (see [`ScriptBook`]).
+    book: Arc<ScriptBook>,
     /// Until when a CLIENT PAUSE sent through corral lasts, in ms since [`epoch`] (0: none).
     paused_until_ms: AtomicU64,
     /// When each node last sent anything on any of corral's health-checked connections.
@@ -55,13 +57,78 @@ fn ms_since_epoch(t: Instant) -> u64 {
     u64::try_from(t.saturating_duration_since(epoch()).as_millis()).unwrap_or(u64::MAX)
 }
 
-/// A script or function in flight, counted until dropped.
+/// A batch holding scripts or functions, counted as running until dropped; once answered it
+/// tells the [`ScriptBook`] how long its scripts took.
 #[derive(Debug)]
-pub struct ScriptRun(Arc<AtomicUsize>);
+pub struct ScriptRun {
+    running: Arc<AtomicUsize>,
+    /// Boxed: every pending reply has room for a `ScriptRun`, and most carry none.
+    learn: Box<Learn>,
+}
+
+/// What a [`ScriptRun`] teaches the [`ScriptBook`] once answered.
+#[derive(Debug)]
+struct Learn {
+    book: Arc<ScriptBook>,
+    keys: Vec<u64>,
+    started: Instant,
+    alone: bool,
+}
+
+impl ScriptRun {
+    /// Redis answered the batch: its scripts finished.
+    pub fn answered(&mut self) {
+        let l = &mut self.learn;
+        l.book
+            .learn(&std::mem::take(&mut l.keys), l.started.elapsed(), l.alone);
+    }
+}
 
 impl Drop for ScriptRun {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
+        self.running.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A script seen to finish within this, on a connection of its own, may share connections.
+const QUICK_SCRIPT: Duration = Duration::from_millis(10);
+/// A script that held a shared connection this long runs on a connection of its own again.
+const SLOW_SCRIPT: Duration = Duration::from_millis(50);
+/// Scripts remembered; past it the book starts over (every script isolated until seen again).
+const BOOK_SIZE: usize = 10_000;
+
+/// Which scripts (by body, SHA or function name: [`crate::commands::busy::script_key`]) are
+/// known to finish quickly. A script is isolated on a dedicated connection until it has been
+/// seen to finish within [`QUICK_SCRIPT`]; from then on it shares connections like any
+/// command, unless it once holds one for [`SLOW_SCRIPT`], after which it is isolated for good.
+#[derive(Debug, Default)]
+pub struct ScriptBook {
+    /// `true`: quick; `false`: once slow.
+    known: Mutex<HashMap<u64, bool>>,
+}
+
+impl ScriptBook {
+    /// Whether the script may go on a shared connection.
+    pub fn is_quick(&self, key: u64) -> bool {
+        let known = self.known.lock().unwrap_or_else(|p| p.into_inner());
+        known.get(&key) == Some(&true)
+    }
+
+    fn learn(&self, keys: &[u64], took: Duration, alone: bool) {
+        if keys.is_empty() || (alone && took >= QUICK_SCRIPT) || (!alone && took < SLOW_SCRIPT) {
+            return;
+        }
+        let mut known = self.known.lock().unwrap_or_else(|p| p.into_inner());
+        if known.len() >= BOOK_SIZE {
+            known.clear();
+        }
+        for k in keys {
+            if alone {
+                known.entry(*k).or_insert(true);
+            } else {
+                known.insert(*k, false);
+            }
+        }
     }
 }
 
@@ -167,9 +234,22 @@ impl UpstreamStatus {
     }
 
     /// Counts a script or function as running until the returned guard is dropped.
-    pub fn script_started(&self) -> ScriptRun {
+    pub fn script_started(&self, keys: Vec<u64>, alone: bool) -> ScriptRun {
         self.scripts.fetch_add(1, Ordering::Relaxed);
-        ScriptRun(self.scripts.clone())
+        ScriptRun {
+            running: self.scripts.clone(),
+            learn: Box::new(Learn {
+                book: self.book.clone(),
+                keys,
+                started: Instant::now(),
+                alone,
+            }),
+        }
+    }
+
+    /// What is known of how long scripts take.
+    pub fn script_book(&self) -> &ScriptBook {
+        &self.book
     }
 
     /// A client sent CLIENT PAUSE for `ms` through corral (`None`: CLIENT UNPAUSE).
@@ -213,11 +293,31 @@ mod tests {
     use super::*;
 
     #[test]
+    fn scripts_share_connections_once_seen_quick_and_never_after_being_slow() {
+        let book = ScriptBook::default();
+        let ms = Duration::from_millis;
+        assert!(!book.is_quick(1));
+        // Slow on a connection of its own: still isolated.
+        book.learn(&[1], ms(30), true);
+        assert!(!book.is_quick(1));
+        book.learn(&[1, 2], ms(1), true);
+        assert!(book.is_quick(1) && book.is_quick(2));
+        // Quick on a shared connection: nothing to learn; slow there: isolated for good.
+        book.learn(&[1], ms(1), false);
+        assert!(book.is_quick(1));
+        book.learn(&[1], ms(80), false);
+        assert!(!book.is_quick(1));
+        book.learn(&[1], ms(1), true);
+        assert!(!book.is_quick(1), "a script once slow stays isolated");
+        assert!(book.is_quick(2));
+    }
+
+    #[test]
     fn ping_goes_upstream_while_a_script_runs() {
         let s = UpstreamStatus::default();
         assert!(!s.ping_goes_upstream());
-        let a = s.script_started();
-        let b = s.script_started();
+        let a = s.script_started(Vec::new(), true);
+        let b = s.script_started(Vec::new(), true);
         assert!(s.ping_goes_upstream());
         drop(a);
         assert!(s.ping_goes_upstream());
