@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{RawClient, RedisServer, TestProxy, bulk, encode, int, show};
+use common::{RawClient, RedisServer, TestProxy, bulk, connect, encode, int, show};
 use redis_protocol::resp3::types::OwnedFrame;
 use tokio::task::JoinSet;
 
@@ -88,10 +88,6 @@ async fn redis_get_calls(direct: &mut RawClient) -> u64 {
             digits.parse().expect("calls= number")
         })
         .unwrap_or(0)
-}
-
-async fn connect(addr: std::net::SocketAddr) -> RawClient {
-    RawClient::connect(addr).await.expect("connect")
 }
 
 async fn get(c: &mut RawClient, key: &str) -> Vec<u8> {

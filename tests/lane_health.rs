@@ -12,7 +12,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{
-    Fault, RawClient, RedisServer, Relay, TestProxy, bulk, corral_stats, encode, int, show,
+    Fault, RawClient, RedisServer, Relay, TestProxy, bulk, connect, corral_stats, encode, int, show,
 };
 
 const OK: &[u8] = b"+OK\r\n";
@@ -40,10 +40,6 @@ async fn setup(tweak: impl FnOnce(&mut corral::Config)) -> (RedisServer, Relay, 
     })
     .await;
     (redis, relay, proxy)
-}
-
-async fn connect(addr: std::net::SocketAddr) -> RawClient {
-    RawClient::connect(addr).await.expect("connect")
 }
 
 async fn stat(c: &mut RawClient, name: &str) -> String {

@@ -27,18 +27,14 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use common::{
-    Deadline, RawClient, RedisServer, TestProxy, bulk, encode, int, parse_commands, poll_until,
-    reply_text, show,
+    Deadline, RawClient, RedisServer, TestProxy, bulk, connect, encode, int, parse_commands,
+    poll_until, reply_text, show,
 };
 
 /// Bounds every wait for a state change.
 const LIMIT: Duration = Duration::from_secs(10);
 
 // ---- clients and frames ----
-
-async fn connect(addr: SocketAddr) -> RawClient {
-    RawClient::connect(addr).await.expect("connect")
-}
 
 /// Sends one command line and reads one reply (pushes and RESP3 nulls included).
 async fn call(c: &mut RawClient, line: &str) -> Vec<u8> {

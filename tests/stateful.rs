@@ -27,8 +27,8 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use common::{
-    Deadline, RawClient, RedisServer, TestProxy, bulk, contains, encode, mask_hello_id,
-    parse_commands, poll_until, show,
+    Deadline, RawClient, bulk, connect, contains, encode, mask_hello_id, parse_commands,
+    poll_until, show,
 };
 use tokio::task::JoinSet;
 
@@ -46,12 +46,11 @@ struct Side {
     server: SocketAddr,
 }
 
-/// Redis A reached directly, and Redis B behind corral.
+/// Redis A reached directly, and Redis B behind corral, as the two sides of a script.
 struct Pair {
     direct: Side,
     proxied: Side,
-    proxy: TestProxy,
-    _servers: (RedisServer, RedisServer),
+    servers: common::RedisPair,
 }
 
 impl Pair {
@@ -60,28 +59,21 @@ impl Pair {
     }
 
     async fn start_with(tweak: impl FnOnce(&mut corral::Config)) -> Pair {
-        let a = RedisServer::start();
-        let b = RedisServer::start();
-        let proxy = TestProxy::start_with(&b.url(), tweak).await;
+        let servers = common::RedisPair::start_with(tweak).await;
         Pair {
             direct: Side {
                 name: "redis",
-                entry: a.addr(),
-                server: a.addr(),
+                entry: servers.direct,
+                server: servers.direct,
             },
             proxied: Side {
                 name: "corral",
-                entry: proxy.addr,
-                server: b.addr(),
+                entry: servers.proxy.addr,
+                server: servers.behind,
             },
-            proxy,
-            _servers: (a, b),
+            servers,
         }
     }
-}
-
-async fn connect(addr: SocketAddr) -> RawClient {
-    RawClient::connect(addr).await.expect("connect")
 }
 
 /// Sends one command line, reading the reply with the scanner that copes with every reply.
@@ -694,7 +686,7 @@ async fn transactions_match_redis() {
         let r = check(&pair, name, script, resp3, Mode::Pipelined).await;
         assert_eq!(show(tagged(&r, "unwatched")), show(b"*1\r\n+OK\r\n"));
     }
-    pair.proxy.stop().await;
+    pair.servers.proxy.stop().await;
 }
 
 // ---- 2. blocking commands ----
@@ -854,7 +846,7 @@ async fn blocking_commands_match_redis() {
         show(tagged(&r, "blpop")),
         show(b"*2\r\n$4\r\nbl:l\r\n$2\r\nv1\r\n")
     );
-    pair.proxy.stop().await;
+    pair.servers.proxy.stop().await;
 }
 
 /// A BLPOP waits while 100 other clients work through corral; every one of them is
@@ -864,7 +856,7 @@ async fn a_blocked_client_holds_up_nobody() {
     let pair = Pair::start().await;
     let mut admin = connect(pair.proxied.server).await;
     for resp3 in [false, true] {
-        let mut blocker = common::client_in(pair.proxy.addr, resp3).await;
+        let mut blocker = common::client_in(pair.servers.proxy.addr, resp3).await;
         blocker.send(&encode(&[b"BLPOP", b"busy", b"0"])).await;
         poll_until(LIMIT, "the BLPOP to block", || {
             let server = pair.proxied.server;
@@ -877,7 +869,7 @@ async fn a_blocked_client_holds_up_nobody() {
 
         let mut workers = JoinSet::new();
         for i in 0..100 {
-            let addr = pair.proxy.addr;
+            let addr = pair.servers.proxy.addr;
             workers.spawn(async move {
                 let mut c = common::client_in(addr, resp3).await;
                 let key = format!("busy:{i}");
@@ -903,7 +895,7 @@ async fn a_blocked_client_holds_up_nobody() {
             !blocker.has_pending_reply(),
             "BLPOP answered before the push"
         );
-        let mut pusher = common::client_in(pair.proxy.addr, resp3).await;
+        let mut pusher = common::client_in(pair.servers.proxy.addr, resp3).await;
         assert_eq!(
             show(&pusher.request(&[b"RPUSH", b"busy", b"x"]).await),
             show(b":1\r\n")
@@ -914,7 +906,7 @@ async fn a_blocked_client_holds_up_nobody() {
             "BLPOP served by the push"
         );
     }
-    pair.proxy.stop().await;
+    pair.servers.proxy.stop().await;
 }
 
 /// Polls Redis B's normal connections (without the asking one) until `done` holds for
@@ -943,7 +935,7 @@ async fn a_client_gone_while_blocked_leaves_no_upstream_connection() {
     let mut admin = connect(pair.proxied.server).await;
     // Both protocols' shared connections in use before counting.
     for resp3 in [false, true] {
-        let mut c = common::client_in(pair.proxy.addr, resp3).await;
+        let mut c = common::client_in(pair.servers.proxy.addr, resp3).await;
         let r = call(&mut c, "GET warm").await;
         assert!(r == b"$-1\r\n" || r == b"_\r\n", "GET warm: {}", show(&r));
     }
@@ -951,7 +943,7 @@ async fn a_client_gone_while_blocked_leaves_no_upstream_connection() {
     let is_blpop = |l: &str| field(l, "cmd") == Some("blpop");
 
     for (round, resp3) in [(0, false), (1, true), (2, false)] {
-        let mut blocked = common::client_in(pair.proxy.addr, resp3).await;
+        let mut blocked = common::client_in(pair.servers.proxy.addr, resp3).await;
         let id = call(&mut blocked, "CLIENT ID").await;
         let id = String::from_utf8_lossy(&id[1..id.len() - 2]).into_owned();
         blocked.send(&encode(&[b"BLPOP", b"gone:list", b"0"])).await;
@@ -964,7 +956,7 @@ async fn a_client_gone_while_blocked_leaves_no_upstream_connection() {
         .await;
         if round == 1 {
             // Killed by another corral client.
-            let mut killer = common::client_in(pair.proxy.addr, false).await;
+            let mut killer = common::client_in(pair.servers.proxy.addr, false).await;
             let r = call(&mut killer, &format!("CLIENT KILL ID {id}")).await;
             assert_eq!(
                 show(&r),
@@ -986,7 +978,7 @@ async fn a_client_gone_while_blocked_leaves_no_upstream_connection() {
     }
 
     // Served blocking commands, one after another: at most one connection kept for reuse.
-    let mut c = connect(pair.proxy.addr).await;
+    let mut c = connect(pair.servers.proxy.addr).await;
     for i in 0..5 {
         call(&mut c, "RPUSH served:list x").await;
         let r = call(&mut c, "BLPOP served:list 0").await;
@@ -1002,7 +994,7 @@ async fn a_client_gone_while_blocked_leaves_no_upstream_connection() {
         "5 sequential BLPOPs left {} extra upstream connections",
         now - baseline
     );
-    pair.proxy.stop().await;
+    pair.servers.proxy.stop().await;
 }
 
 /// A client that disconnects inside MULTI or while watching leaves no transaction behind on
@@ -1011,7 +1003,7 @@ async fn a_client_gone_while_blocked_leaves_no_upstream_connection() {
 async fn a_client_gone_mid_transaction_leaves_no_upstream_connection() {
     let pair = Pair::start().await;
     let mut admin = connect(pair.proxied.server).await;
-    let mut warm = connect(pair.proxy.addr).await;
+    let mut warm = connect(pair.servers.proxy.addr).await;
     call(&mut warm, "GET warm").await;
     let baseline = normal_clients(&mut admin).await.len();
     let in_multi = |l: &String| field(l, "flags").is_some_and(|f| f.contains('x'));
@@ -1019,7 +1011,7 @@ async fn a_client_gone_mid_transaction_leaves_no_upstream_connection() {
         ("MULTI", &["MULTI", "SET gone:k 1"][..]),
         ("WATCH", &["WATCH gone:k"][..]),
     ] {
-        let mut c = connect(pair.proxy.addr).await;
+        let mut c = connect(pair.servers.proxy.addr).await;
         for line in lines {
             let r = call(&mut c, line).await;
             assert!(
@@ -1041,7 +1033,7 @@ async fn a_client_gone_mid_transaction_leaves_no_upstream_connection() {
     // The queued SET never ran.
     let r = call(&mut warm, "EXISTS gone:k").await;
     assert_eq!(show(&r), show(b":0\r\n"));
-    pair.proxy.stop().await;
+    pair.servers.proxy.stop().await;
 }
 
 // ---- 3. scripts and functions ----
@@ -1137,7 +1129,7 @@ const SCRIPTING_SCRIPTS: &[(&str, &[&str])] = &[
 async fn scripts_and_functions_match_redis() {
     let pair = Pair::start().await;
     check_all(&pair, SCRIPTING_SCRIPTS, Mode::OneByOne).await;
-    pair.proxy.stop().await;
+    pair.servers.proxy.stop().await;
 }
 
 // ---- 4. databases ----
@@ -1245,7 +1237,7 @@ async fn databases_match_redis() {
     // Every key hot at once, so the db-0 GETs fill the cache.
     let pair = Pair::start_with(|c| c.cache.hot_threshold = 1).await;
     check_all(&pair, &DB_SCRIPTS[..2], Mode::OneByOne).await;
-    let mut stats = connect(pair.proxy.addr).await;
+    let mut stats = connect(pair.servers.proxy.addr).await;
     let hits_before = cache_hits(&mut stats).await;
     for resp3 in [false, true] {
         let (name, script) = DB_SCRIPTS[3];
@@ -1257,7 +1249,7 @@ async fn databases_match_redis() {
         cache_hits(&mut stats).await > hits_before,
         "no GET of db:hot was answered from the cache"
     );
-    pair.proxy.stop().await;
+    pair.servers.proxy.stop().await;
 }
 
 /// `cache_hits` from CORRAL CACHE STATS (asked over RESP2: a flat name, value array).
@@ -1282,7 +1274,7 @@ fn resp_end(buf: &[u8]) -> usize {
 async fn select_inside_multi_moves_the_client_like_redis() {
     let pair = Pair::start().await;
     check_all(&pair, &DB_SCRIPTS[2..3], Mode::OneByOne).await;
-    pair.proxy.stop().await;
+    pair.servers.proxy.stop().await;
 }
 
 // ---- 5. connection state ----
@@ -1368,7 +1360,7 @@ const CONN_SCRIPTS: &[(&str, &[&str])] = &[
 async fn connection_state_matches_redis() {
     let pair = Pair::start().await;
     check_all(&pair, CONN_SCRIPTS, Mode::OneByOne).await;
-    pair.proxy.stop().await;
+    pair.servers.proxy.stop().await;
 }
 
 /// RESET must clear what MULTI and WATCH left on the upstream connection (corral returns
@@ -1424,7 +1416,7 @@ const RESET_SCRIPTS: &[(&str, &[&str])] = &[
 async fn reset_clears_transactions_like_redis() {
     let pair = Pair::start().await;
     check_all(&pair, RESET_SCRIPTS, Mode::OneByOne).await;
-    pair.proxy.stop().await;
+    pair.servers.proxy.stop().await;
 }
 
 /// CLIENT LIST through corral lists corral's own clients (ids from CLIENT ID, names from
@@ -1435,8 +1427,8 @@ async fn client_list_shows_corrals_clients() {
     let mut admin = connect(pair.proxied.server).await;
     let mut direct = connect(pair.direct.entry).await;
     for resp3 in [false, true] {
-        let mut a = common::client_in(pair.proxy.addr, resp3).await;
-        let mut b = common::client_in(pair.proxy.addr, resp3).await;
+        let mut a = common::client_in(pair.servers.proxy.addr, resp3).await;
+        let mut b = common::client_in(pair.servers.proxy.addr, resp3).await;
         let mut ids = Vec::new();
         for (c, name) in [(&mut a, "alpha"), (&mut b, "beta")] {
             let r = call(c, &format!("CLIENT SETNAME {name}")).await;
@@ -1525,7 +1517,7 @@ async fn client_list_shows_corrals_clients() {
         }
         assert_eq!(show(&call(&mut b, "DISCARD").await), show(b"+OK\r\n"));
     }
-    pair.proxy.stop().await;
+    pair.servers.proxy.stop().await;
 }
 
 /// CLIENT LIST's `cmd=` and `flags=` are each client's own, as Redis shows them: the last
@@ -1535,11 +1527,11 @@ async fn client_list_shows_each_clients_command_and_flags() {
     let pair = Pair::start().await;
     let mut direct = connect(pair.direct.entry).await;
     for resp3 in [false, true] {
-        let mut a = common::client_in(pair.proxy.addr, resp3).await;
-        let mut sub = common::client_in(pair.proxy.addr, resp3).await;
-        let mut blocked = common::client_in(pair.proxy.addr, resp3).await;
-        let mut multi = common::client_in(pair.proxy.addr, resp3).await;
-        let mut idle = common::client_in(pair.proxy.addr, resp3).await;
+        let mut a = common::client_in(pair.servers.proxy.addr, resp3).await;
+        let mut sub = common::client_in(pair.servers.proxy.addr, resp3).await;
+        let mut blocked = common::client_in(pair.servers.proxy.addr, resp3).await;
+        let mut multi = common::client_in(pair.servers.proxy.addr, resp3).await;
+        let mut idle = common::client_in(pair.servers.proxy.addr, resp3).await;
         let mut ids = Vec::new();
         for c in [&mut sub, &mut blocked, &mut multi, &mut idle] {
             let id = call(c, "CLIENT ID").await;
@@ -1620,12 +1612,12 @@ async fn client_list_shows_each_clients_command_and_flags() {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         call(&mut multi, "DISCARD").await;
-        let mut pusher = connect(pair.proxy.addr).await;
+        let mut pusher = connect(pair.servers.proxy.addr).await;
         call(&mut pusher, "RPUSH cl:none x").await;
         blocked.read_resp().await;
         direct = connect(pair.direct.entry).await;
     }
-    pair.proxy.stop().await;
+    pair.servers.proxy.stop().await;
 }
 
 /// MONITOR through corral: the monitoring client sees what other corral clients run.
@@ -1635,13 +1627,13 @@ async fn monitor_sees_other_clients_commands() {
     let mut admin = connect(pair.proxied.server).await;
     let mut direct = connect(pair.direct.entry).await;
     for resp3 in [false, true] {
-        let mut m = common::client_in(pair.proxy.addr, resp3).await;
+        let mut m = common::client_in(pair.servers.proxy.addr, resp3).await;
         if resp3 {
             call(&mut direct, "HELLO 3").await;
         }
         let want = call(&mut direct, "MONITOR").await;
         assert_eq!(show(&call(&mut m, "MONITOR").await), show(&want));
-        let mut w = common::client_in(pair.proxy.addr, resp3).await;
+        let mut w = common::client_in(pair.servers.proxy.addr, resp3).await;
         call(&mut w, "SELECT 1").await;
         let key = format!("mon:key{}", u8::from(resp3));
         let r = call(&mut w, &format!("SET {key} value")).await;
@@ -1667,7 +1659,7 @@ async fn monitor_sees_other_clients_commands() {
         .await;
         direct = connect(pair.direct.entry).await;
     }
-    pair.proxy.stop().await;
+    pair.servers.proxy.stop().await;
 }
 
 /// MONITOR shows the commands corral's clients run, and nothing of corral's own traffic: the
@@ -1676,9 +1668,9 @@ async fn monitor_sees_other_clients_commands() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn monitor_leaves_out_corrals_own_connections() {
     let pair = Pair::start().await;
-    let mut m = connect(pair.proxy.addr).await;
+    let mut m = connect(pair.servers.proxy.addr).await;
     assert_eq!(show(&call(&mut m, "MONITOR").await), show(b"+OK\r\n"));
-    let mut w = connect(pair.proxy.addr).await;
+    let mut w = connect(pair.servers.proxy.addr).await;
     // A transaction opens a dedicated connection, whose handshake (HELLO) is corral's own:
     // the monitor sees the transaction's commands first, as with Redis.
     for line in ["MULTI", "SET mon:t 1", "EXEC"] {
@@ -1724,7 +1716,7 @@ async fn monitor_leaves_out_corrals_own_connections() {
         }
         assert!(Instant::now() < deadline, "no mon:end seen");
     }
-    pair.proxy.stop().await;
+    pair.servers.proxy.stop().await;
 }
 
 // ---- 6. refused commands ----
@@ -1733,7 +1725,7 @@ async fn monitor_leaves_out_corrals_own_connections() {
 async fn refused_commands_say_so() {
     let pair = Pair::start().await;
     for resp3 in [false, true] {
-        let mut c = common::client_in(pair.proxy.addr, resp3).await;
+        let mut c = common::client_in(pair.servers.proxy.addr, resp3).await;
         for (line, name) in [
             ("CLIENT NO-TOUCH ON", "client|no-touch"),
             ("SYNC", "sync"),
@@ -1755,7 +1747,7 @@ async fn refused_commands_say_so() {
         assert_eq!(show(&call(&mut c, "SET ref:k v").await), show(b"+OK\r\n"));
         assert_eq!(show(&call(&mut c, "GET ref:k").await), show(&bulk("v")));
     }
-    pair.proxy.stop().await;
+    pair.servers.proxy.stop().await;
 }
 
 // ---- pipelined ----
@@ -1774,7 +1766,7 @@ async fn every_family_pipelined_matches_redis() {
     ] {
         check_all(&pair, scripts, Mode::Pipelined).await;
     }
-    pair.proxy.stop().await;
+    pair.servers.proxy.stop().await;
 }
 
 /// Requests written before MULTI, WATCH or a blocking command, in the same write, must run
@@ -1801,5 +1793,5 @@ async fn requests_pipelined_around_a_pinned_connection_keep_their_order() {
     }
     let script: Vec<&str> = script.iter().map(String::as_str).collect();
     check(&pair, "pipelined ordering", &script, false, Mode::OneByOne).await;
-    pair.proxy.stop().await;
+    pair.servers.proxy.stop().await;
 }

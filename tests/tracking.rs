@@ -10,43 +10,13 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use common::{
-    Deadline, RawClient, RedisServer, TestProxy, contains, encode, mask_hello_id, parse_commands,
-    poll_until, show,
+    Deadline, connect, contains, encode, mask_hello_id, parse_commands, poll_until, show,
 };
 
 /// Bounds every wait for a server-side state change.
 const LIMIT: Duration = Duration::from_secs(10);
 
-struct Pair {
-    /// Redis reached directly.
-    direct: SocketAddr,
-    /// corral, and the Redis behind it.
-    proxy: TestProxy,
-    behind: SocketAddr,
-    _servers: (RedisServer, RedisServer),
-}
-
-impl Pair {
-    async fn start() -> Pair {
-        Self::start_with(|_| {}).await
-    }
-
-    async fn start_with(tweak: impl FnOnce(&mut corral::Config)) -> Pair {
-        let a = RedisServer::start();
-        let b = RedisServer::start();
-        let proxy = TestProxy::start_with(&b.url(), tweak).await;
-        Pair {
-            direct: a.addr(),
-            behind: b.addr(),
-            proxy,
-            _servers: (a, b),
-        }
-    }
-}
-
-async fn connect(addr: SocketAddr) -> RawClient {
-    RawClient::connect(addr).await.expect("connect")
-}
+type Pair = common::RedisPair;
 
 fn request(line: &str) -> Vec<u8> {
     let cmds = parse_commands(line);

@@ -5,9 +5,7 @@
 
 mod common;
 
-use std::net::SocketAddr;
-
-use common::{RawClient, RedisServer, TestProxy, mask_hello_id, show, sync_cmd};
+use common::{RawClient, connect, mask_hello_id, show, sync_cmd};
 
 /// Users made on both servers: a restricted one, and two that may only use their own keys.
 const USERS: &[&[&str]] = &[
@@ -29,70 +27,52 @@ const USERS: &[&[&str]] = &[
     &["ACL", "SETUSER", "carol", "on", ">c-pass", "+@all", "~c*"],
 ];
 
-struct Pair {
-    /// Redis reached directly.
-    direct: SocketAddr,
-    proxy: TestProxy,
-    /// The Redis behind corral.
-    behind: SocketAddr,
-    _servers: (RedisServer, RedisServer),
+type Pair = common::RedisPair;
+
+/// A pair whose two servers both have [`USERS`].
+async fn start_with(tweak: impl FnOnce(&mut corral::Config)) -> Pair {
+    let pair = Pair::start_with(tweak).await;
+    pair.on_both(|port| {
+        for user in USERS {
+            let r = sync_cmd(port, user);
+            assert_eq!(r, b"+OK\r\n", "{user:?}: {}", show(&r));
+        }
+    });
+    pair
 }
 
-impl Pair {
-    async fn start() -> Pair {
-        Self::start_with(|_| {}).await
-    }
-
-    async fn start_with(tweak: impl FnOnce(&mut corral::Config)) -> Pair {
-        let a = RedisServer::start();
-        let b = RedisServer::start();
-        for server in [&a, &b] {
-            for user in USERS {
-                let r = sync_cmd(server.addr().port(), user);
-                assert_eq!(r, b"+OK\r\n", "{user:?}: {}", show(&r));
-            }
-        }
-        let proxy = TestProxy::start_with(&b.url(), tweak).await;
-        Pair {
-            direct: a.addr(),
-            behind: b.addr(),
-            proxy,
-            _servers: (a, b),
-        }
-    }
-
-    /// Runs `script` (one request per element) on a new client of Redis and one of corral;
-    /// every reply must be the same bytes (HELLO's id masked). Returns corral's replies.
-    async fn same(&self, script: &[&[&[u8]]]) -> Vec<Vec<u8>> {
-        let mut direct = connect(self.direct).await;
-        let mut proxied = connect(self.proxy.addr).await;
-        let mut out = Vec::new();
-        for req in script {
-            let want = mask_hello_id(&direct.request(req).await);
-            let got = proxied.request(req).await;
-            assert_eq!(
-                show(&mask_hello_id(&got)),
-                show(&want),
-                "{:?}",
-                req.iter()
-                    .map(|a| String::from_utf8_lossy(a))
-                    .collect::<Vec<_>>()
-            );
-            out.push(got);
-        }
-        out
-    }
+async fn start() -> Pair {
+    start_with(|_| {}).await
 }
 
-async fn connect(addr: SocketAddr) -> RawClient {
-    RawClient::connect(addr).await.expect("connect")
+/// Runs `script` (one request per element) on a new client of Redis and one of corral;
+/// every reply must be the same bytes (HELLO's id masked). Returns corral's replies.
+async fn same(pair: &Pair, script: &[&[&[u8]]]) -> Vec<Vec<u8>> {
+    let mut direct = connect(pair.direct).await;
+    let mut proxied = connect(pair.proxy.addr).await;
+    let mut out = Vec::new();
+    for req in script {
+        let want = mask_hello_id(&direct.request(req).await);
+        let got = proxied.request(req).await;
+        assert_eq!(
+            show(&mask_hello_id(&got)),
+            show(&want),
+            "{:?}",
+            req.iter()
+                .map(|a| String::from_utf8_lossy(a))
+                .collect::<Vec<_>>()
+        );
+        out.push(got);
+    }
+    out
 }
 
 #[tokio::test]
 async fn acl_user_gets_redis_own_replies_and_errors() {
-    let pair = Pair::start().await;
-    let replies = pair
-        .same(&[
+    let pair = start().await;
+    let replies = same(
+        &pair,
+        &[
             &[b"AUTH", b"bob", b"wrong"],
             &[b"ACL", b"WHOAMI"],
             &[b"AUTH", b"nobody", b"123"],
@@ -133,8 +113,9 @@ async fn acl_user_gets_redis_own_replies_and_errors() {
             &[b"ACL", b"WHOAMI"],
             &[b"SET", b"x4", b"v"],
             &[b"SET", b"a4", b"v"],
-        ])
-        .await;
+        ],
+    )
+    .await;
     // The errors are Redis's, not corral's paraphrase.
     assert!(
         replies[0].starts_with(b"-WRONGPASS"),
@@ -150,7 +131,7 @@ async fn acl_user_gets_redis_own_replies_and_errors() {
 
 #[tokio::test]
 async fn pipelined_requests_after_auth_run_as_the_new_user() {
-    let pair = Pair::start().await;
+    let pair = start().await;
     let script = [
         "ACL WHOAMI",
         "AUTH bob 123",
@@ -184,7 +165,7 @@ async fn pipelined_requests_after_auth_run_as_the_new_user() {
 
 #[tokio::test]
 async fn a_lost_user_connection_closes_the_client() {
-    let pair = Pair::start().await;
+    let pair = start().await;
     let mut bob = connect(pair.proxy.addr).await;
     assert_eq!(bob.cmd("AUTH bob 123").await, b"+OK\r\n");
     assert_eq!(bob.cmd("SET x1 v").await, b"+OK\r\n");
@@ -205,17 +186,19 @@ async fn a_lost_user_connection_closes_the_client() {
 
 #[tokio::test]
 async fn hello_auth_as_user() {
-    let pair = Pair::start().await;
-    let replies = pair
-        .same(&[
+    let pair = start().await;
+    let replies = same(
+        &pair,
+        &[
             &[b"HELLO", b"3", b"AUTH", b"bob", b"wrong"],
             &[b"HELLO", b"3", b"AUTH", b"bob", b"123", b"SETNAME", b"bobs"],
             &[b"ACL", b"WHOAMI"],
             &[b"GET", b"y1"],
             &[b"SET", b"x1", b"v"],
             &[b"GET", b"x1"],
-        ])
-        .await;
+        ],
+    )
+    .await;
     assert!(
         replies[0].starts_with(b"-WRONGPASS"),
         "{}",
@@ -252,7 +235,7 @@ async fn hello_auth_as_user() {
 
 #[tokio::test]
 async fn two_users_never_share_a_connection() {
-    let pair = Pair::start().await;
+    let pair = start().await;
     let mut alice = connect(pair.proxy.addr).await;
     let mut carol = connect(pair.proxy.addr).await;
     assert_eq!(alice.cmd("AUTH alice a-pass").await, b"+OK\r\n");
@@ -296,7 +279,7 @@ async fn two_users_never_share_a_connection() {
 
 #[tokio::test]
 async fn cached_hot_key_is_not_served_to_a_user_who_may_not_read_it() {
-    let pair = Pair::start().await;
+    let pair = start().await;
     let mut default = connect(pair.proxy.addr).await;
     assert_eq!(default.cmd("SET secret v").await, b"+OK\r\n");
     make_cached(&mut default, "secret", b"$1\r\nv\r\n").await;
@@ -361,7 +344,7 @@ async fn cache_hits(c: &mut RawClient) -> u64 {
 
 #[tokio::test]
 async fn back_to_default_and_reset_close_the_users_connection() {
-    let pair = Pair::start().await;
+    let pair = start().await;
     // A user's connection never serves another client: after users came and went
     // (disconnected, RESET, back to default), transactions and scripts (on dedicated
     // connections, reused from the idle pool) still run as default.
@@ -370,19 +353,22 @@ async fn back_to_default_and_reset_close_the_users_connection() {
         assert_eq!(c.cmd("AUTH bob 123").await, b"+OK\r\n");
         assert_eq!(c.cmd("GET x1").await, b"$-1\r\n");
     }
-    pair.same(&[
-        &[b"AUTH", b"bob", b"123"],
-        &[b"GET", b"y1"],
-        // The default user has no password here: any password authenticates it.
-        &[b"AUTH", b"default", b"anything"],
-        &[b"ACL", b"WHOAMI"],
-        &[b"GET", b"y1"],
-        &[b"AUTH", b"bob", b"123"],
-        &[b"GET", b"y1"],
-        &[b"RESET"],
-        &[b"ACL", b"WHOAMI"],
-        &[b"GET", b"y1"],
-    ])
+    same(
+        &pair,
+        &[
+            &[b"AUTH", b"bob", b"123"],
+            &[b"GET", b"y1"],
+            // The default user has no password here: any password authenticates it.
+            &[b"AUTH", b"default", b"anything"],
+            &[b"ACL", b"WHOAMI"],
+            &[b"GET", b"y1"],
+            &[b"AUTH", b"bob", b"123"],
+            &[b"GET", b"y1"],
+            &[b"RESET"],
+            &[b"ACL", b"WHOAMI"],
+            &[b"GET", b"y1"],
+        ],
+    )
     .await;
     for _ in 0..5 {
         let mut c = connect(pair.proxy.addr).await;
@@ -403,7 +389,7 @@ async fn back_to_default_and_reset_close_the_users_connection() {
 
 #[tokio::test]
 async fn users_count_against_max_dedicated() {
-    let pair = Pair::start_with(|cfg| cfg.upstream.max_dedicated = 1).await;
+    let pair = start_with(|cfg| cfg.upstream.max_dedicated = 1).await;
     let mut first = connect(pair.proxy.addr).await;
     assert_eq!(first.cmd("AUTH bob 123").await, b"+OK\r\n");
     let mut second = connect(pair.proxy.addr).await;
@@ -432,7 +418,7 @@ async fn users_count_against_max_dedicated() {
 
 #[tokio::test]
 async fn subscribe_as_a_user_is_refused() {
-    let pair = Pair::start().await;
+    let pair = start().await;
     let mut c = connect(pair.proxy.addr).await;
     assert_eq!(c.cmd("AUTH alice a-pass").await, b"+OK\r\n");
     let r = c.cmd("SUBSCRIBE ch").await;
@@ -457,13 +443,16 @@ async fn subscribe_as_a_user_is_refused() {
 /// and never a view of (or a kill of) corral's other clients.
 #[tokio::test]
 async fn users_cannot_run_corrals_admin_commands() {
-    let pair = Pair::start().await;
-    pair.same(&[
-        &[b"AUTH", b"bob", b"123"],
-        &[b"CLIENT", b"LIST"],
-        &[b"CLIENT", b"KILL", b"ID", b"1"],
-        &[b"client", b"no-evict", b"on"],
-    ])
+    let pair = start().await;
+    same(
+        &pair,
+        &[
+            &[b"AUTH", b"bob", b"123"],
+            &[b"CLIENT", b"LIST"],
+            &[b"CLIENT", b"KILL", b"ID", b"1"],
+            &[b"client", b"no-evict", b"on"],
+        ],
+    )
     .await;
     // alice may run anything on Redis, but corral's own admin commands stay `default`'s.
     let mut c = connect(pair.proxy.addr).await;

@@ -149,6 +149,49 @@ impl Drop for RedisServer {
     }
 }
 
+/// Connects a raw client, failing the test if it cannot.
+pub async fn connect(addr: SocketAddr) -> RawClient {
+    RawClient::connect(addr).await.expect("connect")
+}
+
+/// Two identical Redis servers: one reached directly, one behind corral. Scripts run on both
+/// sides are compared byte for byte.
+pub struct RedisPair {
+    /// Redis reached directly.
+    pub direct: SocketAddr,
+    /// corral, in front of `behind`.
+    pub proxy: TestProxy,
+    /// The Redis behind corral (asked directly about its clients).
+    pub behind: SocketAddr,
+    _servers: (RedisServer, RedisServer),
+}
+
+impl RedisPair {
+    /// Both servers with default settings, corral with its defaults.
+    pub async fn start() -> RedisPair {
+        Self::start_with(|_| {}).await
+    }
+
+    /// Both servers with default settings, corral's configuration adjusted by `tweak`.
+    pub async fn start_with(tweak: impl FnOnce(&mut Config)) -> RedisPair {
+        let a = RedisServer::start();
+        let b = RedisServer::start();
+        let proxy = TestProxy::start_with(&b.url(), tweak).await;
+        RedisPair {
+            direct: a.addr(),
+            behind: b.addr(),
+            proxy,
+            _servers: (a, b),
+        }
+    }
+
+    /// Runs `f` on both servers (before corral's clients arrive): users, scripts, settings.
+    pub fn on_both(&self, f: impl Fn(u16)) {
+        f(self._servers.0.port);
+        f(self._servers.1.port);
+    }
+}
+
 /// corral running in-process on an ephemeral port.
 pub struct TestProxy {
     pub addr: SocketAddr,
