@@ -98,10 +98,13 @@ async fn stale_for(c: &mut RawClient, key: &str, old: &[u8], want: &[u8]) -> Dur
     }
 }
 
-/// The tracking lane's flow gets `fault`; a value then written directly on Redis must stop
-/// being served stale within the window, and corral must come back coherent.
-async fn lane_fault_case(fault: Fault, what: &str) {
-    let (redis, relay, proxy) = setup(|_| {}).await;
+/// Key `k` = "old", cached through corral: returns a direct client, a client of corral, the
+/// relay flow of the tracking lane, and the lane resets so far.
+async fn cached_on_lane(
+    redis: &RedisServer,
+    relay: &Relay,
+    proxy: &TestProxy,
+) -> (RawClient, RawClient, u16, u64) {
     let mut direct = connect(redis.addr()).await;
     let mut c = connect(proxy.addr).await;
     assert_eq!(direct.cmd("SET k old").await, OK);
@@ -110,6 +113,14 @@ async fn lane_fault_case(fault: Fault, what: &str) {
         .find_client(redis.addr(), |l| l.contains("flags=t"))
         .await;
     let resets = stat_n(&mut c, "cache_lane_resets").await;
+    (direct, c, lane, resets)
+}
+
+/// The tracking lane's flow gets `fault`; a value then written directly on Redis must stop
+/// being served stale within the window, and corral must come back coherent.
+async fn lane_fault_case(fault: Fault, what: &str) {
+    let (redis, relay, proxy) = setup(|_| {}).await;
+    let (mut direct, mut c, lane, resets) = cached_on_lane(&redis, &relay, &proxy).await;
 
     relay.set_fault(lane, fault);
     assert_eq!(direct.cmd("SET k new").await, OK);
@@ -170,14 +181,7 @@ async fn delayed_lane_stops_vouching_within_the_window() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fill_on_a_dead_lane_is_answered_uncached() {
     let (redis, relay, proxy) = setup(|_| {}).await;
-    let mut direct = connect(redis.addr()).await;
-    let mut c = connect(proxy.addr).await;
-    assert_eq!(direct.cmd("SET k old").await, OK);
-    make_cached(&mut c, "k", &bulk("old")).await;
-    let lane = relay
-        .find_client(redis.addr(), |l| l.contains("flags=t"))
-        .await;
-    let resets = stat_n(&mut c, "cache_lane_resets").await;
+    let (mut direct, mut c, lane, resets) = cached_on_lane(&redis, &relay, &proxy).await;
     relay.set_fault(lane, Fault::Blackhole);
     // A write through corral drops the entry; the next GET of the (hot) key is a fill sent
     // on the lane, which is now silent.
