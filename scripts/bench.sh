@@ -13,6 +13,11 @@
 #            (also through corral with its cache on: target "cached")
 #   hot      one hot key: redis-benchmark GET at -P 1 and -P 16, direct vs corral with its
 #            cache on ("cached"), and the share of those GETs that reached Redis
+#   skew     does the cache pay for itself: direct vs corral --no-cache ("corral") vs corral
+#            with its cache on ("cached"), LOAD_KEYS keys of 64 bytes preloaded.
+#            corral-load: Zipf(0.99) GET, Zipf 90/10 GET/SET, uniform GET (cold keys), each
+#            at -P 16 and -P 1. redis-benchmark: GET and SET over -r LOAD_KEYS random keys
+#            (cold), -P 16 and -P 1.
 #   cluster  a 3-master cluster through corral vs one standalone Redis
 #   cluster  corral --cluster in front of a 3-master Redis Cluster (started here) against the
 #            standalone redis-server and standalone corral: redis-benchmark -c 50 -t set,get
@@ -20,20 +25,25 @@
 # To add one (say a cache-on hot-key run), start what it needs in a start_* function, register
 # the target with add_target, and write scenario_NAME calling record_rb or measure.
 #
+# --baseline BIN adds a second corral build to every scenario, as targets "base" (--no-cache)
+# and "basecached" (cache on), run in the same rounds, with before/after ratios and CPU.
+#
 # Usage: scripts/bench.sh [-n N] [--n16 N] [-r ROUNDS] [--quick] [--scenarios "p1 p16 load"]
 #                         [--load-seconds S] [--load-keys K] [--out FILE] [--no-build]
+#                         [--baseline BIN]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 N=200000
 N16=""
 ROUNDS=3
-SCENARIOS="p1 p16 hot load cluster"
+SCENARIOS="p1 p16 hot load skew cluster"
 LOAD_SECONDS=5
 LOAD_KEYS=1000000
 CLIENTS=50
 OUT=""
 BUILD=1
+BASELINE=""
 # Upper bound for any single client run, so a wedged target cannot hang the script.
 RUN_TIMEOUT=300
 
@@ -51,6 +61,7 @@ while [ $# -gt 0 ]; do
     --load-keys) LOAD_KEYS="$2"; shift 2 ;;
     --out) OUT="$2"; shift 2 ;;
     --no-build) BUILD=0; shift ;;
+    --baseline) BASELINE="$2"; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "bench.sh: unknown option $1" >&2; usage >&2; exit 2 ;;
   esac
@@ -70,6 +81,10 @@ fi
 CORRAL=target/release/corral
 LOAD=target/release/corral-load
 [ -x "$CORRAL" ] && [ -x "$LOAD" ] || { echo "bench.sh: build corral first" >&2; exit 1; }
+[ -z "$BASELINE" ] || [ -x "$BASELINE" ] || { echo "bench.sh: no baseline binary $BASELINE" >&2; exit 1; }
+# Extra targets of every scenario: the baseline build, without and with its cache.
+BASE_OFF=${BASELINE:+base}
+BASE_ON=${BASELINE:+basecached}
 
 WORK=$(mktemp -d /tmp/corral-bench.XXXXXX)
 RESULTS="$WORK/results.tsv"
@@ -167,29 +182,20 @@ EOF
   add_target nutcracker "$port" "$pid"
 }
 
+# start_corral TARGET BIN [FLAGS...]: a corral in front of the standalone Redis.
 start_corral() {
-  local port
+  local target=$1 bin=$2 port
+  shift 2
   port=$(free_port)
-  "$CORRAL" --no-cache --listen "127.0.0.1:$port" --upstream "redis://127.0.0.1:$REDIS_PORT" \
-    --log-level warn >"$WORK/corral.log" 2>&1 &
+  "$bin" "$@" --listen "127.0.0.1:$port" --upstream "redis://127.0.0.1:$REDIS_PORT" \
+    --log-level warn >"$WORK/$target.log" 2>&1 &
   local pid=$!
   PIDS+=("$pid")
-  wait_ready "$port" corral "$pid"
-  add_target corral "$port" "$pid"
+  wait_ready "$port" "$target" "$pid"
+  add_target "$target" "$port" "$pid"
 }
 
 # A 3-master Redis Cluster (no replicas) on free ports, each node with its own bus port.
-# corral with its local cache and coalescing on (the default), as target "cached".
-start_corral_cached() {
-  local port
-  port=$(free_port)
-  "$CORRAL" --listen "127.0.0.1:$port" --upstream "redis://127.0.0.1:$REDIS_PORT" \
-    --log-level warn >"$WORK/corral-cached.log" 2>&1 &
-  local pid=$!
-  PIDS+=("$pid")
-  wait_ready "$port" cached "$pid"
-  add_target cached "$port" "$pid"
-}
 
 start_cluster() {
   local i port bus pid addrs=() ok
@@ -280,7 +286,7 @@ parse_load() { awk -F, 'NR == 2 { print $1, $3, $5 }'; }
 record_rb() {
   local scenario=$1 pipe=$2 n=$3 round=$4 test target
   for test in set get; do
-    for target in direct nutcracker corral; do
+    for target in direct nutcracker corral $BASE_OFF; do
       measure "$scenario" "${test^^}" "$target" "$round" "parse_rb $n" -- \
         redis-benchmark -h 127.0.0.1 -p "${PORT[$target]}" -c "$CLIENTS" -n "$n" \
         -t "$test" -P "$pipe" --csv
@@ -333,10 +339,38 @@ scenario_load() {
   local r target
   timeout "$RUN_TIMEOUT" "$LOAD" --addr "127.0.0.1:$REDIS_PORT" --fill -k "$LOAD_KEYS" -c 8
   for r in $(seq 1 "$ROUNDS"); do
-    for target in direct nutcracker corral cached; do
+    for target in direct nutcracker corral cached $BASE_OFF $BASE_ON; do
       measure load MIX "$target" "$r" parse_load -- \
         "$LOAD" --addr "127.0.0.1:${PORT[$target]}" -c "$CLIENTS" -P 16 -k "$LOAD_KEYS" \
         --dist zipf --zipf-s 0.99 --get-ratio 0.9 --duration "$LOAD_SECONDS" --csv
+    done
+  done
+}
+
+# The cache's workloads: every target of a round back to back (direct, corral, cached).
+scenario_skew() {
+  local r target pipe n name dist ratio test
+  timeout "$RUN_TIMEOUT" "$LOAD" --addr "127.0.0.1:$REDIS_PORT" --fill -k "$LOAD_KEYS" -c 8
+  for r in $(seq 1 "$ROUNDS"); do
+    for pipe in 16 1; do
+      for name in zget:zipf:1 zmix:zipf:0.9 uget:uniform:1; do
+        IFS=: read -r name dist ratio <<<"$name"
+        for target in direct corral cached $BASE_OFF $BASE_ON; do
+          measure "$name-p$pipe" LOAD "$target" "$r" parse_load -- \
+            "$LOAD" --addr "127.0.0.1:${PORT[$target]}" -c "$CLIENTS" -P "$pipe" -k "$LOAD_KEYS" \
+            --dist "$dist" --zipf-s 0.99 --get-ratio "$ratio" --duration "$LOAD_SECONDS" \
+            --seed "$r" --csv
+        done
+      done
+      n=$N
+      [ "$pipe" = 16 ] && n=$N16
+      for test in get set; do
+        for target in direct corral cached $BASE_OFF $BASE_ON; do
+          measure "rb$test-p$pipe" "${test^^}" "$target" "$r" "parse_rb $n" -- \
+            redis-benchmark -h 127.0.0.1 -p "${PORT[$target]}" -c "$CLIENTS" -n "$n" \
+            -r "$LOAD_KEYS" -d 64 -t "$test" -P "$pipe" --csv
+        done
+      done
     done
   done
 }
@@ -355,13 +389,13 @@ scenario_hot() {
     for pipe in 1 16; do
       n=$N
       [ "$pipe" = 16 ] && n=$N16
-      for target in direct cached; do
+      for target in direct cached $BASE_ON; do
         before=$(redis_gets)
         measure "hot-p$pipe" GET "$target" "$r" "parse_rb $n" -- \
           redis-benchmark -h 127.0.0.1 -p "${PORT[$target]}" -c "$CLIENTS" -n "$n" \
           -t get -P "$pipe" --csv
         after=$(redis_gets)
-        [ "$target" = cached ] && echo "  hot-p$pipe round $r: $((after - before)) of $n GETs" \
+        [ "$target" != direct ] && echo "  hot-p$pipe round $r: $((after - before)) of $n GETs" \
           "reached Redis ($(python3 -c "print(f'{100*($after-$before)/$n:.4f}')")%)"
       done
     done
@@ -371,8 +405,12 @@ scenario_hot() {
 
 start_redis
 start_nutcracker
-start_corral
-start_corral_cached
+start_corral corral "$CORRAL" --no-cache
+start_corral cached "$CORRAL"
+if [ -n "$BASELINE" ]; then
+  start_corral base "$BASELINE" --no-cache
+  start_corral basecached "$BASELINE"
+fi
 case " $SCENARIOS " in
   *" cluster "*) start_cluster; start_corral_cluster ;;
 esac
@@ -432,6 +470,13 @@ titles = {
              " redis us/req summed over the masters",
     "cl-p16": f"cluster: redis-benchmark -c 50 -n {n16} -r 100000 -P 16; cluster = corral over 3 masters,"
               " redis us/req summed over the masters",
+    **{f"{w}-p{p}": f"corral-load -c 50 -P {p}, {d} over {load_keys} keys, {load_s} s;"
+       " corral = --no-cache, cached = cache on"
+       for w, d in (("zget", "Zipf(0.99) GET"), ("zmix", "Zipf(0.99) 90% GET / 10% SET"),
+                    ("uget", "uniform GET (cold keys)")) for p in (1, 16)},
+    **{f"rb{t}-p{p}": f"redis-benchmark -c 50 -t {t} -P {p} -r {load_keys} -d 64 (cold keys);"
+       " corral = --no-cache, cached = cache on"
+       for t in ("get", "set") for p in (1, 16)},
     "hot-p1": f"one hot key: redis-benchmark -c 50 -n {n} -t get -P 1; cached = corral, cache on",
     "hot-p16": f"one hot key: redis-benchmark -c 50 -n {n16} -t get -P 16; cached = corral, cache on",
 }
@@ -443,18 +488,37 @@ for sc, test in order:
         print(f"{'test':<5}{'target':<12}{'req/s':>12}{'p99 ms':>9}{'proxy us/req':>14}{'redis us/req':>14}")
         last = sc
     m = {}
-    for target in ("direct", "nutcracker", "corral", "cached", "cluster"):
+    for target in ("direct", "nutcracker", "corral", "cached", "cluster", "base", "basecached"):
         key = (sc, test, target)
         if key not in runs:
             continue
         m[target] = [med(key, i) for i in range(4)]
         rps, p99, proxy, redis = m[target]
         print(f"{test:<5}{target:<12}{rps:>12,.0f}{p99:>9.3f}{fmt(proxy, '>14.3f')}{redis:>14.3f}")
-    if {"direct", "cached"} <= m.keys():
+    if {"direct", "corral", "cached"} <= m.keys():
+        on_off = ratio(sc, test, "cached", "corral")
+        cd = ratio(sc, test, "cached", "direct")
+        od = ratio(sc, test, "corral", "direct")
+        cpu = m["cached"][2] / m["corral"][2]
+        rcpu = m["cached"][3] / m["direct"][3]
+        print(f"     ratios (median of per-round): cached/corral {on_off:.2f}  cached/direct {cd:.2f}"
+              f"  corral/direct {od:.2f};  proxy CPU cached/corral {cpu:.2f}"
+              f"  redis CPU cached/direct {rcpu:.2f}")
+        checks.append((f"{sc} cached/corral throughput", on_off, ">=", 0.95))
+        checks.append((f"{sc} cached/corral proxy CPU per request", cpu, "<=", 1.1))
+        if sc.startswith(("zget", "zmix")):
+            checks.append((f"{sc} cached/corral throughput (skew)", on_off, ">=", 1.3))
+            checks.append((f"{sc} cached/direct throughput", cd, ">=", 1.0))
+            checks.append((f"{sc} redis CPU per request cached/direct", rcpu, "<=", 0.4))
+        if sc == "rbget-p16" or sc == "rbset-p16":
+            checks.append((f"{sc} corral/direct throughput", od, ">=", 0.85))
+    elif {"direct", "cached"} <= m.keys():
         cd = ratio(sc, test, "cached", "direct")
         print(f"     throughput ratio (median of per-round ratios): cached/direct {cd:.2f}")
         if sc.startswith("hot"):
-            checks.append((f"{sc} GET cached corral/direct throughput", cd, ">=", 1.0))
+            checks.append((f"{sc} GET cached corral/direct throughput", cd, ">=", 1.1))
+            if sc == "hot-p16":
+                checks.append((f"{sc} GET cached proxy CPU us/request", m["cached"][2], "<=", 0.35))
     if {"direct", "corral", "cluster"} <= m.keys():
         kd = ratio(sc, test, "cluster", "direct")
         kc = ratio(sc, test, "cluster", "corral")
@@ -475,9 +539,14 @@ for sc, test in order:
         if sc in ("p1", "p16"):
             checks.append((f"{sc:<3} {test} corral p99 / nutcracker p99", m["corral"][1] / m["nutcracker"][1], "<=", 1.0))
 
+    for new, old in (("corral", "base"), ("cached", "basecached")):
+        if {new, old} <= m.keys():
+            print(f"     this build / baseline ({new}/{old}): throughput {ratio(sc, test, new, old):.2f}"
+                  f"  proxy CPU per request {m[new][2] / m[old][2]:.2f}")
+
 if checks:
     print("\n== targets ==")
     for name, v, op, goal in checks:
         ok = v >= goal if op == ">=" else v <= goal
-        print(f"  [{'MET ' if ok else 'MISS'}] {name:<42} {v:7.3f}  (target {op} {goal})")
+        print(f"  [{'MET ' if ok else 'MISS'}] {name:<48} {v:7.3f}  (target {op} {goal})")
 EOF
