@@ -34,6 +34,7 @@ pub use settings::{ConnSettings, Health};
 pub use status::{ScriptRun, UpstreamStatus};
 
 use crate::config::{Config, UpstreamTarget};
+use crate::error::replies;
 use crate::resp::Proto;
 
 /// Idle dedicated connections kept for reuse, per protocol and database. Scripts take one per
@@ -217,10 +218,10 @@ impl Upstream {
     /// # Errors
     /// `upstream.max_tracking_clients` places are taken.
     pub fn tracking_permit(&self) -> Result<OwnedSemaphorePermit, &'static str> {
-        self.tracking.clone().try_acquire_owned().map_err(|_| {
-            "ERR too many clients with CLIENT TRACKING on through corral \
-             (upstream.max_tracking_clients)"
-        })
+        self.tracking
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| replies::TOO_MANY_TRACKING.text())
     }
 
     /// A RESP3 connection of its own whose push frames go to `observer` (not reconnecting:
@@ -264,9 +265,11 @@ impl Upstream {
         proto: Proto,
         db: u32,
     ) -> Result<Dedicated, &'static str> {
-        let permit = self.dedicated.clone().try_acquire_owned().map_err(
-            |_| "ERR too many dedicated upstream connections in use (upstream.max_dedicated)",
-        )?;
+        let permit = self
+            .dedicated
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| replies::TOO_MANY_DEDICATED.text())?;
         Ok(self.take_dedicated(addr, proto, db, Some(permit)))
     }
 
