@@ -63,6 +63,7 @@ pub async fn run(
     let upstream_token = CancellationToken::new();
     let upstream = upstream::Upstream::start(&cfg, &target, base.clone(), &upstream_token);
     let mut metrics = metrics::Metrics::default();
+    metrics.count_upstream_connects(upstream.status.connects_counter());
     let cache = if cfg.cache.enabled {
         let status = upstream.status.clone();
         let c = cache::Cache::start(
