@@ -1,6 +1,6 @@
 //! Every error reply corral makes itself, in one place: fixed ones as [`Canned`] constants,
 //! those that name an argument as functions returning the text. Texts carry no leading `-` and
-//! no CRLF: what `resp::reply::Encoder::error` takes; [`Canned::wire`] and [`line`] give the
+//! no CRLF: what `resp::reply::Encoder::error` takes; [`Canned::wire`] and [`line()`] give the
 //! whole reply. Where corral answers in Redis's place, the text is Redis's, byte for byte.
 
 use bytes::Bytes;

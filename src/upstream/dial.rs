@@ -10,7 +10,7 @@ use super::handshake;
 use super::settings::ConnSettings;
 use super::status::UpstreamStatus;
 
-/// A connection to an upstream node, as [`dial`] makes it.
+/// A connection to an upstream node, as `dial` makes it.
 pub type Stream = TcpStream;
 
 /// Opens a socket to the node at `addr` (`host:port`), set up for request/reply traffic.

@@ -37,7 +37,7 @@ pub struct ConnSettings {
     /// inside MULTI, where a PING would be queued into the client's transaction).
     pub health: Option<Health>,
     /// corral's own connection, carrying no client's commands (a cache tracking lane): its
-    /// local address is recorded in [`UpstreamStatus`] so MONITOR can leave its traffic out.
+    /// local address is recorded in [`super::UpstreamStatus`] so MONITOR can leave its traffic out.
     pub internal: bool,
     /// Before writing a job, yield once so that other clients' ready jobs join the write (a
     /// shared connection). Off where requests must reach Redis as soon as they are queued:

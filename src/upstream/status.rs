@@ -61,7 +61,7 @@ fn ms_since_epoch(t: Instant) -> u64 {
 }
 
 /// A batch holding scripts or functions, counted as running until dropped; once answered it
-/// tells the [`ScriptBook`] how long its scripts took.
+/// tells the script book (`ScriptBook`) how long its scripts took.
 #[derive(Debug)]
 pub struct ScriptRun {
     running: Arc<AtomicUsize>,
