@@ -73,7 +73,6 @@ async fn respond(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> 
             let status = &shared.upstream.status;
             let m = &shared.metrics;
             m.upstream_connections.set(status.connected_count() as i64);
-            m.upstream_connects.set(status.connects_total() as i64);
             if let Some(cache) = &shared.cache {
                 cache.update_gauges();
             }

@@ -55,18 +55,20 @@ pub async fn run(
     listeners: Listeners,
     shutdown: CancellationToken,
 ) -> Result<()> {
-    cfg.validate()?;
+    let target = cfg.validate()?;
+    // Every upstream connection (shared, dedicated, cache lanes, pub/sub) starts from these.
+    let base = upstream::ConnSettings::new(&cfg, &target.primary);
     // Upstream connections outlive client connections during the drain, so in-flight requests
     // can complete; they get their own token, cancelled last.
     let upstream_token = CancellationToken::new();
-    let upstream = upstream::Upstream::start(&cfg, &upstream_token)?;
+    let upstream = upstream::Upstream::start(&cfg, &target, base.clone(), &upstream_token);
     let mut metrics = metrics::Metrics::default();
+    metrics.count_upstream_connects(upstream.status.connects_counter());
     let cache = if cfg.cache.enabled {
-        let settings = upstream::Upstream::settings(&cfg)?;
         let status = upstream.status.clone();
         let c = cache::Cache::start(
             &cfg,
-            settings,
+            base.clone(),
             status,
             upstream_token.child_token(),
             upstream.cluster.clone(),
@@ -77,7 +79,7 @@ pub async fn run(
         None
     };
     let hub = pubsub::Router::start(
-        upstream::Upstream::settings(&cfg)?,
+        base,
         upstream.status.clone(),
         upstream_token.child_token(),
         upstream.cluster.clone(),
@@ -94,7 +96,7 @@ pub async fn run(
     }
     let tracker = TaskTracker::new();
     if let Ok(addr) = listeners.client.local_addr() {
-        info!(listen = %addr, upstream = %cfg.upstream.url_for_log(), "corral ready");
+        info!(listen = %addr, upstream = %target.primary.addr, "corral ready");
     }
     server::serve(listeners.client, shared, shutdown, tracker.clone()).await;
     tracker.close();

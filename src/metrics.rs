@@ -26,8 +26,6 @@ pub struct Metrics {
     pub protocol_errors: Counter,
     /// Live upstream connections (set when scraped).
     pub upstream_connections: Gauge,
-    /// Upstream connections established since start (set when scraped).
-    pub upstream_connects: Gauge,
 }
 
 impl Default for Metrics {
@@ -42,7 +40,6 @@ impl Default for Metrics {
             upstream_errors: Counter::default(),
             protocol_errors: Counter::default(),
             upstream_connections: Gauge::default(),
-            upstream_connects: Gauge::default(),
             registry: Registry::default(),
         };
         // Counter names get `_total` appended by the encoder.
@@ -86,11 +83,6 @@ impl Default for Metrics {
             "Live upstream connections",
             m.upstream_connections.clone(),
         );
-        registry.register(
-            "upstream_connects",
-            "Upstream connections established since start",
-            m.upstream_connects.clone(),
-        );
         Metrics { registry, ..m }
     }
 }
@@ -99,6 +91,16 @@ impl Metrics {
     /// The registry, for other components to register their metrics at startup.
     pub fn registry_mut(&mut self) -> &mut Registry {
         &mut self.registry
+    }
+
+    /// Exports `connects`, counted by the upstream connections themselves, as
+    /// `corral_upstream_connects_total`.
+    pub fn count_upstream_connects(&mut self, connects: Counter) {
+        self.registry.register(
+            "upstream_connects",
+            "Upstream connections established since start",
+            connects,
+        );
     }
 
     /// The Prometheus text exposition of all metrics.
@@ -124,5 +126,19 @@ mod tests {
             text.contains("# TYPE corral_connected_clients gauge"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn upstream_connects_is_a_counter() {
+        let mut m = Metrics::default();
+        let connects = Counter::default();
+        m.count_upstream_connects(connects.clone());
+        connects.inc_by(2);
+        let text = m.render();
+        assert!(
+            text.contains("# TYPE corral_upstream_connects counter"),
+            "{text}"
+        );
+        assert!(text.contains("corral_upstream_connects_total 2"), "{text}");
     }
 }

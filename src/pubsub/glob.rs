@@ -10,7 +10,6 @@ pub fn matches(pattern: &[u8], string: &[u8]) -> bool {
 /// A port of `stringmatchlen_impl`. Where the C code reads its NUL terminator past the end
 /// of the pattern, `at` returns 0.
 fn match_impl(pattern: &[u8], string: &[u8], skip_longer: &mut bool) -> bool {
-    let at = |s: &[u8], i: usize| s.get(i).copied().unwrap_or(0);
     let (mut p, mut s) = (0usize, 0usize);
     while p < pattern.len() && s < string.len() {
         match pattern[p] {
@@ -37,45 +36,11 @@ fn match_impl(pattern: &[u8], string: &[u8], skip_longer: &mut bool) -> bool {
             }
             b'?' => s += 1,
             b'[' => {
-                p += 1;
-                let not = at(pattern, p) == b'^';
-                if not {
-                    p += 1;
-                }
-                let c = string[s];
-                let mut matched = false;
-                loop {
-                    let left = pattern.len().saturating_sub(p);
-                    if at(pattern, p) == b'\\' && left >= 2 {
-                        p += 1;
-                        if pattern[p] == c {
-                            matched = true;
-                        }
-                    } else if at(pattern, p) == b']' {
-                        break;
-                    } else if left == 0 {
-                        p -= 1;
-                        break;
-                    } else if left >= 3 && pattern[p + 1] == b'-' {
-                        let (mut start, mut end) = (pattern[p], pattern[p + 2]);
-                        if start > end {
-                            std::mem::swap(&mut start, &mut end);
-                        }
-                        p += 2;
-                        if c >= start && c <= end {
-                            matched = true;
-                        }
-                    } else if pattern[p] == c {
-                        matched = true;
-                    }
-                    p += 1;
-                }
-                if not {
-                    matched = !matched;
-                }
+                let (end, matched) = class(pattern, p + 1, string[s]);
                 if !matched {
                     return false;
                 }
+                p = end;
                 s += 1;
             }
             b'\\' => {
@@ -103,6 +68,48 @@ fn match_impl(pattern: &[u8], string: &[u8], skip_longer: &mut bool) -> bool {
         }
     }
     p >= pattern.len() && s == string.len()
+}
+
+/// The `[...]` class starting at `p` (just past its `[`) against the byte `c`: where the
+/// class ends (its `]`, or the last byte of an unterminated class) and whether `c` is in it.
+fn class(pattern: &[u8], mut p: usize, c: u8) -> (usize, bool) {
+    let not = at(pattern, p) == b'^';
+    if not {
+        p += 1;
+    }
+    let mut matched = false;
+    loop {
+        let left = pattern.len().saturating_sub(p);
+        if at(pattern, p) == b'\\' && left >= 2 {
+            p += 1;
+            if pattern[p] == c {
+                matched = true;
+            }
+        } else if at(pattern, p) == b']' {
+            break;
+        } else if left == 0 {
+            p -= 1;
+            break;
+        } else if left >= 3 && pattern[p + 1] == b'-' {
+            let (mut start, mut end) = (pattern[p], pattern[p + 2]);
+            if start > end {
+                std::mem::swap(&mut start, &mut end);
+            }
+            p += 2;
+            if c >= start && c <= end {
+                matched = true;
+            }
+        } else if pattern[p] == c {
+            matched = true;
+        }
+        p += 1;
+    }
+    (p, matched != not)
+}
+
+/// The pattern byte at `i`, or the C string's NUL terminator past its end.
+fn at(s: &[u8], i: usize) -> u8 {
+    s.get(i).copied().unwrap_or(0)
 }
 
 #[cfg(test)]

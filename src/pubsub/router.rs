@@ -11,7 +11,8 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
-use super::{Hub, Kind, Message};
+use super::hub::Hub;
+use super::message::{Kind, Message};
 use crate::cluster::{Addr, key_slot};
 use crate::upstream::cluster::ClusterUpstream;
 use crate::upstream::{ConnSettings, UpstreamStatus};

@@ -8,12 +8,13 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use super::conn::{self, ConnSettings, UpstreamConn};
+use super::conn::UpstreamConn;
+use super::dial::{self, Stream};
+use super::settings::ConnSettings;
 use super::status::UpstreamStatus;
 use crate::cluster::{Addr, SlotMap};
 use crate::config::ReadFrom;
@@ -237,7 +238,7 @@ impl ClusterUpstream {
             proto: Proto::Resp2,
             ..self.base.clone()
         };
-        let mut stream = conn::open(&settings, &self.status).await?;
+        let mut stream = dial::open(&settings, &self.status).await?;
         let deadline = settings.connect_timeout;
         let shards = tokio::time::timeout(deadline, ask(&mut stream, &[b"CLUSTER", b"SHARDS"]))
             .await
@@ -291,7 +292,7 @@ impl ClusterUpstream {
 }
 
 /// Sends one command and returns its whole reply.
-async fn ask(stream: &mut TcpStream, args: &[&[u8]]) -> Result<Bytes, String> {
+async fn ask(stream: &mut Stream, args: &[&[u8]]) -> Result<Bytes, String> {
     let mut req = BytesMut::new();
     encode_request(args, &mut req);
     stream.write_all(&req).await.map_err(|e| e.to_string())?;

@@ -1,11 +1,11 @@
 //! Connection setup: `HELLO <proto> [AUTH user pass]`, with a plain AUTH fallback for servers
 //! older than Redis 6. Replies here are decoded in full with `redis-protocol`: it is a cold path.
+//! It runs over any byte stream, so a TLS stream can be handshaken as a TCP one is.
 
 use bytes::BytesMut;
 use redis_protocol::resp2::types::OwnedFrame as Frame2;
 use redis_protocol::resp3::types::OwnedFrame as Frame3;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::resp::request::encode_request;
 use crate::resp::{Proto, ReplyScanner};
@@ -33,7 +33,7 @@ pub struct Greeting {
 /// # Errors
 /// The server's error text, or the I/O error.
 pub async fn hello(
-    stream: &mut TcpStream,
+    stream: &mut (impl AsyncRead + AsyncWrite + Unpin),
     proto: Proto,
     user: Option<&str>,
     password: Option<&str>,
@@ -67,7 +67,11 @@ pub async fn hello(
 ///
 /// # Errors
 /// The server's error (e.g. `DB index is out of range`) or an I/O error.
-pub async fn select(stream: &mut TcpStream, proto: Proto, db: u32) -> Result<(), String> {
+pub async fn select(
+    stream: &mut (impl AsyncRead + AsyncWrite + Unpin),
+    proto: Proto,
+    db: u32,
+) -> Result<(), String> {
     match command(stream, &[b"SELECT", db.to_string().as_bytes()], proto).await? {
         Reply::Error(e) => Err(e),
         Reply::Ok(_) => Ok(()),
@@ -78,7 +82,10 @@ pub async fn select(stream: &mut TcpStream, proto: Proto, db: u32) -> Result<(),
 ///
 /// # Errors
 /// The server's error or an I/O error.
-pub async fn readonly(stream: &mut TcpStream, proto: Proto) -> Result<(), String> {
+pub async fn readonly(
+    stream: &mut (impl AsyncRead + AsyncWrite + Unpin),
+    proto: Proto,
+) -> Result<(), String> {
     match command(stream, &[b"READONLY"], proto).await? {
         Reply::Error(e) => Err(e),
         Reply::Ok(_) => Ok(()),
@@ -91,14 +98,21 @@ pub async fn readonly(stream: &mut TcpStream, proto: Proto) -> Result<(), String
 ///
 /// # Errors
 /// I/O errors.
-pub async fn tracking_on(stream: &mut TcpStream, proto: Proto) -> Result<bool, String> {
+pub async fn tracking_on(
+    stream: &mut (impl AsyncRead + AsyncWrite + Unpin),
+    proto: Proto,
+) -> Result<bool, String> {
     Ok(matches!(
         command(stream, &[b"CLIENT", b"TRACKING", b"ON"], proto).await?,
         Reply::Ok(_)
     ))
 }
 
-async fn command(stream: &mut TcpStream, args: &[&[u8]], proto: Proto) -> Result<Reply, String> {
+async fn command(
+    stream: &mut (impl AsyncRead + AsyncWrite + Unpin),
+    args: &[&[u8]],
+    proto: Proto,
+) -> Result<Reply, String> {
     let mut out = BytesMut::new();
     encode_request(args, &mut out);
     stream.write_all(&out).await.map_err(|e| e.to_string())?;

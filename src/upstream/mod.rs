@@ -2,12 +2,23 @@
 //! and database, each client pinned to one of them so its requests reach Redis in the order it
 //! sent them; and dedicated connections for clients whose state cannot be shared
 //! (transactions, blocking commands).
+//!
+//! Files: `conn.rs` the handle clients send jobs through, `task.rs` the task that keeps one
+//! connection up (connect, backoff), `link.rs` the live connection (write jobs, hand replies
+//! back), `health.rs` its liveness checks, `dial.rs` opening one connection (socket and
+//! handshake), `job.rs` what is sent and where replies go, `settings.rs` per-connection
+//! settings, `status.rs` what is known about the upstream, `cluster.rs` the cluster.
 
 pub mod cluster;
 mod conn;
+mod dial;
 mod handshake;
+mod health;
+mod job;
+mod link;
+mod settings;
 mod status;
-mod url;
+mod task;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -16,12 +27,14 @@ use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
-pub use conn::{ConnSettings, Health, Job, JobResult, LinkObserver, ReplyTo, UpstreamConn};
+pub use conn::UpstreamConn;
+pub use dial::Stream;
+pub use job::{Job, JobResult, LinkObserver, ReplyTo};
+pub use settings::{ConnSettings, Health};
 pub use status::{ScriptRun, UpstreamStatus};
-pub use url::UpstreamUrl;
 
-use crate::config::Config;
-use crate::error::ConfigError;
+use crate::config::{Config, UpstreamTarget};
+use crate::error::replies;
 use crate::resp::Proto;
 
 /// Idle dedicated connections kept for reuse, per protocol and database. Scripts take one per
@@ -117,13 +130,15 @@ impl LinkObserver for PushRoute {
 }
 
 impl Upstream {
-    /// Starts `upstream.connections` connection tasks for each protocol.
-    ///
-    /// # Errors
-    /// The upstream URL in `cfg` is invalid.
-    pub fn start(cfg: &Config, shutdown: &CancellationToken) -> Result<Upstream, ConfigError> {
+    /// Starts `upstream.connections` connection tasks for each protocol to `target`, each
+    /// made with `base` settings (see [`ConnSettings::new`]).
+    pub fn start(
+        cfg: &Config,
+        target: &UpstreamTarget,
+        base: ConnSettings,
+        shutdown: &CancellationToken,
+    ) -> Upstream {
         let status = Arc::new(UpstreamStatus::default());
-        let base = Self::settings(cfg)?;
         let mut up = Upstream {
             base,
             connections: cfg.upstream.connections,
@@ -139,11 +154,9 @@ impl Upstream {
             cluster: None,
         };
         if cfg.cluster.enabled() {
-            let seeds = cfg
-                .cluster
+            let seeds = target
                 .seeds
                 .iter()
-                .filter_map(|s| UpstreamUrl::parse(s).ok())
                 .filter_map(|u| crate::cluster::Addr::parse(&u.addr))
                 .collect();
             up.cluster = Some(cluster::ClusterUpstream::start(
@@ -158,7 +171,12 @@ impl Upstream {
         }
         up.resp2 = up.pool(Proto::Resp2, 0);
         up.resp3 = up.pool(Proto::Resp3, 0);
-        Ok(up)
+        up
+    }
+
+    /// The address of the upstream (the first seed in cluster mode), for INFO and logs.
+    pub fn addr(&self) -> &str {
+        &self.base.addr
     }
 
     fn pool(&self, proto: Proto, db: u32) -> Vec<UpstreamConn> {
@@ -200,40 +218,16 @@ impl Upstream {
     /// # Errors
     /// `upstream.max_tracking_clients` places are taken.
     pub fn tracking_permit(&self) -> Result<OwnedSemaphorePermit, &'static str> {
-        self.tracking.clone().try_acquire_owned().map_err(|_| {
-            "ERR too many clients with CLIENT TRACKING on through corral \
-             (upstream.max_tracking_clients)"
-        })
+        self.tracking
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| replies::TOO_MANY_TRACKING.text())
     }
 
     /// A RESP3 connection of its own whose push frames go to `observer` (not reconnecting:
     /// Redis knows it by its id): the target of CLIENT TRACKING ... REDIRECT.
     pub fn push_sink(&self, observer: Arc<dyn LinkObserver>) -> UpstreamConn {
         self.spawn_observed(&self.base.addr, Proto::Resp3, 0, false, Some(observer))
-    }
-
-    /// Connection settings from the config (RESP2, database 0, reconnecting, no tracking).
-    ///
-    /// # Errors
-    /// The upstream URL in `cfg` is invalid.
-    pub fn settings(cfg: &Config) -> Result<ConnSettings, ConfigError> {
-        let url = cfg.upstream_url()?;
-        Ok(ConnSettings {
-            addr: url.addr,
-            user: url.user,
-            password: url.password,
-            proto: Proto::Resp2,
-            connect_timeout: cfg.connect_timeout(),
-            backoff_min: Duration::from_millis(cfg.upstream.reconnect_min_ms),
-            backoff_max: Duration::from_millis(cfg.upstream.reconnect_max_ms),
-            tracking: false,
-            db: 0,
-            reconnect: true,
-            readonly: false,
-            health: Some(cfg.health()),
-            internal: false,
-            gather: true,
-        })
     }
 
     /// The shared database-0 connection a client with this id uses for this protocol.
@@ -271,9 +265,11 @@ impl Upstream {
         proto: Proto,
         db: u32,
     ) -> Result<Dedicated, &'static str> {
-        let permit = self.dedicated.clone().try_acquire_owned().map_err(
-            |_| "ERR too many dedicated upstream connections in use (upstream.max_dedicated)",
-        )?;
+        let permit = self
+            .dedicated
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| replies::TOO_MANY_DEDICATED.text())?;
         Ok(self.take_dedicated(addr, proto, db, Some(permit)))
     }
 
@@ -321,13 +317,13 @@ impl Upstream {
     ///
     /// # Errors
     /// The connection or handshake failed or timed out.
-    pub async fn raw(&self, proto: Proto, db: u32) -> Result<tokio::net::TcpStream, String> {
+    pub async fn raw(&self, proto: Proto, db: u32) -> Result<Stream, String> {
         let settings = ConnSettings {
             proto,
             db,
             ..self.base.clone()
         };
-        conn::open(&settings, &self.status).await
+        dial::open(&settings, &self.status).await
     }
 
     /// Returns a dedicated connection whose state is clean (no transaction, no watched keys,

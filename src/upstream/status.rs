@@ -7,6 +7,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use prometheus_client::metrics::counter::Counter;
+
 /// How long after Redis last answered `-BUSY` or `-LOADING` corral still forwards PING.
 const BUSY_MEMORY: Duration = Duration::from_secs(2);
 
@@ -14,7 +16,8 @@ const BUSY_MEMORY: Duration = Duration::from_secs(2);
 #[derive(Debug, Default)]
 pub struct UpstreamStatus {
     connected: AtomicUsize,
-    reconnects: AtomicU64,
+    /// Connections established since start; also exported as a Prometheus counter.
+    connects: Counter,
     version: Mutex<Option<String>>,
     last_error: Mutex<Option<String>>,
     /// Scripts and functions sent through corral and not answered yet.
@@ -58,7 +61,7 @@ fn ms_since_epoch(t: Instant) -> u64 {
 }
 
 /// A batch holding scripts or functions, counted as running until dropped; once answered it
-/// tells the [`ScriptBook`] how long its scripts took.
+/// tells the script book (`ScriptBook`) how long its scripts took.
 #[derive(Debug)]
 pub struct ScriptRun {
     running: Arc<AtomicUsize>,
@@ -152,7 +155,7 @@ impl UpstreamStatus {
     /// A connection came up.
     pub fn connected(&self) {
         self.connected.fetch_add(1, Ordering::Relaxed);
-        self.reconnects.fetch_add(1, Ordering::Relaxed);
+        self.connects.inc();
     }
 
     /// Records why a connection attempt failed or a live connection was lost.
@@ -230,7 +233,12 @@ impl UpstreamStatus {
 
     /// Successful connects since start.
     pub fn connects_total(&self) -> u64 {
-        self.reconnects.load(Ordering::Relaxed)
+        self.connects.get()
+    }
+
+    /// The counter behind [`UpstreamStatus::connects_total`], to register with the metrics.
+    pub fn connects_counter(&self) -> Counter {
+        self.connects.clone()
     }
 
     /// Counts a script or function as running until the returned guard is dropped.

@@ -9,7 +9,12 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::error::ConfigError;
-use crate::upstream::UpstreamUrl;
+
+mod upstream;
+mod url;
+
+pub use upstream::{ClusterConfig, Health, ReadFrom, UpstreamConfig, UpstreamTarget};
+pub use url::UpstreamUrl;
 
 /// The whole configuration of one corral process.
 #[derive(Debug, Clone, Deserialize)]
@@ -39,80 +44,6 @@ pub struct Config {
     pub cache: CacheConfig,
     /// Redis Cluster upstream (instead of `upstream.url`).
     pub cluster: ClusterConfig,
-}
-
-/// A Redis Cluster upstream.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct ClusterConfig {
-    /// `redis://[user[:pass]@]host:port` of some cluster nodes; non-empty turns cluster mode
-    /// on. Credentials are taken from the first.
-    pub seeds: Vec<String>,
-    /// Topology refresh period (it is also refreshed at once on redirections and failures).
-    pub refresh_ms: u64,
-    /// Where read-only commands go: masters only (default), replicas (falling back to the
-    /// master when a shard has none), or any node of the shard.
-    pub read_from: ReadFrom,
-}
-
-/// Which nodes serve read-only commands in cluster mode.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ReadFrom {
-    /// Masters only: reads see every acknowledged write.
-    #[default]
-    Master,
-    /// Replicas (READONLY): offloads masters; reads may lag writes by the replication delay.
-    Replica,
-    /// Master and replicas, spread by client.
-    Any,
-}
-
-impl Default for ClusterConfig {
-    fn default() -> Self {
-        ClusterConfig {
-            seeds: Vec::new(),
-            refresh_ms: 5_000,
-            read_from: ReadFrom::Master,
-        }
-    }
-}
-
-impl ClusterConfig {
-    /// True when corral fronts a cluster.
-    pub fn enabled(&self) -> bool {
-        !self.seeds.is_empty()
-    }
-}
-
-/// The upstream Redis and how corral talks to it.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct UpstreamConfig {
-    /// `redis://[user[:pass]@]host:port` of the upstream server.
-    pub url: String,
-    /// Shared pipelined connections per protocol version (RESP2, RESP3).
-    pub connections: usize,
-    /// Deadline for establishing (and authenticating) one upstream connection.
-    pub connect_timeout_ms: u64,
-    /// Deadline for the reply to a request on a shared connection; 0 waits forever. Dedicated
-    /// connections (scripts, transactions, blocking commands) wait as long as Redis takes.
-    pub request_timeout_ms: u64,
-    /// First delay between reconnection attempts; doubles up to `reconnect_max_ms`.
-    pub reconnect_min_ms: u64,
-    /// Largest delay between reconnection attempts.
-    pub reconnect_max_ms: u64,
-    /// Most connections reserved for single clients at once (transactions, blocking
-    /// commands, scripts, clients authenticated as a Redis ACL user); further transactions and blocking commands get an error, further
-    /// scripts use the shared connections.
-    pub max_dedicated: usize,
-    /// Run a script or function on a dedicated connection (for the rest of its client's
-    /// round) until it is known to finish quickly, so a long one never holds up other
-    /// clients; `false` keeps every script on the shared connections.
-    pub isolate_scripts: bool,
-    /// Most clients with CLIENT TRACKING on at once, each holding a dedicated connection
-    /// (counted in `max_dedicated` too), plus the REDIRECT targets' connections.
-    pub max_tracking_clients: usize,
 }
 
 /// Per-client limits, named after the Redis settings they mirror.
@@ -196,31 +127,6 @@ impl Default for Config {
     }
 }
 
-impl Default for UpstreamConfig {
-    fn default() -> Self {
-        UpstreamConfig {
-            url: "redis://127.0.0.1:6379".into(),
-            connections: 2,
-            connect_timeout_ms: 1_000,
-            request_timeout_ms: 5_000,
-            reconnect_min_ms: 50,
-            reconnect_max_ms: 2_000,
-            max_dedicated: 1024,
-            isolate_scripts: true,
-            max_tracking_clients: 256,
-        }
-    }
-}
-
-impl UpstreamConfig {
-    /// The upstream address without credentials, for logs.
-    pub fn url_for_log(&self) -> String {
-        UpstreamUrl::parse(&self.url)
-            .map(|u| u.addr)
-            .unwrap_or_default()
-    }
-}
-
 impl Default for LimitsConfig {
     fn default() -> Self {
         LimitsConfig {
@@ -272,11 +178,12 @@ impl Config {
         Config::from_toml(&text)
     }
 
-    /// Checks values that parse but make no sense; the error names the field.
+    /// Checks values that parse but make no sense, and returns the upstream the config
+    /// names: the one place upstream URLs are parsed. The error names the field.
     ///
     /// # Errors
     /// The first invalid field found.
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    pub fn validate(&self) -> Result<UpstreamTarget, ConfigError> {
         let invalid = |field: &'static str, why: &str| ConfigError::Invalid {
             field,
             why: why.to_string(),
@@ -289,27 +196,8 @@ impl Config {
                 .parse::<SocketAddr>()
                 .map_err(|e| invalid("admin", &e.to_string()))?;
         }
-        UpstreamUrl::parse(&self.upstream.url).map_err(|e| invalid("upstream.url", &e))?;
-        for seed in &self.cluster.seeds {
-            UpstreamUrl::parse(seed).map_err(|e| invalid("cluster.seeds", &e))?;
-        }
-        if self.cluster.enabled() && self.cluster.refresh_ms == 0 {
-            return Err(invalid("cluster.refresh_ms", "must be positive"));
-        }
-        if self.upstream.connections == 0 || self.upstream.connections > 64 {
-            return Err(invalid("upstream.connections", "must be 1 to 64"));
-        }
-        if self.upstream.connect_timeout_ms == 0 {
-            return Err(invalid("upstream.connect_timeout_ms", "must be positive"));
-        }
-        if self.upstream.reconnect_min_ms == 0
-            || self.upstream.reconnect_max_ms < self.upstream.reconnect_min_ms
-        {
-            return Err(invalid(
-                "upstream.reconnect_min_ms",
-                "must be positive and at most reconnect_max_ms",
-            ));
-        }
+        let target = UpstreamTarget::parse(&self.upstream, &self.cluster)?;
+        self.upstream.validate()?;
         if self.max_clients == 0 {
             return Err(invalid("max_clients", "must be positive"));
         }
@@ -354,7 +242,7 @@ impl Config {
         if c.lane_deadline_ms < 10 || c.lane_deadline_ms > 3_600_000 {
             return Err(invalid("cache.lane_deadline_ms", "must be 10 to 3600000"));
         }
-        Ok(())
+        Ok(target)
     }
 
     /// The parsed upstream URL (valid after [`Config::validate`]).
@@ -363,11 +251,7 @@ impl Config {
     /// The URL does not parse.
     pub fn upstream_url(&self) -> Result<UpstreamUrl, ConfigError> {
         // In cluster mode the first seed gives the address to start from and the credentials.
-        let (field, url) = match self.cluster.seeds.first() {
-            Some(seed) => ("cluster.seeds", seed),
-            None => ("upstream.url", &self.upstream.url),
-        };
-        UpstreamUrl::parse(url).map_err(|why| ConfigError::Invalid { field, why })
+        UpstreamTarget::parse(&self.upstream, &self.cluster).map(|t| t.primary)
     }
 
     /// Deadline for one upstream connect.
@@ -377,8 +261,8 @@ impl Config {
 
     /// Liveness checks of the long-lived upstream connections (tracking lanes, shared and
     /// pub/sub connections).
-    pub fn health(&self) -> crate::upstream::Health {
-        crate::upstream::Health {
+    pub fn health(&self) -> Health {
+        Health {
             check: Duration::from_millis(self.cache.lane_check_ms),
             deadline: Duration::from_millis(self.cache.lane_deadline_ms),
             strict: false,
@@ -405,6 +289,8 @@ mod tests {
     #[test]
     fn empty_document_gives_defaults() {
         let cfg = Config::from_toml("").unwrap();
+        let target = cfg.validate().unwrap();
+        assert_eq!(target.primary.addr, "127.0.0.1:6379");
         assert_eq!(cfg.listen, "127.0.0.1:6380");
         assert_eq!(cfg.upstream.url, "redis://127.0.0.1:6379");
         assert!(cfg.cache.enabled);

@@ -1,0 +1,236 @@
+//! The subscription hub: however many clients subscribe to a channel, corral subscribes once
+//! upstream, on one RESP3 connection, and fans each message out (see `observer.rs`).
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use super::glob;
+use super::message::{Handoff, Kind, Message};
+use super::observer::Observer;
+use super::state::{Inner, Subscriber};
+use crate::resp::request::encode_request;
+use crate::upstream::{ConnSettings, LinkObserver, ReplyTo, UpstreamConn, UpstreamStatus};
+
+/// The subscription hub.
+#[derive(Debug)]
+pub struct Hub {
+    inner: Arc<Inner>,
+    conn: UpstreamConn,
+}
+
+impl Hub {
+    /// Starts the hub's upstream connection.
+    pub fn start(
+        settings: ConnSettings,
+        status: Arc<UpstreamStatus>,
+        shutdown: CancellationToken,
+    ) -> Hub {
+        Hub::start_with(settings, status, shutdown, None)
+    }
+
+    /// Like [`Hub::start`]; `moved` receives the shard channels the server dropped on its own
+    /// (`sunsubscribe` pushes after its slot moved away), to be subscribed elsewhere.
+    pub fn start_with(
+        settings: ConnSettings,
+        status: Arc<UpstreamStatus>,
+        shutdown: CancellationToken,
+        moved: Option<mpsc::UnboundedSender<Bytes>>,
+    ) -> Hub {
+        let inner = Arc::new(Inner::default());
+        let settings = ConnSettings {
+            proto: crate::resp::Proto::Resp3,
+            tracking: false,
+            reconnect: true,
+            gather: false,
+            ..settings
+        };
+        let (ups_tx, ups_rx) = mpsc::channel(1);
+        let observer: Arc<dyn LinkObserver> = Arc::new(Observer::new(inner.clone(), ups_tx, moved));
+        let conn = UpstreamConn::spawn(settings, status, shutdown, Some(observer));
+        tokio::spawn(resubscribe(inner.clone(), conn.clone(), ups_rx));
+        Hub { inner, conn }
+    }
+
+    /// Registers a client's message queue; `kill` disconnects it if it falls behind.
+    pub fn register(&self, id: u64, tx: mpsc::Sender<Arc<Message>>, kill: CancellationToken) {
+        let sub = Subscriber {
+            tx,
+            kill,
+            topics: HashSet::new(),
+        };
+        self.inner.lock().subscribers.insert(id, sub);
+    }
+
+    /// Subscribes client `id` to `name`. Returns a receiver that fires once Redis has
+    /// confirmed the upstream subscription, or `None` when it already had.
+    pub fn subscribe(&self, id: u64, kind: Kind, name: &[u8]) -> Option<oneshot::Receiver<()>> {
+        let mut state = self.inner.lock();
+        let key = (kind, Bytes::copy_from_slice(name));
+        if let Some(sub) = state.subscribers.get_mut(&id) {
+            sub.topics.insert(key.clone());
+        }
+        let topic = state.topics.entry(key).or_default();
+        let first = topic.subscribers.is_empty() && !topic.confirmed && topic.waiters.is_empty();
+        topic.subscribers.insert(id);
+        if topic.confirmed {
+            return None;
+        }
+        let (tx, rx) = oneshot::channel();
+        topic.waiters.push(tx);
+        drop(state);
+        if first {
+            self.send(kind.subscribe_cmd(), name);
+        }
+        Some(rx)
+    }
+
+    /// Unsubscribes client `id` from `name`; the upstream subscription ends with its last
+    /// subscriber. Returns a receiver that fires once Redis has confirmed that end, or `None`
+    /// when the upstream subscription stays: after the client saw its confirmation, PUBLISH
+    /// no longer counts corral for it.
+    pub fn unsubscribe(&self, id: u64, kind: Kind, name: &[u8]) -> Option<oneshot::Receiver<()>> {
+        let mut state = self.inner.lock();
+        let key = (kind, Bytes::copy_from_slice(name));
+        if let Some(sub) = state.subscribers.get_mut(&id) {
+            sub.topics.remove(&key);
+        }
+        let topic = state.topics.get_mut(&key)?;
+        topic.subscribers.remove(&id);
+        if !topic.subscribers.is_empty() {
+            return None;
+        }
+        state.topics.remove(&key);
+        let (tx, rx) = oneshot::channel();
+        state
+            .unsubscribing
+            .entry(key.clone())
+            .or_default()
+            .push_back(tx);
+        drop(state);
+        let mut req = BytesMut::new();
+        encode_request(&[kind.unsubscribe_cmd(), name], &mut req);
+        let inner = self.inner.clone();
+        // Not sent (queue full, connection closed): no confirmation will come.
+        let failed = move |r: crate::upstream::JobResult| {
+            if r.is_err() {
+                inner.confirm_unsubscribe(&key);
+            }
+        };
+        self.conn
+            .try_send_to(req.freeze(), 0, ReplyTo::Call(Box::new(failed)));
+        Some(rx)
+    }
+
+    /// How far Redis's count of receivers for a message on `channel` is from the count a
+    /// client of corral should see: corral's own subscribers that would get it minus corral's
+    /// upstream subscriptions that Redis counted (one per matching channel or pattern).
+    /// PUBLISH (`Kind::Channel`) counts pattern subscribers too, as Redis does; with
+    /// `patterns` false only the channel itself counts (PUBSUB NUMSUB).
+    pub fn count_delta(&self, kind: Kind, channel: &[u8], patterns: bool) -> i64 {
+        let state = self.inner.lock();
+        let key = (kind, Bytes::copy_from_slice(channel));
+        let mut delta = 0i64;
+        let mut count = |key: &(Kind, Bytes)| {
+            if let Some(t) = state.topics.get(key) {
+                delta += t.subscribers.len() as i64;
+            }
+            if state.upstream_has(key) {
+                delta -= 1;
+            }
+        };
+        count(&key);
+        if patterns && kind == Kind::Channel {
+            let matching: Vec<&(Kind, Bytes)> = state
+                .topics
+                .keys()
+                .chain(state.unsubscribing.keys())
+                .filter(|(k, p)| *k == Kind::Pattern && glob::matches(p, channel))
+                .collect::<HashSet<_>>()
+                .into_iter()
+                .collect();
+            for key in matching {
+                count(key);
+            }
+        }
+        delta
+    }
+
+    /// No subscription at all, upstream or pending: Redis's counts need no correction.
+    pub fn is_idle(&self) -> bool {
+        let state = self.inner.lock();
+        state.topics.is_empty() && state.unsubscribing.values().all(VecDeque::is_empty)
+    }
+
+    /// Forgets a client entirely (it disconnected or sent RESET). Returns the confirmations
+    /// of the upstream subscriptions this ended (see [`Hub::unsubscribe`]).
+    pub fn remove(&self, id: u64) -> Vec<oneshot::Receiver<()>> {
+        let topics = match self.inner.lock().subscribers.get(&id) {
+            Some(sub) => sub.topics.iter().cloned().collect::<Vec<_>>(),
+            None => return Vec::new(),
+        };
+        let waits = topics
+            .into_iter()
+            .filter_map(|(kind, name)| self.unsubscribe(id, kind, &name))
+            .collect();
+        self.inner.lock().subscribers.remove(&id);
+        waits
+    }
+
+    /// Removes a topic (its upstream subscription is gone) and returns its subscribers with
+    /// their queues, to subscribe them elsewhere.
+    pub fn take_topic(&self, kind: Kind, name: &[u8]) -> Vec<Handoff> {
+        let mut state = self.inner.lock();
+        let key = (kind, Bytes::copy_from_slice(name));
+        let Some(topic) = state.topics.remove(&key) else {
+            return Vec::new();
+        };
+        topic
+            .subscribers
+            .iter()
+            .filter_map(|id| {
+                let sub = state.subscribers.get_mut(id)?;
+                sub.topics.remove(&key);
+                Some(Handoff {
+                    id: *id,
+                    tx: sub.tx.clone(),
+                    kill: sub.kill.clone(),
+                })
+            })
+            .collect()
+    }
+
+    /// Whether client `id` has a queue registered here.
+    pub fn is_registered(&self, id: u64) -> bool {
+        self.inner.lock().subscribers.contains_key(&id)
+    }
+
+    /// Upstream subscriptions now (for INFO).
+    pub fn upstream_subscriptions(&self) -> usize {
+        self.inner.lock().topics.len()
+    }
+
+    fn send(&self, cmd: &[u8], name: &[u8]) {
+        let mut req = BytesMut::new();
+        encode_request(&[cmd, name], &mut req);
+        // In RESP3 the answers are push frames, handled by the observer: no reply to wait for.
+        self.conn
+            .try_send_to(req.freeze(), 0, ReplyTo::Call(Box::new(|_| {})));
+    }
+}
+
+/// Resends every live subscription; called by the hub after its connection came back.
+async fn resubscribe(inner: Arc<Inner>, conn: UpstreamConn, mut ups: mpsc::Receiver<()>) {
+    while ups.recv().await.is_some() {
+        let topics: Vec<(Kind, Bytes)> = inner.lock().topics.keys().cloned().collect();
+        for (kind, name) in topics {
+            let mut req = BytesMut::new();
+            encode_request(&[kind.subscribe_cmd(), &name], &mut req);
+            conn.send_to(req.freeze(), 0, ReplyTo::Call(Box::new(|_| {})))
+                .await;
+        }
+    }
+}

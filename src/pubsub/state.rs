@@ -1,0 +1,83 @@
+//! What the hub knows: each topic's subscribers and whether Redis confirmed it, each
+//! subscriber's queue and topics, and the upstream UNSUBSCRIBEs not confirmed yet. One lock
+//! guards it all; it is taken briefly, never across an `.await`.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use bytes::Bytes;
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use super::message::{Kind, Message};
+
+#[derive(Debug, Default)]
+pub(super) struct Topic {
+    pub(super) subscribers: HashSet<u64>,
+    pub(super) confirmed: bool,
+    pub(super) waiters: Vec<oneshot::Sender<()>>,
+}
+
+#[derive(Debug)]
+pub(super) struct Subscriber {
+    pub(super) tx: mpsc::Sender<Arc<Message>>,
+    pub(super) kill: CancellationToken,
+    pub(super) topics: HashSet<(Kind, Bytes)>,
+}
+
+#[derive(Debug, Default)]
+pub(super) struct State {
+    pub(super) topics: HashMap<(Kind, Bytes), Topic>,
+    pub(super) subscribers: HashMap<u64, Subscriber>,
+    /// Upstream UNSUBSCRIBEs sent and not yet confirmed, per topic, in the order sent: each
+    /// confirmation wakes the client whose unsubscribe ended the topic. Until then Redis
+    /// still counts corral as a subscriber.
+    pub(super) unsubscribing: HashMap<(Kind, Bytes), VecDeque<oneshot::Sender<()>>>,
+}
+
+impl State {
+    /// Whether Redis counts corral as subscribed to `key` now, as far as corral knows.
+    pub(super) fn upstream_has(&self, key: &(Kind, Bytes)) -> bool {
+        self.topics.contains_key(key) || self.unsubscribing.get(key).is_some_and(|q| !q.is_empty())
+    }
+
+    /// Releases every client waiting for an upstream unsubscribe: the connection is gone,
+    /// and Redis dropped its subscriptions with it.
+    pub(super) fn release_unsubscribes(&mut self) {
+        for (_, q) in self.unsubscribing.drain() {
+            for w in q {
+                let _ = w.send(());
+            }
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+pub(super) struct Inner {
+    state: Mutex<State>,
+}
+
+impl Inner {
+    pub(super) fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Wakes the client waiting for the oldest unconfirmed UNSUBSCRIBE of `key`; false if none.
+    pub(super) fn confirm_unsubscribe(&self, key: &(Kind, Bytes)) -> bool {
+        let mut state = self.lock();
+        let Some(q) = state.unsubscribing.get_mut(key) else {
+            return false;
+        };
+        let waiter = q.pop_front();
+        if q.is_empty() {
+            state.unsubscribing.remove(key);
+        }
+        match waiter {
+            Some(w) => {
+                let _ = w.send(());
+                true
+            }
+            None => false,
+        }
+    }
+}

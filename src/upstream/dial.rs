@@ -1,0 +1,91 @@
+//! Making one upstream connection: dial the node, run the handshake (HELLO, AUTH, SELECT,
+//! READONLY, CLIENT TRACKING), and register its local address for MONITOR. [`dial`] is the
+//! only place a socket to a node is opened, so a TLS layer (issue 12) goes there and in
+//! [`Stream`].
+
+use tokio::net::TcpStream;
+use tokio::time::timeout;
+
+use super::handshake;
+use super::settings::ConnSettings;
+use super::status::UpstreamStatus;
+
+/// A connection to an upstream node, as `dial` makes it.
+pub type Stream = TcpStream;
+
+/// Opens a socket to the node at `addr` (`host:port`), set up for request/reply traffic.
+///
+/// # Errors
+/// The connect failed.
+pub async fn dial(addr: &str) -> Result<Stream, String> {
+    let stream = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
+    // Pipelined requests are written in batches already; Nagle would only add latency.
+    stream.set_nodelay(true).map_err(|e| e.to_string())?;
+    Ok(stream)
+}
+
+/// Connects and runs the handshake within the connect timeout.
+///
+/// # Errors
+/// The connect, the handshake or the deadline failed.
+pub async fn open(s: &ConnSettings, status: &UpstreamStatus) -> Result<Stream, String> {
+    let stream = match timeout(s.connect_timeout, connect(s, status)).await {
+        Ok(r) => r.map(|(stream, _, _)| stream)?,
+        Err(_) => return Err("connect timed out".into()),
+    };
+    // Not managed here: no longer registered once handed over (it is MONITOR's relay).
+    if let Ok(a) = stream.local_addr() {
+        status.remove_conn(a);
+    }
+    Ok(stream)
+}
+
+/// Connects and runs the handshake; returns the stream, whether tracking is on, and the
+/// server's client id for the connection.
+pub(super) async fn connect(
+    s: &ConnSettings,
+    status: &UpstreamStatus,
+) -> Result<(Stream, bool, Option<u64>), String> {
+    let mut stream = dial(&s.addr).await?;
+    // Known to MONITOR from before the handshake, whose commands are corral's own; the
+    // guard forgets it if the handshake fails or is abandoned (connect timeout).
+    let mut registered = stream.local_addr().ok().map(|a| {
+        status.add_conn(a, s.internal);
+        ConnRegistration { status, addr: a }
+    });
+    let greeting = handshake::hello(
+        &mut stream,
+        s.proto,
+        s.user.as_deref(),
+        s.password.as_deref(),
+    )
+    .await?
+    .unwrap_or_default();
+    if let Some(v) = &greeting.version {
+        status.set_version(v);
+    }
+    if s.db != 0 {
+        handshake::select(&mut stream, s.proto, s.db).await?;
+    }
+    if s.readonly {
+        handshake::readonly(&mut stream, s.proto).await?;
+    }
+    let tracking = s.tracking && handshake::tracking_on(&mut stream, s.proto).await?;
+    // Up: the caller forgets the address when the connection closes.
+    if let Some(r) = registered.take() {
+        std::mem::forget(r);
+    }
+    Ok((stream, tracking, greeting.id))
+}
+
+/// Forgets a connection's address (see [`UpstreamStatus::add_conn`]) when dropped.
+struct ConnRegistration<'a> {
+    status: &'a UpstreamStatus,
+    addr: std::net::SocketAddr,
+}
+
+impl Drop for ConnRegistration<'_> {
+    fn drop(&mut self) {
+        self.status.remove_conn(self.addr);
+    }
+}

@@ -1,0 +1,387 @@
+//! One live upstream connection ([`Link`]): jobs are written in arrival order; replies come
+//! back in the same order, so each job gets the contiguous slice of the read buffer that holds
+//! its replies. Push frames go to the connection's [`LinkObserver`], or stay between the
+//! replies where Redis put them when the observer says they belong to the client.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Buf, Bytes, BytesMut};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::mpsc;
+use tokio::time::{Instant, sleep_until};
+use tracing::{debug, warn};
+
+use super::dial::Stream;
+use super::health::{Dead, Due, Liveness};
+use super::job::{Job, LinkObserver, ReplyTo};
+use super::settings::Health;
+use super::status::UpstreamStatus;
+use crate::error::UpstreamError;
+use crate::resp::ReplyScanner;
+
+/// Stop gathering more jobs into one write once this much is buffered.
+const WRITE_BATCH: usize = 64 * 1024;
+/// Read buffer growth step.
+const READ_CHUNK: usize = 16 * 1024;
+/// Timer period of a connection without health checks (the timer is then never polled).
+const NO_CHECKS: Duration = Duration::from_secs(86_400);
+
+/// A job whose replies are still arriving.
+pub(super) struct Waiter {
+    remaining: u32,
+    reply: ReplyTo,
+    /// Replies already received, when a push frame split them (never on shared connections in
+    /// practice, since they do not subscribe or track).
+    partial: BytesMut,
+    /// corral's own health-check PING: its reply is consumed here, never handed to a client.
+    probe: bool,
+}
+
+/// Why a live connection ended.
+pub(super) struct End {
+    pub(super) cause: String,
+    /// No reply came in time: in-flight jobs get `timed out` rather than `connection lost`.
+    pub(super) timed_out: bool,
+}
+
+impl End {
+    pub(super) fn lost(cause: impl Into<String>) -> End {
+        End {
+            cause: cause.into(),
+            timed_out: false,
+        }
+    }
+
+    pub(super) fn timed_out(cause: impl Into<String>) -> End {
+        End {
+            cause: cause.into(),
+            timed_out: true,
+        }
+    }
+}
+
+/// The encoded health-check request.
+const PING: &[u8] = b"*1\r\n$4\r\nPING\r\n";
+
+/// State of one live connection.
+pub(super) struct Link {
+    addr: String,
+    inflight: VecDeque<Waiter>,
+    rbuf: BytesMut,
+    wbuf: BytesMut,
+    scanner: ReplyScanner,
+    /// Start of the next frame in `rbuf`, relative to its front.
+    frame_start: usize,
+    observer: Option<Arc<dyn LinkObserver>>,
+    /// Health checks, for a connection that has them.
+    liveness: Option<Liveness>,
+    /// Told when Redis answers `-BUSY` or `-LOADING` (PING is then forwarded).
+    status: Arc<UpstreamStatus>,
+    /// Let other clients add their requests to a write before it is made.
+    pub(super) gather: bool,
+}
+
+impl Link {
+    pub(super) fn new(
+        addr: &str,
+        observer: Option<Arc<dyn LinkObserver>>,
+        health: Option<Health>,
+        status: Arc<UpstreamStatus>,
+    ) -> Self {
+        let liveness = health.map(|h| Liveness::new(h, status.node_life(addr), Instant::now()));
+        Link {
+            observer,
+            status,
+            gather: true,
+            addr: addr.to_string(),
+            inflight: VecDeque::new(),
+            rbuf: BytesMut::with_capacity(READ_CHUNK),
+            wbuf: BytesMut::with_capacity(READ_CHUNK),
+            scanner: ReplyScanner::new(),
+            frame_start: 0,
+            liveness,
+        }
+    }
+
+    /// Runs the health check due now, writing a PING if one is owed. Returns when to look
+    /// again, or why the connection is dead.
+    fn check_health(&mut self, now: Instant) -> Result<Instant, End> {
+        let Some(liveness) = &mut self.liveness else {
+            return Ok(now + NO_CHECKS);
+        };
+        match liveness.check(self.inflight.is_empty(), now) {
+            Ok(Due::Wait(at)) => Ok(at),
+            Ok(Due::Ping(at)) => {
+                self.wbuf.extend_from_slice(PING);
+                self.inflight.push_back(Waiter {
+                    remaining: 1,
+                    reply: ReplyTo::Call(Box::new(|_| {})),
+                    partial: BytesMut::new(),
+                    probe: true,
+                });
+                Ok(at)
+            }
+            Err(Dead(cause)) => Err(End::timed_out(cause)),
+        }
+    }
+
+    pub(super) async fn serve(&mut self, mut stream: Stream, rx: &mut mpsc::Receiver<Job>) -> End {
+        let (mut rd, mut wr) = stream.split();
+        let checked = self.liveness.is_some();
+        // Without health checks the timer branch is disabled and never polled.
+        let first = self
+            .liveness
+            .as_ref()
+            .map_or(NO_CHECKS, Liveness::first_check);
+        let timer = sleep_until(Instant::now() + first);
+        tokio::pin!(timer);
+        loop {
+            if self.rbuf.capacity() - self.rbuf.len() < READ_CHUNK / 4 {
+                self.rbuf.reserve(READ_CHUNK);
+            }
+            tokio::select! {
+                biased;
+                r = rd.read_buf(&mut self.rbuf) => match r {
+                    Ok(0) => return End::lost("closed by upstream"),
+                    Ok(_) => {
+                        if let Some(l) = &mut self.liveness {
+                            l.heard(Instant::now());
+                        }
+                        if let Err(e) = self.deliver() {
+                            return End::lost(e);
+                        }
+                    }
+                    Err(e) => return End::lost(e.to_string()),
+                },
+                r = wr.write_buf(&mut self.wbuf), if !self.wbuf.is_empty() => {
+                    if let Err(e) = r {
+                        return End::lost(e.to_string());
+                    }
+                }
+                () = &mut timer, if checked => {
+                    match self.check_health(Instant::now()) {
+                        Ok(next) => timer.as_mut().reset(next),
+                        Err(end) => {
+                            warn!(upstream = %self.addr, cause = %end.cause, "upstream connection unresponsive");
+                            return end;
+                        }
+                    }
+                }
+                job = rx.recv(), if self.wbuf.len() < WRITE_BATCH => match job {
+                    Some(job) => {
+                        self.enqueue(job);
+                        // Let client tasks that are ready right now add their requests to
+                        // this write: one write (and one read) for many clients' requests
+                        // costs Redis and the kernel far less than one each. Not on a
+                        // dedicated connection: its one client has nothing more to add, and
+                        // a blocking command (or EXEC) must reach Redis before what other
+                        // clients sent after it, as it would going to Redis directly.
+                        if self.gather {
+                            tokio::task::yield_now().await;
+                        }
+                        while self.wbuf.len() < WRITE_BATCH {
+                            match rx.try_recv() {
+                                Ok(job) => self.enqueue(job),
+                                Err(_) => break,
+                            }
+                        }
+                    }
+                    None => return End::lost("shutting down"),
+                },
+            }
+        }
+    }
+
+    fn enqueue(&mut self, job: Job) {
+        if job.reply.is_closed() {
+            // The client gave up (timed out or disconnected) before this was written: nothing
+            // has reached Redis yet, so skip it rather than run it.
+            return;
+        }
+        self.wbuf.extend_from_slice(&job.bytes);
+        if job.count == 0 {
+            // Requests answered only by push frames (SUBSCRIBE on RESP3): nothing to wait for.
+            job.reply.send(Ok(Bytes::new()));
+            return;
+        }
+        if let (Some(l), true) = (&mut self.liveness, self.inflight.is_empty()) {
+            l.went_busy(Instant::now());
+        }
+        self.inflight.push_back(Waiter {
+            remaining: job.count,
+            reply: job.reply,
+            partial: BytesMut::new(),
+            probe: false,
+        });
+    }
+
+    /// Hands complete replies to their waiters.
+    fn deliver(&mut self) -> Result<(), String> {
+        while let Some(frame) = self
+            .scanner
+            .next_frame(&self.rbuf)
+            .map_err(|e| e.to_string())?
+        {
+            if frame.push {
+                let start = self.frame_start;
+                if let (Some(o), Some(front)) = (&self.observer, self.inflight.front_mut()) {
+                    let mut kept = BytesMut::new();
+                    if o.push_inline(&self.rbuf[start..frame.end], &mut kept) {
+                        // The push stays between the replies where Redis put it.
+                        front.partial.extend_from_slice(&self.rbuf[..start]);
+                        front.partial.extend_from_slice(&kept);
+                        self.rbuf.advance(frame.end);
+                        self.scanner.consumed(frame.end);
+                        self.frame_start = 0;
+                        continue;
+                    }
+                }
+                // Keep the replies before the push; hand the push to the observer.
+                match &self.observer {
+                    Some(o) => o.push(&self.rbuf[start..frame.end]),
+                    None => debug!(upstream = %self.addr, "dropped push frame"),
+                }
+                if let Some(front) = self.inflight.front_mut() {
+                    front.partial.extend_from_slice(&self.rbuf[..start]);
+                }
+                self.rbuf.advance(frame.end);
+                self.scanner.consumed(frame.end);
+                self.frame_start = 0;
+                continue;
+            }
+            let Some(front) = self.inflight.front_mut() else {
+                return Err("reply without a request".into());
+            };
+            // One byte compared per reply in the common case: only errors are looked at.
+            let reply = &self.rbuf[self.frame_start..frame.end];
+            if reply.first() == Some(&b'-') && crate::commands::busy::reports_busy(reply) {
+                self.status.saw_busy();
+            }
+            self.frame_start = frame.end;
+            front.remaining -= 1;
+            if front.remaining > 0 {
+                continue;
+            }
+            let mut bytes = self.rbuf.split_to(frame.end);
+            self.scanner.consumed(frame.end);
+            self.frame_start = 0;
+            if let Some(w) = self.inflight.pop_front() {
+                if w.probe {
+                    if let Some(l) = &mut self.liveness {
+                        l.probe_answered();
+                    }
+                    continue;
+                }
+                let mut all = BytesMut::new();
+                if let Some(o) = &self.observer {
+                    o.take_pending(&mut all);
+                }
+                if !w.partial.is_empty() || !all.is_empty() {
+                    all.extend_from_slice(&w.partial);
+                    all.extend_from_slice(&bytes);
+                    bytes = all;
+                }
+                w.reply.send(Ok(bytes.freeze()));
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn fail_all(&mut self, end: &End) {
+        for w in self.inflight.drain(..) {
+            let e = if end.timed_out {
+                UpstreamError::Timeout {
+                    addr: self.addr.clone(),
+                }
+            } else {
+                UpstreamError::ConnectionLost {
+                    addr: self.addr.clone(),
+                    cause: end.cause.clone(),
+                }
+            };
+            w.reply.send(Err(e));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    fn link() -> Link {
+        let h = Health {
+            check: ms(500),
+            deadline: ms(300),
+            strict: false,
+        };
+        Link::new("x:1", None, Some(h), Arc::default())
+    }
+
+    fn last_heard(link: &Link) -> Instant {
+        link.liveness
+            .as_ref()
+            .map(Liveness::last_heard)
+            .expect("checked")
+    }
+
+    #[test]
+    fn a_quiet_idle_connection_gets_a_ping_then_dies_without_a_reply() {
+        let mut link = link();
+        let t0 = last_heard(&link);
+        assert_eq!(link.check_health(t0 + ms(100)).ok(), Some(t0 + ms(500)));
+        assert!(link.wbuf.is_empty());
+        let next = link.check_health(t0 + ms(500)).ok();
+        assert_eq!(next, Some(t0 + ms(800)));
+        assert_eq!(&link.wbuf[..], PING);
+        assert!(link.inflight.front().is_some_and(|w| w.probe));
+        // Any byte is a sign of life and moves the deadline.
+        if let Some(l) = &mut link.liveness {
+            l.heard(t0 + ms(700));
+        }
+        assert_eq!(link.check_health(t0 + ms(800)).ok(), Some(t0 + ms(1000)));
+        // Another connection to the node heard from it after the PING: this flow is dead.
+        link.status.node_life("x:1").heard_at(t0 + ms(900));
+        let end = link.check_health(t0 + ms(1000)).expect_err("dead");
+        assert!(end.timed_out && end.cause.contains("PING"), "{}", end.cause);
+    }
+
+    #[test]
+    fn the_probe_reply_is_consumed_not_delivered() {
+        let mut link = link();
+        let t0 = last_heard(&link);
+        link.check_health(t0 + ms(500)).ok();
+        link.rbuf.extend_from_slice(b"+PONG\r\n");
+        link.deliver().expect("deliver");
+        assert!(link.inflight.is_empty());
+        assert!(
+            link.liveness
+                .as_ref()
+                .is_some_and(|l| !l.probe_outstanding())
+        );
+        // The next reply is not taken for the probe's: there is no waiter for it.
+        link.rbuf.extend_from_slice(b"+PONG\r\n");
+        assert!(link.deliver().is_err());
+    }
+
+    #[test]
+    fn a_strict_connection_dies_when_a_request_goes_unanswered() {
+        let h = Health {
+            check: ms(500),
+            deadline: ms(300),
+            strict: true,
+        };
+        let mut link = Link::new("x:1", None, Some(h), Arc::default());
+        let t0 = last_heard(&link);
+        let end = link.check_health(t0 + ms(800)).err();
+        assert!(end.is_none(), "an idle connection owes a PING first");
+        assert!(link.inflight.front().is_some_and(|w| w.probe));
+        let end = link.check_health(t0 + ms(1100)).expect_err("dead");
+        assert!(end.timed_out);
+    }
+}

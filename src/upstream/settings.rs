@@ -1,0 +1,70 @@
+//! What one connection task needs to know: where to connect, how to authenticate, what to set
+//! up after the handshake, how to reconnect and how to check the connection for life.
+
+use std::time::Duration;
+
+pub use crate::config::Health;
+use crate::config::{Config, UpstreamUrl};
+use crate::resp::Proto;
+
+/// Settings one connection task needs.
+#[derive(Debug, Clone)]
+pub struct ConnSettings {
+    /// `host:port`.
+    pub addr: String,
+    /// ACL user for AUTH/HELLO.
+    pub user: Option<String>,
+    /// Password for AUTH/HELLO.
+    pub password: Option<String>,
+    /// Protocol spoken on this connection.
+    pub proto: Proto,
+    /// Deadline for connect plus handshake.
+    pub connect_timeout: Duration,
+    /// First reconnect delay.
+    pub backoff_min: Duration,
+    /// Largest reconnect delay.
+    pub backoff_max: Duration,
+    /// Turn on `CLIENT TRACKING` after the handshake (RESP3 only).
+    pub tracking: bool,
+    /// Database to SELECT after the handshake.
+    pub db: u32,
+    /// Reconnect after a failure. A dedicated (pinned) connection carries per-client state
+    /// that a new connection would not have, so it fails for good instead.
+    pub reconnect: bool,
+    /// Send READONLY after the handshake: reads on a cluster replica.
+    pub readonly: bool,
+    /// Liveness checks; only for connections that reconnect (a dedicated connection may be
+    /// inside MULTI, where a PING would be queued into the client's transaction).
+    pub health: Option<Health>,
+    /// corral's own connection, carrying no client's commands (a cache tracking lane): its
+    /// local address is recorded in [`super::UpstreamStatus`] so MONITOR can leave its traffic out.
+    pub internal: bool,
+    /// Before writing a job, yield once so that other clients' ready jobs join the write (a
+    /// shared connection). Off where requests must reach Redis as soon as they are queued:
+    /// the pub/sub connection (an UNSUBSCRIBE must not fall behind a PUBLISH a client sends
+    /// next) and dedicated connections (always off: see `Link::gather`).
+    pub gather: bool,
+}
+
+impl ConnSettings {
+    /// The base settings for every connection to the upstream `url` names: RESP2, database
+    /// 0, reconnecting, no tracking; callers change what differs with struct update syntax.
+    pub fn new(cfg: &Config, url: &UpstreamUrl) -> ConnSettings {
+        ConnSettings {
+            addr: url.addr.clone(),
+            user: url.user.clone(),
+            password: url.password.clone(),
+            proto: Proto::Resp2,
+            connect_timeout: cfg.connect_timeout(),
+            backoff_min: Duration::from_millis(cfg.upstream.reconnect_min_ms),
+            backoff_max: Duration::from_millis(cfg.upstream.reconnect_max_ms),
+            tracking: false,
+            db: 0,
+            reconnect: true,
+            readonly: false,
+            health: Some(cfg.health()),
+            internal: false,
+            gather: true,
+        }
+    }
+}

@@ -1,0 +1,166 @@
+//! The task behind one [`super::UpstreamConn`]: connects, serves the live connection until it
+//! fails, and reconnects with jittered exponential backoff, failing jobs at once while the
+//! upstream is unreachable. A dedicated connection (one that does not reconnect) fails for
+//! good instead, and answers whatever is still sent to it with an error.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use rand::Rng;
+use tokio::sync::{Notify, mpsc};
+use tokio::time::{Instant, sleep_until, timeout};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use super::dial::{Stream, connect};
+use super::job::{Job, LinkObserver};
+use super::link::{End, Link};
+use super::settings::ConnSettings;
+use super::status::UpstreamStatus;
+use crate::error::UpstreamError;
+
+/// Everything the connection task owns; shared parts are also held by the handles.
+pub(super) struct Task {
+    pub(super) s: ConnSettings,
+    pub(super) status: Arc<UpstreamStatus>,
+    pub(super) rx: mpsc::Receiver<Job>,
+    /// Woken by [`super::UpstreamConn::reset`].
+    pub(super) reset: Arc<Notify>,
+    /// The server's client id for the live connection.
+    pub(super) client_id: Arc<AtomicU64>,
+    pub(super) observer: Option<Arc<dyn LinkObserver>>,
+    pub(super) shutdown: CancellationToken,
+}
+
+/// What a task does once its live connection ended.
+enum After {
+    Reconnect,
+    Stop,
+}
+
+impl Task {
+    /// Runs until shut down or, for a dedicated connection, until it fails; then marks the
+    /// connection `dead`.
+    pub(super) async fn run(mut self, dead: Arc<AtomicBool>) {
+        self.keep_connected().await;
+        dead.store(true, Ordering::Relaxed);
+        if !self.s.reconnect {
+            // Answer whatever is still sent until every handle is gone.
+            self.rx.close();
+            while let Some(job) = self.rx.recv().await {
+                job.reply.send(Err(UpstreamError::ConnectionLost {
+                    addr: self.s.addr.clone(),
+                    cause: "dedicated connection closed".into(),
+                }));
+            }
+        }
+    }
+
+    async fn keep_connected(&mut self) {
+        let mut backoff = self.s.backoff_min;
+        loop {
+            let attempt = tokio::select! {
+                r = timeout(self.s.connect_timeout, connect(&self.s, &self.status)) => r,
+                _ = self.shutdown.cancelled() => return,
+            };
+            let cause = match attempt {
+                Ok(Ok((stream, tracking, id))) => {
+                    backoff = self.s.backoff_min;
+                    match self.serve(stream, tracking, id).await {
+                        // Reconnect at once after losing a working connection; back off
+                        // only on failed attempts.
+                        After::Reconnect => continue,
+                        After::Stop => return,
+                    }
+                }
+                Ok(Err(e)) => e,
+                Err(_) => "connect timed out".to_string(),
+            };
+            self.status.disconnected(&cause);
+            if !self.s.reconnect {
+                self.fail_queued(&cause);
+                return;
+            }
+            warn!(upstream = %self.s.addr, %cause, retry_ms = backoff.as_millis() as u64, "upstream unavailable");
+            let jitter = rand::rng().random_range(0.5..1.0);
+            let deadline = Instant::now() + backoff.mul_f64(jitter);
+            backoff = (backoff * 2).min(self.s.backoff_max);
+            if let After::Stop = self.fail_fast_until(deadline, &cause).await {
+                return;
+            }
+        }
+    }
+
+    /// Serves a live connection until it fails, is reset or shut down.
+    async fn serve(&mut self, stream: Stream, tracking: bool, id: Option<u64>) -> After {
+        let s = &self.s;
+        self.client_id.store(id.unwrap_or(0), Ordering::Relaxed);
+        // Registered by `connect` (for MONITOR) until the connection closes.
+        let local = stream.local_addr().ok();
+        self.status.connected();
+        info!(upstream = %s.addr, proto = s.proto.as_int(), tracking, "upstream connected");
+        if let Some(o) = &self.observer {
+            o.up(tracking);
+        }
+        let health = if s.reconnect { s.health } else { None };
+        let mut link = Link::new(&s.addr, self.observer.clone(), health, self.status.clone());
+        // A dedicated connection serves one client, whose round is already one job: there is
+        // nobody to wait for.
+        link.gather = s.gather && s.reconnect;
+        let end = tokio::select! {
+            r = link.serve(stream, &mut self.rx) => r,
+            _ = self.reset.notified() => End::timed_out("reset after a request timed out"),
+            _ = self.shutdown.cancelled() => End::lost("shutting down"),
+        };
+        link.fail_all(&end);
+        let cause = end.cause;
+        self.client_id.store(0, Ordering::Relaxed);
+        if let Some(a) = local {
+            self.status.remove_conn(a);
+        }
+        if let Some(o) = &self.observer {
+            o.down(&cause);
+        }
+        self.status.lost();
+        self.status.disconnected(&cause);
+        // Shut down, or every handle dropped: nothing left to serve.
+        if self.shutdown.is_cancelled() || self.rx.is_closed() {
+            return After::Stop;
+        }
+        if !s.reconnect {
+            debug!(upstream = %s.addr, %cause, "dedicated connection closed");
+            return After::Stop;
+        }
+        warn!(upstream = %s.addr, %cause, "upstream connection lost");
+        After::Reconnect
+    }
+
+    /// Fails what is queued now: the connection will not be made.
+    fn fail_queued(&mut self, cause: &str) {
+        while let Ok(job) = self.rx.try_recv() {
+            job.reply.send(Err(self.unavailable(cause)));
+        }
+    }
+
+    /// Waits until `deadline` before the next attempt, failing jobs at once meanwhile: a client
+    /// should learn at once that the upstream is down.
+    async fn fail_fast_until(&mut self, deadline: Instant, cause: &str) -> After {
+        loop {
+            tokio::select! {
+                _ = sleep_until(deadline) => return After::Reconnect,
+                job = self.rx.recv() => match job {
+                    Some(job) => job.reply.send(Err(self.unavailable(cause))),
+                    None => return After::Stop,
+                },
+                _ = self.shutdown.cancelled() => return After::Stop,
+            }
+        }
+    }
+
+    fn unavailable(&self, cause: &str) -> UpstreamError {
+        UpstreamError::Unavailable {
+            addr: self.s.addr.clone(),
+            cause: cause.to_string(),
+        }
+    }
+}
