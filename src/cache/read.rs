@@ -1,0 +1,237 @@
+//! Read-through with singleflight: a GET is a local hit, or it starts or joins the one
+//! upstream read of its key. Hot keys are read as tracked fills over their lane (and kept);
+//! others as a plain GET, sent by the client's connection ([`Lead`]) or here.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::{Bytes, BytesMut};
+use dashmap::mapref::entry::Entry as MapEntry;
+
+use super::coherence::Core;
+use super::flight::{Fill, FillRx};
+use super::lane::LaneHandle;
+use super::value::Value;
+use crate::error::UpstreamError;
+use crate::resp::request::encode_request;
+use crate::upstream::{JobResult, ReplyTo, UpstreamConn};
+
+/// Outcome of a GET lookup.
+#[derive(Debug)]
+pub enum Lookup {
+    /// Served from the local cache.
+    Hit(Value),
+    /// Wait for an upstream read (started now, or joined).
+    Wait(FillRx),
+    /// This GET is the read others may join: the caller sends it in its own batch and hands
+    /// its reply to [`Lead::complete`] (from the connection task, so a client that goes away
+    /// cancels nothing).
+    Lead(Lead),
+}
+
+/// A plain GET that concurrent GETs of the same key wait for.
+#[derive(Debug)]
+pub struct Lead {
+    core: Arc<Core>,
+    key: Bytes,
+    fill: Arc<Fill>,
+}
+
+impl Lead {
+    /// Shares the GET's reply (one RESP frame), or its failure, with the waiters.
+    pub fn complete(self, reply: JobResult) {
+        self.core.complete_read(&self.key, &self.fill, reply);
+    }
+}
+
+impl Drop for Lead {
+    /// A read dropped unsent (shutdown) must not leave waiters hanging.
+    fn drop(&mut self) {
+        self.fill.publish(Err(UpstreamError::ShuttingDown));
+    }
+}
+
+/// Completes a read from the upstream connection's task; if the job is dropped unanswered
+/// (shutdown), its waiters get an error instead of waiting.
+struct Completer {
+    core: Arc<Core>,
+    key: Bytes,
+    fill: Arc<Fill>,
+    tracked: bool,
+}
+
+impl Completer {
+    fn run(self, r: JobResult) {
+        if self.tracked {
+            self.core.complete_fill(&self.key, &self.fill, r);
+        } else {
+            self.core.complete_read(&self.key, &self.fill, r);
+        }
+    }
+}
+
+impl Drop for Completer {
+    fn drop(&mut self) {
+        self.fill.publish(Err(UpstreamError::ShuttingDown));
+    }
+}
+
+/// Where a GET's read may go: `conn` (the client's upstream), or the lane `lane` finds for
+/// the key's node, if any; `lead` asks for a plain read to be returned, not sent.
+pub(super) struct Route<'a, L: Fn() -> Option<Arc<LaneHandle>>> {
+    pub(super) conn: &'a UpstreamConn,
+    pub(super) lane: L,
+    pub(super) lead: bool,
+}
+
+impl Core {
+    /// A GET of `key`: see [`super::Cache::get`].
+    pub(super) fn lookup<L>(self: &Arc<Self>, key: &[u8], route: Route<'_, L>) -> Lookup
+    where
+        L: Fn() -> Option<Arc<LaneHandle>>,
+    {
+        let now = Instant::now();
+        let hash = self.admission.hash(key);
+        self.admission.record_get(hash, key);
+        if let Some(e) = self.store.get(key, now) {
+            self.stats.hits.inc();
+            e.mark_hit();
+            if self.admission.should_refresh(&e, now)
+                && let Some(lane) = (route.lane)()
+            {
+                self.refresh(key, &lane);
+            }
+            return Lookup::Hit(e.value.clone());
+        }
+        self.stats.misses.inc();
+        if let Some(f) = self.fills.get(key)
+            && f.joinable(now, self.join_bound)
+        {
+            self.stats.coalesced.inc();
+            return Lookup::Wait(f.waiter());
+        }
+        self.start_read(Bytes::copy_from_slice(key), hash, now, route)
+    }
+
+    /// Starts the key's read (or joins one started in between): a tracked fill if the key is
+    /// admitted to its lane, else a plain GET.
+    fn start_read<L>(
+        self: &Arc<Self>,
+        key: Bytes,
+        hash: u64,
+        now: Instant,
+        route: Route<'_, L>,
+    ) -> Lookup
+    where
+        L: Fn() -> Option<Arc<LaneHandle>>,
+    {
+        let new_fill = || {
+            let lane = (route.lane)().filter(|l| self.admission.admit(hash, &l.info));
+            let via = lane.as_ref().map_or(route.conn, |l| &l.conn).clone();
+            let fill = Fill::new(now, lane.as_ref().map(|l| l.info.clone()), Some(via));
+            (fill, lane)
+        };
+        let (fill, lane) = match self.fills.entry(key.clone()) {
+            // Another client started a read in between.
+            MapEntry::Occupied(o) if o.get().joinable(now, self.join_bound) => {
+                self.stats.coalesced.inc();
+                return Lookup::Wait(o.get().waiter());
+            }
+            // A read sent too long ago (stuck behind a dead connection, say) is not joined:
+            // a new one takes its place, and the old one can no longer insert.
+            MapEntry::Occupied(mut o) => {
+                let (fill, lane) = new_fill();
+                o.insert(fill.clone());
+                (fill, lane)
+            }
+            MapEntry::Vacant(v) => {
+                let (fill, lane) = new_fill();
+                v.insert(fill.clone());
+                (fill, lane)
+            }
+        };
+        let rx = fill.waiter();
+        if let Some(lane) = lane {
+            self.start_fill(key, fill, &lane);
+            return Lookup::Wait(rx);
+        }
+        self.stats.reads.inc();
+        if route.lead {
+            return Lookup::Lead(Lead {
+                core: self.clone(),
+                key,
+                fill,
+            });
+        }
+        let mut req = BytesMut::new();
+        encode_request(&[b"GET", &key], &mut req);
+        let done = Completer {
+            core: self.clone(),
+            key,
+            fill,
+            tracked: false,
+        };
+        let reply = ReplyTo::Call(Box::new(move |r| done.run(r)));
+        route.conn.try_send_to(req.freeze(), 1, reply);
+        Lookup::Wait(rx)
+    }
+
+    /// Sends a tracked fill for `key` over the lane.
+    fn start_fill(self: &Arc<Self>, key: Bytes, fill: Arc<Fill>, lane: &LaneHandle) {
+        self.stats.fills.inc();
+        let mut req = BytesMut::new();
+        encode_request(&[b"MULTI"], &mut req);
+        encode_request(&[b"PTTL", &key], &mut req);
+        encode_request(&[b"GET", &key], &mut req);
+        encode_request(&[b"EXEC"], &mut req);
+        let done = Completer {
+            core: self.clone(),
+            key,
+            fill,
+            tracked: true,
+        };
+        let reply = ReplyTo::Call(Box::new(move |r| done.run(r)));
+        lane.conn.try_send_to(req.freeze(), 4, reply);
+    }
+
+    /// Starts a background refresh of `key` unless a read is already in flight.
+    fn refresh(self: &Arc<Self>, key: &[u8], lane: &LaneHandle) {
+        let key = Bytes::copy_from_slice(key);
+        let fill = match self.fills.entry(key.clone()) {
+            MapEntry::Occupied(_) => return,
+            MapEntry::Vacant(v) => {
+                let fill = Fill::new(
+                    Instant::now(),
+                    Some(lane.info.clone()),
+                    Some(lane.conn.clone()),
+                );
+                v.insert(fill.clone());
+                fill
+            }
+        };
+        self.stats.refreshes.inc();
+        self.start_fill(key, fill, lane);
+    }
+
+    /// Local hits for an MGET: see [`super::Cache::get_many`].
+    pub(super) fn get_many<'a>(&self, keys: impl Iterator<Item = &'a [u8]>) -> Vec<Option<Value>> {
+        let now = Instant::now();
+        keys.map(|key| {
+            self.admission.record_read(key);
+            match self.store.get(key, now) {
+                // MGET answers nil, not an error, for other types; only strings and nil are
+                // ever cached, so a hit reads the same either way.
+                Some(e) => {
+                    self.stats.hits.inc();
+                    e.mark_hit();
+                    Some(e.value.clone())
+                }
+                None => {
+                    self.stats.misses.inc();
+                    None
+                }
+            }
+        })
+        .collect()
+    }
+}
