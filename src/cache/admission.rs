@@ -1,6 +1,7 @@
 //! Which keys are worth keeping: GET frequencies (a count-min sketch), keys whose fills were
 //! wasted, the sampled top keys for `CORRAL HOTKEYS`, and when a hit should refresh early.
 
+use std::cell::Cell;
 use std::hash::BuildHasher;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -15,6 +16,27 @@ use super::tracking::{LaneState, Tracking};
 
 /// A key whose last fills were invalidated unused this many times is not cached for a while.
 const MAX_WASTED_FILLS: u8 = 2;
+/// Longest an XFetch refresh can come early: `-ln r` for the smallest positive `r` drawn.
+const MAX_EARLY_FACTOR: f64 = 708.5;
+
+thread_local! {
+    /// State of a per-thread xorshift generator for sampling GETs: `rand::rng()` costs
+    /// more than the rest of a hit's bookkeeping, and sampling needs no quality.
+    static SAMPLER: Cell<u64> = Cell::new(rand::random::<u64>() | 1);
+}
+
+/// True about once in `n` calls (`n` a power of two), at random, so a periodic request
+/// pattern (a pipeline repeating the same keys) is not sampled at one fixed position.
+fn one_in(n: u64) -> bool {
+    SAMPLER.with(|s| {
+        let mut x = s.get();
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        s.set(x);
+        (x >> 32) & (n - 1) == 0
+    })
+}
 
 /// Admission state shared by every GET.
 #[derive(Debug)]
@@ -50,7 +72,7 @@ impl Admission {
     /// Counts a GET of `key` (hash `hash`), and samples it for the top keys.
     pub(super) fn record_get(&self, hash: u64, key: &[u8]) {
         self.reads.increment(hash);
-        if rand::rng().random_ratio(1, hotkeys::SAMPLE_EVERY as u32) {
+        if one_in(hotkeys::SAMPLE_EVERY) {
             self.hot.record(key);
         }
     }
@@ -81,6 +103,11 @@ impl Admission {
         if self.beta <= 0.0 {
             return false;
         }
+        // Far from expiry no draw can make it early enough: skip the draw and the log.
+        let most = (e.delta.as_secs_f64() * self.beta * MAX_EARLY_FACTOR).min(3600.0);
+        if now + Duration::from_secs_f64(most) < e.expires {
+            return false;
+        }
         let r: f64 = rand::rng().random_range(f64::MIN_POSITIVE..1.0);
         let early = e.delta.as_secs_f64() * self.beta * -r.ln();
         now + Duration::from_secs_f64(early.min(3600.0)) >= e.expires
@@ -103,5 +130,34 @@ impl Admission {
                 _ = shutdown.cancelled() => return,
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sampling_takes_about_one_in_n() {
+        let hits = (0..16_000).filter(|_| one_in(16)).count();
+        assert!((700..1300).contains(&hits), "{hits} of 16000");
+    }
+
+    #[test]
+    fn entries_far_from_expiry_are_never_refreshed_and_expired_ones_always() {
+        let a = Admission::new(1024, 2, 1.0);
+        let now = Instant::now();
+        let far = Entry::new(
+            super::super::value::Value::Nil,
+            now + Duration::from_secs(60),
+            Duration::from_millis(1),
+        );
+        assert!((0..1000).all(|_| !a.should_refresh(&far, now)));
+        let due = Entry::new(
+            super::super::value::Value::Nil,
+            now,
+            Duration::from_millis(1),
+        );
+        assert!((0..1000).all(|_| a.should_refresh(&due, now)));
     }
 }
