@@ -20,7 +20,7 @@ use dashmap::DashMap;
 use dashmap::mapref::entry::Entry as MapEntry;
 
 use super::admission::Admission;
-use super::flight::Fill;
+use super::flight::{Fill, Flight};
 use super::stats::Stats;
 use super::store::{Entry, Store};
 use super::tracking::Tracking;
@@ -33,7 +33,10 @@ use crate::upstream::JobResult;
 pub(super) struct Core {
     pub(super) store: Store,
     /// The singleflight map: the read each key's GETs join.
-    pub(super) fills: DashMap<Bytes, Arc<Fill>, foldhash::fast::RandomState>,
+    pub(super) fills: DashMap<Bytes, Flight, foldhash::fast::RandomState>,
+    /// Joined plain reads by lead id: where a lead finds its waiters even after an
+    /// invalidation unlinked them from `fills` (they are still owed the result).
+    pub(super) joined: DashMap<u64, Arc<Fill>, foldhash::fast::RandomState>,
     pub(super) admission: Arc<Admission>,
     pub(super) stats: Stats,
     pub(super) max_value: usize,
@@ -75,16 +78,30 @@ impl Core {
                 Ok(value)
             }
             Err(e) => {
-                self.fills.remove_if(key, |_, f| Arc::ptr_eq(f, fill));
+                self.fills.remove_if(key, |_, f| f.is(fill));
                 Err(e)
             }
         };
         fill.publish(result);
     }
 
+    /// A lead's plain GET finished. Unjoined (the common case) it only leaves the map: no
+    /// waiter, so its reply is not even parsed. Joined, its waiters get the reply.
+    pub(super) fn complete_lead(&self, key: &Bytes, id: u64, r: JobResult) {
+        if self.fills.remove_if(key, |_, f| f.is_lead(id)).is_some() {
+            return;
+        }
+        // A joiner turned the lead into a `Fill` under the map's lock, after putting it in
+        // `joined`; or an invalidation unlinked the lead before anyone joined (then nobody
+        // is waiting).
+        if let Some((_, fill)) = self.joined.remove(&id) {
+            self.complete_read(key, &fill, r);
+        }
+    }
+
     /// A coalesced plain GET finished: share it, keep nothing.
     pub(super) fn complete_read(&self, key: &Bytes, fill: &Arc<Fill>, r: JobResult) {
-        self.fills.remove_if(key, |_, f| Arc::ptr_eq(f, fill));
+        self.fills.remove_if(key, |_, f| f.is(fill));
         let result = r.and_then(|bytes| {
             Value::from_get_reply(&bytes).ok_or_else(|| UpstreamError::BadReply {
                 cause: format!(
@@ -117,7 +134,7 @@ impl Core {
             life = life.min(self.fallback_ttl);
         }
         if let MapEntry::Occupied(o) = self.fills.entry(key.clone()) {
-            if !Arc::ptr_eq(o.get(), fill) {
+            if !o.get().is(fill) {
                 return;
             }
             if cacheable && !life.is_zero() {
@@ -135,6 +152,7 @@ impl Core {
         Core {
             store: Store::new(1 << 20),
             fills: DashMap::default(),
+            joined: DashMap::default(),
             admission: Arc::new(Admission::new(1024, 2, 1.0)),
             stats: Stats::default(),
             max_value: 1024,
@@ -162,7 +180,8 @@ mod tests {
 
     fn fill_on(c: &Core, key: &'static [u8], lane: Arc<LaneState>) -> Arc<Fill> {
         let f = Fill::new(Instant::now(), Some(lane), None);
-        c.fills.insert(Bytes::from_static(key), f.clone());
+        c.fills
+            .insert(Bytes::from_static(key), Flight::Fill(f.clone()));
         f
     }
 
@@ -202,7 +221,7 @@ mod tests {
             Ok(Bytes::from_static(REPLY)),
         );
         assert!(c.store.get(b"k", Instant::now()).is_none());
-        assert!(Arc::ptr_eq(&*c.fills.get(&b"k"[..]).unwrap(), &new));
+        assert!(c.fills.get(&b"k"[..]).unwrap().is(&new));
     }
 
     #[test]
@@ -222,6 +241,67 @@ mod tests {
         let f = fill_on(&c, b"k", Arc::new(LaneState::new("test", Tracking::Down)));
         c.complete_fill(&Bytes::from_static(b"k"), &f, Ok(Bytes::from_static(REPLY)));
         assert!((c.store.len() == 0));
+    }
+
+    const GET_REPLY: &[u8] = b"$1\r\nv\r\n";
+
+    fn lead(c: &Core, key: &'static [u8], id: u64) {
+        let started = Instant::now();
+        c.fills
+            .insert(Bytes::from_static(key), Flight::Lead { id, started });
+    }
+
+    /// What a second GET does to a lead: the `Fill` its waiters share.
+    fn join(c: &Core, key: &'static [u8], id: u64) -> Arc<Fill> {
+        let f = Fill::new(Instant::now(), None, None);
+        c.joined.insert(id, f.clone());
+        c.fills
+            .insert(Bytes::from_static(key), Flight::Fill(f.clone()));
+        f
+    }
+
+    #[test]
+    fn an_unjoined_lead_leaves_nothing_behind() {
+        let c = Core::for_test();
+        lead(&c, b"k", 7);
+        c.complete_lead(
+            &Bytes::from_static(b"k"),
+            7,
+            Ok(Bytes::from_static(GET_REPLY)),
+        );
+        assert!(c.fills.is_empty() && c.joined.is_empty());
+    }
+
+    #[test]
+    fn a_joined_lead_answers_its_waiters_even_after_an_invalidation() {
+        let c = Core::for_test();
+        lead(&c, b"k", 7);
+        let rx = join(&c, b"k", 7).waiter();
+        c.invalidate(b"k");
+        // A GET after the write starts its own read, which the old one must not answer.
+        lead(&c, b"k", 8);
+        c.complete_lead(
+            &Bytes::from_static(b"k"),
+            7,
+            Ok(Bytes::from_static(GET_REPLY)),
+        );
+        assert_eq!(rx.peek(), Some(Ok(Value::Bulk(Bytes::from_static(b"v")))));
+        assert!(c.fills.get(&b"k"[..]).unwrap().is_lead(8));
+        assert!(c.joined.is_empty());
+    }
+
+    #[test]
+    fn a_lead_that_fails_passes_the_failure_to_its_waiters() {
+        let c = Core::for_test();
+        lead(&c, b"k", 7);
+        let rx = join(&c, b"k", 7).waiter();
+        c.complete_lead(
+            &Bytes::from_static(b"k"),
+            7,
+            Err(UpstreamError::ShuttingDown),
+        );
+        assert!(matches!(rx.peek(), Some(Err(UpstreamError::ShuttingDown))));
+        assert!(c.fills.is_empty() && c.joined.is_empty());
     }
 
     #[test]

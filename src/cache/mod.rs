@@ -270,6 +270,7 @@ fn new_core(cfg: &Config) -> Core {
     Core {
         store: Store::new(c.max_bytes),
         fills: DashMap::default(),
+        joined: DashMap::default(),
         admission: Arc::new(Admission::new(candidates, c.hot_threshold, c.refresh_beta)),
         stats: Stats::default(),
         max_value: c.max_value_bytes,

@@ -6,10 +6,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
-use dashmap::mapref::entry::Entry as MapEntry;
+use dashmap::mapref::entry::{Entry as MapEntry, OccupiedEntry};
 
 use super::coherence::Core;
-use super::flight::{Fill, FillRx};
+use super::flight::{self, Fill, FillRx, Flight};
 use super::lane::LaneHandle;
 use super::value::Value;
 use crate::error::UpstreamError;
@@ -34,20 +34,25 @@ pub enum Lookup {
 pub struct Lead {
     core: Arc<Core>,
     key: Bytes,
-    fill: Arc<Fill>,
+    id: u64,
+    done: bool,
 }
 
 impl Lead {
     /// Shares the GET's reply (one RESP frame), or its failure, with the waiters.
-    pub fn complete(self, reply: JobResult) {
-        self.core.complete_read(&self.key, &self.fill, reply);
+    pub fn complete(mut self, reply: JobResult) {
+        self.done = true;
+        self.core.complete_lead(&self.key, self.id, reply);
     }
 }
 
 impl Drop for Lead {
     /// A read dropped unsent (shutdown) must not leave waiters hanging.
     fn drop(&mut self) {
-        self.fill.publish(Err(UpstreamError::ShuttingDown));
+        if !self.done {
+            let r = Err(UpstreamError::ShuttingDown);
+            self.core.complete_lead(&self.key, self.id, r);
+        }
     }
 }
 
@@ -84,6 +89,8 @@ pub(super) struct Route<'a, L: Fn() -> Option<Arc<LaneHandle>>> {
     pub(super) lead: bool,
 }
 
+type Occupied<'a> = OccupiedEntry<'a, Bytes, Flight>;
+
 impl Core {
     /// A GET of `key`: see [`super::Cache::get`].
     pub(super) fn lookup<L>(self: &Arc<Self>, key: &[u8], route: Route<'_, L>) -> Lookup
@@ -104,20 +111,44 @@ impl Core {
             return Lookup::Hit(e.value.clone());
         }
         self.stats.misses.inc();
-        if let Some(f) = self.fills.get(key)
-            && f.joinable(now, self.join_bound)
-        {
-            self.stats.coalesced.inc();
-            return Lookup::Wait(f.waiter());
-        }
-        self.start_read(Bytes::copy_from_slice(key), hash, now, route)
+        let key = Bytes::copy_from_slice(key);
+        let mut o = match self.fills.entry(key.clone()) {
+            // Another client's read is in flight: wait for it.
+            MapEntry::Occupied(o) if o.get().joinable(now, self.join_bound) => {
+                self.stats.coalesced.inc();
+                return Lookup::Wait(self.join(o, route.conn));
+            }
+            // A read sent too long ago (stuck behind a dead connection, say) is not joined:
+            // a new one takes its place, and the old one can no longer insert.
+            MapEntry::Occupied(o) => o,
+            MapEntry::Vacant(v) => v.insert_entry(Flight::Lead {
+                id: 0,
+                started: now,
+            }),
+        };
+        self.start_read(&mut o, hash, now, route)
     }
 
-    /// Starts the key's read (or joins one started in between): a tracked fill if the key is
-    /// admitted to its lane, else a plain GET.
+    /// Waits for the read in flight in `o`; a lead nobody joined yet becomes a `Fill` here.
+    fn join(&self, mut o: Occupied<'_>, conn: &UpstreamConn) -> FillRx {
+        match o.get() {
+            Flight::Fill(f) => f.waiter(),
+            &Flight::Lead { id, started } => {
+                let fill = Fill::new(started, None, Some(conn.clone()));
+                // Under the map's lock: the lead either finds this in `joined` or completed
+                // before, and then this GET found no lead.
+                self.joined.insert(id, fill.clone());
+                o.insert(Flight::Fill(fill.clone()));
+                fill.waiter()
+            }
+        }
+    }
+
+    /// Starts the key's read in `o` (which holds a placeholder or a stale read): a tracked
+    /// fill if the key is admitted to its lane, else a plain GET.
     fn start_read<L>(
         self: &Arc<Self>,
-        key: Bytes,
+        o: &mut Occupied<'_>,
         hash: u64,
         now: Instant,
         route: Route<'_, L>,
@@ -125,44 +156,30 @@ impl Core {
     where
         L: Fn() -> Option<Arc<LaneHandle>>,
     {
-        let new_fill = || {
-            let lane = (route.lane)().filter(|l| self.admission.admit(hash, &l.info));
-            let via = lane.as_ref().map_or(route.conn, |l| &l.conn).clone();
-            let fill = Fill::new(now, lane.as_ref().map(|l| l.info.clone()), Some(via));
-            (fill, lane)
-        };
-        let (fill, lane) = match self.fills.entry(key.clone()) {
-            // Another client started a read in between.
-            MapEntry::Occupied(o) if o.get().joinable(now, self.join_bound) => {
-                self.stats.coalesced.inc();
-                return Lookup::Wait(o.get().waiter());
-            }
-            // A read sent too long ago (stuck behind a dead connection, say) is not joined:
-            // a new one takes its place, and the old one can no longer insert.
-            MapEntry::Occupied(mut o) => {
-                let (fill, lane) = new_fill();
-                o.insert(fill.clone());
-                (fill, lane)
-            }
-            MapEntry::Vacant(v) => {
-                let (fill, lane) = new_fill();
-                v.insert(fill.clone());
-                (fill, lane)
-            }
-        };
-        let rx = fill.waiter();
+        let key = o.key().clone();
+        let lane = (route.lane)().filter(|l| self.admission.admit(hash, &l.info));
         if let Some(lane) = lane {
+            let fill = Fill::new(now, Some(lane.info.clone()), Some(lane.conn.clone()));
+            o.insert(Flight::Fill(fill.clone()));
+            let rx = fill.waiter();
             self.start_fill(key, fill, &lane);
             return Lookup::Wait(rx);
         }
         self.stats.reads.inc();
         if route.lead {
+            let id = flight::lead_id();
+            o.insert(Flight::Lead { id, started: now });
             return Lookup::Lead(Lead {
                 core: self.clone(),
                 key,
-                fill,
+                id,
+                done: false,
             });
         }
+        // Sent from here: the caller waits on a `Fill` from the start.
+        let fill = Fill::new(now, None, Some(route.conn.clone()));
+        o.insert(Flight::Fill(fill.clone()));
+        let rx = fill.waiter();
         let mut req = BytesMut::new();
         encode_request(&[b"GET", &key], &mut req);
         let done = Completer {
@@ -205,7 +222,7 @@ impl Core {
                     Some(lane.info.clone()),
                     Some(lane.conn.clone()),
                 );
-                v.insert(fill.clone());
+                v.insert(Flight::Fill(fill.clone()));
                 fill
             }
         };
