@@ -28,12 +28,16 @@ use super::value::{self, Value};
 use crate::error::UpstreamError;
 use crate::upstream::JobResult;
 
+/// A key of the singleflight map: one allocation, and clones only count references (a fresh
+/// `Bytes` copy allocates again on its first clone).
+pub(super) type Key = Arc<[u8]>;
+
 /// Everything the cache's connections and lanes share.
 #[derive(Debug)]
 pub(super) struct Core {
     pub(super) store: Store,
     /// The singleflight map: the read each key's GETs join.
-    pub(super) fills: DashMap<Bytes, Flight, foldhash::fast::RandomState>,
+    pub(super) fills: DashMap<Key, Flight, foldhash::fast::RandomState>,
     /// Joined plain reads by lead id: where a lead finds its waiters even after an
     /// invalidation unlinked them from `fills` (they are still owed the result).
     pub(super) joined: DashMap<u64, Arc<Fill>, foldhash::fast::RandomState>,
@@ -68,7 +72,7 @@ impl Core {
     }
 
     /// A tracked fill finished (runs on the lane task, in wire order with invalidations).
-    pub(super) fn complete_fill(&self, key: &Bytes, fill: &Arc<Fill>, r: JobResult) {
+    pub(super) fn complete_fill(&self, key: &Key, fill: &Arc<Fill>, r: JobResult) {
         let parsed = r.and_then(|bytes| {
             value::parse_fill_reply(&bytes).map_err(|cause| UpstreamError::BadReply { cause })
         });
@@ -87,7 +91,7 @@ impl Core {
 
     /// A lead's plain GET finished. Unjoined (the common case) it only leaves the map: no
     /// waiter, so its reply is not even parsed. Joined, its waiters get the reply.
-    pub(super) fn complete_lead(&self, key: &Bytes, id: u64, r: JobResult) {
+    pub(super) fn complete_lead(&self, key: &[u8], id: u64, r: JobResult) {
         if self.fills.remove_if(key, |_, f| f.is_lead(id)).is_some() {
             return;
         }
@@ -100,7 +104,7 @@ impl Core {
     }
 
     /// A coalesced plain GET finished: share it, keep nothing.
-    pub(super) fn complete_read(&self, key: &Bytes, fill: &Arc<Fill>, r: JobResult) {
+    pub(super) fn complete_read(&self, key: &[u8], fill: &Arc<Fill>, r: JobResult) {
         self.fills.remove_if(key, |_, f| f.is(fill));
         let result = r.and_then(|bytes| {
             Value::from_get_reply(&bytes).ok_or_else(|| UpstreamError::BadReply {
@@ -115,7 +119,7 @@ impl Core {
 
     /// Stores the value if `fill` is still the key's current read, i.e. no invalidation came
     /// since it was sent.
-    fn insert_if_current(&self, key: &Bytes, fill: &Arc<Fill>, pttl: i64, value: &Value) {
+    fn insert_if_current(&self, key: &Key, fill: &Arc<Fill>, pttl: i64, value: &Value) {
         let tracking = fill.lane.as_ref().map_or(Tracking::Down, |l| l.tracking());
         let cacheable = match value {
             Value::Error(_) => false,
@@ -139,7 +143,7 @@ impl Core {
             }
             if cacheable && !life.is_zero() {
                 let entry = Entry::new(value.clone(), fill.started + life, fill.started.elapsed());
-                self.store.insert(key.clone(), entry);
+                self.store.insert(Bytes::from_owner(key.clone()), entry);
                 self.stats.inserts.inc();
             }
             o.remove();
@@ -180,8 +184,7 @@ mod tests {
 
     fn fill_on(c: &Core, key: &'static [u8], lane: Arc<LaneState>) -> Arc<Fill> {
         let f = Fill::new(Instant::now(), Some(lane), None);
-        c.fills
-            .insert(Bytes::from_static(key), Flight::Fill(f.clone()));
+        c.fills.insert(Key::from(key), Flight::Fill(f.clone()));
         f
     }
 
@@ -192,7 +195,7 @@ mod tests {
         let c = Core::for_test();
         let f = fill(&c, b"k");
         let rx = f.waiter();
-        c.complete_fill(&Bytes::from_static(b"k"), &f, Ok(Bytes::from_static(REPLY)));
+        c.complete_fill(&Key::from(&b"k"[..]), &f, Ok(Bytes::from_static(REPLY)));
         assert!(c.store.get(b"k", Instant::now()).is_some());
         assert!(c.fills.is_empty());
         assert_eq!(rx.peek(), Some(Ok(Value::Bulk(Bytes::from_static(b"v")))));
@@ -204,7 +207,7 @@ mod tests {
         let f = fill(&c, b"k");
         let rx = f.waiter();
         c.invalidate(b"k");
-        c.complete_fill(&Bytes::from_static(b"k"), &f, Ok(Bytes::from_static(REPLY)));
+        c.complete_fill(&Key::from(&b"k"[..]), &f, Ok(Bytes::from_static(REPLY)));
         assert!(c.store.get(b"k", Instant::now()).is_none());
         assert!(rx.peek().is_some());
     }
@@ -215,11 +218,7 @@ mod tests {
         let old = fill(&c, b"k");
         c.invalidate(b"k");
         let new = fill(&c, b"k");
-        c.complete_fill(
-            &Bytes::from_static(b"k"),
-            &old,
-            Ok(Bytes::from_static(REPLY)),
-        );
+        c.complete_fill(&Key::from(&b"k"[..]), &old, Ok(Bytes::from_static(REPLY)));
         assert!(c.store.get(b"k", Instant::now()).is_none());
         assert!(c.fills.get(&b"k"[..]).unwrap().is(&new));
     }
@@ -232,14 +231,14 @@ mod tests {
             "x".repeat(2000)
         );
         let f = fill(&c, b"big");
-        c.complete_fill(&Bytes::from_static(b"big"), &f, Ok(Bytes::from(big)));
+        c.complete_fill(&Key::from(&b"big"[..]), &f, Ok(Bytes::from(big)));
         assert!((c.store.len() == 0));
         let f = fill(&c, b"e");
         let err = b"+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n:-1\r\n-WRONGTYPE x\r\n";
-        c.complete_fill(&Bytes::from_static(b"e"), &f, Ok(Bytes::from_static(err)));
+        c.complete_fill(&Key::from(&b"e"[..]), &f, Ok(Bytes::from_static(err)));
         assert!((c.store.len() == 0));
         let f = fill_on(&c, b"k", Arc::new(LaneState::new("test", Tracking::Down)));
-        c.complete_fill(&Bytes::from_static(b"k"), &f, Ok(Bytes::from_static(REPLY)));
+        c.complete_fill(&Key::from(&b"k"[..]), &f, Ok(Bytes::from_static(REPLY)));
         assert!((c.store.len() == 0));
     }
 
@@ -247,16 +246,14 @@ mod tests {
 
     fn lead(c: &Core, key: &'static [u8], id: u64) {
         let started = Instant::now();
-        c.fills
-            .insert(Bytes::from_static(key), Flight::Lead { id, started });
+        c.fills.insert(Key::from(key), Flight::Lead { id, started });
     }
 
     /// What a second GET does to a lead: the `Fill` its waiters share.
     fn join(c: &Core, key: &'static [u8], id: u64) -> Arc<Fill> {
         let f = Fill::new(Instant::now(), None, None);
         c.joined.insert(id, f.clone());
-        c.fills
-            .insert(Bytes::from_static(key), Flight::Fill(f.clone()));
+        c.fills.insert(Key::from(key), Flight::Fill(f.clone()));
         f
     }
 
@@ -264,11 +261,7 @@ mod tests {
     fn an_unjoined_lead_leaves_nothing_behind() {
         let c = Core::for_test();
         lead(&c, b"k", 7);
-        c.complete_lead(
-            &Bytes::from_static(b"k"),
-            7,
-            Ok(Bytes::from_static(GET_REPLY)),
-        );
+        c.complete_lead(b"k", 7, Ok(Bytes::from_static(GET_REPLY)));
         assert!(c.fills.is_empty() && c.joined.is_empty());
     }
 
@@ -280,11 +273,7 @@ mod tests {
         c.invalidate(b"k");
         // A GET after the write starts its own read, which the old one must not answer.
         lead(&c, b"k", 8);
-        c.complete_lead(
-            &Bytes::from_static(b"k"),
-            7,
-            Ok(Bytes::from_static(GET_REPLY)),
-        );
+        c.complete_lead(b"k", 7, Ok(Bytes::from_static(GET_REPLY)));
         assert_eq!(rx.peek(), Some(Ok(Value::Bulk(Bytes::from_static(b"v")))));
         assert!(c.fills.get(&b"k"[..]).unwrap().is_lead(8));
         assert!(c.joined.is_empty());
@@ -295,11 +284,7 @@ mod tests {
         let c = Core::for_test();
         lead(&c, b"k", 7);
         let rx = join(&c, b"k", 7).waiter();
-        c.complete_lead(
-            &Bytes::from_static(b"k"),
-            7,
-            Err(UpstreamError::ShuttingDown),
-        );
+        c.complete_lead(b"k", 7, Err(UpstreamError::ShuttingDown));
         assert!(matches!(rx.peek(), Some(Err(UpstreamError::ShuttingDown))));
         assert!(c.fills.is_empty() && c.joined.is_empty());
     }
@@ -309,7 +294,7 @@ mod tests {
         let c = Core::for_test();
         let f = fill(&c, b"k");
         let r = b"+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n:0\r\n$1\r\nv\r\n";
-        c.complete_fill(&Bytes::from_static(b"k"), &f, Ok(Bytes::from_static(r)));
+        c.complete_fill(&Key::from(&b"k"[..]), &f, Ok(Bytes::from_static(r)));
         assert!(c.store.get(b"k", Instant::now()).is_none());
     }
 }

@@ -5,10 +5,10 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use dashmap::mapref::entry::{Entry as MapEntry, OccupiedEntry};
 
-use super::coherence::Core;
+use super::coherence::{Core, Key};
 use super::flight::{self, Fill, FillRx, Flight};
 use super::lane::LaneHandle;
 use super::value::Value;
@@ -33,7 +33,7 @@ pub enum Lookup {
 #[derive(Debug)]
 pub struct Lead {
     core: Arc<Core>,
-    key: Bytes,
+    key: Key,
     id: u64,
     done: bool,
 }
@@ -60,7 +60,7 @@ impl Drop for Lead {
 /// (shutdown), its waiters get an error instead of waiting.
 struct Completer {
     core: Arc<Core>,
-    key: Bytes,
+    key: Key,
     fill: Arc<Fill>,
     tracked: bool,
 }
@@ -89,7 +89,7 @@ pub(super) struct Route<'a, L: Fn() -> Option<Arc<LaneHandle>>> {
     pub(super) lead: bool,
 }
 
-type Occupied<'a> = OccupiedEntry<'a, Bytes, Flight>;
+type Occupied<'a> = OccupiedEntry<'a, Key, Flight>;
 
 impl Core {
     /// A GET of `key`: see [`super::Cache::get`].
@@ -111,7 +111,7 @@ impl Core {
             return Lookup::Hit(e.value.clone());
         }
         self.stats.misses.inc();
-        let key = Bytes::copy_from_slice(key);
+        let key = Key::from(key);
         let mut o = match self.fills.entry(key.clone()) {
             // Another client's read is in flight: wait for it.
             MapEntry::Occupied(o) if o.get().joinable(now, self.join_bound) => {
@@ -194,7 +194,7 @@ impl Core {
     }
 
     /// Sends a tracked fill for `key` over the lane.
-    fn start_fill(self: &Arc<Self>, key: Bytes, fill: Arc<Fill>, lane: &LaneHandle) {
+    fn start_fill(self: &Arc<Self>, key: Key, fill: Arc<Fill>, lane: &LaneHandle) {
         self.stats.fills.inc();
         let mut req = BytesMut::new();
         encode_request(&[b"MULTI"], &mut req);
@@ -213,7 +213,7 @@ impl Core {
 
     /// Starts a background refresh of `key` unless a read is already in flight.
     fn refresh(self: &Arc<Self>, key: &[u8], lane: &LaneHandle) {
-        let key = Bytes::copy_from_slice(key);
+        let key = Key::from(key);
         let fill = match self.fills.entry(key.clone()) {
             MapEntry::Occupied(_) => return,
             MapEntry::Vacant(v) => {
