@@ -11,7 +11,8 @@
 //! - `read.rs`: read-through and singleflight ([`Lookup`], [`Lead`]) → coherence, lane.
 //! - `lane.rs`: tracking lanes and their observer (invalidation pushes) → coherence.
 //! - `coherence.rs`: the store and the in-flight reads kept coherent ([`coherence::Core`]).
-//! - `flight.rs`: one shared in-flight read and its waiters ([`FillRx`]).
+//! - `flight.rs`: one in-flight read: a bare lead until a second GET joins, then a `Fill`
+//!   its waiters share ([`FillRx`]).
 //! - `admission.rs`: which keys are worth keeping (sketches, hot keys, early refresh).
 //! - `stats.rs`: counters and their INFO / Prometheus forms.
 //! - `store.rs`, `value.rs`, `sketch.rs`, `hotkeys.rs`, `tracking.rs`: leaves.
