@@ -182,15 +182,30 @@ impl Core {
         let rx = fill.waiter();
         let mut req = BytesMut::new();
         encode_request(&[b"GET", &key], &mut req);
+        self.send(route.conn, req, 1, key, fill, false);
+        Lookup::Wait(rx)
+    }
+
+    /// Sends the `n` commands in `req` for `fill`, to be completed as a tracked fill or a
+    /// plain read.
+    fn send(
+        self: &Arc<Self>,
+        conn: &UpstreamConn,
+        req: BytesMut,
+        n: u32,
+        key: Key,
+        fill: Arc<Fill>,
+        tracked: bool,
+    ) {
+        let core = self.clone();
         let done = Completer {
-            core: self.clone(),
+            core,
             key,
             fill,
-            tracked: false,
+            tracked,
         };
         let reply = ReplyTo::Call(Box::new(move |r| done.run(r)));
-        route.conn.try_send_to(req.freeze(), 1, reply);
-        Lookup::Wait(rx)
+        conn.try_send_to(req.freeze(), n, reply);
     }
 
     /// Sends a tracked fill for `key` over the lane.
@@ -201,14 +216,7 @@ impl Core {
         encode_request(&[b"PTTL", &key], &mut req);
         encode_request(&[b"GET", &key], &mut req);
         encode_request(&[b"EXEC"], &mut req);
-        let done = Completer {
-            core: self.clone(),
-            key,
-            fill,
-            tracked: true,
-        };
-        let reply = ReplyTo::Call(Box::new(move |r| done.run(r)));
-        lane.conn.try_send_to(req.freeze(), 4, reply);
+        self.send(&lane.conn, req, 4, key, fill, true);
     }
 
     /// Starts a background refresh of `key` unless a read is already in flight.
