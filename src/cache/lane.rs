@@ -1,5 +1,14 @@
 //! Tracking lanes: one RESP3 connection with `CLIENT TRACKING ON` per upstream master, their
-//! state and health, and (in cluster mode) one lane per current master, no more.
+//! health, and (in cluster mode) one lane per current master, no more.
+//!
+//! Two of the coherence rules (see [`super::coherence`] for all three) are kept here, by
+//! [`Lane`], the lane's observer, which runs on the lane's connection task:
+//!
+//! 1. The lane's replies and Redis's invalidation pushes share one FIFO and are applied by the
+//!    lane's own task, in wire order: a fill inserts before the push that invalidates it is
+//!    applied, never after.
+//! 3. Losing the lane, or (re)connecting it, flushes everything: invalidations may have been
+//!    missed.
 //!
 //! A lane is health-checked by its connection task (`upstream::Health`, strict): a PING after
 //! `lane_check_ms` of quiet, and no more than `lane_deadline_ms` of silence while a PING or a
@@ -7,58 +16,16 @@
 //! entry at once and reads go uncached until a new lane is up and tracking.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use super::{Core, Tracking};
+use super::coherence::Core;
+use super::tracking::{LaneState, Tracking};
 use crate::upstream::cluster::ClusterUpstream;
 use crate::upstream::{ConnSettings, LinkObserver, UpstreamConn, UpstreamStatus};
-
-/// What GETs, fills and INFO read about one lane; written by the lane's connection task.
-#[derive(Debug)]
-pub(super) struct LaneState {
-    /// The node the lane is connected to.
-    pub(super) addr: String,
-    state: AtomicU8,
-    resets: AtomicU64,
-    last_reset: Mutex<Option<String>>,
-}
-
-impl LaneState {
-    pub(super) fn new(addr: &str, state: Tracking) -> LaneState {
-        LaneState {
-            addr: addr.to_string(),
-            state: AtomicU8::new(state as u8),
-            resets: AtomicU64::new(0),
-            last_reset: Mutex::new(None),
-        }
-    }
-
-    pub(super) fn tracking(&self) -> Tracking {
-        Tracking::from_u8(self.state.load(Ordering::Relaxed))
-    }
-
-    fn set(&self, t: Tracking) {
-        self.state.store(t as u8, Ordering::Relaxed);
-    }
-
-    /// Times the lane was lost or reset since it was created.
-    pub(super) fn resets(&self) -> u64 {
-        self.resets.load(Ordering::Relaxed)
-    }
-
-    /// Why the lane was last lost or reset, if it ever was.
-    pub(super) fn last_reset(&self) -> Option<String> {
-        self.last_reset
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-    }
-}
 
 /// A running lane. Dropping the last handle stops its connection task.
 #[derive(Debug)]
@@ -165,20 +132,6 @@ impl Lanes {
     }
 }
 
-/// The lanes' state taken together: in cluster mode one lane down means only that master's
-/// keys are read uncached, which is not the cache being down.
-pub(super) fn aggregate(states: &[Tracking]) -> Tracking {
-    if states.is_empty() || states.iter().all(|s| *s == Tracking::Down) {
-        Tracking::Down
-    } else if states.contains(&Tracking::Down) {
-        Tracking::Partial
-    } else if states.contains(&Tracking::Fallback) {
-        Tracking::Fallback
-    } else {
-        Tracking::On
-    }
-}
-
 /// Cluster mode: starts a lane for every master and drops those of nodes that left, each
 /// time the slot map changes.
 pub(super) async fn follow_topology(
@@ -205,10 +158,10 @@ pub(super) async fn follow_topology(
 /// lane's connection task, in wire order with the fills' replies.
 #[derive(Debug)]
 pub(super) struct Lane {
-    pub(super) core: Arc<Core>,
-    pub(super) info: Arc<LaneState>,
+    core: Arc<Core>,
+    info: Arc<LaneState>,
     /// Cancelled when the lane is dropped or corral stops: not a reset worth reporting.
-    pub(super) stop: CancellationToken,
+    stop: CancellationToken,
 }
 
 impl LinkObserver for Lane {
@@ -233,12 +186,7 @@ impl LinkObserver for Lane {
         self.info.set(Tracking::Down);
         self.core.flush();
         if !self.stop.is_cancelled() {
-            self.info.resets.fetch_add(1, Ordering::Relaxed);
-            *self
-                .info
-                .last_reset
-                .lock()
-                .unwrap_or_else(|p| p.into_inner()) = Some(cause.to_string());
+            self.info.record_reset(cause);
             warn!(node = %self.info.addr, %cause, "cache tracking connection reset: entries dropped, reads uncached until it is back");
         }
     }
@@ -274,15 +222,55 @@ impl LinkObserver for Lane {
 
 #[cfg(test)]
 mod tests {
+    use std::time::{Duration, Instant};
+
+    use bytes::Bytes;
+
+    use super::super::store::Entry;
+    use super::super::value::Value;
     use super::*;
 
+    fn lane() -> Lane {
+        Lane {
+            core: Arc::new(Core::for_test()),
+            info: Arc::new(LaneState::new("test", Tracking::On)),
+            stop: CancellationToken::new(),
+        }
+    }
+
+    fn entry() -> Arc<Entry> {
+        Entry::new(
+            Value::Nil,
+            Instant::now() + Duration::from_secs(60),
+            Duration::ZERO,
+        )
+    }
+
     #[test]
-    fn one_lane_down_of_several_is_partial_not_down() {
-        use Tracking::*;
-        assert_eq!(aggregate(&[]), Down);
-        assert_eq!(aggregate(&[Down, Down]), Down);
-        assert_eq!(aggregate(&[On, Down, On]), Partial);
-        assert_eq!(aggregate(&[On, Fallback]), Fallback);
-        assert_eq!(aggregate(&[On, On]), On);
+    fn invalidation_push_removes_keys_and_null_flushes() {
+        let lane = lane();
+        for k in [&b"a"[..], b"b"] {
+            lane.core.store.insert(Bytes::copy_from_slice(k), entry());
+        }
+        lane.push(b">2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\na\r\n");
+        assert!(!lane.core.store.contains(b"a"));
+        assert!(lane.core.store.contains(b"b"));
+        lane.push(b">2\r\n$10\r\ninvalidate\r\n_\r\n");
+        assert!((lane.core.store.len() == 0));
+    }
+
+    #[test]
+    fn a_lost_lane_drops_every_entry_and_records_why() {
+        let lane = lane();
+        lane.core.store.insert(Bytes::from_static(b"a"), entry());
+        lane.down("no reply to a health-check PING within 500 ms");
+        assert_eq!(lane.core.store.len(), 0);
+        assert_eq!(lane.info.tracking(), Tracking::Down);
+        assert_eq!(lane.info.resets(), 1);
+        assert!(lane.info.last_reset().unwrap().contains("PING"));
+        // Stopped on purpose (dropped with the topology, shutdown): not a reset.
+        lane.stop.cancel();
+        lane.down("shutting down");
+        assert_eq!(lane.info.resets(), 1);
     }
 }

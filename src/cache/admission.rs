@@ -1,0 +1,163 @@
+//! Which keys are worth keeping: GET frequencies (a count-min sketch), keys whose fills were
+//! wasted, the sampled top keys for `CORRAL HOTKEYS`, and when a hit should refresh early.
+
+use std::cell::Cell;
+use std::hash::BuildHasher;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rand::Rng;
+use tokio_util::sync::CancellationToken;
+
+use super::hotkeys::{self, HotKey, HotKeys};
+use super::sketch::FrequencySketch;
+use super::store::Entry;
+use super::tracking::{LaneState, Tracking};
+
+/// A key whose last fills were invalidated unused this many times is not cached for a while.
+const MAX_WASTED_FILLS: u8 = 2;
+/// Longest an XFetch refresh can come early: `-ln r` for the smallest positive `r` drawn.
+const MAX_EARLY_FACTOR: f64 = 708.5;
+
+thread_local! {
+    /// State of a per-thread xorshift generator for sampling GETs: `rand::rng()` costs
+    /// more than the rest of a hit's bookkeeping, and sampling needs no quality.
+    static SAMPLER: Cell<u64> = Cell::new(rand::random::<u64>() | 1);
+}
+
+/// True about once in `n` calls (`n` a power of two), at random, so a periodic request
+/// pattern (a pipeline repeating the same keys) is not sampled at one fixed position.
+fn one_in(n: u64) -> bool {
+    SAMPLER.with(|s| {
+        let mut x = s.get();
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        s.set(x);
+        (x >> 32) & (n - 1) == 0
+    })
+}
+
+/// Admission state shared by every GET.
+#[derive(Debug)]
+pub(super) struct Admission {
+    reads: FrequencySketch,
+    /// Fills whose entry was invalidated before serving a single hit: keys written about as
+    /// often as they are read. Halved every few seconds.
+    wasted: FrequencySketch,
+    hot: HotKeys,
+    hasher: foldhash::fast::RandomState,
+    hot_threshold: u8,
+    beta: f64,
+}
+
+impl Admission {
+    /// `candidates` sizes the sketches; a key read `hot_threshold` times is admitted; `beta`
+    /// scales early refreshes (0 disables them).
+    pub(super) fn new(candidates: usize, hot_threshold: u8, beta: f64) -> Admission {
+        Admission {
+            reads: FrequencySketch::new(candidates),
+            wasted: FrequencySketch::new(candidates),
+            hot: HotKeys::default(),
+            hasher: foldhash::fast::RandomState::default(),
+            hot_threshold,
+            beta,
+        }
+    }
+
+    pub(super) fn hash(&self, key: &[u8]) -> u64 {
+        self.hasher.hash_one(key)
+    }
+
+    /// Counts a GET of `key` (hash `hash`), and samples it for the top keys.
+    pub(super) fn record_get(&self, hash: u64, key: &[u8]) {
+        self.reads.increment(hash);
+        if one_in(hotkeys::SAMPLE_EVERY) {
+            self.hot.record(key);
+        }
+    }
+
+    /// Counts a read of `key` for hotness only (MGET).
+    pub(super) fn record_read(&self, key: &[u8]) {
+        self.reads.increment(self.hash(key));
+    }
+
+    /// Hot enough to keep, and not one whose recent entries were invalidated before they
+    /// served anything (written about as often as read).
+    pub(super) fn admit(&self, hash: u64, lane: &LaneState) -> bool {
+        if lane.tracking() == Tracking::Down {
+            return false;
+        }
+        let reads = self.reads.estimate(hash);
+        reads >= self.hot_threshold && self.wasted.estimate(hash) < MAX_WASTED_FILLS
+    }
+
+    /// An entry of `key` was invalidated before it served a hit.
+    pub(super) fn wasted_fill(&self, key: &[u8]) {
+        self.wasted.increment(self.hash(key));
+    }
+
+    /// XFetch: refresh with a probability that grows as expiry nears, earlier for keys whose
+    /// fill took longer.
+    pub(super) fn should_refresh(&self, e: &Entry, now: Instant) -> bool {
+        if self.beta <= 0.0 {
+            return false;
+        }
+        // Far from expiry no draw can make it early enough: skip the draw and the log.
+        let most = (e.delta.as_secs_f64() * self.beta * MAX_EARLY_FACTOR).min(3600.0);
+        if now + Duration::from_secs_f64(most) < e.expires {
+            return false;
+        }
+        let r: f64 = rand::rng().random_range(f64::MIN_POSITIVE..1.0);
+        let early = e.delta.as_secs_f64() * self.beta * -r.ln();
+        now + Duration::from_secs_f64(early.min(3600.0)) >= e.expires
+    }
+
+    /// The `n` hottest keys by sampled GET rate.
+    pub(super) fn top(&self, n: usize) -> Vec<HotKey> {
+        self.hot.top(n)
+    }
+
+    /// Ages the top keys, and gives keys penalised for wasted fills another chance.
+    pub(super) async fn decay(self: Arc<Self>, shutdown: CancellationToken) {
+        let mut tick = tokio::time::interval(Duration::from_secs(10));
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {
+                    self.hot.decay();
+                    self.wasted.halve();
+                }
+                _ = shutdown.cancelled() => return,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sampling_takes_about_one_in_n() {
+        let hits = (0..16_000).filter(|_| one_in(16)).count();
+        assert!((700..1300).contains(&hits), "{hits} of 16000");
+    }
+
+    #[test]
+    fn entries_far_from_expiry_are_never_refreshed_and_expired_ones_always() {
+        let a = Admission::new(1024, 2, 1.0);
+        let now = Instant::now();
+        let far = Entry::new(
+            super::super::value::Value::Nil,
+            now + Duration::from_secs(60),
+            Duration::from_millis(1),
+        );
+        assert!((0..1000).all(|_| !a.should_refresh(&far, now)));
+        let due = Entry::new(
+            super::super::value::Value::Nil,
+            now,
+            Duration::from_millis(1),
+        );
+        assert!((0..1000).all(|_| a.should_refresh(&due, now)));
+    }
+}

@@ -1,0 +1,300 @@
+//! The store and the reads in flight, kept coherent with Redis. Coherence rests on three
+//! rules; this file keeps the second, [`super::lane`] the first and the third:
+//!
+//! 1. The lane's replies and Redis's invalidation pushes share one FIFO and are applied by the
+//!    lane's own task, in wire order: a fill inserts before the push that invalidates it is
+//!    applied, never after.
+//! 2. An invalidation (a push, or a write through corral before it is forwarded and again when
+//!    it is acknowledged) removes the key's in-flight read from the singleflight map: that read
+//!    can no longer insert, and later GETs cannot join it ([`Core::invalidate`],
+//!    [`Core::insert_if_current`]).
+//! 3. Losing the lane, or (re)connecting it, flushes everything: invalidations may have been
+//!    missed. A lane that goes silent counts as lost within `lane_check_ms + lane_deadline_ms`.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use bytes::Bytes;
+use dashmap::DashMap;
+use dashmap::mapref::entry::Entry as MapEntry;
+
+use super::admission::Admission;
+use super::flight::{Fill, Flight};
+use super::stats::Stats;
+use super::store::{Entry, Store};
+use super::tracking::Tracking;
+use super::value::{self, Value};
+use crate::error::UpstreamError;
+use crate::upstream::JobResult;
+
+/// A key of the singleflight map: one allocation, and clones only count references (a fresh
+/// `Bytes` copy allocates again on its first clone).
+pub(super) type Key = Arc<[u8]>;
+
+/// Everything the cache's connections and lanes share.
+#[derive(Debug)]
+pub(super) struct Core {
+    pub(super) store: Store,
+    /// The singleflight map: the read each key's GETs join.
+    pub(super) fills: DashMap<Key, Flight, foldhash::fast::RandomState>,
+    /// Joined plain reads by lead id: where a lead finds its waiters even after an
+    /// invalidation unlinked them from `fills` (they are still owed the result).
+    pub(super) joined: DashMap<u64, Arc<Fill>, foldhash::fast::RandomState>,
+    pub(super) admission: Arc<Admission>,
+    pub(super) stats: Stats,
+    pub(super) max_value: usize,
+    pub(super) max_age: Duration,
+    pub(super) fallback_ttl: Duration,
+    /// A GET joins an in-flight read only if it was sent less than this long ago.
+    pub(super) join_bound: Duration,
+}
+
+impl Core {
+    /// Removes `key` and its in-flight read. Order matters: the read is unlinked first, so it
+    /// cannot insert after the store removal.
+    pub(super) fn invalidate(&self, key: &[u8]) -> bool {
+        let unlinked = self.fills.remove(key).is_some();
+        let removed = self.store.remove(key);
+        if let Some(e) = &removed
+            && !e.hit.load(Ordering::Relaxed)
+        {
+            self.admission.wasted_fill(key);
+        }
+        unlinked || removed.is_some()
+    }
+
+    /// Drops every entry and in-flight read.
+    pub(super) fn flush(&self) {
+        self.fills.clear();
+        self.store.clear();
+        self.stats.flushes.inc();
+    }
+
+    /// A tracked fill finished (runs on the lane task, in wire order with invalidations).
+    pub(super) fn complete_fill(&self, key: &Key, fill: &Arc<Fill>, r: JobResult) {
+        let parsed = r.and_then(|bytes| {
+            value::parse_fill_reply(&bytes).map_err(|cause| UpstreamError::BadReply { cause })
+        });
+        let result = match parsed {
+            Ok((pttl, value)) => {
+                self.insert_if_current(key, fill, pttl, &value);
+                Ok(value)
+            }
+            Err(e) => {
+                self.fills.remove_if(key, |_, f| f.is(fill));
+                Err(e)
+            }
+        };
+        fill.publish(result);
+    }
+
+    /// A lead's plain GET finished. Unjoined (the common case) it only leaves the map: no
+    /// waiter, so its reply is not even parsed. Joined, its waiters get the reply.
+    pub(super) fn complete_lead(&self, key: &[u8], id: u64, r: JobResult) {
+        if self.fills.remove_if(key, |_, f| f.is_lead(id)).is_some() {
+            return;
+        }
+        // A joiner turned the lead into a `Fill` under the map's lock, after putting it in
+        // `joined`; or an invalidation unlinked the lead before anyone joined (then nobody
+        // is waiting).
+        if let Some((_, fill)) = self.joined.remove(&id) {
+            self.complete_read(key, &fill, r);
+        }
+    }
+
+    /// A coalesced plain GET finished: share it, keep nothing.
+    pub(super) fn complete_read(&self, key: &[u8], fill: &Arc<Fill>, r: JobResult) {
+        self.fills.remove_if(key, |_, f| f.is(fill));
+        let result = r.and_then(|bytes| {
+            Value::from_get_reply(&bytes).ok_or_else(|| UpstreamError::BadReply {
+                cause: format!(
+                    "unexpected GET reply {:?}",
+                    String::from_utf8_lossy(&bytes[..bytes.len().min(64)])
+                ),
+            })
+        });
+        fill.publish(result);
+    }
+
+    /// Stores the value if `fill` is still the key's current read, i.e. no invalidation came
+    /// since it was sent.
+    fn insert_if_current(&self, key: &Key, fill: &Arc<Fill>, pttl: i64, value: &Value) {
+        let tracking = fill.lane.as_ref().map_or(Tracking::Down, |l| l.tracking());
+        let cacheable = match value {
+            Value::Error(_) => false,
+            v if v.size() > self.max_value => {
+                self.stats.oversized.inc();
+                false
+            }
+            _ => tracking != Tracking::Down,
+        };
+        // The key's TTL counts from when Redis ran the read, which is after `started`.
+        let mut life = self.max_age;
+        if pttl >= 0 {
+            life = life.min(Duration::from_millis(pttl as u64));
+        }
+        if tracking == Tracking::Fallback {
+            life = life.min(self.fallback_ttl);
+        }
+        if let MapEntry::Occupied(o) = self.fills.entry(key.clone()) {
+            if !o.get().is(fill) {
+                return;
+            }
+            if cacheable && !life.is_zero() {
+                let entry = Entry::new(value.clone(), fill.started + life, fill.started.elapsed());
+                self.store.insert(Bytes::from_owner(key.clone()), entry);
+                self.stats.inserts.inc();
+            }
+            o.remove();
+        }
+    }
+
+    /// A core with small bounds, for unit tests.
+    #[cfg(test)]
+    pub(super) fn for_test() -> Core {
+        Core {
+            store: Store::new(1 << 20),
+            fills: DashMap::default(),
+            joined: DashMap::default(),
+            admission: Arc::new(Admission::new(1024, 2, 1.0)),
+            stats: Stats::default(),
+            max_value: 1024,
+            max_age: Duration::from_secs(60),
+            fallback_ttl: Duration::from_secs(1),
+            join_bound: Duration::from_secs(5),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use super::super::tracking::LaneState;
+    use super::*;
+
+    fn lane_on() -> Arc<LaneState> {
+        Arc::new(LaneState::new("test", Tracking::On))
+    }
+
+    fn fill(c: &Core, key: &'static [u8]) -> Arc<Fill> {
+        fill_on(c, key, lane_on())
+    }
+
+    fn fill_on(c: &Core, key: &'static [u8], lane: Arc<LaneState>) -> Arc<Fill> {
+        let f = Fill::new(Instant::now(), Some(lane), None);
+        c.fills.insert(Key::from(key), Flight::Fill(f.clone()));
+        f
+    }
+
+    const REPLY: &[u8] = b"+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n:-1\r\n$1\r\nv\r\n";
+
+    #[test]
+    fn fill_inserts_when_nothing_intervened() {
+        let c = Core::for_test();
+        let f = fill(&c, b"k");
+        let rx = f.waiter();
+        c.complete_fill(&Key::from(&b"k"[..]), &f, Ok(Bytes::from_static(REPLY)));
+        assert!(c.store.get(b"k", Instant::now()).is_some());
+        assert!(c.fills.is_empty());
+        assert_eq!(rx.peek(), Some(Ok(Value::Bulk(Bytes::from_static(b"v")))));
+    }
+
+    #[test]
+    fn fill_after_invalidation_does_not_insert_but_answers_waiters() {
+        let c = Core::for_test();
+        let f = fill(&c, b"k");
+        let rx = f.waiter();
+        c.invalidate(b"k");
+        c.complete_fill(&Key::from(&b"k"[..]), &f, Ok(Bytes::from_static(REPLY)));
+        assert!(c.store.get(b"k", Instant::now()).is_none());
+        assert!(rx.peek().is_some());
+    }
+
+    #[test]
+    fn superseded_fill_does_not_remove_the_new_one() {
+        let c = Core::for_test();
+        let old = fill(&c, b"k");
+        c.invalidate(b"k");
+        let new = fill(&c, b"k");
+        c.complete_fill(&Key::from(&b"k"[..]), &old, Ok(Bytes::from_static(REPLY)));
+        assert!(c.store.get(b"k", Instant::now()).is_none());
+        assert!(c.fills.get(&b"k"[..]).unwrap().is(&new));
+    }
+
+    #[test]
+    fn oversized_errors_and_untracked_values_are_not_cached() {
+        let c = Core::for_test();
+        let big = format!(
+            "+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n:-1\r\n$2000\r\n{}\r\n",
+            "x".repeat(2000)
+        );
+        let f = fill(&c, b"big");
+        c.complete_fill(&Key::from(&b"big"[..]), &f, Ok(Bytes::from(big)));
+        assert!((c.store.len() == 0));
+        let f = fill(&c, b"e");
+        let err = b"+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n:-1\r\n-WRONGTYPE x\r\n";
+        c.complete_fill(&Key::from(&b"e"[..]), &f, Ok(Bytes::from_static(err)));
+        assert!((c.store.len() == 0));
+        let f = fill_on(&c, b"k", Arc::new(LaneState::new("test", Tracking::Down)));
+        c.complete_fill(&Key::from(&b"k"[..]), &f, Ok(Bytes::from_static(REPLY)));
+        assert!((c.store.len() == 0));
+    }
+
+    const GET_REPLY: &[u8] = b"$1\r\nv\r\n";
+
+    fn lead(c: &Core, key: &'static [u8], id: u64) {
+        let started = Instant::now();
+        c.fills.insert(Key::from(key), Flight::Lead { id, started });
+    }
+
+    /// What a second GET does to a lead: the `Fill` its waiters share.
+    fn join(c: &Core, key: &'static [u8], id: u64) -> Arc<Fill> {
+        let f = Fill::new(Instant::now(), None, None);
+        c.joined.insert(id, f.clone());
+        c.fills.insert(Key::from(key), Flight::Fill(f.clone()));
+        f
+    }
+
+    #[test]
+    fn an_unjoined_lead_leaves_nothing_behind() {
+        let c = Core::for_test();
+        lead(&c, b"k", 7);
+        c.complete_lead(b"k", 7, Ok(Bytes::from_static(GET_REPLY)));
+        assert!(c.fills.is_empty() && c.joined.is_empty());
+    }
+
+    #[test]
+    fn a_joined_lead_answers_its_waiters_even_after_an_invalidation() {
+        let c = Core::for_test();
+        lead(&c, b"k", 7);
+        let rx = join(&c, b"k", 7).waiter();
+        c.invalidate(b"k");
+        // A GET after the write starts its own read, which the old one must not answer.
+        lead(&c, b"k", 8);
+        c.complete_lead(b"k", 7, Ok(Bytes::from_static(GET_REPLY)));
+        assert_eq!(rx.peek(), Some(Ok(Value::Bulk(Bytes::from_static(b"v")))));
+        assert!(c.fills.get(&b"k"[..]).unwrap().is_lead(8));
+        assert!(c.joined.is_empty());
+    }
+
+    #[test]
+    fn a_lead_that_fails_passes_the_failure_to_its_waiters() {
+        let c = Core::for_test();
+        lead(&c, b"k", 7);
+        let rx = join(&c, b"k", 7).waiter();
+        c.complete_lead(b"k", 7, Err(UpstreamError::ShuttingDown));
+        assert!(matches!(rx.peek(), Some(Err(UpstreamError::ShuttingDown))));
+        assert!(c.fills.is_empty() && c.joined.is_empty());
+    }
+
+    #[test]
+    fn ttl_bounds_entry_life() {
+        let c = Core::for_test();
+        let f = fill(&c, b"k");
+        let r = b"+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n:0\r\n$1\r\nv\r\n";
+        c.complete_fill(&Key::from(&b"k"[..]), &f, Ok(Bytes::from_static(r)));
+        assert!(c.store.get(b"k", Instant::now()).is_none());
+    }
+}

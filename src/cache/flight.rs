@@ -1,0 +1,189 @@
+//! One in-flight upstream read that concurrent GETs of a key share (singleflight), and the
+//! waiter's side of it.
+//!
+//! Most plain reads are never joined (a key read once), so a plain read starts as a bare
+//! [`Flight::Lead`] in the singleflight map: no waiter state, no result kept. Only when a
+//! second GET of the key arrives while it is in flight does that GET create the [`Fill`] the
+//! others wait on, and hand it to the lead through the `joined` map of [`super::coherence`].
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
+
+use super::tracking::LaneState;
+use super::value::Value;
+use crate::error::UpstreamError;
+use crate::upstream::UpstreamConn;
+
+/// What a waiter eventually receives: the GET result or why there is none.
+pub type FillResult = Result<Value, UpstreamError>;
+
+/// What the singleflight map holds for a key being read.
+#[derive(Debug, Clone)]
+pub(super) enum Flight {
+    /// A plain GET nobody has joined yet, named by an id unique in the process.
+    Lead { id: u64, started: Instant },
+    /// A read with waiters: a joined plain GET, or a tracked fill.
+    Fill(Arc<Fill>),
+}
+
+impl Flight {
+    fn started(&self) -> Instant {
+        match self {
+            Flight::Lead { started, .. } => *started,
+            Flight::Fill(f) => f.started,
+        }
+    }
+
+    /// Whether a GET arriving `now` may wait for this read rather than start its own: not
+    /// if it was sent `bound` or longer ago (stuck behind a dead connection, say).
+    pub(super) fn joinable(&self, now: Instant, bound: Duration) -> bool {
+        now.saturating_duration_since(self.started()) < bound
+    }
+
+    /// Whether this is the read `fill`.
+    pub(super) fn is(&self, fill: &Arc<Fill>) -> bool {
+        matches!(self, Flight::Fill(f) if Arc::ptr_eq(f, fill))
+    }
+
+    /// Whether this is the lead `id`, still unjoined.
+    pub(super) fn is_lead(&self, id: u64) -> bool {
+        matches!(self, Flight::Lead { id: i, .. } if *i == id)
+    }
+}
+
+// From 1: no lead has id 0.
+static THREADS: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    /// This thread's next lead id: the thread's number in the high bits, a count below, so
+    /// ids are unique without a shared counter touched by every miss.
+    static NEXT_LEAD: Cell<u64> = Cell::new(THREADS.fetch_add(1, Ordering::Relaxed) << 40);
+}
+
+/// A lead id no other read in this process has.
+pub(super) fn lead_id() -> u64 {
+    NEXT_LEAD.with(|n| {
+        let id = n.get();
+        n.set(id + 1);
+        id
+    })
+}
+
+/// One in-flight upstream read that waiters share.
+#[derive(Debug)]
+pub(super) struct Fill {
+    /// Set once; waiters are woken through `notify`. (A `watch` channel allocates far more
+    /// per read, and there is one read per miss.)
+    result: OnceLock<FillResult>,
+    notify: Notify,
+    pub(super) started: Instant,
+    /// The tracking lane the read went over (`None` for plain coalesced reads).
+    pub(super) lane: Option<Arc<LaneState>>,
+    /// The connection the read was sent on (`None` only in unit tests).
+    via: Option<UpstreamConn>,
+}
+
+impl Fill {
+    pub(super) fn new(
+        started: Instant,
+        lane: Option<Arc<LaneState>>,
+        via: Option<UpstreamConn>,
+    ) -> Arc<Fill> {
+        Arc::new(Fill {
+            result: OnceLock::new(),
+            notify: Notify::new(),
+            started,
+            lane,
+            via,
+        })
+    }
+
+    /// Publishes the result once (later calls are ignored) and wakes the waiters.
+    pub(super) fn publish(&self, r: FillResult) {
+        if self.result.set(r).is_ok() {
+            self.notify.notify_waiters();
+        }
+    }
+
+    pub(super) fn waiter(self: &Arc<Self>) -> FillRx {
+        FillRx(self.clone())
+    }
+}
+
+/// Where a waiter gets the result of a shared read.
+#[derive(Debug)]
+pub struct FillRx(Arc<Fill>);
+
+impl FillRx {
+    /// Waits for the result.
+    pub async fn wait(&self) -> FillResult {
+        loop {
+            let notified = self.0.notify.notified();
+            if let Some(r) = self.0.result.get() {
+                return r.clone();
+            }
+            notified.await;
+        }
+    }
+
+    /// The result, if it arrived.
+    pub fn peek(&self) -> Option<FillResult> {
+        self.0.result.get().cloned()
+    }
+
+    /// Whether the read is a tracked fill over a tracking lane (not the client's own GET).
+    pub fn tracked(&self) -> bool {
+        self.0.lane.is_some()
+    }
+
+    /// The waiter gave up after the request timeout: a lane fill that late means the lane is
+    /// not answering, so it is reset (its entries dropped). The error names the node the read
+    /// was sent to.
+    pub fn timed_out(&self) -> UpstreamError {
+        let Some(via) = &self.0.via else {
+            return UpstreamError::Timeout {
+                addr: "(unknown)".into(),
+            };
+        };
+        if self.tracked() {
+            via.reset();
+        }
+        UpstreamError::Timeout {
+            addr: via.addr().to_string(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_older_than_the_bound_are_not_joined() {
+        let bound = Duration::from_secs(5);
+        let fresh = Flight::Fill(Fill::new(Instant::now(), None, None));
+        assert!(fresh.joinable(Instant::now(), bound));
+        let later = Instant::now() + Duration::from_secs(6);
+        assert!(!fresh.joinable(later, bound));
+        let lead = Flight::Lead {
+            id: lead_id(),
+            started: Instant::now(),
+        };
+        assert!(lead.joinable(Instant::now(), bound));
+        assert!(!lead.joinable(later, bound));
+    }
+
+    #[test]
+    fn lead_ids_are_unique_across_threads() {
+        let mine: Vec<u64> = (0..100).map(|_| lead_id()).collect();
+        let theirs = std::thread::spawn(|| (0..100).map(|_| lead_id()).collect::<Vec<u64>>())
+            .join()
+            .unwrap();
+        let all: std::collections::HashSet<u64> = mine.iter().chain(&theirs).copied().collect();
+        assert_eq!(all.len(), 200);
+    }
+}

@@ -1,0 +1,262 @@
+//! Read-through with singleflight: a GET is a local hit, or it starts or joins the one
+//! upstream read of its key. Hot keys are read as tracked fills over their lane (and kept);
+//! others as a plain GET, sent by the client's connection ([`Lead`]) or here.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::BytesMut;
+use dashmap::mapref::entry::{Entry as MapEntry, OccupiedEntry};
+
+use super::coherence::{Core, Key};
+use super::flight::{self, Fill, FillRx, Flight};
+use super::lane::LaneHandle;
+use super::value::Value;
+use crate::error::UpstreamError;
+use crate::resp::request::encode_request;
+use crate::upstream::{JobResult, ReplyTo, UpstreamConn};
+
+/// Outcome of a GET lookup.
+#[derive(Debug)]
+pub enum Lookup {
+    /// Served from the local cache.
+    Hit(Value),
+    /// Wait for an upstream read (started now, or joined).
+    Wait(FillRx),
+    /// This GET is the read others may join: the caller sends it in its own batch and hands
+    /// its reply to [`Lead::complete`] (from the connection task, so a client that goes away
+    /// cancels nothing).
+    Lead(Lead),
+}
+
+/// A plain GET that concurrent GETs of the same key wait for.
+#[derive(Debug)]
+pub struct Lead {
+    core: Arc<Core>,
+    key: Key,
+    id: u64,
+    done: bool,
+}
+
+impl Lead {
+    /// Shares the GET's reply (one RESP frame), or its failure, with the waiters.
+    pub fn complete(mut self, reply: JobResult) {
+        self.done = true;
+        self.core.complete_lead(&self.key, self.id, reply);
+    }
+}
+
+impl Drop for Lead {
+    /// A read dropped unsent (shutdown) must not leave waiters hanging.
+    fn drop(&mut self) {
+        if !self.done {
+            let r = Err(UpstreamError::ShuttingDown);
+            self.core.complete_lead(&self.key, self.id, r);
+        }
+    }
+}
+
+/// Completes a read from the upstream connection's task; if the job is dropped unanswered
+/// (shutdown), its waiters get an error instead of waiting.
+struct Completer {
+    core: Arc<Core>,
+    key: Key,
+    fill: Arc<Fill>,
+    tracked: bool,
+}
+
+impl Completer {
+    fn run(self, r: JobResult) {
+        if self.tracked {
+            self.core.complete_fill(&self.key, &self.fill, r);
+        } else {
+            self.core.complete_read(&self.key, &self.fill, r);
+        }
+    }
+}
+
+impl Drop for Completer {
+    fn drop(&mut self) {
+        self.fill.publish(Err(UpstreamError::ShuttingDown));
+    }
+}
+
+/// Where a GET's read may go: `conn` (the client's upstream), or the lane `lane` finds for
+/// the key's node, if any; `lead` asks for a plain read to be returned, not sent.
+pub(super) struct Route<'a, L: Fn() -> Option<Arc<LaneHandle>>> {
+    pub(super) conn: &'a UpstreamConn,
+    pub(super) lane: L,
+    pub(super) lead: bool,
+}
+
+type Occupied<'a> = OccupiedEntry<'a, Key, Flight>;
+
+impl Core {
+    /// A GET of `key`: see [`super::Cache::get`].
+    pub(super) fn lookup<L>(self: &Arc<Self>, key: &[u8], route: Route<'_, L>) -> Lookup
+    where
+        L: Fn() -> Option<Arc<LaneHandle>>,
+    {
+        let now = Instant::now();
+        let hash = self.admission.hash(key);
+        self.admission.record_get(hash, key);
+        if let Some(e) = self.store.get(key, now) {
+            self.stats.hits.inc();
+            e.mark_hit();
+            if self.admission.should_refresh(&e, now)
+                && let Some(lane) = (route.lane)()
+            {
+                self.refresh(key, &lane);
+            }
+            return Lookup::Hit(e.value.clone());
+        }
+        self.stats.misses.inc();
+        let key = Key::from(key);
+        let mut o = match self.fills.entry(key.clone()) {
+            // Another client's read is in flight: wait for it.
+            MapEntry::Occupied(o) if o.get().joinable(now, self.join_bound) => {
+                self.stats.coalesced.inc();
+                return Lookup::Wait(self.join(o, route.conn));
+            }
+            // A read sent too long ago (stuck behind a dead connection, say) is not joined:
+            // a new one takes its place, and the old one can no longer insert.
+            MapEntry::Occupied(o) => o,
+            MapEntry::Vacant(v) => v.insert_entry(Flight::Lead {
+                id: 0,
+                started: now,
+            }),
+        };
+        self.start_read(&mut o, hash, now, route)
+    }
+
+    /// Waits for the read in flight in `o`; a lead nobody joined yet becomes a `Fill` here.
+    fn join(&self, mut o: Occupied<'_>, conn: &UpstreamConn) -> FillRx {
+        match o.get() {
+            Flight::Fill(f) => f.waiter(),
+            &Flight::Lead { id, started } => {
+                let fill = Fill::new(started, None, Some(conn.clone()));
+                // Under the map's lock: the lead either finds this in `joined` or completed
+                // before, and then this GET found no lead.
+                self.joined.insert(id, fill.clone());
+                o.insert(Flight::Fill(fill.clone()));
+                fill.waiter()
+            }
+        }
+    }
+
+    /// Starts the key's read in `o` (which holds a placeholder or a stale read): a tracked
+    /// fill if the key is admitted to its lane, else a plain GET.
+    fn start_read<L>(
+        self: &Arc<Self>,
+        o: &mut Occupied<'_>,
+        hash: u64,
+        now: Instant,
+        route: Route<'_, L>,
+    ) -> Lookup
+    where
+        L: Fn() -> Option<Arc<LaneHandle>>,
+    {
+        let key = o.key().clone();
+        let lane = (route.lane)().filter(|l| self.admission.admit(hash, &l.info));
+        if let Some(lane) = lane {
+            let fill = Fill::new(now, Some(lane.info.clone()), Some(lane.conn.clone()));
+            o.insert(Flight::Fill(fill.clone()));
+            let rx = fill.waiter();
+            self.start_fill(key, fill, &lane);
+            return Lookup::Wait(rx);
+        }
+        self.stats.reads.inc();
+        if route.lead {
+            let id = flight::lead_id();
+            o.insert(Flight::Lead { id, started: now });
+            return Lookup::Lead(Lead {
+                core: self.clone(),
+                key,
+                id,
+                done: false,
+            });
+        }
+        // Sent from here: the caller waits on a `Fill` from the start.
+        let fill = Fill::new(now, None, Some(route.conn.clone()));
+        o.insert(Flight::Fill(fill.clone()));
+        let rx = fill.waiter();
+        let mut req = BytesMut::new();
+        encode_request(&[b"GET", &key], &mut req);
+        self.send(route.conn, req, 1, key, fill, false);
+        Lookup::Wait(rx)
+    }
+
+    /// Sends the `n` commands in `req` for `fill`, to be completed as a tracked fill or a
+    /// plain read.
+    fn send(
+        self: &Arc<Self>,
+        conn: &UpstreamConn,
+        req: BytesMut,
+        n: u32,
+        key: Key,
+        fill: Arc<Fill>,
+        tracked: bool,
+    ) {
+        let core = self.clone();
+        let done = Completer {
+            core,
+            key,
+            fill,
+            tracked,
+        };
+        let reply = ReplyTo::Call(Box::new(move |r| done.run(r)));
+        conn.try_send_to(req.freeze(), n, reply);
+    }
+
+    /// Sends a tracked fill for `key` over the lane.
+    fn start_fill(self: &Arc<Self>, key: Key, fill: Arc<Fill>, lane: &LaneHandle) {
+        self.stats.fills.inc();
+        let mut req = BytesMut::new();
+        encode_request(&[b"MULTI"], &mut req);
+        encode_request(&[b"PTTL", &key], &mut req);
+        encode_request(&[b"GET", &key], &mut req);
+        encode_request(&[b"EXEC"], &mut req);
+        self.send(&lane.conn, req, 4, key, fill, true);
+    }
+
+    /// Starts a background refresh of `key` unless a read is already in flight.
+    fn refresh(self: &Arc<Self>, key: &[u8], lane: &LaneHandle) {
+        let key = Key::from(key);
+        let fill = match self.fills.entry(key.clone()) {
+            MapEntry::Occupied(_) => return,
+            MapEntry::Vacant(v) => {
+                let fill = Fill::new(
+                    Instant::now(),
+                    Some(lane.info.clone()),
+                    Some(lane.conn.clone()),
+                );
+                v.insert(Flight::Fill(fill.clone()));
+                fill
+            }
+        };
+        self.stats.refreshes.inc();
+        self.start_fill(key, fill, lane);
+    }
+
+    /// Local hits for an MGET: see [`super::Cache::get_many`].
+    pub(super) fn get_many<'a>(&self, keys: impl Iterator<Item = &'a [u8]>) -> Vec<Option<Value>> {
+        let now = Instant::now();
+        keys.map(|key| {
+            self.admission.record_read(key);
+            match self.store.get(key, now) {
+                // MGET answers nil, not an error, for other types; only strings and nil are
+                // ever cached, so a hit reads the same either way.
+                Some(e) => {
+                    self.stats.hits.inc();
+                    e.mark_hit();
+                    Some(e.value.clone())
+                }
+                None => {
+                    self.stats.misses.inc();
+                    None
+                }
+            }
+        })
+        .collect()
+    }
+}
