@@ -389,3 +389,20 @@ fn ipv6_hosts_work_as_server_names() {
     assert!(settings::server_name("::1").is_ok());
     assert!(settings::server_name("10.0.0.1").is_ok());
 }
+
+#[tokio::test]
+async fn a_plain_client_is_refused_and_the_listener_goes_on() {
+    let pki = Pki::new();
+    let mut server = echo_server(listen_settings(&pki.issue("server", &["127.0.0.1"]), None)).await;
+    let mut plain = TcpStream::connect(server.addr).await.expect("connect");
+    plain.write_all(b"PING\r\n").await.expect("write");
+    let failure = server.failures.recv().await.expect("server-side failure");
+    assert!(
+        failure.starts_with("tls handshake with 127.0.0.1:"),
+        "{failure}"
+    );
+    let mut s = dial(server.addr, &trusting(pki.ca_file()), "127.0.0.1")
+        .await
+        .expect("the next client is served");
+    assert_eq!(round_trip(&mut s, b"x").await.expect("echo"), b"x");
+}
