@@ -20,6 +20,7 @@ pub mod metrics;
 pub mod pubsub;
 pub mod resp;
 pub mod server;
+pub mod tls;
 pub mod upstream;
 
 use std::sync::Arc;
