@@ -16,7 +16,7 @@ use tracing::{debug, warn};
 use crate::resp::request::encode_request;
 use crate::upstream::{ConnSettings, LinkObserver, ReplyTo, UpstreamConn, UpstreamStatus};
 
-mod glob;
+pub(crate) mod glob;
 mod router;
 pub use router::Router;
 
