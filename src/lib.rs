@@ -10,6 +10,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod acl;
 pub mod admin;
 pub mod cache;
 pub mod cluster;

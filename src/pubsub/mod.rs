@@ -9,7 +9,7 @@
 //! connection, `state.rs` what it knows, `message.rs` the values, `router.rs` which hub a
 //! subscription goes to (cluster mode), `glob.rs` pattern matching.
 
-mod glob;
+pub(crate) mod glob;
 mod hub;
 mod message;
 mod observer;

@@ -1,0 +1,174 @@
+//! Commands refused or renamed for every client (`[commands]` in the config), as Redis's
+//! `rename-command` does: a refused command, or the old name of a renamed one, is an unknown
+//! command, with Redis's error; the new name runs the command.
+
+use std::collections::HashMap;
+
+use serde::Deserialize;
+
+/// The `[commands]` section of the config.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GuardConfig {
+    /// Commands no client may run: `"FLUSHALL"`, or a subcommand as `"SCRIPT FLUSH"` /
+    /// `"script|flush"`.
+    pub deny: Vec<String>,
+    /// `OLD = "NEW"`: clients must call OLD by the name NEW; OLD becomes unknown. An empty NEW
+    /// refuses OLD (as `rename-command OLD ""` does).
+    pub rename: HashMap<String, String>,
+}
+
+/// What the guard decided for one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Forward as sent.
+    Pass,
+    /// The client used a new name: forward with argument 0 replaced by this (the command's
+    /// real name).
+    Rename(String),
+    /// Unknown to clients: reply Redis's "unknown command" error.
+    UnknownCommand,
+    /// A refused subcommand: reply Redis's "unknown subcommand" error.
+    UnknownSubcommand,
+}
+
+/// The compiled `[commands]` section.
+#[derive(Debug, Default)]
+pub struct Guard {
+    /// Lower-case command names clients may not use (refused ones, old names of renamed).
+    hidden: Vec<String>,
+    /// Lower-case `container|sub` names refused.
+    hidden_subs: Vec<String>,
+    /// Lower-case new name -> real name.
+    aliases: HashMap<String, String>,
+}
+
+impl Guard {
+    /// Compiles the config section; names are checked against Redis's command table.
+    pub fn new(cfg: &GuardConfig) -> Result<Guard, String> {
+        let mut guard = Guard::default();
+        for entry in &cfg.deny {
+            let name = entry.trim().to_ascii_lowercase().replace(' ', "|");
+            if super::arity(&name).is_none() {
+                return Err(format!("[commands] deny: unknown command '{entry}'"));
+            }
+            if name.contains('|') {
+                guard.hidden_subs.push(name);
+            } else {
+                guard.hidden.push(name);
+            }
+        }
+        for (old, new) in &cfg.rename {
+            let old_l = old.to_ascii_lowercase();
+            if old_l.contains(['|', ' ']) || super::arity(&old_l).is_none() {
+                return Err(format!("[commands] rename: unknown command '{old}'"));
+            }
+            let new_l = new.to_ascii_lowercase();
+            if new_l.contains(char::is_whitespace) {
+                return Err(format!("[commands] rename: '{new}' is not a command name"));
+            }
+            if !new_l.is_empty() {
+                if super::arity(&new_l).is_some() || guard.aliases.contains_key(&new_l) {
+                    return Err(format!("[commands] rename: '{new}' is already a command"));
+                }
+                guard.aliases.insert(new_l, old.to_ascii_uppercase());
+            }
+            guard.hidden.push(old_l);
+        }
+        Ok(guard)
+    }
+
+    /// Whether the guard changes anything (so callers can skip it).
+    pub fn is_empty(&self) -> bool {
+        self.hidden.is_empty() && self.hidden_subs.is_empty() && self.aliases.is_empty()
+    }
+
+    /// Decides for a request whose argument 0 is `name` and argument 1 `sub` (any case).
+    pub fn check(&self, name: &[u8], sub: Option<&[u8]>) -> Verdict {
+        let lower = String::from_utf8_lossy(name).to_ascii_lowercase();
+        if let Some(real) = self.aliases.get(&lower) {
+            return Verdict::Rename(real.clone());
+        }
+        if self.hidden.contains(&lower) {
+            return Verdict::UnknownCommand;
+        }
+        if let Some(sub) = sub
+            && !self.hidden_subs.is_empty()
+        {
+            let full = format!(
+                "{lower}|{}",
+                String::from_utf8_lossy(sub).to_ascii_lowercase()
+            );
+            if self.hidden_subs.contains(&full) {
+                return Verdict::UnknownSubcommand;
+            }
+        }
+        Verdict::Pass
+    }
+
+    /// Whether clients can see `name` (lower case): false for refused commands and old names.
+    pub fn visible(&self, name: &str) -> bool {
+        !self.hidden.iter().any(|h| h == name)
+    }
+}
+
+/// Redis's error for a refused subcommand: `-ERR unknown subcommand 'flush'. Try SCRIPT HELP.`
+pub fn unknown_subcommand(name: &[u8], sub: &[u8]) -> String {
+    let clip = |a: &[u8]| String::from_utf8_lossy(&a[..a.len().min(128)]).into_owned();
+    format!(
+        "-ERR unknown subcommand '{}'. Try {} HELP.\r\n",
+        clip(sub),
+        String::from_utf8_lossy(name).to_ascii_uppercase()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn guard(deny: &[&str], rename: &[(&str, &str)]) -> Result<Guard, String> {
+        Guard::new(&GuardConfig {
+            deny: deny.iter().map(|s| s.to_string()).collect(),
+            rename: rename
+                .iter()
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+                .collect(),
+        })
+    }
+
+    #[test]
+    fn deny_and_rename() {
+        let g = guard(
+            &["FLUSHALL", "script flush"],
+            &[("config", "cfg_x"), ("keys", "")],
+        )
+        .expect("valid");
+        assert_eq!(g.check(b"flushall", None), Verdict::UnknownCommand);
+        assert_eq!(g.check(b"CONFIG", Some(b"get")), Verdict::UnknownCommand);
+        assert_eq!(
+            g.check(b"Cfg_X", Some(b"get")),
+            Verdict::Rename("CONFIG".into())
+        );
+        assert_eq!(g.check(b"keys", Some(b"*")), Verdict::UnknownCommand);
+        assert_eq!(
+            g.check(b"SCRIPT", Some(b"FLUSH")),
+            Verdict::UnknownSubcommand
+        );
+        assert_eq!(g.check(b"SCRIPT", Some(b"EXISTS")), Verdict::Pass);
+        assert_eq!(g.check(b"get", Some(b"k")), Verdict::Pass);
+        assert!(!g.visible("config"));
+        assert_eq!(
+            unknown_subcommand(b"script", b"FLUSH"),
+            "-ERR unknown subcommand 'FLUSH'. Try SCRIPT HELP.\r\n"
+        );
+    }
+
+    #[test]
+    fn bad_names_are_refused() {
+        assert!(guard(&["NOSUCH"], &[]).is_err());
+        assert!(guard(&[], &[("config", "get")]).is_err());
+        assert!(guard(&[], &[("nosuch", "x")]).is_err());
+        assert!(guard(&[], &[("config", "a b")]).is_err());
+        assert!(guard(&[], &[]).is_ok_and(|g| g.is_empty()));
+    }
+}
