@@ -44,7 +44,7 @@ async fn client(entry: SocketAddr, resp3: bool) -> RawClient {
     if resp3 {
         // The HELLO reply holds a per-connection id: not compared.
         c.send(&encode(&[b"HELLO", b"3"])).await;
-        let hello = c.read_resp().await;
+        let hello = c.read_reply().await;
         assert!(hello.starts_with(b"%"), "{}", show(&hello));
     }
     c
@@ -70,9 +70,9 @@ async fn deep_session(entry: SocketAddr, resp3: bool) -> Vec<Vec<u8>> {
         a.send(&encode(&[b"EVAL", script.as_bytes(), b"0"])).await;
         let gets: Vec<u8> = (0..50).flat_map(|_| encode(&[b"GET", b"deep:k"])).collect();
         b.send(&gets).await;
-        out.push(a.read_resp().await);
+        out.push(a.read_reply().await);
         for _ in 0..50 {
-            out.push(b.read_resp().await);
+            out.push(b.read_reply().await);
         }
         // Both connections are still good.
         out.push(a.cmd("PING").await);
@@ -197,7 +197,7 @@ async fn busy_session(
         c.request(&args(spin.wrong_kill)).await,
     ));
     out.push(("C: kill".into(), c.request(&args(spin.kill)).await));
-    out.push(("A: killed".into(), a.read_resp().await));
+    out.push(("A: killed".into(), a.read_reply().await));
     out.push(("A: PING".into(), a.cmd("PING").await));
     out.push(("B: GET after".into(), b.cmd("GET busy:k").await));
     out.push(("B: PING after".into(), b.cmd("PING").await));
@@ -264,13 +264,13 @@ async fn kill_reaches_redis_when_the_shared_connection_is_stuck_behind_the_scrip
     // Queued behind the script on the shared connection.
     b.send(&encode(&[b"GET", b"busy:k"])).await;
     assert_eq!(c.cmd("SCRIPT KILL").await, b"+OK\r\n");
-    let killed = a.read_resp().await;
+    let killed = a.read_reply().await;
     assert!(
         killed.starts_with(b"-ERR Script killed by user with SCRIPT KILL"),
         "{}",
         show(&killed)
     );
-    assert_eq!(b.read_resp().await, bulk("v"));
+    assert_eq!(b.read_reply().await, bulk("v"));
     assert_eq!(a.cmd("GET busy:k").await, bulk("v"));
     proxy.stop().await;
 }
@@ -307,7 +307,7 @@ async fn shutdown_nosave_reaches_a_busy_redis_and_closes_like_redis() {
     })
     .await;
     // The script's client learns that its connection is gone.
-    let lost = a.read_resp().await;
+    let lost = a.read_reply().await;
     assert!(lost.starts_with(b"-ERR upstream "), "{}", show(&lost));
     proxy.stop().await;
 }
@@ -336,7 +336,7 @@ async fn a_script_below_the_busy_threshold_delays_others_without_errors() {
     // Past the shared connection's check (200 ms idle) and the PING's deadline (200 ms).
     tokio::time::sleep(Duration::from_millis(700)).await;
     assert_eq!(b.cmd("GET slow:k").await, bulk("v"));
-    assert_eq!(a.read_resp().await, b":1\r\n");
+    assert_eq!(a.read_reply().await, b":1\r\n");
     proxy.stop().await;
 }
 
@@ -363,7 +363,7 @@ async fn a_paused_write_holds_up_only_its_own_client() {
     assert_eq!(reader.cmd("GET pause:k").await, bulk("old"));
     assert_eq!(reader.cmd("EXISTS pause:k").await, b":1\r\n");
     assert_eq!(admin.cmd("CLIENT UNPAUSE").await, b"+OK\r\n");
-    assert_eq!(writer.read_resp().await, b"+OK\r\n");
+    assert_eq!(writer.read_reply().await, b"+OK\r\n");
     assert_eq!(reader.cmd("GET pause:k").await, bulk("new"));
     proxy.stop().await;
 }

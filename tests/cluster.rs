@@ -359,7 +359,7 @@ async fn a_resp3_client_gets_maps_and_nulls_as_from_one_redis() {
     let mut direct = RawClient::connect(single.addr()).await.unwrap();
     for client in [&mut c, &mut direct] {
         client.send(&common::encode(&[b"HELLO", b"3"])).await;
-        let hello = client.read_resp().await;
+        let hello = client.read_reply().await;
         assert!(hello.starts_with(b"%"), "HELLO 3: {}", common::show(&hello));
     }
     let shards = keys_per_master(&mut cluster, "r3", 1);
@@ -384,8 +384,8 @@ async fn a_resp3_client_gets_maps_and_nulls_as_from_one_redis() {
             let args: Vec<&[u8]> = w.iter().map(Vec::as_slice).collect();
             client.send(&common::encode(&args)).await;
         }
-        let p = c.read_resp().await;
-        let d = direct.read_resp().await;
+        let p = c.read_reply().await;
+        let d = direct.read_reply().await;
         assert_eq!(common::show(&p), common::show(&d), "{line}");
     }
     // A map really: the field count of the HGETALL reply.
@@ -394,7 +394,7 @@ async fn a_resp3_client_gets_maps_and_nulls_as_from_one_redis() {
         format!("{}:h", keys[0]).as_bytes(),
     ]))
     .await;
-    assert!(c.read_resp().await.starts_with(b"%2\r\n"));
+    assert!(c.read_reply().await.starts_with(b"%2\r\n"));
     proxy.stop().await;
 }
 

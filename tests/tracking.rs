@@ -65,7 +65,7 @@ async fn run(entry: SocketAddr, server: SocketAddr, script: &[&str]) -> Vec<Stri
                 let c = if who == "X:" { &mut x } else { &mut t };
                 c.send(&request(&rest)).await;
                 loop {
-                    let f = c.read_resp().await;
+                    let f = c.read_reply().await;
                     let push = f.first() == Some(&b'>');
                     let shown = if who == "T=id:" && !push {
                         "<id>".to_string()
@@ -81,12 +81,12 @@ async fn run(entry: SocketAddr, server: SocketAddr, script: &[&str]) -> Vec<Stri
             "X?" => {
                 let n: usize = rest.parse().expect("frame count");
                 for _ in 0..n {
-                    out.push(format!("X? -> {}", show(&x.read_resp().await)));
+                    out.push(format!("X? -> {}", show(&x.read_reply().await)));
                 }
             }
             "W:" => {
                 w.send(&request(&rest)).await;
-                let r = w.read_resp().await;
+                let r = w.read_reply().await;
                 assert!(!r.starts_with(b"-"), "{rest}: {}", show(&r));
             }
             "H:" => {
@@ -303,7 +303,7 @@ async fn resp3_redirect_and_broken_redirect() {
         let mut w = connect(server).await;
         w.cmd("SET r 1").await;
         assert_eq!(
-            x.read_resp().await,
+            x.read_reply().await,
             b">2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\nr\r\n",
             "{side:?}"
         );
@@ -316,7 +316,7 @@ async fn resp3_redirect_and_broken_redirect() {
             let mut w = connect(server).await;
             w.cmd("SET r 2").await;
             t.send(&request("EXISTS r")).await;
-            let first = t.read_resp().await;
+            let first = t.read_reply().await;
             if first == b":1\r\n" {
                 // The target's connection is not closed yet: track r again and retry.
                 t.cmd("GET r").await;
@@ -324,7 +324,7 @@ async fn resp3_redirect_and_broken_redirect() {
                 continue;
             }
             assert_eq!(first, want.as_bytes(), "{side:?}");
-            while t.read_resp().await != b":1\r\n" {}
+            while t.read_reply().await != b":1\r\n" {}
             break;
         }
     }
@@ -547,10 +547,10 @@ async fn info_tracking_clients_leaves_out_corrals_cache_lane() {
     direct.cmd("SET i 1").await;
     t.send(&request("INFO")).await;
     assert_eq!(
-        t.read_resp().await,
+        t.read_reply().await,
         b">2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\ni\r\n"
     );
-    let info = t.read_resp().await;
+    let info = t.read_reply().await;
     assert!(
         contains(&info, b"tracking_clients:1\r\n") && contains(&info, b"# Proxy"),
         "{}",
@@ -581,7 +581,7 @@ async fn tracking_clients_and_corrals_cache() {
     assert_eq!(t.cmd("SET hot v1").await, b"+OK\r\n");
     // Redis tracked T's read: its own write invalidates it.
     assert_eq!(
-        t.read_resp().await,
+        t.read_reply().await,
         b">2\r\n$10\r\ninvalidate\r\n*1\r\n$3\r\nhot\r\n"
     );
     assert_eq!(a.cmd("GET hot").await, b"$2\r\nv1\r\n");

@@ -1,0 +1,45 @@
+//! Bounded waits for something to happen, instead of sleeps.
+
+use std::time::{Duration, Instant};
+
+/// Calls `f` every 20 ms until it returns `Some`, and returns that; panics naming `what` after
+/// `limit`. Used instead of sleeps wherever a test waits for something to happen.
+pub async fn poll_until<T, F, Fut>(limit: Duration, what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// cannot): call [`Deadline::pause`] between attempts.
+pub struct Deadline {
+    end: Instant,
+    what: &'static str,
+}
+
+impl Deadline {
+    pub fn new(limit: Duration, what: &'static str) -> Deadline {
+        Deadline {
+            end: Instant::now() + limit,
+            what,
+        }
+    }
+
+    /// Panics if the deadline has passed, else waits 20 ms before the next attempt.
+    pub async fn pause(&self) {
+        assert!(
+            Instant::now() < self.end,
+            "timed out waiting for {}",
+            self.what
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
