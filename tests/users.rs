@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{RawClient, connect, mask_hello_id, show, sync_cmd};
+use common::{Options, RawClient, Step, connect, show, sync_cmd};
 
 /// Users made on both servers: a restricted one, and two that may only use their own keys.
 const USERS: &[&[&str]] = &[
@@ -45,26 +45,16 @@ async fn start() -> Pair {
     start_with(|_| {}).await
 }
 
-/// Runs `script` (one request per element) on a new client of Redis and one of corral;
-/// every reply must be the same bytes (HELLO's id masked). Returns corral's replies.
+/// Runs `script` (one request per element) on a new client of Redis and one of corral with
+/// the harness's runner; every reply must be the same bytes (HELLO's id masked). Returns
+/// corral's replies.
 async fn same(pair: &Pair, script: &[&[&[u8]]]) -> Vec<Vec<u8>> {
-    let mut direct = connect(pair.direct).await;
-    let mut proxied = connect(pair.proxy.addr).await;
-    let mut out = Vec::new();
-    for req in script {
-        let want = mask_hello_id(&direct.request(req).await);
-        let got = proxied.request(req).await;
-        assert_eq!(
-            show(&mask_hello_id(&got)),
-            show(&want),
-            "{:?}",
-            req.iter()
-                .map(|a| String::from_utf8_lossy(a))
-                .collect::<Vec<_>>()
-        );
-        out.push(got);
-    }
-    out
+    let steps: Vec<Step> = script
+        .iter()
+        .map(|req| Step::call('A', req.iter().map(|a| a.to_vec()).collect()))
+        .collect();
+    let [_, proxied] = common::compare(pair.sides(), "users", &steps, Options::resp(false)).await;
+    proxied.into_iter().map(|r| r.bytes).collect()
 }
 
 #[tokio::test]
