@@ -13,8 +13,8 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use common::{
-    RawClient, RedisServer, TestProxy, argv, bulk, connect, corral_stats, encode, int, int_of,
-    payload, show,
+    RawClient, RedisServer, TestProxy, argv, bulk, connect, corral_stats, encode, field, int,
+    int_of, make_cached, payload, show,
 };
 use tokio::task::JoinSet;
 
@@ -78,24 +78,6 @@ async fn redis_get_calls(direct: &mut RawClient) -> u64 {
 
 async fn get(c: &mut RawClient, key: &str) -> Vec<u8> {
     c.request(&[b"GET", key.as_bytes()]).await
-}
-
-/// GETs `key` through corral (each reply must be `want`) until one GET is answered from the
-/// local cache, i.e. `cache_hits` grew across it. Only for tests where no other client uses
-/// the proxy at the same time, or the hit could be someone else's.
-async fn make_cached(c: &mut RawClient, key: &str, want: &[u8]) {
-    for _ in 0..50 {
-        let before = Stats::of(c).await.n("cache_hits");
-        let got = get(c, key).await;
-        assert_eq!(got, want, "GET {key} while warming: {}", show(&got));
-        if Stats::of(c).await.n("cache_hits") > before {
-            return;
-        }
-    }
-    panic!(
-        "{key} never became a cache hit after 50 GETs: {:?}",
-        Stats::of(c).await.0
-    );
 }
 
 /// GETs `key` through corral until it returns `want`; every earlier reply must be one of
@@ -171,14 +153,9 @@ async fn tracking_client_id(direct: &mut RawClient) -> Option<String> {
     let list = direct.cmd("CLIENT LIST").await;
     let text = String::from_utf8_lossy(&list).into_owned();
     text.lines().find_map(|line| {
-        let field = |name: &str| {
-            line.split(' ')
-                .find_map(|f| f.strip_prefix(name))
-                .map(str::to_string)
-        };
-        field("flags=")
+        field(line, "flags")
             .filter(|f| f.contains('t'))
-            .and_then(|_| field("id="))
+            .and_then(|_| Some(field(line, "id")?.to_string()))
     })
 }
 
@@ -628,39 +605,24 @@ async fn read_your_writes(w: &WriteKind) {
     proxy.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn read_your_writes_set() {
-    read_your_writes(write_kind("SET")).await;
+/// One test per write kind, so that each passes or fails on its own.
+macro_rules! read_your_writes_tests {
+    ($($test:ident: $kind:literal,)*) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $test() {
+            read_your_writes(write_kind($kind)).await;
+        }
+    )*};
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn read_your_writes_del() {
-    read_your_writes(write_kind("DEL")).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn read_your_writes_incr() {
-    read_your_writes(write_kind("INCR")).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn read_your_writes_expire() {
-    read_your_writes(write_kind("PEXPIRE")).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn read_your_writes_mset() {
-    read_your_writes(write_kind("MSET")).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn read_your_writes_lua() {
-    read_your_writes(write_kind("EVAL")).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn read_your_writes_pipelined() {
-    read_your_writes(write_kind("pipelined SET GET")).await;
+read_your_writes_tests! {
+    read_your_writes_set: "SET",
+    read_your_writes_del: "DEL",
+    read_your_writes_incr: "INCR",
+    read_your_writes_expire: "PEXPIRE",
+    read_your_writes_mset: "MSET",
+    read_your_writes_lua: "EVAL",
+    read_your_writes_pipelined: "pipelined SET GET",
 }
 
 // MULTI/EXEC is refused by corral for now ("unsupported"), so a write inside a transaction is

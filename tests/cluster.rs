@@ -8,12 +8,8 @@ mod common;
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use common::{RawClient, RedisCluster, RedisServer, sync_cmd};
+use common::{RawClient, RedisCluster, RedisServer, bulk, sync_cmd};
 use corral::cluster::key_slot;
-
-fn bulk(v: &str) -> Vec<u8> {
-    format!("${}\r\n{v}\r\n", v.len()).into_bytes()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keys_over_all_slots_land_on_their_owner_and_multi_key_commands_match_redis() {
@@ -294,14 +290,7 @@ async fn redis_cli_with_and_without_cluster_mode_reads_and_writes_every_shard() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_py_plain_client_pipelines_keys_across_shards() {
-    let probe = std::process::Command::new("python3")
-        .args(["-c", "import redis"])
-        .output()
-        .expect("python3 is needed for this test");
-    assert!(
-        probe.status.success(),
-        "the redis-py package is missing; install it with scripts/deps.sh"
-    );
+    common::require_redis_py();
     let mut cluster = RedisCluster::start(3, 0);
     let proxy = common::cluster_proxy(&cluster, |_| {}).await;
     let mut c = RawClient::connect(proxy.addr).await.unwrap();
@@ -342,7 +331,7 @@ print("ok")
         let owner = cluster.master_for_slot(key_slot(k.as_bytes()));
         assert_eq!(
             sync_cmd(owner, &["GET", k]),
-            bulk(&format!("v{i}")),
+            bulk(format!("v{i}")),
             "{k} on its owner"
         );
     }
@@ -589,7 +578,7 @@ async fn a_manual_failover_is_followed_without_redirections_or_lost_writes() {
     );
     assert_eq!(
         sync_cmd(replica, &["GET", "{fo}:ctr"]),
-        bulk(&acks.to_string()),
+        bulk(acks.to_string()),
         "acknowledged INCRs on the new master"
     );
     // Still going through the same corral, no restart.

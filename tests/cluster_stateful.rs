@@ -6,16 +6,12 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{RawClient, RedisCluster, TestProxy};
-
-async fn ready_proxy(cluster: &RedisCluster) -> (TestProxy, RawClient) {
-    common::ready_cluster_proxy(cluster, |_| {}).await
-}
+use common::{RawClient, RedisCluster};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn transactions_run_on_the_node_of_their_keys() {
     let cluster = RedisCluster::start(3, 0);
-    let (proxy, mut c) = ready_proxy(&cluster).await;
+    let (proxy, mut c) = common::ready_cluster_proxy(&cluster, |_| {}).await;
     // One slot: runs atomically on its node, replies as Redis gives them.
     assert_eq!(c.cmd("MULTI").await, b"+OK\r\n");
     assert_eq!(c.cmd("SET {u1}a 1").await, b"+QUEUED\r\n");
@@ -62,7 +58,7 @@ async fn transactions_run_on_the_node_of_their_keys() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn blocking_pops_wait_on_the_keys_node() {
     let cluster = RedisCluster::start(3, 0);
-    let (proxy, mut c) = ready_proxy(&cluster).await;
+    let (proxy, mut c) = common::ready_cluster_proxy(&cluster, |_| {}).await;
     let mut pusher = RawClient::connect(proxy.addr).await.unwrap();
     c.send(&common::encode(&[b"BLPOP", b"queue", b"0"])).await;
     // The pop is blocked: other requests through corral are served meanwhile.
@@ -76,7 +72,7 @@ async fn blocking_pops_wait_on_the_keys_node() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn subscribers_get_messages_published_anywhere() {
     let cluster = RedisCluster::start(3, 0);
-    let (proxy, mut publisher) = ready_proxy(&cluster).await;
+    let (proxy, mut publisher) = common::ready_cluster_proxy(&cluster, |_| {}).await;
     let mut sub = RawClient::connect(proxy.addr).await.unwrap();
     assert_eq!(
         sub.cmd("SUBSCRIBE news").await,
@@ -133,7 +129,7 @@ async fn reads_go_to_replicas_when_asked() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shard_subscriptions_follow_their_slot() {
     let mut cluster = RedisCluster::start(3, 0);
-    let (proxy, mut publisher) = ready_proxy(&cluster).await;
+    let (proxy, mut publisher) = common::ready_cluster_proxy(&cluster, |_| {}).await;
     let mut sub = RawClient::connect(proxy.addr).await.unwrap();
     assert_eq!(
         sub.cmd("SSUBSCRIBE sch").await,

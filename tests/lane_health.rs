@@ -12,7 +12,8 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{
-    Fault, RawClient, RedisServer, Relay, TestProxy, bulk, connect, corral_stats, encode, int, show,
+    Fault, RawClient, RedisServer, Relay, TestProxy, bulk, connect, corral_stats, encode, int,
+    make_cached, show, stat, stat_n,
 };
 
 const OK: &[u8] = b"+OK\r\n";
@@ -40,32 +41,6 @@ async fn setup(tweak: impl FnOnce(&mut corral::Config)) -> (RedisServer, Relay, 
     })
     .await;
     (redis, relay, proxy)
-}
-
-async fn stat(c: &mut RawClient, name: &str) -> String {
-    corral_stats(c)
-        .await
-        .remove(name)
-        .unwrap_or_else(|| panic!("no {name} in CORRAL CACHE STATS"))
-}
-
-async fn stat_n(c: &mut RawClient, name: &str) -> u64 {
-    let v = stat(c, name).await;
-    v.parse()
-        .unwrap_or_else(|_| panic!("{name} is not a number: {v}"))
-}
-
-/// GETs `key` (each reply must be `want`) until one GET is a cache hit.
-async fn make_cached(c: &mut RawClient, key: &str, want: &[u8]) {
-    for _ in 0..50 {
-        let before = stat_n(c, "cache_hits").await;
-        let got = c.request(&[b"GET", key.as_bytes()]).await;
-        assert_eq!(got, want, "GET {key} while warming: {}", show(&got));
-        if stat_n(c, "cache_hits").await > before {
-            return;
-        }
-    }
-    panic!("{key} never became a cache hit");
 }
 
 /// Waits until the cache reports its lane up and tracking again.

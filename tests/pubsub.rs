@@ -25,8 +25,8 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use common::{
-    Deadline, Options, RawClient, Reply, bulk, connect, encode, int, parse_commands, poll_until,
-    reply_text, show,
+    Deadline, Options, RawClient, Reply, aggregate, bulk, connect, encode, encode_line, field, int,
+    int_of, poll_until, reply_text, show,
 };
 
 /// Bounds every wait for a state change.
@@ -34,25 +34,9 @@ const LIMIT: Duration = Duration::from_secs(10);
 
 // ---- clients and frames ----
 
-/// Sends one command line and reads one reply (pushes and RESP3 nulls included).
-async fn call(c: &mut RawClient, line: &str) -> Vec<u8> {
-    send_line(c, line).await;
-    c.read_reply().await
-}
-
-async fn send_line(c: &mut RawClient, line: &str) {
-    let cmds = parse_commands(line);
-    let argv: Vec<&[u8]> = cmds[0].iter().map(Vec::as_slice).collect();
-    c.send(&encode(&argv)).await;
-}
-
 /// A pub/sub frame as Redis sends it: a push in RESP3, an array in RESP2, of bulk strings.
 fn frame(resp3: bool, parts: &[&[u8]]) -> Vec<u8> {
-    let mut out = format!("{}{}\r\n", if resp3 { '>' } else { '*' }, parts.len()).into_bytes();
-    for p in parts {
-        out.extend_from_slice(&bulk(p));
-    }
-    out
+    aggregate(if resp3 { b'>' } else { b'*' }, parts)
 }
 
 /// A `subscribe`-style confirmation: verb, name, count.
@@ -66,14 +50,14 @@ fn confirmation(resp3: bool, verb: &str, name: &str, count: i64) -> Vec<u8> {
 /// Subscribes `c` (`SUBSCRIBE`, `PSUBSCRIBE` or `SSUBSCRIBE`) to one name, checking the
 /// confirmation's bytes.
 async fn subscribe(c: &mut RawClient, resp3: bool, cmd: &str, name: &str, count: i64) {
-    let r = call(c, &format!("{cmd} {name}")).await;
+    let r = c.call(&format!("{cmd} {name}")).await;
     let verb = cmd.to_ascii_lowercase();
     assert_eq!(show(&r), show(&confirmation(resp3, &verb, name, count)));
 }
 
 /// The number of subscribers Redis itself counts for `channel` (`PUBSUB NUMSUB`).
 async fn numsub(server: &mut RawClient, channel: &str) -> i64 {
-    let r = call(server, &format!("PUBSUB NUMSUB {channel}")).await;
+    let r = server.call(&format!("PUBSUB NUMSUB {channel}")).await;
     let head = [b"*2\r\n".as_slice(), &bulk(channel), b":"].concat();
     let n = r
         .strip_prefix(head.as_slice())
@@ -87,11 +71,7 @@ async fn publish(c: &mut RawClient, channel: &str, payload: &str) -> i64 {
     let r = c
         .request(&[b"PUBLISH", channel.as_bytes(), payload.as_bytes()])
         .await;
-    let n = std::str::from_utf8(&r)
-        .ok()
-        .and_then(|s| s.strip_prefix(':'))
-        .and_then(|s| s.trim_end().parse().ok());
-    n.unwrap_or_else(|| panic!("PUBLISH {channel}: {}", show(&r)))
+    int_of(&r).unwrap_or_else(|| panic!("PUBLISH {channel}: {}", show(&r)))
 }
 
 /// The payload of a RESP2 `message` frame on `channel`, or a panic naming what came instead.
@@ -107,9 +87,9 @@ fn message_payload(got: &[u8], channel: &str) -> Vec<u8> {
 /// corral's clients' addresses, from CLIENT LIST through corral.
 async fn corral_client_addrs(proxy: SocketAddr) -> Vec<String> {
     let mut c = connect(proxy).await;
-    let list = reply_text(&call(&mut c, "CLIENT LIST").await);
+    let list = reply_text(&c.call("CLIENT LIST").await);
     list.lines()
-        .filter_map(|l| l.split(' ').find_map(|kv| kv.strip_prefix("addr=")))
+        .filter_map(|l| field(l, "addr"))
         .map(str::to_string)
         .collect()
 }
@@ -400,7 +380,7 @@ async fn subscribed_mode_errors_match_redis() {
 
 /// The `CLIENT LIST TYPE pubsub` lines of a server.
 async fn pubsub_clients(server: &mut RawClient) -> usize {
-    reply_text(&call(server, "CLIENT LIST TYPE pubsub").await)
+    reply_text(&server.call("CLIENT LIST TYPE pubsub").await)
         .lines()
         .filter(|l| !l.trim().is_empty())
         .count()
@@ -473,18 +453,18 @@ async fn patterns_and_shard_channels_deliver_redis_frames() {
         subscribe(&mut s, resp3, "SSUBSCRIBE", "shard", 1).await;
 
         // Published directly on Redis: what corral relays is what Redis sent it.
-        let r = call(&mut redis, "PUBLISH news.x payload").await;
+        let r = redis.call("PUBLISH news.x payload").await;
         assert_eq!(show(&r), show(&int(1)));
         let got = p.read_reply().await;
         let want = frame(resp3, &[b"pmessage", b"news.*", b"news.x", b"payload"]);
         assert_eq!(show(&got), show(&want));
         // Not a match for the pattern: nothing for p (the PING shows it).
         assert_eq!(
-            show(&call(&mut redis, "PUBLISH news payload").await),
+            show(&redis.call("PUBLISH news payload").await),
             show(&int(0))
         );
 
-        let r = call(&mut redis, "SPUBLISH shard payload").await;
+        let r = redis.call("SPUBLISH shard payload").await;
         assert_eq!(show(&r), show(&int(1)));
         let got = s.read_reply().await;
         assert_eq!(
@@ -492,18 +472,15 @@ async fn patterns_and_shard_channels_deliver_redis_frames() {
             show(&frame(resp3, &[b"smessage", b"shard", b"payload"]))
         );
         // A shard channel is not a channel: PUBLISH does not reach it.
-        assert_eq!(
-            show(&call(&mut redis, "PUBLISH shard x").await),
-            show(&int(0))
-        );
+        assert_eq!(show(&redis.call("PUBLISH shard x").await), show(&int(0)));
 
         let pong: &[u8] = if resp3 {
             b"+PONG\r\n"
         } else {
             b"*2\r\n$4\r\npong\r\n$0\r\n\r\n"
         };
-        assert_eq!(show(&call(&mut p, "PING").await), show(pong));
-        assert_eq!(show(&call(&mut s, "PING").await), show(pong));
+        assert_eq!(show(&p.call("PING").await), show(pong));
+        assert_eq!(show(&s.call("PING").await), show(pong));
     }
     pair.proxy.stop().await;
 }
@@ -572,7 +549,7 @@ async fn resp3_pushes_interleave_with_replies_in_order() {
         assert_eq!(show(got), show(&want), "push {n}");
     }
     // Nothing more: no message twice, no reply left over.
-    assert_eq!(show(&call(&mut a, "PING").await), show(b"+PONG\r\n"));
+    assert_eq!(show(&a.call("PING").await), show(b"+PONG\r\n"));
     pair.proxy.stop().await;
 }
 
@@ -612,15 +589,15 @@ async fn a_message_published_after_the_confirmation_is_delivered() {
             plain += 1;
             plain
         };
-        send_line(&mut a, &format!("{cmd} {name}")).await;
-        send_line(&mut c, &format!("{cmd} {name}")).await;
+        a.send(&encode_line(&format!("{cmd} {name}"))).await;
+        c.send(&encode_line(&format!("{cmd} {name}"))).await;
         let verb = cmd.to_ascii_lowercase();
         for (who, resp3) in [(&mut a, false), (&mut c, true)] {
             let r = who.read_reply().await;
             let want = confirmation(resp3, &verb, &name, count);
             assert_eq!(show(&r), show(&want), "round {i}");
         }
-        let r = call(&mut redis, &format!("{publish_cmd} {channel} m{i}")).await;
+        let r = redis.call(&format!("{publish_cmd} {channel} m{i}")).await;
         assert_eq!(
             show(&r),
             show(&int(1)),
@@ -706,7 +683,7 @@ impl Flood {
     /// corral answers, the fast subscriber still gets messages, Redis still counts one.
     async fn check_healthy(&mut self) {
         let mut other = connect(self.pair.proxy.addr).await;
-        assert_eq!(show(&call(&mut other, "PING").await), show(b"+PONG\r\n"));
+        assert_eq!(show(&other.call("PING").await), show(b"+PONG\r\n"));
         assert_eq!(publish(&mut self.redis, "flood", "last").await, 1);
         let got = message_payload(&self.fast.read_reply().await, "flood");
         assert_eq!(show(&got), show(b"last"));
@@ -788,9 +765,9 @@ async fn subscribers_get_messages_again_after_an_upstream_restart() {
         }
     }
     // Still connected and subscribed.
-    let r = call(&mut a, "PING").await;
+    let r = a.call("PING").await;
     assert_eq!(show(&r), show(b"*2\r\n$4\r\npong\r\n$0\r\n\r\n"));
-    assert_eq!(show(&call(&mut c, "PING").await), show(b"+PONG\r\n"));
+    assert_eq!(show(&c.call("PING").await), show(b"+PONG\r\n"));
     // New subscriptions are made on the new connection too.
     let mut d = common::client_in(pair.proxy.addr, false).await;
     subscribe(&mut d, false, "SUBSCRIBE", "r2", 1).await;
@@ -819,7 +796,7 @@ async fn keyspace_notifications_reach_pattern_subscribers() {
     let pair = Pair::start().await;
     for server in [pair.direct, pair.behind] {
         let mut c = connect(server).await;
-        let r = call(&mut c, "CONFIG SET notify-keyspace-events KEA").await;
+        let r = c.call("CONFIG SET notify-keyspace-events KEA").await;
         assert_eq!(show(&r), show(b"+OK\r\n"));
     }
     for resp3 in [false, true] {

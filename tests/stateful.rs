@@ -26,8 +26,8 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{
-    Mode, Options, RawClient, Reply, blocked_clients, bulk, connect, contains, encode,
-    parse_commands, payload, poll_until, resp_len, show, tagged,
+    Mode, Options, RawClient, Reply, blocked_clients, bulk, connect, contains, encode, field,
+    payload, poll_until, show, stat_n, tagged,
 };
 use tokio::task::JoinSet;
 
@@ -56,14 +56,6 @@ async fn check_all(pair: &Pair, scripts: &[(&str, &[&str])], mode: Mode) {
     common::check_all(pair.sides(), scripts, opts(false, mode)).await;
 }
 
-/// Sends one command line, reading the reply with the scanner that copes with every reply.
-async fn call(c: &mut RawClient, line: &str) -> Vec<u8> {
-    let cmds = parse_commands(line);
-    let argv: Vec<&[u8]> = cmds[0].iter().map(Vec::as_slice).collect();
-    c.send(&encode(&argv)).await;
-    c.read_reply().await
-}
-
 /// The text of a bulk (`$`) or verbatim (`=`, `txt:` prefix) reply.
 fn text_of(reply: &[u8]) -> String {
     let text = payload(reply).filter(|_| matches!(reply[0], b'$' | b'='));
@@ -73,19 +65,13 @@ fn text_of(reply: &[u8]) -> String {
 
 /// The server's `CLIENT LIST TYPE normal` lines, without the asking connection's own.
 async fn normal_clients(admin: &mut RawClient) -> Vec<String> {
-    let me = String::from_utf8_lossy(&call(admin, "CLIENT ID").await).into_owned();
+    let me = String::from_utf8_lossy(&admin.call("CLIENT ID").await).into_owned();
     let me = format!("id={} ", me.trim_start_matches(':').trim());
-    text_of(&call(admin, "CLIENT LIST TYPE normal").await)
+    text_of(&admin.call("CLIENT LIST TYPE normal").await)
         .lines()
         .filter(|l| !l.starts_with(&me))
         .map(str::to_string)
         .collect()
-}
-
-/// The `name=value` field of a CLIENT LIST line.
-fn field<'a>(line: &'a str, name: &str) -> Option<&'a str> {
-    line.split(' ')
-        .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
 }
 
 // ---- 1. transactions ----
@@ -530,7 +516,7 @@ async fn a_client_gone_while_blocked_leaves_no_upstream_connection() {
     // Both protocols' shared connections in use before counting.
     for resp3 in [false, true] {
         let mut c = common::client_in(pair.proxy.addr, resp3).await;
-        let r = call(&mut c, "GET warm").await;
+        let r = c.call("GET warm").await;
         assert!(r == b"$-1\r\n" || r == b"_\r\n", "GET warm: {}", show(&r));
     }
     let baseline = normal_clients(&mut admin).await.len();
@@ -538,7 +524,7 @@ async fn a_client_gone_while_blocked_leaves_no_upstream_connection() {
 
     for (round, resp3) in [(0, false), (1, true), (2, false)] {
         let mut blocked = common::client_in(pair.proxy.addr, resp3).await;
-        let id = call(&mut blocked, "CLIENT ID").await;
+        let id = blocked.call("CLIENT ID").await;
         let id = String::from_utf8_lossy(&id[1..id.len() - 2]).into_owned();
         blocked.send(&encode(&[b"BLPOP", b"gone:list", b"0"])).await;
         let blpops = |lines: &[String]| lines.iter().filter(|l| is_blpop(l)).count();
@@ -551,7 +537,7 @@ async fn a_client_gone_while_blocked_leaves_no_upstream_connection() {
         if round == 1 {
             // Killed by another corral client.
             let mut killer = common::client_in(pair.proxy.addr, false).await;
-            let r = call(&mut killer, &format!("CLIENT KILL ID {id}")).await;
+            let r = killer.call(&format!("CLIENT KILL ID {id}")).await;
             assert_eq!(
                 show(&r),
                 show(b":1\r\n"),
@@ -574,8 +560,8 @@ async fn a_client_gone_while_blocked_leaves_no_upstream_connection() {
     // Served blocking commands, one after another: at most one connection kept for reuse.
     let mut c = connect(pair.proxy.addr).await;
     for i in 0..5 {
-        call(&mut c, "RPUSH served:list x").await;
-        let r = call(&mut c, "BLPOP served:list 0").await;
+        c.call("RPUSH served:list x").await;
+        let r = c.call("BLPOP served:list 0").await;
         assert_eq!(
             show(&r),
             show(b"*2\r\n$11\r\nserved:list\r\n$1\r\nx\r\n"),
@@ -598,7 +584,7 @@ async fn a_client_gone_mid_transaction_leaves_no_upstream_connection() {
     let pair = Pair::start().await;
     let mut admin = connect(pair.behind).await;
     let mut warm = connect(pair.proxy.addr).await;
-    call(&mut warm, "GET warm").await;
+    warm.call("GET warm").await;
     let baseline = normal_clients(&mut admin).await.len();
     let in_multi = |l: &String| field(l, "flags").is_some_and(|f| f.contains('x'));
     for (name, lines) in [
@@ -607,7 +593,7 @@ async fn a_client_gone_mid_transaction_leaves_no_upstream_connection() {
     ] {
         let mut c = connect(pair.proxy.addr).await;
         for line in lines {
-            let r = call(&mut c, line).await;
+            let r = c.call(line).await;
             assert!(
                 r == b"+OK\r\n" || r == b"+QUEUED\r\n",
                 "{line}: {}",
@@ -625,7 +611,7 @@ async fn a_client_gone_mid_transaction_leaves_no_upstream_connection() {
         .await;
     }
     // The queued SET never ran.
-    let r = call(&mut warm, "EXISTS gone:k").await;
+    let r = warm.call("EXISTS gone:k").await;
     assert_eq!(show(&r), show(b":0\r\n"));
     pair.proxy.stop().await;
 }
@@ -832,7 +818,7 @@ async fn databases_match_redis() {
     let pair = Pair::start_with(|c| c.cache.hot_threshold = 1).await;
     check_all(&pair, &DB_SCRIPTS[..2], Mode::OneByOne).await;
     let mut stats = connect(pair.proxy.addr).await;
-    let hits_before = cache_hits(&mut stats).await;
+    let hits_before = stat_n(&mut stats, "cache_hits").await;
     for resp3 in [false, true] {
         let (name, script) = DB_SCRIPTS[3];
         let r = check(&pair, name, script, resp3, Mode::OneByOne).await;
@@ -840,23 +826,10 @@ async fn databases_match_redis() {
     }
     // Otherwise the script did not test the cache at all.
     assert!(
-        cache_hits(&mut stats).await > hits_before,
+        stat_n(&mut stats, "cache_hits").await > hits_before,
         "no GET of db:hot was answered from the cache"
     );
     pair.proxy.stop().await;
-}
-
-/// `cache_hits` from CORRAL CACHE STATS (asked over RESP2: a flat name, value array).
-async fn cache_hits(c: &mut RawClient) -> u64 {
-    let r = call(c, "CORRAL CACHE STATS").await;
-    let key = bulk("cache_hits");
-    let at = r
-        .windows(key.len())
-        .position(|w| w == key)
-        .unwrap_or_else(|| panic!("no cache_hits in {}", show(&r)));
-    let value = &r[at + key.len()..];
-    let text = text_of(&value[..resp_len(value).expect("a complete reply")]);
-    text.parse().expect("cache_hits number")
 }
 
 /// Redis runs a SELECT queued in MULTI at EXEC, and the client stays in that database.
@@ -1021,9 +994,9 @@ async fn client_list_shows_corrals_clients() {
         let mut b = common::client_in(pair.proxy.addr, resp3).await;
         let mut ids = Vec::new();
         for (c, name) in [(&mut a, "alpha"), (&mut b, "beta")] {
-            let r = call(c, &format!("CLIENT SETNAME {name}")).await;
+            let r = c.call(&format!("CLIENT SETNAME {name}")).await;
             assert_eq!(show(&r), show(b"+OK\r\n"));
-            let id = call(c, "CLIENT ID").await;
+            let id = c.call("CLIENT ID").await;
             ids.push(String::from_utf8_lossy(&id[1..id.len() - 2]).into_owned());
         }
         let addrs = [
@@ -1032,16 +1005,16 @@ async fn client_list_shows_corrals_clients() {
         ];
         // The same reply type as Redis gives (bulk in RESP2, verbatim in RESP3).
         if resp3 {
-            call(&mut direct, "HELLO 3").await;
+            direct.call("HELLO 3").await;
         }
-        let redis_type = call(&mut direct, "CLIENT LIST").await[0];
+        let redis_type = direct.call("CLIENT LIST").await[0];
 
         // Earlier clients (the proxy's readiness probe, the other protocol's round) may take
         // a moment to be noticed gone.
         let lines = {
             let deadline = Instant::now() + LIMIT;
             loop {
-                let r = call(&mut a, "CLIENT LIST").await;
+                let r = a.call("CLIENT LIST").await;
                 assert_eq!(r[0], redis_type, "CLIENT LIST reply type: {}", show(&r));
                 let text = text_of(&r);
                 let lines: Vec<String> = text.lines().map(str::to_string).collect();
@@ -1081,23 +1054,23 @@ async fn client_list_shows_corrals_clients() {
         }
 
         // Filters, and state shown: database, in-MULTI.
-        let only_b = text_of(&call(&mut a, &format!("CLIENT LIST ID {}", ids[1])).await);
+        let only_b = text_of(&a.call(&format!("CLIENT LIST ID {}", ids[1])).await);
         assert_eq!(only_b.lines().count(), 1, "{only_b}");
         assert_eq!(field(&only_b, "name"), Some("beta"));
         assert_eq!(
-            text_of(&call(&mut a, "CLIENT LIST TYPE normal").await)
+            text_of(&a.call("CLIENT LIST TYPE normal").await)
                 .lines()
                 .count(),
             2
         );
-        assert_eq!(text_of(&call(&mut a, "CLIENT LIST TYPE pubsub").await), "");
-        call(&mut b, "SELECT 2").await;
-        call(&mut b, "MULTI").await;
+        assert_eq!(text_of(&a.call("CLIENT LIST TYPE pubsub").await), "");
+        b.call("SELECT 2").await;
+        b.call("MULTI").await;
         // corral publishes a client's state right after writing its reply, so another
         // client may briefly see the previous state: poll.
         let deadline = Instant::now() + LIMIT;
         loop {
-            let line = text_of(&call(&mut a, &format!("CLIENT LIST ID {}", ids[1])).await);
+            let line = text_of(&a.call(&format!("CLIENT LIST ID {}", ids[1])).await);
             let in_multi = field(&line, "flags").is_some_and(|f| f.contains('x'));
             if field(&line, "db") == Some("2") && in_multi {
                 break;
@@ -1105,7 +1078,7 @@ async fn client_list_shows_corrals_clients() {
             assert!(Instant::now() < deadline, "want db=2 and flags x: {line}");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        assert_eq!(show(&call(&mut b, "DISCARD").await), show(b"+OK\r\n"));
+        assert_eq!(show(&b.call("DISCARD").await), show(b"+OK\r\n"));
     }
     pair.proxy.stop().await;
 }
@@ -1124,14 +1097,14 @@ async fn client_list_shows_each_clients_command_and_flags() {
         let mut idle = common::client_in(pair.proxy.addr, resp3).await;
         let mut ids = Vec::new();
         for c in [&mut sub, &mut blocked, &mut multi, &mut idle] {
-            let id = call(c, "CLIENT ID").await;
+            let id = c.call("CLIENT ID").await;
             ids.push(String::from_utf8_lossy(&id[1..id.len() - 2]).into_owned());
         }
-        call(&mut sub, "SUBSCRIBE cl:ch").await;
+        sub.call("SUBSCRIBE cl:ch").await;
         blocked.send(&encode(&[b"BLPOP", b"cl:none", b"0"])).await;
-        call(&mut multi, "MULTI").await;
-        call(&mut multi, "CONFIG GET maxmemory").await;
-        call(&mut idle, "GET cl:k").await;
+        multi.call("MULTI").await;
+        multi.call("CONFIG GET maxmemory").await;
+        idle.call("GET cl:k").await;
         // What Redis shows for clients in the same states (its own ids differ).
         let want = [
             ("P", "subscribe"),
@@ -1141,8 +1114,8 @@ async fn client_list_shows_each_clients_command_and_flags() {
         ];
         let mut admin = connect(pair.direct).await;
         let mut d = connect(pair.direct).await;
-        call(&mut d, "SUBSCRIBE cl:ch").await;
-        let line = text_of(&call(&mut admin, "CLIENT LIST TYPE pubsub").await);
+        d.call("SUBSCRIBE cl:ch").await;
+        let line = text_of(&admin.call("CLIENT LIST TYPE pubsub").await);
         assert_eq!(
             (field(&line, "flags"), field(&line, "cmd")),
             (Some(want[0].0), Some(want[0].1)),
@@ -1153,7 +1126,7 @@ async fn client_list_shows_each_clients_command_and_flags() {
         for (i, (flags, cmd)) in want.iter().enumerate() {
             let deadline = Instant::now() + LIMIT;
             loop {
-                let line = text_of(&call(&mut a, &format!("CLIENT LIST ID {}", ids[i])).await);
+                let line = text_of(&a.call(&format!("CLIENT LIST ID {}", ids[i])).await);
                 if field(&line, "flags") == Some(flags) && field(&line, "cmd") == Some(cmd) {
                     break;
                 }
@@ -1165,8 +1138,8 @@ async fn client_list_shows_each_clients_command_and_flags() {
             }
         }
         // The caller's own line names the CLIENT LIST it is running, like CLIENT INFO.
-        let me = text_of(&call(&mut a, "CLIENT LIST").await);
-        let mine = text_of(&call(&mut a, "CLIENT INFO").await);
+        let me = text_of(&a.call("CLIENT LIST").await);
+        let mine = text_of(&a.call("CLIENT INFO").await);
         let my_id = field(&mine, "id").unwrap_or_default().to_string();
         let my_line = me
             .lines()
@@ -1175,7 +1148,7 @@ async fn client_list_shows_each_clients_command_and_flags() {
         assert_eq!(field(my_line, "cmd"), Some("client|list"), "{my_line}");
         assert_eq!(field(&mine, "cmd"), Some("client|info"), "{mine}");
         // The query buffer holds the running command, as in Redis; others' are empty.
-        let redis_info = text_of(&call(&mut direct, "CLIENT INFO").await);
+        let redis_info = text_of(&direct.call("CLIENT INFO").await);
         assert_eq!(field(&mine, "qbuf"), field(&redis_info, "qbuf"), "{mine}");
         assert_eq!(
             field(my_line, "qbuf"),
@@ -1189,21 +1162,21 @@ async fn client_list_shows_each_clients_command_and_flags() {
             assert_eq!(field(l, "qbuf"), Some("0"), "{l}");
         }
         // An unknown command is `NULL`, as in Redis.
-        let r = call(&mut idle, "NOSUCHCOMMAND").await;
-        let want_err = call(&mut direct, "NOSUCHCOMMAND").await;
+        let r = idle.call("NOSUCHCOMMAND").await;
+        let want_err = direct.call("NOSUCHCOMMAND").await;
         assert_eq!(show(&r), show(&want_err));
         let deadline = Instant::now() + LIMIT;
         loop {
-            let line = text_of(&call(&mut a, &format!("CLIENT LIST ID {}", ids[3])).await);
+            let line = text_of(&a.call(&format!("CLIENT LIST ID {}", ids[3])).await);
             if field(&line, "cmd") == Some("NULL") {
                 break;
             }
             assert!(Instant::now() < deadline, "want cmd=NULL: {line}");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        call(&mut multi, "DISCARD").await;
+        multi.call("DISCARD").await;
         let mut pusher = connect(pair.proxy.addr).await;
-        call(&mut pusher, "RPUSH cl:none x").await;
+        pusher.call("RPUSH cl:none x").await;
         blocked.read_reply().await;
         direct = connect(pair.direct).await;
     }
@@ -1219,14 +1192,14 @@ async fn monitor_sees_other_clients_commands() {
     for resp3 in [false, true] {
         let mut m = common::client_in(pair.proxy.addr, resp3).await;
         if resp3 {
-            call(&mut direct, "HELLO 3").await;
+            direct.call("HELLO 3").await;
         }
-        let want = call(&mut direct, "MONITOR").await;
-        assert_eq!(show(&call(&mut m, "MONITOR").await), show(&want));
+        let want = direct.call("MONITOR").await;
+        assert_eq!(show(&m.call("MONITOR").await), show(&want));
         let mut w = common::client_in(pair.proxy.addr, resp3).await;
-        call(&mut w, "SELECT 1").await;
+        w.call("SELECT 1").await;
         let key = format!("mon:key{}", u8::from(resp3));
-        let r = call(&mut w, &format!("SET {key} value")).await;
+        let r = w.call(&format!("SET {key} value")).await;
         assert_eq!(show(&r), show(b"+OK\r\n"));
         let needle = format!("\"SET\" \"{key}\" \"value\"");
         let deadline = Instant::now() + LIMIT;
@@ -1259,31 +1232,28 @@ async fn monitor_sees_other_clients_commands() {
 async fn monitor_leaves_out_corrals_own_connections() {
     let pair = Pair::start().await;
     let mut m = connect(pair.proxy.addr).await;
-    assert_eq!(show(&call(&mut m, "MONITOR").await), show(b"+OK\r\n"));
+    assert_eq!(show(&m.call("MONITOR").await), show(b"+OK\r\n"));
     let mut w = connect(pair.proxy.addr).await;
     // A transaction opens a dedicated connection, whose handshake (HELLO) is corral's own:
     // the monitor sees the transaction's commands first, as with Redis.
     for line in ["MULTI", "SET mon:t 1", "EXEC"] {
-        call(&mut w, line).await;
+        w.call(line).await;
     }
     for want in ["\"MULTI\"", "\"SET\" \"mon:t\" \"1\"", "\"EXEC\""] {
         let got = String::from_utf8_lossy(&m.read_reply().await).into_owned();
         assert!(got.contains(want), "want {want}, got {got}");
     }
-    call(&mut w, "SET mon:hot v").await;
+    w.call("SET mon:hot v").await;
     // Hot enough for the cache: later reads are filled on the lane (MULTI/PTTL/GET/EXEC).
     for _ in 0..20 {
-        assert_eq!(show(&call(&mut w, "GET mon:hot").await), show(&bulk("v")));
+        assert_eq!(show(&w.call("GET mon:hot").await), show(&bulk("v")));
     }
-    let hits = cache_hits(&mut w).await;
+    let hits = stat_n(&mut w, "cache_hits").await;
     assert!(hits > 0, "the cache served none of the GETs");
     // A script: corral syncs the lane with a PING before replying.
-    call(
-        &mut w,
-        "EVAL \"return redis.call('SET', KEYS[1], 'w')\" 1 mon:hot",
-    )
-    .await;
-    call(&mut w, "SET mon:end x").await;
+    w.call("EVAL \"return redis.call('SET', KEYS[1], 'w')\" 1 mon:hot")
+        .await;
+    w.call("SET mon:end x").await;
     let deadline = Instant::now() + LIMIT;
     loop {
         let r = m.read_reply().await;
@@ -1321,7 +1291,7 @@ async fn refused_commands_say_so() {
             ("SYNC", "sync"),
             ("PSYNC ? -1", "psync"),
         ] {
-            let r = call(&mut c, line).await;
+            let r = c.call(line).await;
             let text = String::from_utf8_lossy(&r);
             assert!(
                 text.starts_with("-ERR ")
@@ -1334,8 +1304,8 @@ async fn refused_commands_say_so() {
             );
         }
         // The connection is still an ordinary one.
-        assert_eq!(show(&call(&mut c, "SET ref:k v").await), show(b"+OK\r\n"));
-        assert_eq!(show(&call(&mut c, "GET ref:k").await), show(&bulk("v")));
+        assert_eq!(show(&c.call("SET ref:k v").await), show(b"+OK\r\n"));
+        assert_eq!(show(&c.call("GET ref:k").await), show(&bulk("v")));
     }
     pair.proxy.stop().await;
 }

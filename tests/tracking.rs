@@ -10,7 +10,8 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use common::{
-    Deadline, Options, Reply, connect, contains, encode_line, mask_hello_id, poll_until, show,
+    Deadline, Options, Reply, client_list, connect, contains, encode_line, field, mask_hello_id,
+    poll_until, show,
 };
 
 /// Bounds every wait for a server-side state change.
@@ -79,15 +80,9 @@ fn invalidations(replies: &[Reply]) -> usize {
 
 /// `CLIENT LIST` lines of `server` that have CLIENT TRACKING on (`t` flag).
 async fn tracking_conns(server: SocketAddr) -> usize {
-    let mut c = connect(server).await;
-    let list = c.request(&[b"CLIENT", b"LIST"]).await;
-    String::from_utf8_lossy(&list)
-        .lines()
-        .filter(|l| {
-            l.split(' ')
-                .any(|f| f.strip_prefix("flags=").is_some_and(|f| f.contains('t')))
-        })
-        .count()
+    let list = client_list(server).await;
+    let tracking = |l: &&String| field(l, "flags").is_some_and(|f| f.contains('t'));
+    list.iter().filter(tracking).count()
 }
 
 /// corral's own upstream connections (shared pools, the cache's tracking lane) connect in the
@@ -111,12 +106,8 @@ async fn settled(p: &Pair) -> (usize, usize) {
 
 /// Connections open on `server` (CLIENT LIST lines, the asking one included).
 async fn conns(server: SocketAddr) -> usize {
-    let mut c = connect(server).await;
-    let list = c.request(&[b"CLIENT", b"LIST"]).await;
-    String::from_utf8_lossy(&list)
-        .lines()
-        .filter(|l| l.starts_with("id="))
-        .count()
+    let list = client_list(server).await;
+    list.iter().filter(|l| l.starts_with("id=")).count()
 }
 
 #[tokio::test]

@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::resp::{encode, resp_len, show, words};
+use super::resp::{encode, encode_line, resp_len, show, words};
 
 /// Connects a raw client, failing the test if it cannot.
 pub async fn connect(addr: SocketAddr) -> RawClient {
@@ -61,6 +61,13 @@ impl RawClient {
         let w = words(line);
         let args: Vec<&[u8]> = w.iter().map(Vec::as_slice).collect();
         self.request(&args).await
+    }
+
+    /// Sends the first command of a redis-cli-like line (quotes and escapes understood, see
+    /// `parse_commands`); returns the reply bytes.
+    pub async fn call(&mut self, line: &str) -> Vec<u8> {
+        self.send(&encode_line(line)).await;
+        self.read_reply().await
     }
 
     /// True when the server closed the connection (reads EOF within 5 s).
@@ -235,4 +242,30 @@ pub fn try_sync_cmd(port: u16, args: &[&str]) -> std::io::Result<Vec<u8>> {
 /// [`try_sync_cmd`], panicking on I/O errors.
 pub fn sync_cmd(port: u16, args: &[&str]) -> Vec<u8> {
     try_sync_cmd(port, args).unwrap_or_else(|e| panic!("{args:?} to port {port}: {e}"))
+}
+
+/// The lines of `CLIENT LIST` from the server at `addr`, asked on a new connection (listed
+/// too); `None` if the server cannot be asked.
+pub async fn try_client_list(addr: SocketAddr) -> Option<Vec<String>> {
+    let mut c = RawClient::connect(addr).await.ok()?;
+    let list = c.try_request(&[b"CLIENT", b"LIST"]).await.ok()?;
+    let text = String::from_utf8_lossy(&list).into_owned();
+    Some(text.lines().map(str::to_string).collect())
+}
+
+/// [`try_client_list`], failing the test if the server cannot be asked.
+pub async fn client_list(addr: SocketAddr) -> Vec<String> {
+    let list = try_client_list(addr).await;
+    list.unwrap_or_else(|| panic!("CLIENT LIST on {addr} failed"))
+}
+
+/// The `name=value` field of a CLIENT LIST line.
+pub fn field<'a>(line: &'a str, name: &str) -> Option<&'a str> {
+    line.split(' ')
+        .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+}
+
+/// The port of a CLIENT LIST line's `addr=` field: the client's side of its connection.
+pub fn addr_port(line: &str) -> Option<u16> {
+    field(line, "addr")?.rsplit(':').next()?.parse().ok()
 }

@@ -5,8 +5,9 @@ use std::time::{Duration, Instant};
 
 use super::client::{RawClient, sync_cmd, try_sync_cmd};
 use super::proxy::TestProxy;
-use super::resp::{reply_text, show};
+use super::resp::{int_of, reply_text, show};
 use super::server::{RedisServer, free_port};
+use super::wait::block_until;
 
 /// One line of `CLUSTER NODES`.
 #[derive(Debug, Clone)]
@@ -241,20 +242,16 @@ impl RedisCluster {
         args.extend(mode);
         let r = sync_cmd(replica_port, &args);
         assert_eq!(r, b"+OK\r\n", "CLUSTER FAILOVER: {}", show(&r));
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let promoted = Self::cluster_nodes(replica_port)
-                .iter()
-                .any(|n| n.port == replica_port && n.is_master() && !n.slots.is_empty());
-            if promoted && self.all_ok() {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "failover to {replica_port} did not finish"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        block_until(
+            Duration::from_secs(30),
+            &format!("failover to {replica_port}"),
+            || {
+                let promoted = Self::cluster_nodes(replica_port)
+                    .iter()
+                    .any(|n| n.port == replica_port && n.is_master() && !n.slots.is_empty());
+                promoted && self.all_ok()
+            },
+        );
         // The old master turns into a replica of the new one.
         self.wait_healthy(Duration::from_secs(30));
     }
@@ -283,15 +280,17 @@ impl RedisCluster {
         assert_eq!(r, b"+OK\r\n", "CLUSTER MEET: {}", show(&r));
         self.servers.push(node);
         self.masters += 1;
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !self.live_nodes().into_iter().all(|p| {
-            Self::cluster_nodes(p)
-                .iter()
-                .any(|n| n.port == port && n.connected && !n.is_troubled())
-        }) {
-            assert!(Instant::now() < deadline, "new node {port} never joined");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        block_until(
+            Duration::from_secs(30),
+            &format!("new node {port} to join"),
+            || {
+                self.live_nodes().into_iter().all(|p| {
+                    Self::cluster_nodes(p)
+                        .iter()
+                        .any(|n| n.port == port && n.connected && !n.is_troubled())
+                })
+            },
+        );
         port
     }
 
@@ -300,48 +299,29 @@ impl RedisCluster {
     /// agrees.
     pub fn move_empty_slot(&mut self, slot: u16, dst: u16) {
         let src = self.master_for_slot(slot);
-        let id = |p: u16| reply_text(&sync_cmd(p, &["CLUSTER", "MYID"]));
-        let (src_id, dst_id, s) = (id(src), id(dst), slot.to_string());
-        let ok = |r: Vec<u8>, what: &str| assert_eq!(r, b"+OK\r\n", "{what}: {}", show(&r));
-        ok(
-            sync_cmd(dst, &["CLUSTER", "SETSLOT", &s, "IMPORTING", &src_id]),
-            "SETSLOT IMPORTING",
-        );
-        ok(
-            sync_cmd(src, &["CLUSTER", "SETSLOT", &s, "MIGRATING", &dst_id]),
-            "SETSLOT MIGRATING",
-        );
-        let mut order = vec![dst, src];
+        let migration = SlotMigration::begin(slot, src, dst);
         let port = *self.live_nodes().first().expect("no live node");
-        order.extend(
-            Self::cluster_nodes(port)
-                .iter()
-                .filter(|n| n.is_master() && n.port != dst && n.port != src)
-                .map(|n| n.port),
-        );
-        for p in order {
-            let r = sync_cmd(p, &["CLUSTER", "SETSLOT", &s, "NODE", &dst_id]);
-            ok(r, &format!("SETSLOT NODE on {p}"));
-        }
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !self.live_nodes().into_iter().all(|p| {
-            Self::cluster_nodes(p)
-                .iter()
-                .any(|n| n.port == dst && n.slots.iter().any(|&(a, b)| (a..=b).contains(&slot)))
-        }) {
-            assert!(
-                Instant::now() < deadline,
-                "slot {slot} never moved to {dst}"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let masters: Vec<u16> = Self::cluster_nodes(port)
+            .iter()
+            .filter(|n| n.is_master())
+            .map(|n| n.port)
+            .collect();
+        migration.finish(&masters);
+        let what = format!("slot {slot} to move to {dst}");
+        block_until(Duration::from_secs(30), &what, || {
+            self.live_nodes().into_iter().all(|p| {
+                Self::cluster_nodes(p)
+                    .iter()
+                    .any(|n| n.port == dst && n.slots.iter().any(|&(a, b)| (a..=b).contains(&slot)))
+            })
+        });
     }
 
     /// Takes the master at `port`, which must serve no slots, out of the cluster: every other
     /// node forgets it and it forgets them (CLUSTER RESET), so gossip cannot bring it back.
     /// The node keeps running, alone; it is returned to the caller.
     pub fn remove_master(&mut self, port: u16) -> RedisServer {
-        let id = reply_text(&sync_cmd(port, &["CLUSTER", "MYID"]));
+        let id = node_id(port);
         let at = self
             .servers
             .iter()
@@ -424,6 +404,88 @@ impl RedisCluster {
             }
         }
         None
+    }
+}
+
+/// A node's id (`CLUSTER MYID`).
+pub fn node_id(port: u16) -> String {
+    reply_text(&sync_cmd(port, &["CLUSTER", "MYID"]))
+}
+
+/// The slot `slot` on its way from `src` to `dst` (IMPORTING/MIGRATING), moved key by key with
+/// MIGRATE and handed over with SETSLOT NODE.
+pub struct SlotMigration {
+    pub slot: u16,
+    pub src: u16,
+    pub dst: u16,
+    src_id: String,
+    dst_id: String,
+}
+
+impl SlotMigration {
+    /// Marks the slot importing on `dst` and migrating on `src`; nothing moved yet.
+    pub fn begin(slot: u16, src: u16, dst: u16) -> SlotMigration {
+        let m = SlotMigration {
+            slot,
+            src,
+            dst,
+            src_id: node_id(src),
+            dst_id: node_id(dst),
+        };
+        let s = slot.to_string();
+        let r = sync_cmd(dst, &["CLUSTER", "SETSLOT", &s, "IMPORTING", &m.src_id]);
+        assert_eq!(r, b"+OK\r\n", "SETSLOT IMPORTING: {}", show(&r));
+        let r = sync_cmd(src, &["CLUSTER", "SETSLOT", &s, "MIGRATING", &m.dst_id]);
+        assert_eq!(r, b"+OK\r\n", "SETSLOT MIGRATING: {}", show(&r));
+        m
+    }
+
+    /// Up to `n` keys of the slot still on the source.
+    pub fn keys_left(&self, n: usize) -> Vec<String> {
+        let (slot, n) = (self.slot.to_string(), n.to_string());
+        let r = sync_cmd(self.src, &["CLUSTER", "GETKEYSINSLOT", &slot, &n]);
+        use redis_protocol::resp2::types::OwnedFrame as F;
+        match redis_protocol::resp2::decode::decode(&r) {
+            Ok(Some((F::Array(items), _))) => items
+                .into_iter()
+                .map(|f| match f {
+                    F::BulkString(b) => String::from_utf8(b).expect("utf-8 key"),
+                    other => panic!("GETKEYSINSLOT element {other:?}"),
+                })
+                .collect(),
+            _ => panic!("GETKEYSINSLOT: {}", show(&r)),
+        }
+    }
+
+    /// Moves `keys` to the destination with one MIGRATE (no REPLACE: a key already on the
+    /// destination would mean a write went to the wrong node, and fails the test).
+    pub fn migrate(&self, keys: &[String]) {
+        let port = self.dst.to_string();
+        let mut args = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS"];
+        args.extend(keys.iter().map(String::as_str));
+        let r = sync_cmd(self.src, &args);
+        assert_eq!(r, b"+OK\r\n", "MIGRATE {keys:?}: {}", show(&r));
+    }
+
+    /// Hands the slot to the destination on every one of `masters` (destination first, then
+    /// source, then the others).
+    pub fn finish(&self, masters: &[u16]) {
+        let s = self.slot.to_string();
+        let mut order = vec![self.dst, self.src];
+        order.extend(masters.iter().filter(|&&p| p != self.src && p != self.dst));
+        for port in order {
+            let r = sync_cmd(port, &["CLUSTER", "SETSLOT", &s, "NODE", &self.dst_id]);
+            assert_eq!(r, b"+OK\r\n", "SETSLOT NODE on {port}: {}", show(&r));
+        }
+    }
+
+    /// Keys of the slot on the node at `port` (`CLUSTER COUNTKEYSINSLOT`).
+    pub fn count_on(&self, port: u16) -> i64 {
+        let r = sync_cmd(
+            port,
+            &["CLUSTER", "COUNTKEYSINSLOT", &self.slot.to_string()],
+        );
+        int_of(&r).unwrap_or_else(|| panic!("COUNTKEYSINSLOT: {}", show(&r)))
     }
 }
 

@@ -184,6 +184,17 @@ pub struct Reply {
     pub bytes: Vec<u8>,
 }
 
+impl Reply {
+    /// A reply recorded by a test of its own, untagged.
+    pub fn new(label: impl Into<String>, bytes: Vec<u8>) -> Reply {
+        Reply {
+            label: label.into(),
+            tag: None,
+            bytes,
+        }
+    }
+}
+
 /// The reply tagged `tag`.
 pub fn tagged<'a>(replies: &'a [Reply], tag: &str) -> &'a [u8] {
     let r = replies.iter().find(|r| r.tag.as_deref() == Some(tag));
@@ -210,9 +221,16 @@ pub async fn compare(
     }
     let proxied = results.pop().expect("corral's replies");
     let direct = results.pop().expect("redis's replies");
+    let what = format!("script {name} ({}, {:?})", opts.proto(), opts.mode);
+    assert_same(&what, &direct, &proxied);
+    [direct, proxied]
+}
+
+/// Asserts that Redis's and corral's replies have the same labels and bytes, in order.
+pub fn assert_same(what: &str, direct: &[Reply], proxied: &[Reply]) {
     let mismatches: Vec<String> = direct
         .iter()
-        .zip(&proxied)
+        .zip(proxied)
         .enumerate()
         .filter(|(_, (d, p))| d.bytes != p.bytes || d.label != p.label)
         .map(|(i, (d, p))| {
@@ -224,19 +242,13 @@ pub async fn compare(
             )
         })
         .collect();
-    let (proto, mode) = (opts.proto(), opts.mode);
     assert!(
         mismatches.is_empty(),
-        "script {name} ({proto}, {mode:?}): {} replies differ:\n{}",
+        "{what}: {} replies differ:\n{}",
         mismatches.len(),
         mismatches.join("\n")
     );
-    assert_eq!(
-        direct.len(),
-        proxied.len(),
-        "script {name} ({proto}, {mode:?}): reply count"
-    );
-    [direct, proxied]
+    assert_eq!(direct.len(), proxied.len(), "{what}: reply count");
 }
 
 /// [`compare`] on script lines.

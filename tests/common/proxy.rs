@@ -106,26 +106,3 @@ pub async fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, Str
     let body = text.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
     Ok((status, body.to_string()))
 }
-
-/// `CORRAL CACHE STATS` (or any flat name/value reply) as a map.
-pub async fn corral_stats(c: &mut RawClient) -> std::collections::HashMap<String, String> {
-    let reply = c.cmd("CORRAL CACHE STATS").await;
-    let frame = match redis_protocol::resp3::decode::complete::decode(&reply) {
-        Ok(Some((f, _))) => f,
-        other => panic!("CORRAL CACHE STATS: {other:?} from {}", show(&reply)),
-    };
-    use redis_protocol::resp3::types::OwnedFrame as F;
-    let items = match frame {
-        F::Array { data, .. } => data,
-        F::Map { data, .. } => data.into_iter().flat_map(|(k, v)| [k, v]).collect(),
-        other => panic!("CORRAL CACHE STATS is not an array: {other:?}"),
-    };
-    let text = |f: &F| match f {
-        F::BlobString { data, .. } => String::from_utf8_lossy(data).into_owned(),
-        other => panic!("CORRAL CACHE STATS item {other:?}"),
-    };
-    items
-        .chunks(2)
-        .map(|kv| (text(&kv[0]), text(&kv[1])))
-        .collect()
-}

@@ -8,7 +8,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
-use super::client::RawClient;
+use super::client::{addr_port, try_client_list};
 
 /// What the relay does to one flow's bytes, in both directions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -104,11 +104,7 @@ impl Relay {
         loop {
             let ours = self.flow_ports();
             let found = client_port(redis, |l| {
-                pick(l)
-                    && l.split(' ')
-                        .find_map(|f| f.strip_prefix("addr="))
-                        .and_then(|a| a.rsplit(':').next()?.parse::<u16>().ok())
-                        .is_some_and(|p| ours.contains(&p))
+                pick(l) && addr_port(l).is_some_and(|p| ours.contains(&p))
             })
             .await;
             if let Some(p) = found {
@@ -182,11 +178,6 @@ async fn pump(
 /// The `addr=` port of the first client in `CLIENT LIST` (asked on `redis`) whose line
 /// satisfies `pick`, e.g. `|l| l.contains("flags=t")` for corral's tracking lane.
 pub async fn client_port(redis: SocketAddr, pick: impl Fn(&str) -> bool) -> Option<u16> {
-    let mut c = RawClient::connect(redis).await.ok()?;
-    let list = c.try_request(&[b"CLIENT", b"LIST"]).await.ok()?;
-    let text = String::from_utf8_lossy(&list).into_owned();
-    text.lines().filter(|l| pick(l)).find_map(|l| {
-        let addr = l.split(' ').find_map(|f| f.strip_prefix("addr="))?;
-        addr.rsplit(':').next()?.parse().ok()
-    })
+    let list = try_client_list(redis).await?;
+    list.iter().filter(|l| pick(l)).find_map(|l| addr_port(l))
 }

@@ -35,3 +35,18 @@ pub async fn run_tool(program: &str, args: &[&str], stdin: &[u8]) -> String {
     );
     stdout
 }
+
+/// Fails the test unless python3 can import redis-py, a required test dependency
+/// (scripts/deps.sh installs it): missing, it fails rather than skips.
+pub fn require_redis_py() {
+    let probe = std::process::Command::new("python3")
+        .args(["-c", "import redis"])
+        .output()
+        .expect("python3 is needed for this test");
+    assert!(
+        probe.status.success(),
+        "the redis-py package is missing ({}); install it with scripts/deps.sh \
+         (python3 -m pip install redis)",
+        String::from_utf8_lossy(&probe.stderr).trim()
+    );
+}

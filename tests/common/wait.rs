@@ -43,3 +43,13 @@ impl Deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// Checks `done` every 50 ms, blocking the thread (for the cluster harness's synchronous
+/// steps), until it holds; panics naming `what` after `limit`.
+pub fn block_until(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
