@@ -62,6 +62,15 @@ impl Stats {
     }
 }
 
+/// Redis, corral in front of it with default settings, and a client of each.
+async fn start() -> (RedisServer, TestProxy, RawClient, RawClient) {
+    let redis = RedisServer::start();
+    let proxy = TestProxy::start(&redis.url()).await;
+    let direct = connect(redis.addr()).await;
+    let c = connect(proxy.addr).await;
+    (redis, proxy, direct, c)
+}
+
 /// Calls of GET that Redis executed since the last `CONFIG RESETSTAT` (including GETs inside
 /// the cache's MULTI/EXEC fills), from `INFO commandstats`.
 async fn redis_get_calls(direct: &mut RawClient) -> u64 {
@@ -632,10 +641,7 @@ read_your_writes_tests! {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn direct_write_replaces_a_cached_value() {
-    let redis = RedisServer::start();
-    let proxy = TestProxy::start(&redis.url()).await;
-    let mut direct = connect(redis.addr()).await;
-    let mut c = connect(proxy.addr).await;
+    let (_redis, proxy, mut direct, mut c) = start().await;
     assert_eq!(direct.cmd("SET k old").await, OK);
     make_cached(&mut c, "k", &bulk("old")).await;
     // Repeated GETs are served locally.
@@ -662,10 +668,7 @@ async fn direct_write_replaces_a_cached_value() {
 /// 200 times on a freshly cached key each time. Prints p50/p99; asserts only correctness.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invalidation_latency_of_direct_writes() {
-    let redis = RedisServer::start();
-    let proxy = TestProxy::start(&redis.url()).await;
-    let mut direct = connect(redis.addr()).await;
-    let mut c = connect(proxy.addr).await;
+    let (_redis, proxy, mut direct, mut c) = start().await;
     let mut lat = Vec::new();
     let mut stale_total = 0;
     // For comparison: one GET round trip through corral on a cache hit.
@@ -708,10 +711,7 @@ async fn invalidation_latency_of_direct_writes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cached_keys_with_a_ttl_expire() {
-    let redis = RedisServer::start();
-    let proxy = TestProxy::start(&redis.url()).await;
-    let mut direct = connect(redis.addr()).await;
-    let mut c = connect(proxy.addr).await;
+    let (_redis, proxy, mut direct, mut c) = start().await;
 
     // A TTL set with the value.
     assert_eq!(direct.cmd("SET ttl:a v PX 300").await, OK);
@@ -747,10 +747,7 @@ async fn cached_keys_with_a_ttl_expire() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn direct_flushes_empty_the_cache() {
-    let redis = RedisServer::start();
-    let proxy = TestProxy::start(&redis.url()).await;
-    let mut direct = connect(redis.addr()).await;
-    let mut c = connect(proxy.addr).await;
+    let (_redis, proxy, mut direct, mut c) = start().await;
     for flush in ["FLUSHALL", "FLUSHDB", "FLUSHALL ASYNC", "FLUSHDB SYNC"] {
         let keys: Vec<String> = (0..5).map(|i| format!("flush:{i}")).collect();
         for k in &keys {
@@ -808,10 +805,7 @@ async fn upstream_restart_with_other_data_is_not_served_stale() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_tracking_connection_flushes_and_recovers() {
-    let redis = RedisServer::start();
-    let proxy = TestProxy::start(&redis.url()).await;
-    let mut direct = connect(redis.addr()).await;
-    let mut c = connect(proxy.addr).await;
+    let (_redis, proxy, mut direct, mut c) = start().await;
     assert_eq!(direct.cmd("SET k old").await, OK);
     make_cached(&mut c, "k", &bulk("old")).await;
     let before = Stats::of(&mut c).await;
@@ -918,10 +912,7 @@ async fn tracking_table_overflow_keeps_coherence() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "limitation: Redis sends no tracking invalidation for a direct SWAPDB; corral serves the swapped-out value for up to max_age_ms"]
 async fn direct_swapdb_is_seen() {
-    let redis = RedisServer::start();
-    let proxy = TestProxy::start(&redis.url()).await;
-    let mut direct = connect(redis.addr()).await;
-    let mut c = connect(proxy.addr).await;
+    let (_redis, proxy, mut direct, mut c) = start().await;
     assert_eq!(direct.cmd("SELECT 1").await, OK);
     assert_eq!(direct.cmd("SET k db1").await, OK);
     assert_eq!(direct.cmd("SELECT 0").await, OK);

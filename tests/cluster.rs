@@ -14,9 +14,7 @@ use corral::cluster::key_slot;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keys_over_all_slots_land_on_their_owner_and_multi_key_commands_match_redis() {
     let mut cluster = RedisCluster::start(3, 1);
-    let proxy = common::cluster_proxy(&cluster, |_| {}).await;
-    let mut c = RawClient::connect(proxy.addr).await.unwrap();
-    common::wait_cluster_ready(&mut c).await;
+    let (proxy, mut c) = common::ready_cluster_proxy(&cluster, |_| {}).await;
 
     // 1,000 keys over all slots, written and read back through corral, each found on the
     // master that owns its slot.
@@ -89,9 +87,7 @@ async fn keys_over_all_slots_land_on_their_owner_and_multi_key_commands_match_re
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scan_returns_every_key_exactly_once_and_keys_unions_masters() {
     let cluster = RedisCluster::start(3, 1);
-    let proxy = common::cluster_proxy(&cluster, |_| {}).await;
-    let mut c = RawClient::connect(proxy.addr).await.unwrap();
-    common::wait_cluster_ready(&mut c).await;
+    let (proxy, mut c) = common::ready_cluster_proxy(&cluster, |_| {}).await;
     let n = 500;
     for i in 0..n {
         let k = format!("scan:{i}");
@@ -138,9 +134,7 @@ async fn scan_returns_every_key_exactly_once_and_keys_unions_masters() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_master_is_replaced_and_its_keys_are_readable_again() {
     let mut cluster = RedisCluster::start(3, 1);
-    let proxy = common::cluster_proxy(&cluster, |_| {}).await;
-    let mut c = RawClient::connect(proxy.addr).await.unwrap();
-    common::wait_cluster_ready(&mut c).await;
+    let (proxy, mut c) = common::ready_cluster_proxy(&cluster, |_| {}).await;
     for i in 0..200 {
         let k = format!("fo:{i}");
         c.request(&[b"SET", k.as_bytes(), b"v"]).await;
@@ -223,9 +217,7 @@ fn keys_per_master(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_cli_with_and_without_cluster_mode_reads_and_writes_every_shard() {
     let mut cluster = RedisCluster::start(3, 0);
-    let proxy = common::cluster_proxy(&cluster, |_| {}).await;
-    let mut c = RawClient::connect(proxy.addr).await.unwrap();
-    common::wait_cluster_ready(&mut c).await;
+    let (proxy, _c) = common::ready_cluster_proxy(&cluster, |_| {}).await;
     let port = proxy.addr.port().to_string();
     let shards = keys_per_master(&mut cluster, "cli", 3);
 
@@ -292,9 +284,7 @@ async fn redis_cli_with_and_without_cluster_mode_reads_and_writes_every_shard() 
 async fn redis_py_plain_client_pipelines_keys_across_shards() {
     common::require_redis_py();
     let mut cluster = RedisCluster::start(3, 0);
-    let proxy = common::cluster_proxy(&cluster, |_| {}).await;
-    let mut c = RawClient::connect(proxy.addr).await.unwrap();
-    common::wait_cluster_ready(&mut c).await;
+    let (proxy, _c) = common::ready_cluster_proxy(&cluster, |_| {}).await;
     let shards = keys_per_master(&mut cluster, "py", 20);
     let keys: Vec<String> = shards.iter().flat_map(|(_, k)| k.clone()).collect();
 
@@ -341,9 +331,7 @@ print("ok")
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resp3_client_gets_maps_and_nulls_as_from_one_redis() {
     let mut cluster = RedisCluster::start(3, 0);
-    let proxy = common::cluster_proxy(&cluster, |_| {}).await;
-    let mut c = RawClient::connect(proxy.addr).await.unwrap();
-    common::wait_cluster_ready(&mut c).await;
+    let (proxy, mut c) = common::ready_cluster_proxy(&cluster, |_| {}).await;
     let single = RedisServer::start();
     let mut direct = RawClient::connect(single.addr()).await.unwrap();
     for client in [&mut c, &mut direct] {
@@ -390,9 +378,7 @@ async fn a_resp3_client_gets_maps_and_nulls_as_from_one_redis() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eval_runs_on_the_slot_of_its_keys_and_refuses_keys_across_slots() {
     let mut cluster = RedisCluster::start(3, 0);
-    let proxy = common::cluster_proxy(&cluster, |_| {}).await;
-    let mut c = RawClient::connect(proxy.addr).await.unwrap();
-    common::wait_cluster_ready(&mut c).await;
+    let (proxy, mut c) = common::ready_cluster_proxy(&cluster, |_| {}).await;
     let script = "return {redis.call('INCR', KEYS[1]), redis.call('INCRBY', KEYS[2], ARGV[1])}";
     let reply = c
         .request(&[b"EVAL", script.as_bytes(), b"2", b"{e}a", b"{e}b", b"5"])
@@ -442,9 +428,7 @@ async fn eval_runs_on_the_slot_of_its_keys_and_refuses_keys_across_slots() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn flushall_empties_every_master() {
     let mut cluster = RedisCluster::start(3, 0);
-    let proxy = common::cluster_proxy(&cluster, |_| {}).await;
-    let mut c = RawClient::connect(proxy.addr).await.unwrap();
-    common::wait_cluster_ready(&mut c).await;
+    let (proxy, mut c) = common::ready_cluster_proxy(&cluster, |_| {}).await;
     for i in 0..300 {
         let k = format!("fl:{i}");
         c.request(&[b"SET", k.as_bytes(), b"x"]).await;
@@ -470,9 +454,7 @@ async fn flushall_empties_every_master() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn randomkey_finds_the_keys_of_whichever_master_holds_them() {
     let mut cluster = RedisCluster::start(3, 0);
-    let proxy = common::cluster_proxy(&cluster, |_| {}).await;
-    let mut c = RawClient::connect(proxy.addr).await.unwrap();
-    common::wait_cluster_ready(&mut c).await;
+    let (proxy, mut c) = common::ready_cluster_proxy(&cluster, |_| {}).await;
     assert_eq!(c.cmd("RANDOMKEY").await, b"$-1\r\n", "empty cluster");
     // Every master in turn is the only one with keys.
     for (owner, keys) in keys_per_master(&mut cluster, "rk", 3) {
@@ -499,9 +481,7 @@ async fn randomkey_finds_the_keys_of_whichever_master_holds_them() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_manual_failover_is_followed_without_redirections_or_lost_writes() {
     let mut cluster = RedisCluster::start(3, 1);
-    let proxy = common::cluster_proxy(&cluster, |_| {}).await;
-    let mut c = RawClient::connect(proxy.addr).await.unwrap();
-    common::wait_cluster_ready(&mut c).await;
+    let (proxy, mut c) = common::ready_cluster_proxy(&cluster, |_| {}).await;
     let old = cluster.master_for_slot(key_slot(b"{fo}"));
     let replica = cluster.replicas_of(old)[0];
     let shards = keys_per_master(&mut cluster, "mf", 2);
@@ -590,9 +570,7 @@ async fn a_manual_failover_is_followed_without_redirections_or_lost_writes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn while_a_master_is_down_requests_get_prompt_errors_not_hangs() {
     let mut cluster = RedisCluster::start(3, 0);
-    let proxy = common::cluster_proxy(&cluster, |_| {}).await;
-    let mut c = RawClient::connect(proxy.addr).await.unwrap();
-    common::wait_cluster_ready(&mut c).await;
+    let (proxy, mut c) = common::ready_cluster_proxy(&cluster, |_| {}).await;
     let shards = keys_per_master(&mut cluster, "dn", 2);
     for (_, keys) in &shards {
         for k in keys {
