@@ -1,20 +1,27 @@
 //! Test harness: real `redis-server` processes on ephemeral loopback ports, corral running
 //! in-process, and a raw RESP client that returns reply bytes exactly as received.
 //!
-//! One module per job: `server` (Redis processes), `cluster` (a Redis Cluster and corral in
-//! front of it), `proxy` (corral in-process), `pair` (a direct Redis and one behind corral),
-//! `compare` (scripts run on both sides of a pair, replies compared byte for byte), `client`
-//! and `resp` (raw clients and the one reply scanner), `stats` (corral's cache statistics), `relay` (fault injection), `wait`
-//! (bounded polling), `tool` (external programs).
+//! One module per job:
+//! - `server`: `redis-server` processes; `cluster`, `cluster_node`: a Redis Cluster of them
+//!   and corral in front of it;
+//! - `proxy`: corral in-process; `stats`: what its CORRAL CACHE STATS says;
+//! - `pair`: a Redis reached directly and an identical one behind corral;
+//! - `script`, `runner`, `compare`: scripts run on both sides of a pair, every reply compared
+//!   byte for byte;
+//! - `client`, `resp`: raw clients and the one reply scanner, encoders and parsers;
+//! - `relay`: a fault-injecting TCP relay; `wait`: bounded polling; `tool`: external programs.
 #![allow(dead_code, unused_imports)]
 
 mod client;
 mod cluster;
+mod cluster_node;
 mod compare;
 mod pair;
 mod proxy;
 mod relay;
 mod resp;
+mod runner;
+mod script;
 mod server;
 mod stats;
 mod tool;
@@ -22,11 +29,14 @@ mod wait;
 
 pub use client::*;
 pub use cluster::*;
+pub use cluster_node::*;
 pub use compare::*;
 pub use pair::*;
 pub use proxy::*;
 pub use relay::*;
 pub use resp::*;
+pub use runner::blocked_clients;
+pub use script::*;
 pub use server::*;
 pub use stats::*;
 pub use tool::*;

@@ -4,8 +4,8 @@ use std::net::SocketAddr;
 
 use corral::Config;
 
-use super::compare::Side;
 use super::proxy::TestProxy;
+use super::script::Side;
 use super::server::RedisServer;
 
 /// Two identical Redis servers: one reached directly, one behind corral. Scripts run on both
