@@ -13,8 +13,8 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use common::{
-    RawClient, RedisServer, TestProxy, argv, bulk, connect, corral_stats, encode, field, int,
-    int_of, make_cached, payload, show,
+    Deadline, RawClient, RedisServer, TestProxy, argv, bulk, connect, corral_stats, encode, field,
+    int, int_of, make_cached, payload, show,
 };
 use tokio::task::JoinSet;
 
@@ -34,18 +34,13 @@ impl Stats {
 
     /// Polls the stats (20 ms apart, up to 10 s) until `done` holds.
     async fn wait(c: &mut RawClient, what: &str, done: impl Fn(&Stats) -> bool) -> Stats {
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = Deadline::new(Duration::from_secs(10), what);
         loop {
             let s = Stats::of(c).await;
             if done(&s) {
                 return s;
             }
-            assert!(
-                Instant::now() < deadline,
-                "timed out waiting for {what}: {:?}",
-                s.0
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            deadline.pause_seeing(&s.0).await;
         }
     }
 

@@ -8,7 +8,7 @@ mod common;
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use common::{RawClient, RedisCluster, RedisServer, bulk, sync_cmd};
+use common::{Deadline, RawClient, RedisCluster, RedisServer, bulk, show, sync_cmd};
 use corral::cluster::key_slot;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -148,14 +148,14 @@ async fn a_killed_master_is_replaced_and_its_keys_are_readable_again() {
     cluster.kill_node(victim);
     // Errors are allowed while the cluster fails over; hangs are not (each request is
     // bounded by the request timeout).
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Deadline::new(Duration::from_secs(30), "the key to be readable again")
+        .every(Duration::from_millis(100));
     loop {
         let r = c.cmd("GET fo:0").await;
         if r == b"$1\r\nv\r\n" {
             break;
         }
-        assert!(Instant::now() < deadline, "key never readable again: {r:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        deadline.pause_seeing(show(&r)).await;
     }
     eprintln!(
         "failover: keys readable through corral {:?} after the kill",
@@ -527,10 +527,10 @@ async fn a_manual_failover_is_followed_without_redirections_or_lost_writes() {
         })
     };
     // Some writes before the failover.
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Deadline::new(Duration::from_secs(10), "the writer to make progress")
+        .every(Duration::from_millis(10));
     while progress.load(Ordering::Relaxed) < 100 {
-        assert!(Instant::now() < deadline, "writer made no progress");
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        deadline.pause().await;
     }
     let before = progress.load(Ordering::Relaxed);
     let mut cluster = tokio::task::spawn_blocking(move || {

@@ -4,10 +4,11 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::{
-    RawClient, RedisCluster, TestProxy, bulk, make_cached_within, reply_text, stat_n, sync_cmd,
+    Deadline, RawClient, RedisCluster, TestProxy, bulk, make_cached_within, reply_text, show,
+    stat_n, sync_cmd,
 };
 use corral::cluster::key_slot;
 
@@ -21,17 +22,13 @@ async fn ready_proxy(cluster: &RedisCluster) -> (TestProxy, RawClient) {
 
 /// GETs `key` until it returns `want` (bounded); afterwards it must keep returning it.
 async fn becomes(c: &mut RawClient, key: &str, want: &str) {
-    let deadline = Instant::now() + Duration::from_secs(15);
+    let deadline = Deadline::new(Duration::from_secs(15), format!("{key} to become {want}"));
     loop {
         let got = c.cmd(&format!("GET {key}")).await;
         if got == bulk(want) {
             break;
         }
-        assert!(
-            Instant::now() < deadline,
-            "{key} stuck at {got:?}, want {want}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        deadline.pause_seeing(show(&got)).await;
     }
     for _ in 0..200 {
         assert_eq!(
@@ -73,18 +70,15 @@ async fn the_cache_stays_coherent_across_a_failover() {
     let replica = cluster.replicas_of(master)[0];
     cluster.kill_node(master);
     // Wait until the replica took over, then write the new value directly on it.
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let every = Duration::from_millis(100);
+    let deadline = Deadline::new(Duration::from_secs(30), "the replica's promotion").every(every);
     while !sync_cmd(replica, &["ROLE"]).starts_with(b"*3\r\n$6\r\nmaster") {
-        assert!(Instant::now() < deadline, "replica never promoted");
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        deadline.pause().await;
     }
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let what = "the promoted replica to accept writes";
+    let deadline = Deadline::new(Duration::from_secs(30), what).every(every);
     while sync_cmd(replica, &["SET", key, "new"]) != b"+OK\r\n" {
-        assert!(
-            Instant::now() < deadline,
-            "promoted replica never accepted writes"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        deadline.pause().await;
     }
     becomes(&mut c, key, "new").await;
     proxy.stop().await;

@@ -12,8 +12,8 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{
-    Fault, RawClient, RedisServer, Relay, TestProxy, bulk, connect, corral_stats, encode, int,
-    make_cached, show, stat, stat_n,
+    Deadline, Fault, RawClient, RedisServer, Relay, TestProxy, bulk, connect, corral_stats, encode,
+    int, make_cached, show, stat, stat_n,
 };
 
 const OK: &[u8] = b"+OK\r\n";
@@ -45,13 +45,9 @@ async fn setup(tweak: impl FnOnce(&mut corral::Config)) -> (RedisServer, Relay, 
 
 /// Waits until the cache reports its lane up and tracking again.
 async fn wait_tracking(c: &mut RawClient) {
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Deadline::new(Duration::from_secs(10), "the tracking lane to come back");
     while stat(c, "cache_tracking").await != "on" {
-        assert!(
-            Instant::now() < deadline,
-            "the tracking lane never came back"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        deadline.pause().await;
     }
 }
 

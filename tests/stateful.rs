@@ -26,8 +26,8 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{
-    Mode, Options, RawClient, Reply, blocked_clients, bulk, connect, contains, encode, field,
-    payload, poll_until, show, stat_n, tagged,
+    Deadline, Mode, Options, RawClient, Reply, blocked_clients, bulk, connect, contains, encode,
+    field, payload, poll_until, show, stat_n, tagged,
 };
 use tokio::task::JoinSet;
 
@@ -492,17 +492,13 @@ async fn a_blocked_client_holds_up_nobody() {
 /// Polls Redis B's normal connections (without the asking one) until `done` holds for
 /// their CLIENT LIST lines; panics with the lines after [`LIMIT`].
 async fn wait_lines(admin: &mut RawClient, what: &str, done: impl Fn(&[String]) -> bool) {
-    let deadline = Instant::now() + LIMIT;
+    let deadline = Deadline::new(LIMIT, what);
     loop {
         let lines = normal_clients(admin).await;
         if done(&lines) {
             return;
         }
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for {what}; upstream connections: {lines:#?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        deadline.pause_seeing(&lines).await;
     }
 }
 

@@ -22,25 +22,43 @@ where
 /// cannot): call [`Deadline::pause`] between attempts.
 pub struct Deadline {
     end: Instant,
-    what: &'static str,
+    what: String,
+    every: Duration,
 }
 
 impl Deadline {
-    pub fn new(limit: Duration, what: &'static str) -> Deadline {
+    /// A deadline `limit` from now for `what`, with 20 ms between attempts.
+    pub fn new(limit: Duration, what: impl Into<String>) -> Deadline {
         Deadline {
             end: Instant::now() + limit,
-            what,
+            what: what.into(),
+            every: Duration::from_millis(20),
         }
     }
 
-    /// Panics if the deadline has passed, else waits 20 ms before the next attempt.
+    /// The same deadline with `every` between attempts (for attempts that cost the server).
+    pub fn every(self, every: Duration) -> Deadline {
+        Deadline { every, ..self }
+    }
+
+    /// Panics if the deadline has passed, else waits before the next attempt.
     pub async fn pause(&self) {
         assert!(
             Instant::now() < self.end,
             "timed out waiting for {}",
             self.what
         );
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        tokio::time::sleep(self.every).await;
+    }
+
+    /// [`Deadline::pause`], naming what the last attempt saw if the deadline has passed.
+    pub async fn pause_seeing(&self, last: impl std::fmt::Debug) {
+        assert!(
+            Instant::now() < self.end,
+            "timed out waiting for {}; last saw {last:?}",
+            self.what
+        );
+        tokio::time::sleep(self.every).await;
     }
 }
 
