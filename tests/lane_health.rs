@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use common::{
     Deadline, Fault, RawClient, RedisServer, Relay, TestProxy, bulk, connect, corral_stats, encode,
-    int, make_cached, show, stat, stat_n,
+    get_until, int, make_cached, show, stat, stat_n,
 };
 
 const OK: &[u8] = b"+OK\r\n";
@@ -54,19 +54,8 @@ async fn wait_tracking(c: &mut RawClient) {
 /// GETs `key` through corral until it returns `want`; every earlier reply must be `old`.
 /// Returns how long that took.
 async fn stale_for(c: &mut RawClient, key: &str, old: &[u8], want: &[u8]) -> Duration {
-    let start = Instant::now();
-    loop {
-        let got = c.request(&[b"GET", key.as_bytes()]).await;
-        if got == want {
-            return start.elapsed();
-        }
-        assert_eq!(got, old, "GET {key}: neither the old nor the new value");
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "{key} still served stale after 30 s"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    let limit = Duration::from_secs(30);
+    get_until(c, key, want, &[old], false, limit).await.0
 }
 
 /// Key `k` = "old", cached through corral: returns a direct client, a client of corral, the

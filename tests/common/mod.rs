@@ -4,7 +4,8 @@
 //! One module per job:
 //! - `server`: `redis-server` processes; `cluster`, `cluster_node`: a Redis Cluster of them
 //!   and corral in front of it;
-//! - `proxy`: corral in-process; `stats`: what its CORRAL CACHE STATS says;
+//! - `proxy`: corral in-process; `cache`: its cache seen by a client (statistics, reads until a
+//!   change shows);
 //! - `pair`: a Redis reached directly and an identical one behind corral;
 //! - `script`, `runner`, `compare`: scripts run on both sides of a pair, every reply compared
 //!   byte for byte;
@@ -12,6 +13,7 @@
 //! - `relay`: a fault-injecting TCP relay; `wait`: bounded polling; `tool`: external programs.
 #![allow(dead_code, unused_imports)]
 
+mod cache;
 mod client;
 mod cluster;
 mod cluster_node;
@@ -23,10 +25,10 @@ mod resp;
 mod runner;
 mod script;
 mod server;
-mod stats;
 mod tool;
 mod wait;
 
+pub use cache::*;
 pub use client::*;
 pub use cluster::*;
 pub use cluster_node::*;
@@ -38,6 +40,5 @@ pub use resp::*;
 pub use runner::blocked_clients;
 pub use script::*;
 pub use server::*;
-pub use stats::*;
 pub use tool::*;
 pub use wait::*;

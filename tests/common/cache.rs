@@ -1,4 +1,7 @@
-//! What corral's `CORRAL CACHE STATS` says, and waiting for the cache to hold a key.
+//! corral's cache seen by a client: what `CORRAL CACHE STATS` says, making a key cached, and
+//! reading a key until a change shows.
+
+use std::time::{Duration, Instant};
 
 use super::client::RawClient;
 use super::resp::show;
@@ -62,4 +65,71 @@ pub async fn make_cached_within(c: &mut RawClient, key: &str, want: &[u8], tries
         "{key} never became a cache hit after {tries} GETs: {:?}",
         corral_stats(c).await
     );
+}
+
+/// GET `key`; the reply bytes.
+pub async fn get(c: &mut RawClient, key: &str) -> Vec<u8> {
+    c.request(&[b"GET", key.as_bytes()]).await
+}
+
+/// GETs `key` through corral until it returns `want`; every earlier reply must be one of
+/// `allowed` (or an upstream error when `errors_ok`). Returns how long it took and how many
+/// GETs saw something else first. Panics after `limit`.
+pub async fn get_until(
+    c: &mut RawClient,
+    key: &str,
+    want: &[u8],
+    allowed: &[&[u8]],
+    errors_ok: bool,
+    limit: Duration,
+) -> (Duration, usize) {
+    let start = Instant::now();
+    let mut stale = 0;
+    loop {
+        let got = match c.try_request(&[b"GET", key.as_bytes()]).await {
+            Ok(g) => g,
+            Err(e) if errors_ok => format!("-io {e}\r\n").into_bytes(),
+            Err(e) => panic!("GET {key}: {e}"),
+        };
+        if got == want {
+            return (start.elapsed(), stale);
+        }
+        let error = got.starts_with(b"-");
+        assert!(
+            allowed.contains(&got.as_slice()) || (errors_ok && error),
+            "GET {key} returned {} while waiting for {}",
+            show(&got),
+            show(want)
+        );
+        stale += 1;
+        assert!(
+            start.elapsed() < limit,
+            "GET {key} still returns {} {:?} after the change; expected {}",
+            show(&got),
+            start.elapsed(),
+            show(want)
+        );
+        if errors_ok && error {
+            // The upstream is recovering: reconnect (the old connection may be gone) and
+            // give it a moment.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            if let Ok(fresh) = RawClient::connect(c.stream.peer_addr().expect("peer")).await {
+                *c = fresh;
+            }
+        }
+    }
+}
+
+/// Asserts that `n` more GETs of `key` all return `want`: once new, never old again.
+pub async fn stays(c: &mut RawClient, key: &str, want: &[u8], n: usize) {
+    for i in 0..n {
+        let got = get(c, key).await;
+        assert_eq!(
+            got,
+            want,
+            "GET {key} #{i} went back to {} after returning {}",
+            show(&got),
+            show(want)
+        );
+    }
 }
