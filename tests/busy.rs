@@ -12,7 +12,10 @@ mod common;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use common::{Deadline, RawClient, RedisServer, TestProxy, bulk, encode, poll_until, show};
+use common::{
+    Deadline, RawClient, RedisServer, Reply, TestProxy, assert_same, bulk, client_in, encode,
+    poll_until, show,
+};
 
 /// Bounds every wait for Redis to change state.
 const LIMIT: Duration = Duration::from_secs(10);
@@ -39,17 +42,6 @@ async fn proxy(redis: &RedisServer, tweak: impl FnOnce(&mut corral::config::Conf
     .await
 }
 
-async fn client(entry: SocketAddr, resp3: bool) -> RawClient {
-    let mut c = RawClient::connect(entry).await.expect("connect");
-    if resp3 {
-        // The HELLO reply holds a per-connection id: not compared.
-        c.send(&encode(&[b"HELLO", b"3"])).await;
-        let hello = c.read_resp().await;
-        assert!(hello.starts_with(b"%"), "{}", show(&hello));
-    }
-    c
-}
-
 /// Polls `line` on `c` (Redis directly) until its reply says BUSY.
 async fn wait_busy(c: &mut RawClient, line: &str) {
     let deadline = Deadline::new(LIMIT, "Redis to report BUSY");
@@ -63,16 +55,16 @@ async fn wait_busy(c: &mut RawClient, line: &str) {
 /// The deep replies, and a bystander's pipelined GETs sent while they are in flight on the
 /// same shared connection. Returns every reply, in order.
 async fn deep_session(entry: SocketAddr, resp3: bool) -> Vec<Vec<u8>> {
-    let mut a = client(entry, resp3).await;
-    let mut b = client(entry, resp3).await;
+    let mut a = client_in(entry, resp3).await;
+    let mut b = client_in(entry, resp3).await;
     let mut out = vec![b.cmd("SET deep:k v").await];
     for script in [RECURSIVE, DEEP] {
         a.send(&encode(&[b"EVAL", script.as_bytes(), b"0"])).await;
         let gets: Vec<u8> = (0..50).flat_map(|_| encode(&[b"GET", b"deep:k"])).collect();
         b.send(&gets).await;
-        out.push(a.read_resp().await);
+        out.push(a.read_reply().await);
         for _ in 0..50 {
-            out.push(b.read_resp().await);
+            out.push(b.read_reply().await);
         }
         // Both connections are still good.
         out.push(a.cmd("PING").await);
@@ -92,15 +84,13 @@ async fn deep_replies_pass_whole(tweak: fn(&mut corral::config::Config)) {
             want[1].starts_with(&b"*1\r\n".repeat(7_000)),
             "resp3 {resp3}"
         );
-        assert_eq!(want.len(), got.len());
-        for (i, (w, g)) in want.iter().zip(&got).enumerate() {
-            assert!(
-                w == g,
-                "reply {i} (resp3 {resp3}) differs:\n  redis:  {}\n  corral: {}",
-                show(&w[..w.len().min(200)]),
-                show(&g[..g.len().min(200)])
-            );
-        }
+        let label = |v: Vec<Vec<u8>>| -> Vec<Reply> {
+            let replies = v.into_iter().enumerate();
+            replies
+                .map(|(i, r)| Reply::new(format!("reply {i}"), r))
+                .collect()
+        };
+        assert_same(&format!("resp3 {resp3}"), &label(want), &label(got));
     }
     proxy.stop().await;
 }
@@ -157,23 +147,18 @@ fn args<'a>(words: &'a [&'a str]) -> Vec<&'a [u8]> {
 /// with a label. `outlive` is waited while the script runs, to let it run past corral's
 /// request timeout. Reads are EXISTS, not GET: a key hot enough for corral's cache would be
 /// served locally while Redis is busy (a documented difference).
-async fn busy_session(
-    entry: SocketAddr,
-    resp3: bool,
-    spin: Spin,
-    outlive: Duration,
-) -> Vec<(String, Vec<u8>)> {
+async fn busy_session(entry: SocketAddr, resp3: bool, spin: Spin, outlive: Duration) -> Vec<Reply> {
     let mut out = Vec::new();
-    let mut a = client(entry, resp3).await;
-    let mut b = client(entry, resp3).await;
-    let mut c = client(entry, resp3).await;
-    let mut d = client(entry, resp3).await;
-    out.push(("B: SET".into(), b.cmd("SET busy:k v").await));
+    let mut a = client_in(entry, resp3).await;
+    let mut b = client_in(entry, resp3).await;
+    let mut c = client_in(entry, resp3).await;
+    let mut d = client_in(entry, resp3).await;
+    out.push(Reply::new("B: SET", b.cmd("SET busy:k v").await));
     if let Some(setup) = spin.setup {
-        out.push(("B: setup".into(), b.request(&args(setup)).await));
+        out.push(Reply::new("B: setup", b.request(&args(setup)).await));
     }
-    out.push(("D: MULTI".into(), d.cmd("MULTI").await));
-    out.push(("D: INCR".into(), d.cmd("INCR busy:n").await));
+    out.push(Reply::new("D: MULTI", d.cmd("MULTI").await));
+    out.push(Reply::new("D: INCR", d.cmd("INCR busy:n").await));
 
     a.send(&encode(&args(spin.call))).await;
     // Redis answers -BUSY once the script has run past busy-reply-threshold.
@@ -186,42 +171,31 @@ async fn busy_session(
         assert_eq!(r, b":1\r\n", "before BUSY");
         deadline.pause().await;
     };
-    out.push(("B: EXISTS while busy".into(), busy));
+    out.push(Reply::new("B: EXISTS while busy", busy));
     tokio::time::sleep(outlive).await;
-    out.push(("B: PING while busy".into(), b.cmd("PING").await));
-    out.push(("C: EXISTS while busy".into(), c.cmd("EXISTS busy:k").await));
-    out.push(("D: INCR while busy".into(), d.cmd("INCR busy:n").await));
-    out.push(("D: EXEC while busy".into(), d.cmd("EXEC").await));
-    out.push((
-        "C: the other kill".into(),
+    out.push(Reply::new("B: PING while busy", b.cmd("PING").await));
+    out.push(Reply::new(
+        "C: EXISTS while busy",
+        c.cmd("EXISTS busy:k").await,
+    ));
+    out.push(Reply::new("D: INCR while busy", d.cmd("INCR busy:n").await));
+    out.push(Reply::new("D: EXEC while busy", d.cmd("EXEC").await));
+    out.push(Reply::new(
+        "C: the other kill",
         c.request(&args(spin.wrong_kill)).await,
     ));
-    out.push(("C: kill".into(), c.request(&args(spin.kill)).await));
-    out.push(("A: killed".into(), a.read_resp().await));
-    out.push(("A: PING".into(), a.cmd("PING").await));
-    out.push(("B: GET after".into(), b.cmd("GET busy:k").await));
-    out.push(("B: PING after".into(), b.cmd("PING").await));
-    out.push(("C: PING after".into(), c.cmd("PING").await));
-    out.push(("D: no longer in MULTI".into(), d.cmd("PING asdf").await));
-    out.push(("D: GET n".into(), d.cmd("GET busy:n").await));
+    out.push(Reply::new("C: kill", c.request(&args(spin.kill)).await));
+    out.push(Reply::new("A: killed", a.read_reply().await));
+    out.push(Reply::new("A: PING", a.cmd("PING").await));
+    out.push(Reply::new("B: GET after", b.cmd("GET busy:k").await));
+    out.push(Reply::new("B: PING after", b.cmd("PING").await));
+    out.push(Reply::new("C: PING after", c.cmd("PING").await));
+    out.push(Reply::new(
+        "D: no longer in MULTI",
+        d.cmd("PING asdf").await,
+    ));
+    out.push(Reply::new("D: GET n", d.cmd("GET busy:n").await));
     out
-}
-
-fn assert_same(want: &[(String, Vec<u8>)], got: &[(String, Vec<u8>)], what: &str) {
-    assert_eq!(want.len(), got.len(), "{what}");
-    let diffs: Vec<String> = want
-        .iter()
-        .zip(got)
-        .filter(|((_, w), (_, g))| w != g)
-        .map(|((label, w), (_, g))| {
-            format!(
-                "{what} {label}\n  redis:  {}\n  corral: {}",
-                show(w),
-                show(g)
-            )
-        })
-        .collect();
-    assert!(diffs.is_empty(), "{}", diffs.join("\n"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -235,7 +209,7 @@ async fn busy_script_answers_others_with_busy_and_dies_by_kill_as_on_redis() {
             let what = format!("{} resp3={resp3}", spin.call[0]);
             let want = busy_session(redis.addr(), resp3, spin, Duration::ZERO).await;
             let got = busy_session(proxy.addr, resp3, spin, Duration::from_millis(600)).await;
-            assert_same(&want, &got, &what);
+            assert_same(&what, &want, &got);
         }
     }
     proxy.stop().await;
@@ -253,9 +227,9 @@ async fn kill_reaches_redis_when_the_shared_connection_is_stuck_behind_the_scrip
         cfg.cache.enabled = false;
     })
     .await;
-    let mut a = client(proxy.addr, false).await;
-    let mut b = client(proxy.addr, false).await;
-    let mut c = client(proxy.addr, false).await;
+    let mut a = client_in(proxy.addr, false).await;
+    let mut b = client_in(proxy.addr, false).await;
+    let mut c = client_in(proxy.addr, false).await;
     assert_eq!(b.cmd("SET busy:k v").await, b"+OK\r\n");
     a.send(&encode(&[b"EVAL", SPIN.as_bytes(), b"0"])).await;
     // Wait until the script is busy, asking Redis directly.
@@ -264,13 +238,13 @@ async fn kill_reaches_redis_when_the_shared_connection_is_stuck_behind_the_scrip
     // Queued behind the script on the shared connection.
     b.send(&encode(&[b"GET", b"busy:k"])).await;
     assert_eq!(c.cmd("SCRIPT KILL").await, b"+OK\r\n");
-    let killed = a.read_resp().await;
+    let killed = a.read_reply().await;
     assert!(
         killed.starts_with(b"-ERR Script killed by user with SCRIPT KILL"),
         "{}",
         show(&killed)
     );
-    assert_eq!(b.read_resp().await, bulk("v"));
+    assert_eq!(b.read_reply().await, bulk("v"));
     assert_eq!(a.cmd("GET busy:k").await, bulk("v"));
     proxy.stop().await;
 }
@@ -284,8 +258,8 @@ async fn shutdown_nosave_reaches_a_busy_redis_and_closes_like_redis() {
         cfg.cache.enabled = false;
     })
     .await;
-    let mut a = client(proxy.addr, false).await;
-    let mut c = client(proxy.addr, false).await;
+    let mut a = client_in(proxy.addr, false).await;
+    let mut c = client_in(proxy.addr, false).await;
     a.send(&encode(&[b"EVAL", SPIN.as_bytes(), b"0"])).await;
     let mut direct = RawClient::connect(redis.addr()).await.unwrap();
     wait_busy(&mut direct, "PING").await;
@@ -307,7 +281,7 @@ async fn shutdown_nosave_reaches_a_busy_redis_and_closes_like_redis() {
     })
     .await;
     // The script's client learns that its connection is gone.
-    let lost = a.read_resp().await;
+    let lost = a.read_reply().await;
     assert!(lost.starts_with(b"-ERR upstream "), "{}", show(&lost));
     proxy.stop().await;
 }
@@ -329,14 +303,14 @@ async fn a_script_below_the_busy_threshold_delays_others_without_errors() {
         cfg.cache.lane_deadline_ms = 200;
     })
     .await;
-    let mut a = client(proxy.addr, false).await;
-    let mut b = client(proxy.addr, false).await;
+    let mut a = client_in(proxy.addr, false).await;
+    let mut b = client_in(proxy.addr, false).await;
     assert_eq!(b.cmd("SET slow:k v").await, b"+OK\r\n");
     a.send(&encode(&[b"EVAL", SLOW.as_bytes(), b"0"])).await;
     // Past the shared connection's check (200 ms idle) and the PING's deadline (200 ms).
     tokio::time::sleep(Duration::from_millis(700)).await;
     assert_eq!(b.cmd("GET slow:k").await, bulk("v"));
-    assert_eq!(a.read_resp().await, b":1\r\n");
+    assert_eq!(a.read_reply().await, b":1\r\n");
     proxy.stop().await;
 }
 
@@ -348,9 +322,9 @@ async fn a_script_below_the_busy_threshold_delays_others_without_errors() {
 async fn a_paused_write_holds_up_only_its_own_client() {
     let redis = RedisServer::start();
     let proxy = proxy(&redis, |_| {}).await;
-    let mut admin = client(proxy.addr, false).await;
-    let mut writer = client(proxy.addr, false).await;
-    let mut reader = client(proxy.addr, true).await;
+    let mut admin = client_in(proxy.addr, false).await;
+    let mut writer = client_in(proxy.addr, false).await;
+    let mut reader = client_in(proxy.addr, true).await;
     assert_eq!(admin.cmd("SET pause:k old").await, b"+OK\r\n");
     // Longer than request_timeout_ms (5 s): a read stuck behind the write would fail.
     assert_eq!(admin.cmd("CLIENT PAUSE 20000 WRITE").await, b"+OK\r\n");
@@ -363,7 +337,7 @@ async fn a_paused_write_holds_up_only_its_own_client() {
     assert_eq!(reader.cmd("GET pause:k").await, bulk("old"));
     assert_eq!(reader.cmd("EXISTS pause:k").await, b":1\r\n");
     assert_eq!(admin.cmd("CLIENT UNPAUSE").await, b"+OK\r\n");
-    assert_eq!(writer.read_resp().await, b"+OK\r\n");
+    assert_eq!(writer.read_reply().await, b"+OK\r\n");
     assert_eq!(reader.cmd("GET pause:k").await, bulk("new"));
     proxy.stop().await;
 }

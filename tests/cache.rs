@@ -12,8 +12,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{RawClient, RedisServer, TestProxy, bulk, connect, encode, int, show};
-use redis_protocol::resp3::types::OwnedFrame;
+use common::{
+    Deadline, RawClient, RedisServer, TestProxy, argv, bulk, connect, corral_stats, encode, field,
+    get, get_until, int, int_of, make_cached, payload, show, stays,
+};
 use tokio::task::JoinSet;
 
 const OK: &[u8] = b"+OK\r\n";
@@ -27,39 +29,18 @@ struct Stats(HashMap<String, String>);
 
 impl Stats {
     async fn of(c: &mut RawClient) -> Stats {
-        let reply = c.cmd("CORRAL CACHE STATS").await;
-        let frame = match redis_protocol::resp3::decode::complete::decode(&reply) {
-            Ok(Some((f, _))) => f,
-            other => panic!("CORRAL CACHE STATS: {other:?} from {}", show(&reply)),
-        };
-        let OwnedFrame::Array { data, .. } = frame else {
-            panic!("CORRAL CACHE STATS is not an array: {}", show(&reply));
-        };
-        let text = |f: &OwnedFrame| match f {
-            OwnedFrame::BlobString { data, .. } => String::from_utf8_lossy(data).into_owned(),
-            other => panic!("CORRAL CACHE STATS item {other:?}"),
-        };
-        Stats(
-            data.chunks(2)
-                .map(|kv| (text(&kv[0]), text(&kv[1])))
-                .collect(),
-        )
+        Stats(corral_stats(c).await)
     }
 
     /// Polls the stats (20 ms apart, up to 10 s) until `done` holds.
     async fn wait(c: &mut RawClient, what: &str, done: impl Fn(&Stats) -> bool) -> Stats {
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = Deadline::new(Duration::from_secs(10), what);
         loop {
             let s = Stats::of(c).await;
             if done(&s) {
                 return s;
             }
-            assert!(
-                Instant::now() < deadline,
-                "timed out waiting for {what}: {:?}",
-                s.0
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            deadline.pause_seeing(&s.0).await;
         }
     }
 
@@ -76,6 +57,15 @@ impl Stats {
     }
 }
 
+/// Redis, corral in front of it with default settings, and a client of each.
+async fn start() -> (RedisServer, TestProxy, RawClient, RawClient) {
+    let redis = RedisServer::start();
+    let proxy = TestProxy::start(&redis.url()).await;
+    let direct = connect(redis.addr()).await;
+    let c = connect(proxy.addr).await;
+    (redis, proxy, direct, c)
+}
+
 /// Calls of GET that Redis executed since the last `CONFIG RESETSTAT` (including GETs inside
 /// the cache's MULTI/EXEC fills), from `INFO commandstats`.
 async fn redis_get_calls(direct: &mut RawClient) -> u64 {
@@ -90,90 +80,6 @@ async fn redis_get_calls(direct: &mut RawClient) -> u64 {
         .unwrap_or(0)
 }
 
-async fn get(c: &mut RawClient, key: &str) -> Vec<u8> {
-    c.request(&[b"GET", key.as_bytes()]).await
-}
-
-/// GETs `key` through corral (each reply must be `want`) until one GET is answered from the
-/// local cache, i.e. `cache_hits` grew across it. Only for tests where no other client uses
-/// the proxy at the same time, or the hit could be someone else's.
-async fn make_cached(c: &mut RawClient, key: &str, want: &[u8]) {
-    for _ in 0..50 {
-        let before = Stats::of(c).await.n("cache_hits");
-        let got = get(c, key).await;
-        assert_eq!(got, want, "GET {key} while warming: {}", show(&got));
-        if Stats::of(c).await.n("cache_hits") > before {
-            return;
-        }
-    }
-    panic!(
-        "{key} never became a cache hit after 50 GETs: {:?}",
-        Stats::of(c).await.0
-    );
-}
-
-/// GETs `key` through corral until it returns `want`; every earlier reply must be one of
-/// `allowed` (or an upstream error when `errors_ok`). Returns how long it took and how many
-/// GETs saw something else first. Panics after `limit`.
-async fn get_until(
-    c: &mut RawClient,
-    key: &str,
-    want: &[u8],
-    allowed: &[&[u8]],
-    errors_ok: bool,
-    limit: Duration,
-) -> (Duration, usize) {
-    let start = Instant::now();
-    let mut stale = 0;
-    loop {
-        let got = match c.try_request(&[b"GET", key.as_bytes()]).await {
-            Ok(g) => g,
-            Err(e) if errors_ok => format!("-io {e}\r\n").into_bytes(),
-            Err(e) => panic!("GET {key}: {e}"),
-        };
-        if got == want {
-            return (start.elapsed(), stale);
-        }
-        let error = got.starts_with(b"-");
-        assert!(
-            allowed.contains(&got.as_slice()) || (errors_ok && error),
-            "GET {key} returned {} while waiting for {}",
-            show(&got),
-            show(want)
-        );
-        stale += 1;
-        assert!(
-            start.elapsed() < limit,
-            "GET {key} still returns {} {:?} after the change; expected {}",
-            show(&got),
-            start.elapsed(),
-            show(want)
-        );
-        if errors_ok && error {
-            // The upstream is recovering: reconnect (the old connection may be gone) and
-            // give it a moment.
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            if let Ok(fresh) = RawClient::connect(c.stream.peer_addr().expect("peer")).await {
-                *c = fresh;
-            }
-        }
-    }
-}
-
-/// Asserts that `n` more GETs of `key` all return `want`: once new, never old again.
-async fn stays(c: &mut RawClient, key: &str, want: &[u8], n: usize) {
-    for i in 0..n {
-        let got = get(c, key).await;
-        assert_eq!(
-            got,
-            want,
-            "GET {key} #{i} went back to {} after returning {}",
-            show(&got),
-            show(want)
-        );
-    }
-}
-
 /// Percentile of sorted durations.
 fn pct(sorted: &[Duration], p: f64) -> Duration {
     let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
@@ -185,14 +91,9 @@ async fn tracking_client_id(direct: &mut RawClient) -> Option<String> {
     let list = direct.cmd("CLIENT LIST").await;
     let text = String::from_utf8_lossy(&list).into_owned();
     text.lines().find_map(|line| {
-        let field = |name: &str| {
-            line.split(' ')
-                .find_map(|f| f.strip_prefix(name))
-                .map(str::to_string)
-        };
-        field("flags=")
+        field(line, "flags")
             .filter(|f| f.contains('t'))
-            .and_then(|_| field("id="))
+            .and_then(|_| Some(field(line, "id")?.to_string()))
     })
 }
 
@@ -314,129 +215,197 @@ async fn stampede_on_a_cold_key_reaches_redis_once() {
 
 // ---- 2. read-your-writes through corral ----
 
-/// The write a writer makes through corral before reading its key back.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Write {
-    Set,
-    Del,
-    Incr,
-    Expire,
-    Mset,
-    Eval,
-    /// `SET` and `GET` sent in one write.
-    Pipelined,
-}
-
-impl Write {
-    /// Values of the key only grow, so readers can check a floor.
-    fn monotonic(self) -> bool {
-        matches!(self, Write::Set | Write::Incr | Write::Pipelined)
-    }
-}
-
-fn expect(what: &str, got: &[u8], want: &[u8]) -> Result<(), String> {
-    if got == want {
-        Ok(())
-    } else {
-        Err(format!(
-            "{what}: expected {}, got {}",
-            show(want),
-            show(got)
-        ))
-    }
-}
-
-fn parse_int(reply: &[u8]) -> Option<i64> {
-    std::str::from_utf8(reply.strip_prefix(b":")?.strip_suffix(b"\r\n")?)
-        .ok()?
-        .parse()
-        .ok()
-}
-
-/// One write of `w` to `key` through corral, then reads back. `fresh` says the key had no
-/// value before. Sets `floor` to the written value once it is acknowledged (monotonic writes).
-async fn write_then_read(
-    w: Write,
-    c: &mut RawClient,
-    key: &str,
+/// The key a writer writes in one iteration of the stress.
+struct Key<'a> {
+    name: &'a [u8],
+    /// The iteration: the value written.
     i: i64,
+    /// The key had no value before.
     fresh: bool,
+}
+
+impl Key<'_> {
+    fn value(&self) -> Vec<u8> {
+        self.i.to_string().into_bytes()
+    }
+}
+
+/// What a reply must be.
+enum Want {
+    Is(Vec<u8>),
+    /// An integer within the range (a TTL).
+    IntIn(i64, i64),
+}
+
+/// A request sent through corral, and the reply it must get.
+struct Req {
+    args: Vec<Vec<u8>>,
+    want: Want,
+}
+
+fn req(args: &[&[u8]], want: &[u8]) -> Req {
+    Req {
+        args: args.iter().map(|a| a.to_vec()).collect(),
+        want: Want::Is(want.to_vec()),
+    }
+}
+
+fn get_is(k: &Key, want: &[u8]) -> Req {
+    req(&[b"GET", k.name], want)
+}
+
+/// One kind of write in the read-your-writes stress: what the writer sends through corral
+/// before the write (each request answered before the next), the write itself (its requests
+/// in one write), and what it reads back after.
+struct WriteKind {
+    name: &'static str,
+    setup: fn(&Key) -> Vec<Req>,
+    write: fn(&Key) -> Vec<Req>,
+    read: fn(&Key) -> Vec<Req>,
+    /// For writes after which the key's value only grows: the value written, a floor for
+    /// every read of it once the write is acknowledged.
+    floor: Option<fn(&Key) -> i64>,
+}
+
+fn nothing(_: &Key) -> Vec<Req> {
+    Vec::new()
+}
+
+/// SET the value and read it back first (for writes that then remove or expire it).
+fn set_and_get(k: &Key) -> Vec<Req> {
+    let v = k.value();
+    vec![req(&[b"SET", k.name, &v], OK), get_is(k, &bulk(&v))]
+}
+
+fn get_value(k: &Key) -> Vec<Req> {
+    vec![get_is(k, &bulk(k.value()))]
+}
+
+/// What INCR makes of the key.
+fn incremented(k: &Key) -> i64 {
+    if k.fresh { 1 } else { k.i + 1 }
+}
+
+const WRITES: &[WriteKind] = &[
+    WriteKind {
+        name: "SET",
+        setup: nothing,
+        write: |k| vec![req(&[b"SET", k.name, &k.value()], OK)],
+        read: get_value,
+        floor: Some(|k| k.i),
+    },
+    WriteKind {
+        name: "DEL",
+        setup: set_and_get,
+        write: |k| vec![req(&[b"DEL", k.name], &int(1))],
+        read: |k| vec![get_is(k, NIL)],
+        floor: None,
+    },
+    WriteKind {
+        name: "INCR",
+        setup: nothing,
+        write: |k| vec![req(&[b"INCR", k.name], &int(incremented(k)))],
+        read: |k| vec![get_is(k, &bulk(incremented(k).to_string()))],
+        floor: Some(incremented),
+    },
+    // Even iterations set a TTL, odd ones a non-positive expiry, which deletes the key at once.
+    WriteKind {
+        name: "PEXPIRE",
+        setup: set_and_get,
+        write: |k| {
+            let ms: &[u8] = if k.i % 2 == 0 { b"100000" } else { b"0" };
+            vec![req(&[b"PEXPIRE", k.name, ms], &int(1))]
+        },
+        read: |k| match k.i % 2 {
+            0 => vec![
+                get_is(k, &bulk(k.value())),
+                Req {
+                    args: vec![b"PTTL".to_vec(), k.name.to_vec()],
+                    want: Want::IntIn(1, 100_000),
+                },
+            ],
+            _ => vec![get_is(k, NIL)],
+        },
+        floor: None,
+    },
+    // The key second, so more than the first argument must be invalidated.
+    WriteKind {
+        name: "MSET",
+        setup: nothing,
+        write: |k| {
+            let other = [k.name, b":other"].concat();
+            vec![req(&[b"MSET", &other, b"x", k.name, &k.value()], OK)]
+        },
+        read: get_value,
+        floor: None,
+    },
+    WriteKind {
+        name: "EVAL",
+        setup: nothing,
+        write: |k| {
+            let script = b"redis.call('SET', KEYS[1], ARGV[1])";
+            vec![req(&[b"EVAL", script, b"1", k.name, &k.value()], NIL)]
+        },
+        read: get_value,
+        floor: None,
+    },
+    // SET and GET in one write.
+    WriteKind {
+        name: "pipelined SET GET",
+        setup: nothing,
+        write: |k| {
+            let mut w = vec![req(&[b"SET", k.name, &k.value()], OK)];
+            w.extend(get_value(k));
+            w
+        },
+        read: nothing,
+        floor: Some(|k| k.i),
+    },
+];
+
+/// The write kind called `name`.
+fn write_kind(name: &str) -> &'static WriteKind {
+    let w = WRITES.iter().find(|w| w.name == name);
+    w.unwrap_or_else(|| panic!("no write kind {name}"))
+}
+
+/// Sends `reqs` in one write and checks their replies in order.
+async fn exchange(c: &mut RawClient, phase: &str, reqs: &[Req]) -> Result<(), String> {
+    let bytes: Vec<u8> = reqs.iter().flat_map(|r| encode(&argv(&r.args))).collect();
+    c.send(&bytes).await;
+    let replies = c.read_replies(reqs.len()).await;
+    for (r, got) in reqs.iter().zip(replies) {
+        let ok = match &r.want {
+            Want::Is(want) => got == *want,
+            Want::IntIn(lo, hi) => int_of(&got).is_some_and(|n| (*lo..=*hi).contains(&n)),
+        };
+        if !ok {
+            let cmd = String::from_utf8_lossy(&r.args[0]);
+            return Err(format!("{cmd} ({phase}): got {}", show(&got)));
+        }
+    }
+    Ok(())
+}
+
+/// One iteration of `w` on `key` through corral: setup, write, read back. Sets `floor` to the
+/// written value once the write is acknowledged (writes after which values only grow).
+async fn write_then_read(
+    w: &WriteKind,
+    c: &mut RawClient,
+    key: &Key<'_>,
     floor: &AtomicI64,
 ) -> Result<(), String> {
-    let k = key.as_bytes();
-    let v = i.to_string();
-    let v = v.as_bytes();
-    match w {
-        Write::Set => {
-            expect("SET", &c.request(&[b"SET", k, v]).await, OK)?;
-            floor.store(i, Ordering::SeqCst);
-            expect("GET after SET", &get(c, key).await, &bulk(v))
-        }
-        Write::Del => {
-            expect("SET", &c.request(&[b"SET", k, v]).await, OK)?;
-            expect("GET after SET", &get(c, key).await, &bulk(v))?;
-            expect("DEL", &c.request(&[b"DEL", k]).await, &int(1))?;
-            expect("GET after DEL", &get(c, key).await, NIL)
-        }
-        Write::Incr => {
-            let want = if fresh { 1 } else { i + 1 };
-            expect("INCR", &c.request(&[b"INCR", k]).await, &int(want))?;
-            floor.store(want, Ordering::SeqCst);
-            expect(
-                "GET after INCR",
-                &get(c, key).await,
-                &bulk(want.to_string()),
-            )
-        }
-        Write::Expire => {
-            expect("SET", &c.request(&[b"SET", k, v]).await, OK)?;
-            expect("GET after SET", &get(c, key).await, &bulk(v))?;
-            if i % 2 == 0 {
-                expect(
-                    "PEXPIRE",
-                    &c.request(&[b"PEXPIRE", k, b"100000"]).await,
-                    &int(1),
-                )?;
-                expect("GET after PEXPIRE", &get(c, key).await, &bulk(v))?;
-                let pttl = c.request(&[b"PTTL", k]).await;
-                match parse_int(&pttl) {
-                    Some(1..=100_000) => Ok(()),
-                    _ => Err(format!("PTTL after PEXPIRE 100000: {}", show(&pttl))),
-                }
-            } else {
-                // A non-positive expiry deletes the key at once.
-                expect(
-                    "PEXPIRE 0",
-                    &c.request(&[b"PEXPIRE", k, b"0"]).await,
-                    &int(1),
-                )?;
-                expect("GET after PEXPIRE 0", &get(c, key).await, NIL)
-            }
-        }
-        Write::Mset => {
-            // The key second, so more than the first argument must be invalidated.
-            let other = format!("{key}:other");
-            let req: [&[u8]; 5] = [b"MSET", other.as_bytes(), b"x", k, v];
-            expect("MSET", &c.request(&req).await, OK)?;
-            expect("GET after MSET", &get(c, key).await, &bulk(v))
-        }
-        Write::Eval => {
-            let script = b"redis.call('SET', KEYS[1], ARGV[1])";
-            let req: [&[u8]; 5] = [b"EVAL", script, b"1", k, v];
-            expect("EVAL", &c.request(&req).await, NIL)?;
-            expect("GET after EVAL", &get(c, key).await, &bulk(v))
-        }
-        Write::Pipelined => {
-            let mut req = encode(&[b"SET", k, v]);
-            req.extend_from_slice(&encode(&[b"GET", k]));
-            c.send(&req).await;
-            let set = c.read_reply().await;
-            let got = c.read_reply().await;
-            expect("pipelined SET", &set, OK)?;
-            floor.store(i, Ordering::SeqCst);
-            expect("pipelined GET after SET", &got, &bulk(v))
-        }
+    for r in (w.setup)(key) {
+        exchange(c, "setup", std::slice::from_ref(&r)).await?;
     }
+    exchange(c, "the write", &(w.write)(key)).await?;
+    if let Some(written) = w.floor {
+        floor.store(written(key), Ordering::SeqCst);
+    }
+    for r in (w.read)(key) {
+        exchange(c, "read after the write", std::slice::from_ref(&r)).await?;
+    }
+    Ok(())
 }
 
 /// Background readers: GET the current key in a loop. Every reply must be nil or a number,
@@ -462,11 +431,9 @@ fn spawn_readers(
                 let min = floor.load(Ordering::SeqCst);
                 let got = get(&mut c, &key).await;
                 reads += 1;
-                let n = got
-                    .strip_prefix(b"$")
-                    .and_then(|r| r.split(|&b| b == b'\n').nth(1))
-                    .and_then(|v| std::str::from_utf8(v.strip_suffix(b"\r")?).ok())
-                    .and_then(|v| v.parse::<i64>().ok());
+                let n = payload(&got)
+                    .filter(|_| got.starts_with(b"$"))
+                    .and_then(|v| String::from_utf8(v).ok()?.parse::<i64>().ok());
                 let ok = match n {
                     Some(n) => n >= min,
                     None => got == NIL && min < 0,
@@ -488,13 +455,13 @@ fn spawn_readers(
 /// just before the write, so the write races a cached entry and tracked fills; this is needed
 /// because the admission sketch stops caching a key soon after it has been written a few
 /// times. In the second one key takes all 500 writes, racing mostly coalesced reads.
-async fn read_your_writes(w: Write) {
+async fn read_your_writes(w: &WriteKind) {
     let redis = RedisServer::start();
     let proxy = TestProxy::start(&redis.url()).await;
     let mut admin = connect(proxy.addr).await;
     let before = Stats::of(&mut admin).await;
     for rotate in [true, false] {
-        let prefix: Arc<str> = format!("ryw:{w:?}:{rotate}:").into();
+        let prefix: Arc<str> = format!("ryw:{}:{rotate}:", w.name).into();
         let current = Arc::new(AtomicUsize::new(0));
         let floor = Arc::new(AtomicI64::new(-1));
         let stop = Arc::new(AtomicBool::new(false));
@@ -513,7 +480,7 @@ async fn read_your_writes(w: Write) {
             stop.clone(),
         );
         // Readers check the floor only where values grow on one key.
-        let writer_floor = if !rotate && w.monotonic() {
+        let writer_floor = if !rotate && w.floor.is_some() {
             floor.clone()
         } else {
             Arc::new(AtomicI64::new(-1))
@@ -531,10 +498,12 @@ async fn read_your_writes(w: Write) {
                     assert_eq!(got, NIL, "fresh key {key} read before any write");
                 }
             }
-            let fresh = rotate;
-            if let Err(e) =
-                write_then_read(w, &mut writer, &key, i as i64, fresh, &writer_floor).await
-            {
+            let k = Key {
+                name: key.as_bytes(),
+                i: i as i64,
+                fresh: rotate,
+            };
+            if let Err(e) = write_then_read(w, &mut writer, &k, &writer_floor).await {
                 failures.push(format!("iteration {i} key {key}: {e}"));
             }
         }
@@ -547,7 +516,8 @@ async fn read_your_writes(w: Write) {
         }
         assert!(
             failures.is_empty(),
-            "{w:?} (fresh key per write: {rotate}): {} stale or wrong replies, first: {:#?}",
+            "{} (fresh key per write: {rotate}): {} stale or wrong replies, first: {:#?}",
+            w.name,
             failures.len(),
             &failures[..failures.len().min(10)]
         );
@@ -556,8 +526,9 @@ async fn read_your_writes(w: Write) {
     let after = Stats::of(&mut admin).await;
     let delta = |n: &str| after.n(n) - before.n(n);
     eprintln!(
-        "read-your-writes {w:?}: hits {} fills {} coalesced {} inserts {} local invalidations {} \
+        "read-your-writes {}: hits {} fills {} coalesced {} inserts {} local invalidations {} \
          invalidations {}",
+        w.name,
         delta("cache_hits"),
         delta("cache_fills"),
         delta("cache_coalesced"),
@@ -572,39 +543,24 @@ async fn read_your_writes(w: Write) {
     proxy.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn read_your_writes_set() {
-    read_your_writes(Write::Set).await;
+/// One test per write kind, so that each passes or fails on its own.
+macro_rules! read_your_writes_tests {
+    ($($test:ident: $kind:literal,)*) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $test() {
+            read_your_writes(write_kind($kind)).await;
+        }
+    )*};
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn read_your_writes_del() {
-    read_your_writes(Write::Del).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn read_your_writes_incr() {
-    read_your_writes(Write::Incr).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn read_your_writes_expire() {
-    read_your_writes(Write::Expire).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn read_your_writes_mset() {
-    read_your_writes(Write::Mset).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn read_your_writes_lua() {
-    read_your_writes(Write::Eval).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn read_your_writes_pipelined() {
-    read_your_writes(Write::Pipelined).await;
+read_your_writes_tests! {
+    read_your_writes_set: "SET",
+    read_your_writes_del: "DEL",
+    read_your_writes_incr: "INCR",
+    read_your_writes_expire: "PEXPIRE",
+    read_your_writes_mset: "MSET",
+    read_your_writes_lua: "EVAL",
+    read_your_writes_pipelined: "pipelined SET GET",
 }
 
 // MULTI/EXEC is refused by corral for now ("unsupported"), so a write inside a transaction is
@@ -614,10 +570,7 @@ async fn read_your_writes_pipelined() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn direct_write_replaces_a_cached_value() {
-    let redis = RedisServer::start();
-    let proxy = TestProxy::start(&redis.url()).await;
-    let mut direct = connect(redis.addr()).await;
-    let mut c = connect(proxy.addr).await;
+    let (_redis, proxy, mut direct, mut c) = start().await;
     assert_eq!(direct.cmd("SET k old").await, OK);
     make_cached(&mut c, "k", &bulk("old")).await;
     // Repeated GETs are served locally.
@@ -644,10 +597,7 @@ async fn direct_write_replaces_a_cached_value() {
 /// 200 times on a freshly cached key each time. Prints p50/p99; asserts only correctness.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invalidation_latency_of_direct_writes() {
-    let redis = RedisServer::start();
-    let proxy = TestProxy::start(&redis.url()).await;
-    let mut direct = connect(redis.addr()).await;
-    let mut c = connect(proxy.addr).await;
+    let (_redis, proxy, mut direct, mut c) = start().await;
     let mut lat = Vec::new();
     let mut stale_total = 0;
     // For comparison: one GET round trip through corral on a cache hit.
@@ -690,10 +640,7 @@ async fn invalidation_latency_of_direct_writes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cached_keys_with_a_ttl_expire() {
-    let redis = RedisServer::start();
-    let proxy = TestProxy::start(&redis.url()).await;
-    let mut direct = connect(redis.addr()).await;
-    let mut c = connect(proxy.addr).await;
+    let (_redis, proxy, mut direct, mut c) = start().await;
 
     // A TTL set with the value.
     assert_eq!(direct.cmd("SET ttl:a v PX 300").await, OK);
@@ -729,10 +676,7 @@ async fn cached_keys_with_a_ttl_expire() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn direct_flushes_empty_the_cache() {
-    let redis = RedisServer::start();
-    let proxy = TestProxy::start(&redis.url()).await;
-    let mut direct = connect(redis.addr()).await;
-    let mut c = connect(proxy.addr).await;
+    let (_redis, proxy, mut direct, mut c) = start().await;
     for flush in ["FLUSHALL", "FLUSHDB", "FLUSHALL ASYNC", "FLUSHDB SYNC"] {
         let keys: Vec<String> = (0..5).map(|i| format!("flush:{i}")).collect();
         for k in &keys {
@@ -790,10 +734,7 @@ async fn upstream_restart_with_other_data_is_not_served_stale() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_tracking_connection_flushes_and_recovers() {
-    let redis = RedisServer::start();
-    let proxy = TestProxy::start(&redis.url()).await;
-    let mut direct = connect(redis.addr()).await;
-    let mut c = connect(proxy.addr).await;
+    let (_redis, proxy, mut direct, mut c) = start().await;
     assert_eq!(direct.cmd("SET k old").await, OK);
     make_cached(&mut c, "k", &bulk("old")).await;
     let before = Stats::of(&mut c).await;
@@ -900,10 +841,7 @@ async fn tracking_table_overflow_keeps_coherence() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "limitation: Redis sends no tracking invalidation for a direct SWAPDB; corral serves the swapped-out value for up to max_age_ms"]
 async fn direct_swapdb_is_seen() {
-    let redis = RedisServer::start();
-    let proxy = TestProxy::start(&redis.url()).await;
-    let mut direct = connect(redis.addr()).await;
-    let mut c = connect(proxy.addr).await;
+    let (_redis, proxy, mut direct, mut c) = start().await;
     assert_eq!(direct.cmd("SELECT 1").await, OK);
     assert_eq!(direct.cmd("SET k db1").await, OK);
     assert_eq!(direct.cmd("SELECT 0").await, OK);

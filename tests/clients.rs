@@ -150,17 +150,7 @@ async fn redis_rs_resp2_and_resp3() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_py_resp2_and_resp3() {
-    // redis-py is a required test dependency (scripts/deps.sh installs it): fail, not skip.
-    let probe = std::process::Command::new("python3")
-        .args(["-c", "import redis"])
-        .output()
-        .expect("python3 is needed for this test");
-    assert!(
-        probe.status.success(),
-        "the redis-py package is missing ({}); install it with scripts/deps.sh \
-         (python3 -m pip install redis)",
-        String::from_utf8_lossy(&probe.stderr).trim()
-    );
+    common::require_redis_py();
     let redis = RedisServer::start();
     let proxy = TestProxy::start(&redis.url()).await;
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/redis_py_client.py");

@@ -8,19 +8,13 @@ mod common;
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use common::{RawClient, RedisCluster, RedisServer, sync_cmd};
+use common::{Deadline, RawClient, RedisCluster, RedisServer, bulk, show, sync_cmd};
 use corral::cluster::key_slot;
-
-fn bulk(v: &str) -> Vec<u8> {
-    format!("${}\r\n{v}\r\n", v.len()).into_bytes()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keys_over_all_slots_land_on_their_owner_and_multi_key_commands_match_redis() {
     let mut cluster = RedisCluster::start(3, 1);
-    let proxy = common::cluster_proxy(&cluster, |_| {}).await;
-    let mut c = RawClient::connect(proxy.addr).await.unwrap();
-    common::wait_cluster_ready(&mut c).await;
+    let (proxy, mut c) = common::ready_cluster_proxy(&cluster, |_| {}).await;
 
     // 1,000 keys over all slots, written and read back through corral, each found on the
     // master that owns its slot.
@@ -93,9 +87,7 @@ async fn keys_over_all_slots_land_on_their_owner_and_multi_key_commands_match_re
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scan_returns_every_key_exactly_once_and_keys_unions_masters() {
     let cluster = RedisCluster::start(3, 1);
-    let proxy = common::cluster_proxy(&cluster, |_| {}).await;
-    let mut c = RawClient::connect(proxy.addr).await.unwrap();
-    common::wait_cluster_ready(&mut c).await;
+    let (proxy, mut c) = common::ready_cluster_proxy(&cluster, |_| {}).await;
     let n = 500;
     for i in 0..n {
         let k = format!("scan:{i}");
@@ -142,9 +134,7 @@ async fn scan_returns_every_key_exactly_once_and_keys_unions_masters() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_master_is_replaced_and_its_keys_are_readable_again() {
     let mut cluster = RedisCluster::start(3, 1);
-    let proxy = common::cluster_proxy(&cluster, |_| {}).await;
-    let mut c = RawClient::connect(proxy.addr).await.unwrap();
-    common::wait_cluster_ready(&mut c).await;
+    let (proxy, mut c) = common::ready_cluster_proxy(&cluster, |_| {}).await;
     for i in 0..200 {
         let k = format!("fo:{i}");
         c.request(&[b"SET", k.as_bytes(), b"v"]).await;
@@ -158,14 +148,14 @@ async fn a_killed_master_is_replaced_and_its_keys_are_readable_again() {
     cluster.kill_node(victim);
     // Errors are allowed while the cluster fails over; hangs are not (each request is
     // bounded by the request timeout).
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Deadline::new(Duration::from_secs(30), "the key to be readable again")
+        .every(Duration::from_millis(100));
     loop {
         let r = c.cmd("GET fo:0").await;
         if r == b"$1\r\nv\r\n" {
             break;
         }
-        assert!(Instant::now() < deadline, "key never readable again: {r:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        deadline.pause_seeing(show(&r)).await;
     }
     eprintln!(
         "failover: keys readable through corral {:?} after the kill",
@@ -227,9 +217,7 @@ fn keys_per_master(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_cli_with_and_without_cluster_mode_reads_and_writes_every_shard() {
     let mut cluster = RedisCluster::start(3, 0);
-    let proxy = common::cluster_proxy(&cluster, |_| {}).await;
-    let mut c = RawClient::connect(proxy.addr).await.unwrap();
-    common::wait_cluster_ready(&mut c).await;
+    let (proxy, _c) = common::ready_cluster_proxy(&cluster, |_| {}).await;
     let port = proxy.addr.port().to_string();
     let shards = keys_per_master(&mut cluster, "cli", 3);
 
@@ -294,18 +282,9 @@ async fn redis_cli_with_and_without_cluster_mode_reads_and_writes_every_shard() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_py_plain_client_pipelines_keys_across_shards() {
-    let probe = std::process::Command::new("python3")
-        .args(["-c", "import redis"])
-        .output()
-        .expect("python3 is needed for this test");
-    assert!(
-        probe.status.success(),
-        "the redis-py package is missing; install it with scripts/deps.sh"
-    );
+    common::require_redis_py();
     let mut cluster = RedisCluster::start(3, 0);
-    let proxy = common::cluster_proxy(&cluster, |_| {}).await;
-    let mut c = RawClient::connect(proxy.addr).await.unwrap();
-    common::wait_cluster_ready(&mut c).await;
+    let (proxy, _c) = common::ready_cluster_proxy(&cluster, |_| {}).await;
     let shards = keys_per_master(&mut cluster, "py", 20);
     let keys: Vec<String> = shards.iter().flat_map(|(_, k)| k.clone()).collect();
 
@@ -342,7 +321,7 @@ print("ok")
         let owner = cluster.master_for_slot(key_slot(k.as_bytes()));
         assert_eq!(
             sync_cmd(owner, &["GET", k]),
-            bulk(&format!("v{i}")),
+            bulk(format!("v{i}")),
             "{k} on its owner"
         );
     }
@@ -352,14 +331,12 @@ print("ok")
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resp3_client_gets_maps_and_nulls_as_from_one_redis() {
     let mut cluster = RedisCluster::start(3, 0);
-    let proxy = common::cluster_proxy(&cluster, |_| {}).await;
-    let mut c = RawClient::connect(proxy.addr).await.unwrap();
-    common::wait_cluster_ready(&mut c).await;
+    let (proxy, mut c) = common::ready_cluster_proxy(&cluster, |_| {}).await;
     let single = RedisServer::start();
     let mut direct = RawClient::connect(single.addr()).await.unwrap();
     for client in [&mut c, &mut direct] {
         client.send(&common::encode(&[b"HELLO", b"3"])).await;
-        let hello = client.read_resp().await;
+        let hello = client.read_reply().await;
         assert!(hello.starts_with(b"%"), "HELLO 3: {}", common::show(&hello));
     }
     let shards = keys_per_master(&mut cluster, "r3", 1);
@@ -384,8 +361,8 @@ async fn a_resp3_client_gets_maps_and_nulls_as_from_one_redis() {
             let args: Vec<&[u8]> = w.iter().map(Vec::as_slice).collect();
             client.send(&common::encode(&args)).await;
         }
-        let p = c.read_resp().await;
-        let d = direct.read_resp().await;
+        let p = c.read_reply().await;
+        let d = direct.read_reply().await;
         assert_eq!(common::show(&p), common::show(&d), "{line}");
     }
     // A map really: the field count of the HGETALL reply.
@@ -394,16 +371,14 @@ async fn a_resp3_client_gets_maps_and_nulls_as_from_one_redis() {
         format!("{}:h", keys[0]).as_bytes(),
     ]))
     .await;
-    assert!(c.read_resp().await.starts_with(b"%2\r\n"));
+    assert!(c.read_reply().await.starts_with(b"%2\r\n"));
     proxy.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eval_runs_on_the_slot_of_its_keys_and_refuses_keys_across_slots() {
     let mut cluster = RedisCluster::start(3, 0);
-    let proxy = common::cluster_proxy(&cluster, |_| {}).await;
-    let mut c = RawClient::connect(proxy.addr).await.unwrap();
-    common::wait_cluster_ready(&mut c).await;
+    let (proxy, mut c) = common::ready_cluster_proxy(&cluster, |_| {}).await;
     let script = "return {redis.call('INCR', KEYS[1]), redis.call('INCRBY', KEYS[2], ARGV[1])}";
     let reply = c
         .request(&[b"EVAL", script.as_bytes(), b"2", b"{e}a", b"{e}b", b"5"])
@@ -453,9 +428,7 @@ async fn eval_runs_on_the_slot_of_its_keys_and_refuses_keys_across_slots() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn flushall_empties_every_master() {
     let mut cluster = RedisCluster::start(3, 0);
-    let proxy = common::cluster_proxy(&cluster, |_| {}).await;
-    let mut c = RawClient::connect(proxy.addr).await.unwrap();
-    common::wait_cluster_ready(&mut c).await;
+    let (proxy, mut c) = common::ready_cluster_proxy(&cluster, |_| {}).await;
     for i in 0..300 {
         let k = format!("fl:{i}");
         c.request(&[b"SET", k.as_bytes(), b"x"]).await;
@@ -481,9 +454,7 @@ async fn flushall_empties_every_master() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn randomkey_finds_the_keys_of_whichever_master_holds_them() {
     let mut cluster = RedisCluster::start(3, 0);
-    let proxy = common::cluster_proxy(&cluster, |_| {}).await;
-    let mut c = RawClient::connect(proxy.addr).await.unwrap();
-    common::wait_cluster_ready(&mut c).await;
+    let (proxy, mut c) = common::ready_cluster_proxy(&cluster, |_| {}).await;
     assert_eq!(c.cmd("RANDOMKEY").await, b"$-1\r\n", "empty cluster");
     // Every master in turn is the only one with keys.
     for (owner, keys) in keys_per_master(&mut cluster, "rk", 3) {
@@ -510,9 +481,7 @@ async fn randomkey_finds_the_keys_of_whichever_master_holds_them() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_manual_failover_is_followed_without_redirections_or_lost_writes() {
     let mut cluster = RedisCluster::start(3, 1);
-    let proxy = common::cluster_proxy(&cluster, |_| {}).await;
-    let mut c = RawClient::connect(proxy.addr).await.unwrap();
-    common::wait_cluster_ready(&mut c).await;
+    let (proxy, mut c) = common::ready_cluster_proxy(&cluster, |_| {}).await;
     let old = cluster.master_for_slot(key_slot(b"{fo}"));
     let replica = cluster.replicas_of(old)[0];
     let shards = keys_per_master(&mut cluster, "mf", 2);
@@ -558,10 +527,10 @@ async fn a_manual_failover_is_followed_without_redirections_or_lost_writes() {
         })
     };
     // Some writes before the failover.
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Deadline::new(Duration::from_secs(10), "the writer to make progress")
+        .every(Duration::from_millis(10));
     while progress.load(Ordering::Relaxed) < 100 {
-        assert!(Instant::now() < deadline, "writer made no progress");
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        deadline.pause().await;
     }
     let before = progress.load(Ordering::Relaxed);
     let mut cluster = tokio::task::spawn_blocking(move || {
@@ -589,7 +558,7 @@ async fn a_manual_failover_is_followed_without_redirections_or_lost_writes() {
     );
     assert_eq!(
         sync_cmd(replica, &["GET", "{fo}:ctr"]),
-        bulk(&acks.to_string()),
+        bulk(acks.to_string()),
         "acknowledged INCRs on the new master"
     );
     // Still going through the same corral, no restart.
@@ -601,9 +570,7 @@ async fn a_manual_failover_is_followed_without_redirections_or_lost_writes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn while_a_master_is_down_requests_get_prompt_errors_not_hangs() {
     let mut cluster = RedisCluster::start(3, 0);
-    let proxy = common::cluster_proxy(&cluster, |_| {}).await;
-    let mut c = RawClient::connect(proxy.addr).await.unwrap();
-    common::wait_cluster_ready(&mut c).await;
+    let (proxy, mut c) = common::ready_cluster_proxy(&cluster, |_| {}).await;
     let shards = keys_per_master(&mut cluster, "dn", 2);
     for (_, keys) in &shards {
         for k in keys {

@@ -4,9 +4,12 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{RawClient, RedisCluster, TestProxy, reply_text, sync_cmd};
+use common::{
+    Deadline, RawClient, RedisCluster, TestProxy, bulk, make_cached_within, reply_text, show,
+    stat_n, sync_cmd,
+};
 use corral::cluster::key_slot;
 
 async fn ready_proxy(cluster: &RedisCluster) -> (TestProxy, RawClient) {
@@ -17,47 +20,15 @@ async fn ready_proxy(cluster: &RedisCluster) -> (TestProxy, RawClient) {
     .await
 }
 
-fn bulk(v: &str) -> Vec<u8> {
-    format!("${}\r\n{v}\r\n", v.len()).into_bytes()
-}
-
-async fn hits(c: &mut RawClient) -> u64 {
-    let stats = String::from_utf8_lossy(&c.cmd("CORRAL CACHE STATS").await).into_owned();
-    let mut lines = stats.split("\r\n");
-    while let Some(l) = lines.next() {
-        if l == "cache_hits" {
-            lines.next();
-            return lines.next().and_then(|v| v.parse().ok()).unwrap_or(0);
-        }
-    }
-    panic!("no cache_hits in {stats}")
-}
-
-/// GETs `key` until a GET is a cache hit (bounded).
-async fn make_cached(c: &mut RawClient, key: &str, want: &str) {
-    for _ in 0..100 {
-        let before = hits(c).await;
-        assert_eq!(c.cmd(&format!("GET {key}")).await, bulk(want));
-        if hits(c).await > before {
-            return;
-        }
-    }
-    panic!("{key} never served from the cache");
-}
-
 /// GETs `key` until it returns `want` (bounded); afterwards it must keep returning it.
 async fn becomes(c: &mut RawClient, key: &str, want: &str) {
-    let deadline = Instant::now() + Duration::from_secs(15);
+    let deadline = Deadline::new(Duration::from_secs(15), format!("{key} to become {want}"));
     loop {
         let got = c.cmd(&format!("GET {key}")).await;
         if got == bulk(want) {
             break;
         }
-        assert!(
-            Instant::now() < deadline,
-            "{key} stuck at {got:?}, want {want}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        deadline.pause_seeing(show(&got)).await;
     }
     for _ in 0..200 {
         assert_eq!(
@@ -75,7 +46,7 @@ async fn hot_keys_are_cached_and_direct_writes_invalidate_them() {
     for i in 0..6 {
         let key = format!("hot:{i}");
         assert_eq!(c.cmd(&format!("SET {key} a")).await, b"+OK\r\n");
-        make_cached(&mut c, &key, "a").await;
+        make_cached_within(&mut c, &key, &bulk("a"), 100).await;
         // A write made directly on the key's master reaches corral as an invalidation.
         let owner = cluster.master_for_slot(key_slot(key.as_bytes()));
         assert_eq!(sync_cmd(owner, &["SET", &key, "b"]), b"+OK\r\n");
@@ -95,22 +66,19 @@ async fn the_cache_stays_coherent_across_a_failover() {
     assert_eq!(c.cmd(&format!("SET {key} old")).await, b"+OK\r\n");
     let master = cluster.master_for_slot(key_slot(key.as_bytes()));
     sync_cmd(master, &["WAIT", "1", "2000"]);
-    make_cached(&mut c, key, "old").await;
+    make_cached_within(&mut c, key, &bulk("old"), 100).await;
     let replica = cluster.replicas_of(master)[0];
     cluster.kill_node(master);
     // Wait until the replica took over, then write the new value directly on it.
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let every = Duration::from_millis(100);
+    let deadline = Deadline::new(Duration::from_secs(30), "the replica's promotion").every(every);
     while !sync_cmd(replica, &["ROLE"]).starts_with(b"*3\r\n$6\r\nmaster") {
-        assert!(Instant::now() < deadline, "replica never promoted");
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        deadline.pause().await;
     }
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let what = "the promoted replica to accept writes";
+    let deadline = Deadline::new(Duration::from_secs(30), what).every(every);
     while sync_cmd(replica, &["SET", key, "new"]) != b"+OK\r\n" {
-        assert!(
-            Instant::now() < deadline,
-            "promoted replica never accepted writes"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        deadline.pause().await;
     }
     becomes(&mut c, key, "new").await;
     proxy.stop().await;
@@ -126,9 +94,9 @@ async fn the_cache_stays_coherent_across_a_slot_migration() {
     let slot = key_slot(key.as_bytes());
     let mut cached = false;
     for _ in 0..100 {
-        let before = hits(&mut c).await;
+        let before = stat_n(&mut c, "cache_hits").await;
         assert_eq!(c.cmd(&format!("GET {key}")).await, b"$-1\r\n");
-        if hits(&mut c).await > before {
+        if stat_n(&mut c, "cache_hits").await > before {
             cached = true;
             break;
         }
@@ -159,7 +127,7 @@ async fn the_cache_stays_coherent_across_a_slot_migration() {
     assert_eq!(sync_cmd(dst, &["SET", key, "new"]), b"+OK\r\n");
     becomes(&mut c, key, "new").await;
     // And it is cached again, now through the new owner's tracking connection.
-    make_cached(&mut c, key, "new").await;
+    make_cached_within(&mut c, key, &bulk("new"), 100).await;
     assert_eq!(sync_cmd(dst, &["SET", key, "newer"]), b"+OK\r\n");
     becomes(&mut c, key, "newer").await;
     proxy.stop().await;

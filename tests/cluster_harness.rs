@@ -4,6 +4,8 @@
 mod common;
 
 use common::*;
+use std::time::Duration;
+
 use corral::cluster::{Health, Redirect, SLOTS, SlotMap, key_slot};
 
 #[test]
@@ -75,8 +77,7 @@ fn cluster_starts_and_follows_moved() {
             .unwrap();
         assert_eq!(sync_cmd(m, &["SET", &key, "1"]), b"+OK\r\n");
     }
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    loop {
+    block_until(Duration::from_secs(20), "replicas to be online", || {
         let map = SlotMap::from_shards_reply(&sync_cmd(port, &["CLUSTER", "SHARDS"]), "127.0.0.1")
             .unwrap();
         let online = map
@@ -85,15 +86,8 @@ fn cluster_starts_and_follows_moved() {
             .flat_map(|s| &s.replicas)
             .filter(|n| n.health == Health::Online)
             .count();
-        if online == 3 {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "replicas not online: {map:?}"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+        online == 3
+    });
 
     // Live CLUSTER SHARDS (RESP2 and RESP3) and CLUSTER SLOTS parse to the cluster's layout.
     let mut maps = vec![
@@ -138,15 +132,10 @@ fn failover_after_killing_a_master() {
     cluster.kill_node(owner);
     // The replica is promoted by the cluster itself once the master is marked failed
     // (node timeout 1 s); the harness waits for that with a deadline.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while cluster.master_for_slot_opt(slot) != Some(replica) || !cluster.all_ok() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no automatic failover"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    cluster.wait_healthy(std::time::Duration::from_secs(30));
+    block_until(Duration::from_secs(30), "an automatic failover", || {
+        cluster.master_for_slot_opt(slot) == Some(replica) && cluster.all_ok()
+    });
+    cluster.wait_healthy(Duration::from_secs(30));
     let live = cluster.live_nodes()[0];
     let map =
         SlotMap::from_shards_reply(&sync_cmd(live, &["CLUSTER", "SHARDS"]), "127.0.0.1").unwrap();

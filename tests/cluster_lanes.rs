@@ -3,9 +3,9 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{RawClient, RedisCluster, corral_stats, reply_text, sync_cmd};
+use common::{Deadline, RawClient, RedisCluster, corral_stats, reply_text, sync_cmd};
 
 /// The lane lines of `CORRAL CACHE STATS`: (node, state).
 async fn lanes(c: &mut RawClient) -> Vec<(String, String)> {
@@ -33,14 +33,13 @@ async fn wait_lanes(
     what: &str,
     done: impl Fn(&[(String, String)]) -> bool,
 ) -> Vec<(String, String)> {
-    let deadline = Instant::now() + Duration::from_secs(20);
+    let deadline = Deadline::new(Duration::from_secs(20), what).every(Duration::from_millis(50));
     loop {
         let l = lanes(c).await;
         if done(&l) {
             return l;
         }
-        assert!(Instant::now() < deadline, "{what}: lanes {l:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        deadline.pause_seeing(&l).await;
     }
 }
 
@@ -92,13 +91,10 @@ async fn lanes_come_and_go_with_the_masters() {
         all_on(l, &masters)
     })
     .await;
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let what = "corral's lane to leave the removed node";
+    let deadline = Deadline::new(Duration::from_secs(10), what).every(Duration::from_millis(50));
     while tracking_clients(removed.port) > 0 {
-        assert!(
-            Instant::now() < deadline,
-            "corral's lane still connected to the removed node"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        deadline.pause().await;
     }
     // Long enough for a reconnect loop to show up again (backoff starts at 50 ms).
     tokio::time::sleep(Duration::from_millis(1500)).await;

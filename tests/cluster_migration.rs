@@ -11,16 +11,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{RawClient, RedisCluster, reply_text, show, sync_cmd};
+use common::{RawClient, RedisCluster, SlotMigration, block_until, bulk, show, sync_cmd};
 use corral::cluster::key_slot;
-
-fn bulk(v: &str) -> Vec<u8> {
-    format!("${}\r\n{v}\r\n", v.len()).into_bytes()
-}
-
-fn node_id(port: u16) -> String {
-    reply_text(&sync_cmd(port, &["CLUSTER", "MYID"]))
-}
 
 fn is_redirection(reply: &[u8]) -> bool {
     [&b"-MOVED"[..], b"-ASK", b"-TRYAGAIN", b"-CLUSTERDOWN"]
@@ -28,110 +20,18 @@ fn is_redirection(reply: &[u8]) -> bool {
         .any(|p| reply.starts_with(p))
 }
 
-/// The slot `slot` on its way from `src` to `dst`: both marked, nothing moved yet.
-struct Migration {
-    slot: u16,
-    src: u16,
-    dst: u16,
-    src_id: String,
-    dst_id: String,
-}
-
-impl Migration {
-    fn begin(slot: u16, src: u16, dst: u16) -> Migration {
-        let m = Migration {
-            slot,
-            src,
-            dst,
-            src_id: node_id(src),
-            dst_id: node_id(dst),
-        };
-        let s = slot.to_string();
-        let r = sync_cmd(dst, &["CLUSTER", "SETSLOT", &s, "IMPORTING", &m.src_id]);
-        assert_eq!(r, b"+OK\r\n", "SETSLOT IMPORTING: {}", show(&r));
-        let r = sync_cmd(src, &["CLUSTER", "SETSLOT", &s, "MIGRATING", &m.dst_id]);
-        assert_eq!(r, b"+OK\r\n", "SETSLOT MIGRATING: {}", show(&r));
-        m
-    }
-
-    /// Up to `n` keys of the slot still on the source.
-    fn keys_left(&self, n: usize) -> Vec<String> {
-        let r = sync_cmd(
-            self.src,
-            &[
-                "CLUSTER",
-                "GETKEYSINSLOT",
-                &self.slot.to_string(),
-                &n.to_string(),
-            ],
-        );
-        match redis_protocol::resp2::decode::decode(&r) {
-            Ok(Some((redis_protocol::resp2::types::OwnedFrame::Array(items), _))) => items
-                .into_iter()
-                .map(|f| match f {
-                    redis_protocol::resp2::types::OwnedFrame::BulkString(b) => {
-                        String::from_utf8(b).expect("utf-8 key")
-                    }
-                    other => panic!("GETKEYSINSLOT element {other:?}"),
-                })
-                .collect(),
-            _ => panic!("GETKEYSINSLOT: {}", show(&r)),
-        }
-    }
-
-    /// Moves `keys` to the destination with one MIGRATE (no REPLACE: a key already on the
-    /// destination would mean a write went to the wrong node, and fails the test).
-    fn migrate(&self, keys: &[String]) {
-        let port = self.dst.to_string();
-        let mut args = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS"];
-        args.extend(keys.iter().map(String::as_str));
-        let r = sync_cmd(self.src, &args);
-        assert_eq!(r, b"+OK\r\n", "MIGRATE {keys:?}: {}", show(&r));
-    }
-
-    /// Hands the slot to the destination on every master (destination first, then source).
-    fn finish(&self, masters: &[u16]) {
-        let s = self.slot.to_string();
-        let mut order = vec![self.dst, self.src];
-        order.extend(masters.iter().filter(|&&p| p != self.src && p != self.dst));
-        for port in order {
-            let r = sync_cmd(port, &["CLUSTER", "SETSLOT", &s, "NODE", &self.dst_id]);
-            assert_eq!(r, b"+OK\r\n", "SETSLOT NODE on {port}: {}", show(&r));
-        }
-    }
-
-    fn count_on(&self, port: u16) -> i64 {
-        let r = sync_cmd(
-            port,
-            &["CLUSTER", "COUNTKEYSINSLOT", &self.slot.to_string()],
-        );
-        let text = String::from_utf8_lossy(&r);
-        text.trim()
-            .strip_prefix(':')
-            .and_then(|n| n.parse().ok())
-            .unwrap_or_else(|| panic!("COUNTKEYSINSLOT: {text:?}"))
-    }
-}
-
 /// Waits (bounded) until every master agrees that `port` owns `slot`.
 fn wait_owner(cluster: &mut RedisCluster, masters: &[u16], slot: u16, port: u16) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
+    let what = format!("masters to agree that {port} owns slot {slot}");
+    block_until(Duration::from_secs(20), &what, || {
         let agreed = masters.iter().all(|&m| {
             RedisCluster::cluster_nodes(m)
                 .iter()
                 .find(|n| n.slots.iter().any(|&(a, b)| (a..=b).contains(&slot)))
                 .is_some_and(|n| n.port == port)
         });
-        if agreed && cluster.all_ok() {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "masters never agreed that {port} owns slot {slot}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+        agreed && cluster.all_ok()
+    });
 }
 
 const TASKS: usize = 8;
@@ -194,12 +94,7 @@ async fn client_task(
         let j = (i as usize * 7 + t * 13) % PRELOADED;
         let pre = format!("{{mig}}:pre:{j}");
         let r = c.request(&[b"GET", pre.as_bytes()]).await;
-        check(
-            &mut seen,
-            format!("GET {pre}"),
-            r,
-            &bulk(&format!("pre{j}")),
-        );
+        check(&mut seen, format!("GET {pre}"), r, &bulk(format!("pre{j}")));
 
         let want = format!(":{}\r\n", seen.own_acks + 1).into_bytes();
         let r = c.request(&[b"INCR", counter.as_bytes()]).await;
@@ -287,7 +182,7 @@ async fn a_slot_migrated_under_load_loses_no_write_and_clients_see_no_redirectio
         let masters = masters.clone();
         tokio::task::spawn_blocking(move || {
             wait_ops(&ops, 200);
-            let m = Migration::begin(slot, src, dst);
+            let m = SlotMigration::begin(slot, src, dst);
             wait_ops(&ops, 50);
             let deadline = Instant::now() + Duration::from_secs(30);
             let mut batches = 0;
@@ -350,7 +245,7 @@ async fn a_slot_migrated_under_load_loses_no_write_and_clients_see_no_redirectio
         let counter = format!("{{mig}}:ctr:{t}");
         assert_eq!(
             sync_cmd(dst, &["GET", &counter]),
-            bulk(&s.own_acks.to_string()),
+            bulk(s.own_acks.to_string()),
             "{counter}: acknowledged INCRs"
         );
         for (k, v) in &s.last {
@@ -360,12 +255,12 @@ async fn a_slot_migrated_under_load_loses_no_write_and_clients_see_no_redirectio
     let shared: i64 = seen.iter().map(|s| s.shared_acks).sum();
     assert_eq!(
         sync_cmd(dst, &["GET", "{mig}:shared"]),
-        bulk(&shared.to_string()),
+        bulk(shared.to_string()),
         "shared counter: acknowledged INCRs of all clients"
     );
     for j in 0..PRELOADED {
         let k = format!("{{mig}}:pre:{j}");
-        assert_eq!(sync_cmd(dst, &["GET", &k]), bulk(&format!("pre{j}")), "{k}");
+        assert_eq!(sync_cmd(dst, &["GET", &k]), bulk(format!("pre{j}")), "{k}");
     }
     let expected = (PRELOADED + TASKS * OWN_KEYS + TASKS + 1) as i64;
     assert_eq!(
@@ -399,7 +294,7 @@ async fn during_a_migration_corral_follows_ask_for_moved_and_new_keys() {
     }
     assert_eq!(c.cmd("SET {ask}:n 10").await, b"+OK\r\n");
 
-    let m = Migration::begin(slot, src, dst);
+    let m = SlotMigration::begin(slot, src, dst);
     let moved: Vec<String> = (0..10).map(|j| format!("{{ask}}:{j}")).collect();
     m.migrate(&moved);
     m.migrate(&["{ask}:n".to_string()]);
@@ -412,7 +307,7 @@ async fn during_a_migration_corral_follows_ask_for_moved_and_new_keys() {
     // Through corral: moved and not-yet-moved keys alike, no redirection.
     for j in 0..20 {
         let line = format!("GET {{ask}}:{j}");
-        assert_eq!(c.cmd(&line).await, bulk(&format!("v{j}")), "{line}");
+        assert_eq!(c.cmd(&line).await, bulk(format!("v{j}")), "{line}");
     }
     // Writes to a moved key and to a new key go to the importing node (after ASKING).
     assert_eq!(c.cmd("INCR {ask}:n").await, b":11\r\n");
@@ -437,7 +332,7 @@ async fn during_a_migration_corral_follows_ask_for_moved_and_new_keys() {
     }
     let replies = c.pipeline(&pipe, 1 << 16, 18).await;
     for (j, r) in (2..20).zip(&replies) {
-        assert_eq!(r, &bulk(&format!("v{j}")), "pipelined GET {{ask}}:{j}");
+        assert_eq!(r, &bulk(format!("v{j}")), "pipelined GET {{ask}}:{j}");
     }
 
     // The rest of the move; then MOVED is followed as well.
@@ -447,11 +342,11 @@ async fn during_a_migration_corral_follows_ask_for_moved_and_new_keys() {
     wait_owner(&mut cluster, &masters, slot, dst);
     for j in 2..20 {
         let line = format!("GET {{ask}}:{j}");
-        assert_eq!(c.cmd(&line).await, bulk(&format!("v{j}")), "{line}");
+        assert_eq!(c.cmd(&line).await, bulk(format!("v{j}")), "{line}");
         let k = format!("{{ask}}:{j}");
         assert_eq!(
             sync_cmd(dst, &["GET", &k]),
-            bulk(&format!("v{j}")),
+            bulk(format!("v{j}")),
             "{k} on dst"
         );
     }
@@ -472,7 +367,7 @@ async fn multi_key_reads_of_a_slot_split_by_a_migration_are_answered() {
     let src = cluster.master_for_slot(slot);
     let dst = *masters.iter().find(|&&p| p != src).expect("another master");
     assert_eq!(c.cmd("MSET {split}:a 1 {split}:b 2").await, b"+OK\r\n");
-    let m = Migration::begin(slot, src, dst);
+    let m = SlotMigration::begin(slot, src, dst);
     m.migrate(&["{split}:a".to_string()]);
     // Redis itself answers -TRYAGAIN here (one key on each node); corral already splits these
     // commands by slot without atomicity, so it can split them by key and follow ASK for each.

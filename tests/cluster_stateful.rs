@@ -4,18 +4,14 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{RawClient, RedisCluster, TestProxy};
-
-async fn ready_proxy(cluster: &RedisCluster) -> (TestProxy, RawClient) {
-    common::ready_cluster_proxy(cluster, |_| {}).await
-}
+use common::{Deadline, RawClient, RedisCluster, show};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn transactions_run_on_the_node_of_their_keys() {
     let cluster = RedisCluster::start(3, 0);
-    let (proxy, mut c) = ready_proxy(&cluster).await;
+    let (proxy, mut c) = common::ready_cluster_proxy(&cluster, |_| {}).await;
     // One slot: runs atomically on its node, replies as Redis gives them.
     assert_eq!(c.cmd("MULTI").await, b"+OK\r\n");
     assert_eq!(c.cmd("SET {u1}a 1").await, b"+QUEUED\r\n");
@@ -62,7 +58,7 @@ async fn transactions_run_on_the_node_of_their_keys() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn blocking_pops_wait_on_the_keys_node() {
     let cluster = RedisCluster::start(3, 0);
-    let (proxy, mut c) = ready_proxy(&cluster).await;
+    let (proxy, mut c) = common::ready_cluster_proxy(&cluster, |_| {}).await;
     let mut pusher = RawClient::connect(proxy.addr).await.unwrap();
     c.send(&common::encode(&[b"BLPOP", b"queue", b"0"])).await;
     // The pop is blocked: other requests through corral are served meanwhile.
@@ -76,7 +72,7 @@ async fn blocking_pops_wait_on_the_keys_node() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn subscribers_get_messages_published_anywhere() {
     let cluster = RedisCluster::start(3, 0);
-    let (proxy, mut publisher) = ready_proxy(&cluster).await;
+    let (proxy, mut publisher) = common::ready_cluster_proxy(&cluster, |_| {}).await;
     let mut sub = RawClient::connect(proxy.addr).await.unwrap();
     assert_eq!(
         sub.cmd("SUBSCRIBE news").await,
@@ -113,7 +109,8 @@ async fn reads_go_to_replicas_when_asked() {
     common::sync_cmd(master, &["WAIT", "1", "2000"]);
     // The topology refresh marks the replica online once it has replicated; reads then go
     // there (with READONLY), writes still to the master.
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Deadline::new(Duration::from_secs(10), "a GET to reach the replica")
+        .every(Duration::from_millis(50));
     loop {
         assert_eq!(c.cmd(&format!("GET {key}")).await, b"$1\r\nv\r\n");
         let stats = String::from_utf8_lossy(&common::sync_cmd(replica, &["INFO", "commandstats"]))
@@ -121,11 +118,7 @@ async fn reads_go_to_replicas_when_asked() {
         if stats.contains("cmdstat_get:calls=") {
             break;
         }
-        assert!(
-            Instant::now() < deadline,
-            "no GET reached the replica: {stats}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        deadline.pause_seeing(stats).await;
     }
     proxy.stop().await;
 }
@@ -133,7 +126,7 @@ async fn reads_go_to_replicas_when_asked() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shard_subscriptions_follow_their_slot() {
     let mut cluster = RedisCluster::start(3, 0);
-    let (proxy, mut publisher) = ready_proxy(&cluster).await;
+    let (proxy, mut publisher) = common::ready_cluster_proxy(&cluster, |_| {}).await;
     let mut sub = RawClient::connect(proxy.addr).await.unwrap();
     assert_eq!(
         sub.cmd("SSUBSCRIBE sch").await,
@@ -159,17 +152,14 @@ async fn shard_subscriptions_follow_their_slot() {
     }
     // Publish until the new owner has corral's subscription (bounded), then the message
     // arrives as before.
-    let deadline = Instant::now() + Duration::from_secs(15);
+    let deadline = Deadline::new(Duration::from_secs(15), "the shard subscription to move")
+        .every(Duration::from_millis(50));
     loop {
         let n = common::sync_cmd(dst, &["SPUBLISH", "sch", "hi"]);
         if n == b":1\r\n" {
             break;
         }
-        assert!(
-            Instant::now() < deadline,
-            "shard subscription never moved: {n:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        deadline.pause_seeing(show(&n)).await;
     }
     assert_eq!(sub.read_reply().await, message);
     assert_eq!(sub.cmd("PING").await, b"*2\r\n$4\r\npong\r\n$0\r\n\r\n");

@@ -7,7 +7,8 @@
 //! between two servers for reasons unrelated to corral: times and idle times, client ids and
 //! lists, INFO, random picks, and the iteration order of hash tables (Redis seeds its hash
 //! function per process, so SMEMBERS of a non-integer set or KEYS * can differ between A and
-//! B; integer sets, listpack-encoded hashes and sorted sets are ordered).
+//! B; integer sets, listpack-encoded hashes and sorted sets are ordered). The corpus runs as a
+//! script of one client with the harness's runner (`tests/common/compare.rs`).
 //!
 //! Stateful commands (transactions, blocking, databases, pub/sub) are compared byte-for-byte
 //! in `tests/stateful.rs`. corral answers some commands differently from Redis 7.0 on
@@ -22,64 +23,9 @@
 
 mod common;
 
-use std::net::SocketAddr;
-use std::time::Duration;
-
-use common::{RedisServer, TestProxy, encode};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
-
-// `common::frame_len` relies on `redis-protocol`'s RESP3 decoder, which rejects RESP2's
-// `$-1`/`*-1` nulls and sets holding maps (as in COMMAND INFO), both of which the corpus has:
-// replies are split with the harness's own scanner instead.
-use common::mask_hello_id;
-use common::resp_len as reply_len;
-
-/// A client returning raw reply bytes, like `common::RawClient` but using `reply_len`.
-struct Client {
-    stream: TcpStream,
-    buf: Vec<u8>,
-}
-
-impl Client {
-    async fn connect(addr: SocketAddr) -> Client {
-        let stream = TcpStream::connect(addr).await.expect("connect");
-        stream.set_nodelay(true).expect("nodelay");
-        Client {
-            stream,
-            buf: Vec::new(),
-        }
-    }
-
-    /// Sends one request and returns its reply.
-    async fn request(&mut self, args: &[&[u8]]) -> Vec<u8> {
-        self.stream.write_all(&encode(args)).await.expect("send");
-        self.read_reply().await
-    }
-
-    /// Reads one reply; the deadline only guards against a hang.
-    async fn read_reply(&mut self) -> Vec<u8> {
-        loop {
-            if let Some(n) = reply_len(&self.buf) {
-                return self.buf.drain(..n).collect();
-            }
-            self.buf.reserve(64 * 1024);
-            let read = tokio::time::timeout(HANG_GUARD, self.stream.read_buf(&mut self.buf));
-            let n = read.await.expect("no reply").expect("read");
-            assert!(n > 0, "closed; partial reply {}", show(&self.buf));
-        }
-    }
-
-    /// True when the server closes the connection with nothing more to read.
-    async fn is_closed(&mut self) -> bool {
-        let mut rest = Vec::new();
-        let read = tokio::time::timeout(HANG_GUARD, self.stream.read_to_end(&mut rest));
-        matches!(read.await, Ok(Ok(0))) && self.buf.is_empty()
-    }
-}
-
-/// Bounds every wait so a broken proxy fails the test instead of hanging it.
-const HANG_GUARD: Duration = Duration::from_secs(30);
+use common::{
+    Mode, Options, RedisPair, Step, connect, frames, parse_commands, send_until_closed, show,
+};
 
 /// Both servers get DEBUG so that `DEBUG PROTOCOL <type>` can produce every RESP3 type
 /// (attributes, big numbers, verbatim strings, booleans), which plain commands rarely do.
@@ -846,263 +792,78 @@ fn placeholder(name: &str) -> Vec<Vec<u8>> {
 
 /// Splits a corpus line into arguments (see the corpus comment for the syntax).
 fn parse_line(line: &str) -> Vec<Vec<u8>> {
-    let mut args = Vec::new();
-    let mut chars = line.chars().peekable();
-    loop {
-        while chars.next_if_eq(&' ').is_some() {}
-        let Some(&first) = chars.peek() else {
-            return args;
-        };
-        if first != '"' {
-            let mut word = String::new();
-            while let Some(c) = chars.next_if(|&c| c != ' ') {
-                word.push(c);
-            }
-            if word.starts_with('@') {
-                args.extend(placeholder(&word));
-            } else {
-                args.push(word.into_bytes());
-            }
-            continue;
-        }
-        chars.next();
-        let mut arg = Vec::new();
-        loop {
-            match chars
-                .next()
-                .unwrap_or_else(|| panic!("unclosed quote: {line}"))
-            {
-                '"' => break,
-                '\\' => match chars.next() {
-                    Some('r') => arg.push(b'\r'),
-                    Some('n') => arg.push(b'\n'),
-                    Some('t') => arg.push(b'\t'),
-                    Some('x') => {
-                        let hex: String = chars.by_ref().take(2).collect();
-                        arg.push(u8::from_str_radix(&hex, 16).expect("\\xHH escape"));
-                    }
-                    Some(c) => arg.extend(c.to_string().bytes()),
-                    None => panic!("dangling escape: {line}"),
-                },
-                c => arg.extend(c.to_string().bytes()),
-            }
-        }
-        args.push(arg);
-    }
+    let mut cmds = parse_commands(line);
+    assert_eq!(cmds.len(), 1, "one command per corpus line: {line}");
+    let args = cmds.remove(0).into_iter();
+    args.flat_map(|a| match a.strip_prefix(b"@") {
+        Some(_) => placeholder(&String::from_utf8_lossy(&a)),
+        None => vec![a],
+    })
+    .collect()
 }
 
-/// A reply for a failure message: escaped, and cut short when huge.
-fn show(bytes: &[u8]) -> String {
-    const MAX: usize = 600;
-    let cut = &bytes[..bytes.len().min(MAX)];
-    let mut s = cut.escape_ascii().to_string();
-    if bytes.len() > MAX {
-        s += &format!("... ({} bytes in all)", bytes.len());
-    }
-    s
+/// Redis A directly, and Redis B behind corral.
+async fn start() -> RedisPair {
+    RedisPair::start_servers_with(SERVER_ARGS, |_| {}).await
 }
 
-fn show_cmd(args: &[Vec<u8>]) -> String {
-    let words: Vec<String> = args
-        .iter()
-        .map(|a| String::from_utf8_lossy(&a[..a.len().min(60)]).into_owned())
-        .collect();
-    let s = words.join(" ");
-    if s.chars().count() > 200 {
-        let head: String = s.chars().take(200).collect();
-        format!("{head}... ({} args)", args.len())
-    } else {
-        s
-    }
-}
-
-/// A reply as compared: HELLO's carries the connection's id, which necessarily differs.
-fn comparable(args: &[Vec<u8>], reply: &[u8]) -> Vec<u8> {
-    if args[0].eq_ignore_ascii_case(b"HELLO") {
-        mask_hello_id(reply)
-    } else {
-        reply.to_vec()
-    }
-}
-
-/// One of the two sides: Redis A directly, or Redis B behind corral.
-struct Pair {
-    _direct_server: RedisServer,
-    _proxied_server: RedisServer,
-    proxy: TestProxy,
-    direct: SocketAddr,
-}
-
-impl Pair {
-    async fn start() -> Pair {
-        let a = RedisServer::start_with(SERVER_ARGS);
-        let b = RedisServer::start_with(SERVER_ARGS);
-        let proxy = TestProxy::start(&b.url()).await;
-        Pair {
-            direct: a.addr(),
-            _direct_server: a,
-            _proxied_server: b,
-            proxy,
-        }
-    }
-
-    async fn clients(&self) -> (Client, Client) {
-        (
-            Client::connect(self.direct).await,
-            Client::connect(self.proxy.addr).await,
-        )
-    }
-}
-
-/// Runs the corpus one command at a time on both sides; `resp3` starts with `HELLO 3`.
-async fn run_sequential(resp3: bool) {
-    let pair = Pair::start().await;
-    let (mut direct, mut proxied) = pair.clients().await;
-    let proto = if resp3 { "RESP3" } else { "RESP2" };
-    if resp3 {
-        let hello: &[&[u8]] = &[b"HELLO", b"3"];
-        let d = direct.request(hello).await;
-        let p = proxied.request(hello).await;
-        assert!(d.starts_with(b"%7\r\n"), "HELLO 3 direct: {}", show(&d));
-        assert_eq!(
-            mask_hello_id(&p),
-            mask_hello_id(&d),
-            "HELLO 3 differs except for its id:\n corral: {}\n  redis: {}",
-            show(&p),
-            show(&d)
-        );
-    }
+/// Runs the corpus on both sides with the harness's runner, client A's commands one at a
+/// time or all in one write, then checks that both closed the connection after the final
+/// QUIT. `resp3` starts with `HELLO 3`, as its own request (`mode` one by one) or the first
+/// of the single write (pipelined: corral then sees many requests per read, local and
+/// forwarded mixed, and protocol switches in the middle of a batch).
+async fn run_corpus(resp3: bool, mode: Mode) {
+    let pair = start().await;
     let corpus = corpus(resp3);
-    let mut mismatches = Vec::new();
-    for (i, args) in corpus.iter().enumerate() {
-        let argv: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
-        let d = direct.request(&argv).await;
-        let p = proxied.request(&argv).await;
-        if comparable(args, &d) != comparable(args, &p) {
-            mismatches.push(format!(
-                "#{i} {proto} `{}`\n  redis:  {}\n  corral: {}",
-                show_cmd(args),
-                show(&d),
-                show(&p)
-            ));
-        }
-    }
     assert!(
         corpus.len() >= 300,
         "corpus too small: {} commands",
         corpus.len()
     );
-    assert!(
-        mismatches.is_empty(),
-        "{} of {} replies differ ({proto}):\n{}",
-        mismatches.len(),
-        corpus.len(),
-        mismatches.join("\n")
-    );
-    // The corpus ends with QUIT: both must have closed the connection.
-    assert!(direct.is_closed().await, "redis kept the connection open");
-    assert!(
-        proxied.is_closed().await,
-        "corral kept the connection open after QUIT"
-    );
+    let mut steps = Vec::new();
+    let hello_in_script = resp3 && mode == Mode::Pipelined;
+    if hello_in_script {
+        steps.push(Step::call('A', parse_line("HELLO 3")));
+    }
+    steps.extend(corpus.into_iter().map(|args| Step::call('A', args)));
+    steps.push(Step::parse("A: !closed"));
+    let opts = Options {
+        mode,
+        ..Options::resp(resp3 && !hello_in_script)
+    };
+    let [direct, _] = common::compare(pair.sides(), "corpus", &steps, opts).await;
+    if resp3 {
+        let hello = &direct[0].bytes;
+        assert!(
+            hello.starts_with(b"%7\r\n"),
+            "HELLO 3 direct: {}",
+            show(hello)
+        );
+    }
+    // The corpus ends with QUIT: Redis (and so corral) closed with nothing more to read.
+    let end = &direct.last().expect("replies").bytes;
+    assert_eq!(show(end), show(b"<closed>"), "redis after QUIT");
     pair.proxy.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn corpus_resp2_matches_redis_byte_for_byte() {
-    run_sequential(false).await;
+    run_corpus(false, Mode::OneByOne).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn corpus_resp3_matches_redis_byte_for_byte() {
-    run_sequential(true).await;
-}
-
-/// Writes `request` in one write while reading everything until the server closes (the
-/// corpus ends with QUIT). Reading and writing run together so that neither side's buffers
-/// can fill up and stall the other.
-async fn pipeline(addr: SocketAddr, request: &[u8]) -> Vec<u8> {
-    let mut stream = TcpStream::connect(addr).await.expect("connect");
-    let (mut rd, mut wr) = stream.split();
-    let mut replies = Vec::new();
-    let (written, read) = tokio::join!(wr.write_all(request), rd.read_to_end(&mut replies));
-    written.expect("write pipeline");
-    read.expect("read replies");
-    replies
-}
-
-/// Splits concatenated replies into frames.
-fn frames(mut bytes: &[u8]) -> Vec<&[u8]> {
-    let mut out = Vec::new();
-    while let Some(n) = reply_len(bytes) {
-        out.push(&bytes[..n]);
-        bytes = &bytes[n..];
-    }
-    assert!(bytes.is_empty(), "trailing partial reply: {}", show(bytes));
-    out
-}
-
-/// Sends the whole corpus (after `HELLO 3` for RESP3) in one write to both sides and compares
-/// the replies one by one. Unlike the sequential runs, corral then sees many requests per read,
-/// local and forwarded mixed, and protocol switches in the middle of a batch.
-async fn run_pipelined(resp3: bool) {
-    let pair = Pair::start().await;
-    let proto = if resp3 { "RESP3" } else { "RESP2" };
-    let mut corpus = corpus(resp3);
-    if resp3 {
-        corpus.insert(0, parse_line("HELLO 3"));
-    }
-    let request: Vec<u8> = corpus
-        .iter()
-        .flat_map(|args| {
-            let argv: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
-            encode(&argv)
-        })
-        .collect();
-    let both = async {
-        tokio::join!(
-            pipeline(pair.direct, &request),
-            pipeline(pair.proxy.addr, &request)
-        )
-    };
-    let (d, p) = tokio::time::timeout(HANG_GUARD, both)
-        .await
-        .expect("pipelined corpus did not complete");
-    let (df, pf) = (frames(&d), frames(&p));
-    let mismatches: Vec<String> = corpus
-        .iter()
-        .zip(df.iter().zip(&pf))
-        .enumerate()
-        .filter(|(_, (args, (d, p)))| comparable(args, d) != comparable(args, p))
-        .map(|(i, (args, (d, p)))| {
-            format!(
-                "#{i} {proto} pipelined `{}`\n  redis:  {}\n  corral: {}",
-                show_cmd(args),
-                show(d),
-                show(p)
-            )
-        })
-        .collect();
-    assert!(
-        mismatches.is_empty(),
-        "{} of {} pipelined replies differ ({proto}):\n{}",
-        mismatches.len(),
-        corpus.len(),
-        mismatches.join("\n")
-    );
-    assert_eq!(df.len(), corpus.len(), "redis: one reply per command");
-    assert_eq!(pf.len(), corpus.len(), "corral: one reply per command");
-    pair.proxy.stop().await;
+    run_corpus(true, Mode::OneByOne).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pipelined_corpus_resp2_matches_redis_byte_for_byte() {
-    run_pipelined(false).await;
+    run_corpus(false, Mode::Pipelined).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pipelined_corpus_resp3_matches_redis_byte_for_byte() {
-    run_pipelined(true).await;
+    run_corpus(true, Mode::Pipelined).await;
 }
 
 /// Inline commands (what telnet or `redis-cli` in a pipe sends), parsed by corral's own
@@ -1127,16 +888,11 @@ PING\r\n";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inline_commands_match_redis() {
-    let pair = Pair::start().await;
-    let both = async {
-        tokio::join!(
-            pipeline(pair.direct, INLINE),
-            pipeline(pair.proxy.addr, INLINE)
-        )
-    };
-    let (d, p) = tokio::time::timeout(HANG_GUARD, both)
-        .await
-        .expect("inline requests did not complete");
+    let pair = start().await;
+    let (d, p) = tokio::join!(
+        send_until_closed(pair.direct, INLINE),
+        send_until_closed(pair.proxy.addr, INLINE)
+    );
     let (df, pf) = (frames(&d), frames(&p));
     for (i, (a, b)) in df.iter().zip(&pf).enumerate() {
         assert_eq!(show(b), show(a), "inline reply #{i} (corral vs redis)");
@@ -1178,10 +934,11 @@ const OWN_REPLIES: &[(&str, &str)] = &[
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn corral_specific_replies() {
-    let pair = Pair::start().await;
+    let pair = start().await;
     for resp3 in [false, true] {
         let proto = if resp3 { "RESP3" } else { "RESP2" };
-        let (mut direct, mut proxied) = pair.clients().await;
+        let (mut direct, mut proxied) =
+            (connect(pair.direct).await, connect(pair.proxy.addr).await);
         if resp3 {
             direct.request(&[b"HELLO", b"3"]).await;
             proxied.request(&[b"HELLO", b"3"]).await;

@@ -12,7 +12,8 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{
-    Fault, RawClient, RedisServer, Relay, TestProxy, bulk, connect, corral_stats, encode, int, show,
+    Deadline, Fault, RawClient, RedisServer, Relay, TestProxy, bulk, connect, corral_stats, encode,
+    get_until, int, make_cached, show, stat, stat_n,
 };
 
 const OK: &[u8] = b"+OK\r\n";
@@ -42,60 +43,19 @@ async fn setup(tweak: impl FnOnce(&mut corral::Config)) -> (RedisServer, Relay, 
     (redis, relay, proxy)
 }
 
-async fn stat(c: &mut RawClient, name: &str) -> String {
-    corral_stats(c)
-        .await
-        .remove(name)
-        .unwrap_or_else(|| panic!("no {name} in CORRAL CACHE STATS"))
-}
-
-async fn stat_n(c: &mut RawClient, name: &str) -> u64 {
-    let v = stat(c, name).await;
-    v.parse()
-        .unwrap_or_else(|_| panic!("{name} is not a number: {v}"))
-}
-
-/// GETs `key` (each reply must be `want`) until one GET is a cache hit.
-async fn make_cached(c: &mut RawClient, key: &str, want: &[u8]) {
-    for _ in 0..50 {
-        let before = stat_n(c, "cache_hits").await;
-        let got = c.request(&[b"GET", key.as_bytes()]).await;
-        assert_eq!(got, want, "GET {key} while warming: {}", show(&got));
-        if stat_n(c, "cache_hits").await > before {
-            return;
-        }
-    }
-    panic!("{key} never became a cache hit");
-}
-
 /// Waits until the cache reports its lane up and tracking again.
 async fn wait_tracking(c: &mut RawClient) {
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Deadline::new(Duration::from_secs(10), "the tracking lane to come back");
     while stat(c, "cache_tracking").await != "on" {
-        assert!(
-            Instant::now() < deadline,
-            "the tracking lane never came back"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        deadline.pause().await;
     }
 }
 
 /// GETs `key` through corral until it returns `want`; every earlier reply must be `old`.
 /// Returns how long that took.
 async fn stale_for(c: &mut RawClient, key: &str, old: &[u8], want: &[u8]) -> Duration {
-    let start = Instant::now();
-    loop {
-        let got = c.request(&[b"GET", key.as_bytes()]).await;
-        if got == want {
-            return start.elapsed();
-        }
-        assert_eq!(got, old, "GET {key}: neither the old nor the new value");
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "{key} still served stale after 30 s"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    let limit = Duration::from_secs(30);
+    get_until(c, key, want, &[old], false, limit).await.0
 }
 
 /// Key `k` = "old", cached through corral: returns a direct client, a client of corral, the

@@ -3,11 +3,11 @@
 //! and fans messages out to its clients.
 //!
 //! Deterministic sequences are scripts run against one Redis directly and against a second,
-//! identical Redis through corral; every reply and message must be the same bytes, in RESP2
-//! and RESP3. Script lines:
+//! identical Redis through corral, with the harness's runner (`tests/common/compare.rs`);
+//! every reply and message must be the same bytes, in RESP2 and RESP3. Script lines:
 //! - `A: CMD args` sends a command and reads its replies: one per argument for the
-//!   (P|S)(UN)SUBSCRIBE family (at least one), else one. `#tag` at the end keeps that reply
-//!   out of the comparison, for the test's own assertions.
+//!   (P|S)(UN)SUBSCRIBE family (at least one), else one. `#any` at the end compares only
+//!   the reply's type.
 //! - `A! CMD args` sends a command and reads nothing (CLIENT REPLY OFF/SKIP have no reply).
 //! - `A<` reads one frame nobody asked for (a message).
 //! - `A: !closed` checks that the server closed A's connection.
@@ -21,14 +21,12 @@
 
 mod common;
 
-use std::collections::BTreeMap;
-use std::collections::btree_map::Entry;
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use common::{
-    Deadline, RawClient, RedisServer, TestProxy, bulk, connect, encode, int, parse_commands,
-    poll_until, reply_text, show,
+    Deadline, Options, RawClient, Reply, aggregate, bulk, connect, encode, encode_line, field, int,
+    int_of, poll_until, reply_text, show,
 };
 
 /// Bounds every wait for a state change.
@@ -36,25 +34,9 @@ const LIMIT: Duration = Duration::from_secs(10);
 
 // ---- clients and frames ----
 
-/// Sends one command line and reads one reply (pushes and RESP3 nulls included).
-async fn call(c: &mut RawClient, line: &str) -> Vec<u8> {
-    send_line(c, line).await;
-    c.read_resp().await
-}
-
-async fn send_line(c: &mut RawClient, line: &str) {
-    let cmds = parse_commands(line);
-    let argv: Vec<&[u8]> = cmds[0].iter().map(Vec::as_slice).collect();
-    c.send(&encode(&argv)).await;
-}
-
 /// A pub/sub frame as Redis sends it: a push in RESP3, an array in RESP2, of bulk strings.
 fn frame(resp3: bool, parts: &[&[u8]]) -> Vec<u8> {
-    let mut out = format!("{}{}\r\n", if resp3 { '>' } else { '*' }, parts.len()).into_bytes();
-    for p in parts {
-        out.extend_from_slice(&bulk(p));
-    }
-    out
+    aggregate(if resp3 { b'>' } else { b'*' }, parts)
 }
 
 /// A `subscribe`-style confirmation: verb, name, count.
@@ -68,14 +50,14 @@ fn confirmation(resp3: bool, verb: &str, name: &str, count: i64) -> Vec<u8> {
 /// Subscribes `c` (`SUBSCRIBE`, `PSUBSCRIBE` or `SSUBSCRIBE`) to one name, checking the
 /// confirmation's bytes.
 async fn subscribe(c: &mut RawClient, resp3: bool, cmd: &str, name: &str, count: i64) {
-    let r = call(c, &format!("{cmd} {name}")).await;
+    let r = c.call(&format!("{cmd} {name}")).await;
     let verb = cmd.to_ascii_lowercase();
     assert_eq!(show(&r), show(&confirmation(resp3, &verb, name, count)));
 }
 
 /// The number of subscribers Redis itself counts for `channel` (`PUBSUB NUMSUB`).
 async fn numsub(server: &mut RawClient, channel: &str) -> i64 {
-    let r = call(server, &format!("PUBSUB NUMSUB {channel}")).await;
+    let r = server.call(&format!("PUBSUB NUMSUB {channel}")).await;
     let head = [b"*2\r\n".as_slice(), &bulk(channel), b":"].concat();
     let n = r
         .strip_prefix(head.as_slice())
@@ -89,11 +71,7 @@ async fn publish(c: &mut RawClient, channel: &str, payload: &str) -> i64 {
     let r = c
         .request(&[b"PUBLISH", channel.as_bytes(), payload.as_bytes()])
         .await;
-    let n = std::str::from_utf8(&r)
-        .ok()
-        .and_then(|s| s.strip_prefix(':'))
-        .and_then(|s| s.trim_end().parse().ok());
-    n.unwrap_or_else(|| panic!("PUBLISH {channel}: {}", show(&r)))
+    int_of(&r).unwrap_or_else(|| panic!("PUBLISH {channel}: {}", show(&r)))
 }
 
 /// The payload of a RESP2 `message` frame on `channel`, or a panic naming what came instead.
@@ -109,197 +87,25 @@ fn message_payload(got: &[u8], channel: &str) -> Vec<u8> {
 /// corral's clients' addresses, from CLIENT LIST through corral.
 async fn corral_client_addrs(proxy: SocketAddr) -> Vec<String> {
     let mut c = connect(proxy).await;
-    let list = reply_text(&call(&mut c, "CLIENT LIST").await);
+    let list = reply_text(&c.call("CLIENT LIST").await);
     list.lines()
-        .filter_map(|l| l.split(' ').find_map(|kv| kv.strip_prefix("addr=")))
+        .filter_map(|l| field(l, "addr"))
         .map(str::to_string)
         .collect()
 }
 
-// ---- the two sides, and scripts ----
+// ---- scripts ----
 
-/// Where a script's clients connect.
-#[derive(Clone, Copy)]
-struct Side {
-    name: &'static str,
-    entry: SocketAddr,
-}
+type Pair = common::RedisPair;
 
-/// Redis A reached directly, and Redis B behind corral.
-struct Pair {
-    direct: RedisServer,
-    upstream: RedisServer,
-    proxy: TestProxy,
-}
-
-impl Pair {
-    async fn start() -> Pair {
-        let direct = RedisServer::start();
-        let upstream = RedisServer::start();
-        let proxy = TestProxy::start(&upstream.url()).await;
-        Pair {
-            direct,
-            upstream,
-            proxy,
-        }
-    }
-
-    fn sides(&self) -> [Side; 2] {
-        [
-            Side {
-                name: "redis",
-                entry: self.direct.addr(),
-            },
-            Side {
-                name: "corral",
-                entry: self.proxy.addr,
-            },
-        ]
-    }
-}
-
-enum Op {
-    Call(Vec<Vec<u8>>),
-    /// Sent without reading a reply (CLIENT REPLY OFF/SKIP, which have none).
-    Send(Vec<Vec<u8>>),
-    Read,
-    Closed,
-}
-
-struct Step {
-    who: char,
-    op: Op,
-    tag: Option<String>,
-}
-
-impl Step {
-    fn parse(line: &str) -> Step {
-        let who = line.chars().next().expect("client letter");
-        let rest = &line[who.len_utf8()..];
-        let (rest, tag) = match rest.rsplit_once(" #") {
-            Some((before, t)) if !t.contains([' ', '"']) => (before, Some(t.to_string())),
-            _ => (rest, None),
-        };
-        let op = if rest == "<" {
-            Op::Read
-        } else if rest == ": !closed" {
-            Op::Closed
-        } else if let Some(cmd) = rest.strip_prefix(": ") {
-            let mut cmds = parse_commands(cmd);
-            assert_eq!(cmds.len(), 1, "one command per line: {line:?}");
-            Op::Call(cmds.remove(0))
-        } else if let Some(cmd) = rest.strip_prefix("! ") {
-            let mut cmds = parse_commands(cmd);
-            assert_eq!(cmds.len(), 1, "one command per line: {line:?}");
-            Op::Send(cmds.remove(0))
-        } else {
-            panic!("bad script line {line:?}")
-        };
-        Step { who, op, tag }
-    }
-}
-
-/// Replies a (P|S)(UN)SUBSCRIBE gets: one per name, and one (an arity error, or a nil name
-/// when there is nothing to unsubscribe from) without names. An argument-less UNSUBSCRIBE
-/// with several subscriptions would get one per subscription, in hash order: scripts only
-/// use it with at most one, where the order cannot differ.
-fn replies_expected(cmd: &[Vec<u8>]) -> usize {
-    let name = String::from_utf8_lossy(&cmd[0]).to_ascii_uppercase();
-    let family = ["SUBSCRIBE", "UNSUBSCRIBE"].iter().any(|verb| {
-        name.strip_suffix(verb)
-            .is_some_and(|p| ["", "P", "S"].contains(&p))
-    });
-    if family { (cmd.len() - 1).max(1) } else { 1 }
-}
-
-struct Reply {
-    label: String,
-    tag: Option<String>,
-    bytes: Vec<u8>,
-}
-
-/// Runs `script` on one side; returns every reply and message received.
-async fn run(side: Side, script: &[&str], resp3: bool) -> Vec<Reply> {
-    // Ordered by letter: the end-of-script PINGs go out in the same order on both sides.
-    let mut clients: BTreeMap<char, RawClient> = BTreeMap::new();
-    let mut replies = Vec::new();
-    for line in script {
-        let step = Step::parse(line);
-        let c = match clients.entry(step.who) {
-            Entry::Occupied(e) => e.into_mut(),
-            Entry::Vacant(e) => e.insert(common::client_in(side.entry, resp3).await),
-        };
-        let mut got = Vec::new();
-        match &step.op {
-            Op::Call(cmd) => {
-                let argv: Vec<&[u8]> = cmd.iter().map(Vec::as_slice).collect();
-                c.send(&encode(&argv)).await;
-                for _ in 0..replies_expected(cmd) {
-                    let r = c.try_read_resp().await;
-                    got.push(r.unwrap_or_else(|e| panic!("{}: `{line}`: {e}", side.name)));
-                }
-            }
-            Op::Send(cmd) => {
-                let argv: Vec<&[u8]> = cmd.iter().map(Vec::as_slice).collect();
-                c.send(&encode(&argv)).await;
-            }
-            Op::Read => {
-                let r = c.try_read_resp().await;
-                got.push(r.unwrap_or_else(|e| panic!("{}: `{line}`: {e}", side.name)));
-            }
-            Op::Closed => {
-                let closed = c.is_closed().await;
-                let what: &[u8] = if closed { b"<closed>" } else { b"<open>" };
-                got.push(what.to_vec());
-                clients.remove(&step.who);
-            }
-        }
-        for bytes in got {
-            let (label, tag) = (line.to_string(), step.tag.clone());
-            replies.push(Reply { label, tag, bytes });
-        }
-    }
-    for (who, c) in &mut clients {
-        let bytes = call(c, "PING").await;
-        let label = format!("{who}: PING (end of script)");
-        replies.push(Reply {
-            label,
-            tag: None,
-            bytes,
-        });
-    }
-    replies
-}
-
-/// Runs `script` on both sides and asserts that every untagged reply is the same bytes.
-/// Returns (Redis's replies, corral's replies).
+/// Runs `script` on both sides (the harness's runner, a PING from every client still open at
+/// the end) and asserts that every reply is the same bytes. Returns (Redis's, corral's).
 async fn check(pair: &Pair, name: &str, script: &[&str], resp3: bool) -> [Vec<Reply>; 2] {
-    let [direct, proxied] = pair.sides();
-    let d = run(direct, script, resp3).await;
-    let p = run(proxied, script, resp3).await;
-    let proto = if resp3 { "RESP3" } else { "RESP2" };
-    assert_eq!(d.len(), p.len(), "script {name} ({proto}): reply count");
-    let mismatches: Vec<String> = d
-        .iter()
-        .zip(&p)
-        .enumerate()
-        .filter(|(_, (d, p))| d.tag.is_none() && d.bytes != p.bytes)
-        .map(|(i, (d, p))| {
-            format!(
-                "#{i} `{}`\n   redis: {}\n  corral: {}",
-                d.label,
-                show(&d.bytes),
-                show(&p.bytes)
-            )
-        })
-        .collect();
-    assert!(
-        mismatches.is_empty(),
-        "script {name} ({proto}): {} replies differ:\n{}",
-        mismatches.len(),
-        mismatches.join("\n")
-    );
-    [d, p]
+    let opts = Options {
+        end_ping: true,
+        ..Options::resp(resp3)
+    };
+    common::check(pair.sides(), name, script, opts).await
 }
 
 // ---- 1. scripts compared with Redis ----
@@ -574,7 +380,7 @@ async fn subscribed_mode_errors_match_redis() {
 
 /// The `CLIENT LIST TYPE pubsub` lines of a server.
 async fn pubsub_clients(server: &mut RawClient) -> usize {
-    reply_text(&call(server, "CLIENT LIST TYPE pubsub").await)
+    reply_text(&server.call("CLIENT LIST TYPE pubsub").await)
         .lines()
         .filter(|l| !l.trim().is_empty())
         .count()
@@ -585,7 +391,7 @@ async fn a_thousand_subscribers_share_one_upstream_subscription() {
     const CLIENTS: usize = 1000;
     const MESSAGES: usize = 20;
     let pair = Pair::start().await;
-    let mut redis = connect(pair.upstream.addr()).await;
+    let mut redis = connect(pair.behind).await;
     let mut subs = Vec::with_capacity(CLIENTS);
     for _ in 0..CLIENTS {
         let mut c = connect(pair.proxy.addr).await;
@@ -594,7 +400,7 @@ async fn a_thousand_subscribers_share_one_upstream_subscription() {
     }
     // Every confirmation, once everyone asked: the first waits for Redis, the others join.
     for c in &mut subs {
-        let r = c.read_resp().await;
+        let r = c.read_reply().await;
         assert_eq!(show(&r), show(&confirmation(false, "subscribe", "many", 1)));
     }
     assert_eq!(numsub(&mut redis, "many").await, 1, "Redis's subscribers");
@@ -614,7 +420,7 @@ async fn a_thousand_subscribers_share_one_upstream_subscription() {
     }
     for (n, c) in subs.iter_mut().enumerate() {
         for i in 0..MESSAGES {
-            let got = c.read_resp().await;
+            let got = c.read_reply().await;
             let want = frame(false, &[b"message", b"many", format!("m{i}").as_bytes()]);
             assert_eq!(show(&got), show(&want), "subscriber {n}, message {i}");
         }
@@ -627,7 +433,7 @@ async fn a_thousand_subscribers_share_one_upstream_subscription() {
     // The last one to leave ends the upstream subscription.
     drop(subs);
     poll_until(LIMIT, "Redis to count no subscriber", || async {
-        let mut redis = connect(pair.upstream.addr()).await;
+        let mut redis = connect(pair.behind).await;
         (numsub(&mut redis, "many").await == 0).then_some(())
     })
     .await;
@@ -639,7 +445,7 @@ async fn a_thousand_subscribers_share_one_upstream_subscription() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn patterns_and_shard_channels_deliver_redis_frames() {
     let pair = Pair::start().await;
-    let mut redis = connect(pair.upstream.addr()).await;
+    let mut redis = connect(pair.behind).await;
     for resp3 in [false, true] {
         let mut p = common::client_in(pair.proxy.addr, resp3).await;
         subscribe(&mut p, resp3, "PSUBSCRIBE", "news.*", 1).await;
@@ -647,37 +453,34 @@ async fn patterns_and_shard_channels_deliver_redis_frames() {
         subscribe(&mut s, resp3, "SSUBSCRIBE", "shard", 1).await;
 
         // Published directly on Redis: what corral relays is what Redis sent it.
-        let r = call(&mut redis, "PUBLISH news.x payload").await;
+        let r = redis.call("PUBLISH news.x payload").await;
         assert_eq!(show(&r), show(&int(1)));
-        let got = p.read_resp().await;
+        let got = p.read_reply().await;
         let want = frame(resp3, &[b"pmessage", b"news.*", b"news.x", b"payload"]);
         assert_eq!(show(&got), show(&want));
         // Not a match for the pattern: nothing for p (the PING shows it).
         assert_eq!(
-            show(&call(&mut redis, "PUBLISH news payload").await),
+            show(&redis.call("PUBLISH news payload").await),
             show(&int(0))
         );
 
-        let r = call(&mut redis, "SPUBLISH shard payload").await;
+        let r = redis.call("SPUBLISH shard payload").await;
         assert_eq!(show(&r), show(&int(1)));
-        let got = s.read_resp().await;
+        let got = s.read_reply().await;
         assert_eq!(
             show(&got),
             show(&frame(resp3, &[b"smessage", b"shard", b"payload"]))
         );
         // A shard channel is not a channel: PUBLISH does not reach it.
-        assert_eq!(
-            show(&call(&mut redis, "PUBLISH shard x").await),
-            show(&int(0))
-        );
+        assert_eq!(show(&redis.call("PUBLISH shard x").await), show(&int(0)));
 
         let pong: &[u8] = if resp3 {
             b"+PONG\r\n"
         } else {
             b"*2\r\n$4\r\npong\r\n$0\r\n\r\n"
         };
-        assert_eq!(show(&call(&mut p, "PING").await), show(pong));
-        assert_eq!(show(&call(&mut s, "PING").await), show(pong));
+        assert_eq!(show(&p.call("PING").await), show(pong));
+        assert_eq!(show(&s.call("PING").await), show(pong));
     }
     pair.proxy.stop().await;
 }
@@ -717,7 +520,7 @@ async fn resp3_pushes_interleave_with_replies_in_order() {
         let pipelining = async {
             a.send(&batch).await;
             while replies.len() < expected.len() {
-                let f = a.read_resp().await;
+                let f = a.read_reply().await;
                 if f.starts_with(b">") {
                     &mut pushes
                 } else {
@@ -730,7 +533,7 @@ async fn resp3_pushes_interleave_with_replies_in_order() {
     }
     let total = ROUNDS * MESSAGES_PER_ROUND;
     while pushes.len() < total {
-        let f = a.read_resp().await;
+        let f = a.read_reply().await;
         assert!(
             f.starts_with(b">"),
             "a reply nobody asked for: {}",
@@ -746,7 +549,7 @@ async fn resp3_pushes_interleave_with_replies_in_order() {
         assert_eq!(show(got), show(&want), "push {n}");
     }
     // Nothing more: no message twice, no reply left over.
-    assert_eq!(show(&call(&mut a, "PING").await), show(b"+PONG\r\n"));
+    assert_eq!(show(&a.call("PING").await), show(b"+PONG\r\n"));
     pair.proxy.stop().await;
 }
 
@@ -758,7 +561,7 @@ async fn resp3_pushes_interleave_with_replies_in_order() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_published_after_the_confirmation_is_delivered() {
     let pair = Pair::start().await;
-    let mut redis = connect(pair.upstream.addr()).await;
+    let mut redis = connect(pair.behind).await;
     let mut a = common::client_in(pair.proxy.addr, false).await;
     let mut c = common::client_in(pair.proxy.addr, true).await;
     // Per client: channels and patterns, and shard channels (counted apart).
@@ -786,22 +589,22 @@ async fn a_message_published_after_the_confirmation_is_delivered() {
             plain += 1;
             plain
         };
-        send_line(&mut a, &format!("{cmd} {name}")).await;
-        send_line(&mut c, &format!("{cmd} {name}")).await;
+        a.send(&encode_line(&format!("{cmd} {name}"))).await;
+        c.send(&encode_line(&format!("{cmd} {name}"))).await;
         let verb = cmd.to_ascii_lowercase();
         for (who, resp3) in [(&mut a, false), (&mut c, true)] {
-            let r = who.read_resp().await;
+            let r = who.read_reply().await;
             let want = confirmation(resp3, &verb, &name, count);
             assert_eq!(show(&r), show(&want), "round {i}");
         }
-        let r = call(&mut redis, &format!("{publish_cmd} {channel} m{i}")).await;
+        let r = redis.call(&format!("{publish_cmd} {channel} m{i}")).await;
         assert_eq!(
             show(&r),
             show(&int(1)),
             "round {i}: {cmd} {name} not in place"
         );
         for (who, resp3) in [(&mut a, false), (&mut c, true)] {
-            let got = who.read_resp().await;
+            let got = who.read_reply().await;
             let mut parts: Vec<&[u8]> = match cmd {
                 "SUBSCRIBE" => vec![b"message"],
                 "PSUBSCRIBE" => vec![b"pmessage", name.as_bytes()],
@@ -840,7 +643,7 @@ impl Flood {
         let mut slow = common::client_in(pair.proxy.addr, false).await;
         subscribe(&mut slow, false, "SUBSCRIBE", "flood", 1).await;
         let slow_addr = slow.stream.local_addr().expect("addr").to_string();
-        let redis = connect(pair.upstream.addr()).await;
+        let redis = connect(pair.behind).await;
         Flood {
             pair,
             redis,
@@ -866,7 +669,7 @@ impl Flood {
             assert_eq!(show(&r), show(&int(1)), "corral is Redis's one subscriber");
         }
         for i in range {
-            let got = message_payload(&self.fast.read_resp().await, "flood");
+            let got = message_payload(&self.fast.read_reply().await, "flood");
             assert!(got == Self::payload(i), "fast subscriber, message {i}");
         }
         self.published += BATCH;
@@ -880,9 +683,9 @@ impl Flood {
     /// corral answers, the fast subscriber still gets messages, Redis still counts one.
     async fn check_healthy(&mut self) {
         let mut other = connect(self.pair.proxy.addr).await;
-        assert_eq!(show(&call(&mut other, "PING").await), show(b"+PONG\r\n"));
+        assert_eq!(show(&other.call("PING").await), show(b"+PONG\r\n"));
         assert_eq!(publish(&mut self.redis, "flood", "last").await, 1);
-        let got = message_payload(&self.fast.read_resp().await, "flood");
+        let got = message_payload(&self.fast.read_reply().await, "flood");
         assert_eq!(show(&got), show(b"last"));
         assert_eq!(numsub(&mut self.redis, "flood").await, 1);
     }
@@ -931,16 +734,19 @@ async fn subscribers_get_messages_again_after_an_upstream_restart() {
         false => frame(false, &[b"message", b"r", payload.as_bytes()]),
         true => frame(true, &[b"pmessage", b"r*", b"r", payload.as_bytes()]),
     };
-    let mut redis = connect(pair.upstream.addr()).await;
+    let mut redis = connect(pair.behind).await;
     assert_eq!(publish(&mut redis, "r", "before").await, 2);
     for (who, resp3) in [(&mut a, false), (&mut c, true)] {
-        assert_eq!(show(&who.read_resp().await), show(&expect(resp3, "before")));
+        assert_eq!(
+            show(&who.read_reply().await),
+            show(&expect(resp3, "before"))
+        );
     }
 
-    pair.upstream.restart();
+    pair.restart_behind();
     // Messages published before corral subscribed again are lost (as for any subscriber of
     // a restarted Redis); a PUBLISH's count says when both subscriptions are back.
-    let upstream = pair.upstream.addr();
+    let upstream = pair.behind;
     poll_until(LIMIT, "corral to subscribe again", || async move {
         let mut redis = RawClient::connect(upstream).await.ok()?;
         (publish(&mut redis, "r", "probe").await == 2).then_some(())
@@ -951,7 +757,7 @@ async fn subscribers_get_messages_again_after_an_upstream_restart() {
     for (who, resp3) in [(&mut a, false), (&mut c, true)] {
         // Any probe that made it, then the message published after recovery.
         loop {
-            let got = who.read_resp().await;
+            let got = who.read_reply().await;
             if got == expect(resp3, "after") {
                 break;
             }
@@ -959,15 +765,15 @@ async fn subscribers_get_messages_again_after_an_upstream_restart() {
         }
     }
     // Still connected and subscribed.
-    let r = call(&mut a, "PING").await;
+    let r = a.call("PING").await;
     assert_eq!(show(&r), show(b"*2\r\n$4\r\npong\r\n$0\r\n\r\n"));
-    assert_eq!(show(&call(&mut c, "PING").await), show(b"+PONG\r\n"));
+    assert_eq!(show(&c.call("PING").await), show(b"+PONG\r\n"));
     // New subscriptions are made on the new connection too.
     let mut d = common::client_in(pair.proxy.addr, false).await;
     subscribe(&mut d, false, "SUBSCRIBE", "r2", 1).await;
     assert_eq!(publish(&mut redis, "r2", "fresh").await, 2, "r2 and r*");
     let want = frame(false, &[b"message", b"r2", b"fresh"]);
-    assert_eq!(show(&d.read_resp().await), show(&want));
+    assert_eq!(show(&d.read_reply().await), show(&want));
     pair.proxy.stop().await;
 }
 
@@ -988,9 +794,9 @@ const KEYSPACE_SCRIPT: &[&str] = &[
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keyspace_notifications_reach_pattern_subscribers() {
     let pair = Pair::start().await;
-    for server in [pair.direct.addr(), pair.upstream.addr()] {
+    for server in [pair.direct, pair.behind] {
         let mut c = connect(server).await;
-        let r = call(&mut c, "CONFIG SET notify-keyspace-events KEA").await;
+        let r = c.call("CONFIG SET notify-keyspace-events KEA").await;
         assert_eq!(show(&r), show(b"+OK\r\n"));
     }
     for resp3 in [false, true] {

@@ -8,7 +8,8 @@
 //! What a script cannot compare (corral's own CLIENT LIST, upstream connections left behind,
 //! MONITOR lines with times in them) is checked against corral alone.
 //!
-//! Script lines (see `Step::parse`):
+//! Scripts run with the harness's runner (`tests/common/compare.rs`), each side wiped first.
+//! Script lines:
 //! - `A: CMD args ; CMD args` sends the commands in one write and reads one reply each;
 //!   `=> name` at the end saves the reply's payload (bulk content or integer) for a later
 //!   `@name` argument; `#tag` marks the (last) reply for a test's own assertions, and `#any`
@@ -22,476 +23,55 @@
 
 mod common;
 
-use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use common::{
-    Deadline, RawClient, bulk, connect, contains, encode, mask_hello_id, parse_commands,
-    poll_until, show,
+    Deadline, Mode, Options, RawClient, Reply, blocked_clients, bulk, connect, contains, encode,
+    field, payload, poll_until, show, stat_n, tagged,
 };
 use tokio::task::JoinSet;
 
 /// Bounds every wait for a server-side state change.
 const LIMIT: Duration = Duration::from_secs(10);
 
-// ---- the two sides ----
+type Pair = common::RedisPair;
 
-/// Where a script's clients connect, and the Redis server that finally runs their commands
-/// (asked directly about blocked clients and connections).
-#[derive(Clone, Copy)]
-struct Side {
-    name: &'static str,
-    entry: SocketAddr,
-    server: SocketAddr,
-}
-
-/// Redis A reached directly, and Redis B behind corral, as the two sides of a script.
-struct Pair {
-    direct: Side,
-    proxied: Side,
-    servers: common::RedisPair,
-}
-
-impl Pair {
-    async fn start() -> Pair {
-        Self::start_with(|_| {}).await
-    }
-
-    async fn start_with(tweak: impl FnOnce(&mut corral::Config)) -> Pair {
-        let servers = common::RedisPair::start_with(tweak).await;
-        Pair {
-            direct: Side {
-                name: "redis",
-                entry: servers.direct,
-                server: servers.direct,
-            },
-            proxied: Side {
-                name: "corral",
-                entry: servers.proxy.addr,
-                server: servers.behind,
-            },
-            servers,
-        }
+/// Script options: each side wiped first, clients' requests written as `mode` says.
+fn opts(resp3: bool, mode: Mode) -> Options {
+    Options {
+        mode,
+        wipe: true,
+        ..Options::resp(resp3)
     }
 }
 
-/// Sends one command line, reading the reply with the scanner that copes with every reply.
-async fn call(c: &mut RawClient, line: &str) -> Vec<u8> {
-    let cmds = parse_commands(line);
-    let argv: Vec<&[u8]> = cmds[0].iter().map(Vec::as_slice).collect();
-    c.send(&encode(&argv)).await;
-    c.read_resp().await
-}
-
-/// The text of a bulk (`$`) or verbatim (`=`, `txt:` prefix) reply.
-fn text_of(reply: &[u8]) -> String {
-    let body_at = reply.windows(2).position(|w| w == b"\r\n").expect("header") + 2;
-    assert!(
-        matches!(reply[0], b'$' | b'='),
-        "not a string reply: {}",
-        show(reply)
-    );
-    let mut body = &reply[body_at..reply.len() - 2];
-    if reply[0] == b'=' {
-        body = &body[4..];
-    }
-    String::from_utf8_lossy(body).into_owned()
-}
-
-/// `blocked_clients` from the server's INFO.
-async fn blocked_clients(admin: &mut RawClient) -> usize {
-    let info = text_of(&call(admin, "INFO clients").await);
-    info.lines()
-        .find_map(|l| l.strip_prefix("blocked_clients:"))
-        .and_then(|n| n.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no blocked_clients in {info}"))
-}
-
-/// The server's `CLIENT LIST TYPE normal` lines, without the asking connection's own.
-async fn normal_clients(admin: &mut RawClient) -> Vec<String> {
-    let me = String::from_utf8_lossy(&call(admin, "CLIENT ID").await).into_owned();
-    let me = format!("id={} ", me.trim_start_matches(':').trim());
-    text_of(&call(admin, "CLIENT LIST TYPE normal").await)
-        .lines()
-        .filter(|l| !l.starts_with(&me))
-        .map(str::to_string)
-        .collect()
-}
-
-/// The `name=value` field of a CLIENT LIST line.
-fn field<'a>(line: &'a str, name: &str) -> Option<&'a str> {
-    line.split(' ')
-        .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
-}
-
-// ---- scripts ----
-
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Op {
-    /// `X:` send and read.
-    Call,
-    /// `X>` send a command that blocks.
-    Block,
-    /// `X<` read a blocked client's replies.
-    Collect,
-    /// `X~` send, then read up to a marker.
-    Silent,
-    /// `X: !closed`
-    Closed,
-}
-
-struct Step {
-    who: char,
-    op: Op,
-    cmds: Vec<Vec<Vec<u8>>>,
-    save: Option<String>,
-    tag: Option<String>,
-}
-
-impl Step {
-    fn parse(line: &str) -> Step {
-        let mut chars = line.chars();
-        let (who, op) = (chars.next().expect("client"), chars.next().expect("op"));
-        let mut rest = chars.as_str().trim();
-        let mut tag = None;
-        let split = match rest.strip_prefix('#') {
-            Some(t) => Some(("", t)),
-            None => rest.rsplit_once(" #"),
-        };
-        if let Some((before, t)) = split
-            && !t.contains([' ', '"'])
-        {
-            tag = Some(t.to_string());
-            rest = before.trim();
-        }
-        let mut save = None;
-        if let Some((before, name)) = rest.rsplit_once(" => ") {
-            save = Some(name.to_string());
-            rest = before;
-        }
-        let op = match (op, rest) {
-            (':', "!closed") => Op::Closed,
-            (':', _) => Op::Call,
-            ('>', _) => Op::Block,
-            ('<', _) => Op::Collect,
-            ('~', _) => Op::Silent,
-            _ => panic!("bad script line {line:?}"),
-        };
-        Step {
-            who,
-            op,
-            cmds: parse_commands(rest),
-            save,
-            tag,
-        }
-    }
-}
-
-/// How `X:` steps are written.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Mode {
-    /// One write per step.
-    OneByOne,
-    /// Consecutive steps of one client in one write.
-    Pipelined,
-}
-
-/// One reply a script received.
-struct Reply {
-    label: String,
-    tag: Option<String>,
-    bytes: Vec<u8>,
-}
-
-fn show_cmd(cmd: &[Vec<u8>]) -> String {
-    let words: Vec<String> = cmd
-        .iter()
-        .map(|a| String::from_utf8_lossy(&a[..a.len().min(50)]).into_owned())
-        .collect();
-    words.join(" ")
-}
-
-/// Reply of the `ECHO` that ends a `~` step.
-const MARKER: &[u8] = b"$7\r\n~marker\r\n";
-
-/// Runs a script against one side.
-struct Runner {
-    side: Side,
-    resp3: bool,
-    clients: HashMap<char, RawClient>,
-    saved: HashMap<String, Vec<u8>>,
-    /// Labels of the replies each client still owes (`X>` steps).
-    pending: HashMap<char, Vec<String>>,
-    admin: RawClient,
-    replies: Vec<Reply>,
-}
-
-impl Runner {
-    async fn new(side: Side, resp3: bool) -> Runner {
-        Runner {
-            side,
-            resp3,
-            clients: HashMap::new(),
-            saved: HashMap::new(),
-            pending: HashMap::new(),
-            admin: connect(side.server).await,
-            replies: Vec::new(),
-        }
-    }
-
-    /// Client `who`, connected (and switched to RESP3, the reply recorded) on first use.
-    async fn client(&mut self, who: char) -> &mut RawClient {
-        if !self.clients.contains_key(&who) {
-            let mut c = connect(self.side.entry).await;
-            if self.resp3 {
-                c.send(&encode(&[b"HELLO", b"3"])).await;
-                let r = c.read_resp().await;
-                self.record(format!("{who}: HELLO 3"), None, mask_hello_id(&r));
-            }
-            self.clients.insert(who, c);
-        }
-        self.clients.get_mut(&who).expect("just connected")
-    }
-
-    fn record(&mut self, label: String, tag: Option<String>, mut bytes: Vec<u8>) {
-        if tag.as_deref() == Some("any") {
-            // Differs between two servers by nature (an id): only its type is compared.
-            bytes.truncate(1);
-            bytes.extend_from_slice(b"<any>");
-        }
-        self.replies.push(Reply { label, tag, bytes });
-    }
-
-    /// Replaces `@name` and `@addr:X` arguments.
-    async fn resolve(&mut self, cmd: &[Vec<u8>]) -> Vec<Vec<u8>> {
-        let mut out = Vec::with_capacity(cmd.len());
-        for arg in cmd {
-            let Some(name) = arg.strip_prefix(b"@") else {
-                out.push(arg.clone());
-                continue;
-            };
-            let name = String::from_utf8_lossy(name).into_owned();
-            if let Some(who) = name.strip_prefix("addr:") {
-                let who = who.chars().next().expect("client letter");
-                let addr = self.client(who).await.stream.local_addr().expect("addr");
-                out.push(addr.to_string().into_bytes());
-            } else {
-                let v = self.saved.get(&name);
-                out.push(
-                    v.unwrap_or_else(|| panic!("nothing saved as {name}"))
-                        .clone(),
-                );
-            }
-        }
-        out
-    }
-
-    /// Encodes the commands (placeholders resolved) into one write, with their labels.
-    async fn encode_all(&mut self, who: char, op: char, cmds: &[Vec<Vec<u8>>]) -> Encoded {
-        let mut bytes = Vec::new();
-        let mut labels = Vec::new();
-        for cmd in cmds {
-            let args = self.resolve(cmd).await;
-            let argv: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
-            bytes.extend_from_slice(&encode(&argv));
-            labels.push(format!("{who}{op} {}", show_cmd(cmd)));
-        }
-        (bytes, labels)
-    }
-
-    /// Reads one reply of client `who`; a failure names the side and the request.
-    async fn read(&mut self, who: char, label: &str) -> Vec<u8> {
-        let side = self.side.name;
-        let c = self.client(who).await;
-        c.try_read_resp()
-            .await
-            .unwrap_or_else(|e| panic!("{side}: reply to `{label}`: {e}"))
-    }
-
-    async fn run(&mut self, steps: &[Step], mode: Mode) {
-        let mut i = 0;
-        while i < steps.len() {
-            let step = &steps[i];
-            let who = step.who;
-            match step.op {
-                Op::Call => {
-                    // Pipelined: this step and the following ones of the same client, up to
-                    // one whose reply is saved for later steps.
-                    let mut group = vec![step];
-                    while mode == Mode::Pipelined
-                        && group.last().is_some_and(|s| s.save.is_none())
-                        && steps
-                            .get(i + group.len())
-                            .is_some_and(|s| s.who == who && s.op == Op::Call)
-                    {
-                        group.push(&steps[i + group.len()]);
-                    }
-                    i += group.len();
-                    let mut bytes = Vec::new();
-                    let mut labels = Vec::new();
-                    for s in &group {
-                        let (b, l) = self.encode_all(who, ':', &s.cmds).await;
-                        bytes.extend_from_slice(&b);
-                        // A tag belongs to the step's last reply.
-                        let last = l.len() - 1;
-                        let tags = (0..l.len()).map(|i| s.tag.clone().filter(|_| i == last));
-                        labels.extend(l.into_iter().zip(tags));
-                    }
-                    self.client(who).await.send(&bytes).await;
-                    let mut got = Vec::new();
-                    for (label, _) in &labels {
-                        got.push(self.read(who, label).await);
-                    }
-                    let last = group.last().expect("a step");
-                    if let Some(name) = &last.save {
-                        let payload = payload(got.last().expect("a reply"));
-                        self.saved.insert(name.clone(), payload);
-                    }
-                    for ((label, tag), bytes) in labels.into_iter().zip(got) {
-                        let bytes = if label.contains(": HELLO") {
-                            mask_hello_id(&bytes)
-                        } else {
-                            bytes
-                        };
-                        self.record(label, tag, bytes);
-                    }
-                    continue;
-                }
-                Op::Block => {
-                    let before = blocked_clients(&mut self.admin).await;
-                    let (bytes, labels) = self.encode_all(who, '>', &step.cmds).await;
-                    self.client(who).await.send(&bytes).await;
-                    self.pending.entry(who).or_default().extend(labels);
-                    let deadline = Deadline::new(LIMIT, "a command to block");
-                    while blocked_clients(&mut self.admin).await != before + 1 {
-                        deadline.pause().await;
-                    }
-                }
-                Op::Collect => {
-                    let labels = self.pending.remove(&who).unwrap_or_default();
-                    assert!(!labels.is_empty(), "{who}< with nothing pending");
-                    let last = labels.len() - 1;
-                    for (i, label) in labels.into_iter().enumerate() {
-                        let r = self.read(who, &label).await;
-                        self.record(label, step.tag.clone().filter(|_| i == last), r);
-                    }
-                }
-                Op::Silent => {
-                    let mut writes = Vec::new();
-                    let mut labels = Vec::new();
-                    for cmd in &step.cmds {
-                        let (b, l) = self.encode_all(who, '~', std::slice::from_ref(cmd)).await;
-                        writes.push(b);
-                        labels.extend(l);
-                    }
-                    if mode == Mode::Pipelined {
-                        writes = vec![writes.concat()];
-                    }
-                    let c = self.client(who).await;
-                    for w in writes {
-                        c.send(&w).await;
-                    }
-                    c.send(&encode(&[b"ECHO", b"~marker"])).await;
-                    let mut got = Vec::new();
-                    let label = labels.join(" ; ");
-                    loop {
-                        let r = self.read(who, &label).await;
-                        if r == MARKER {
-                            break;
-                        }
-                        got.extend_from_slice(&r);
-                    }
-                    self.record(label, step.tag.clone(), got);
-                }
-                Op::Closed => {
-                    let closed = self.client(who).await.is_closed().await;
-                    let what: &[u8] = if closed { b"<closed>" } else { b"<open>" };
-                    self.record(format!("{who}: !closed"), None, what.to_vec());
-                }
-            }
-            i += 1;
-        }
-        for (who, labels) in &self.pending {
-            assert!(labels.is_empty(), "{who} still owes replies to {labels:?}");
-        }
-    }
-}
-
-/// Request bytes and one label per request.
-type Encoded = (Vec<u8>, Vec<String>);
-
-/// What a saved reply stands for as an argument: a bulk string's content, an integer's digits.
-fn payload(reply: &[u8]) -> Vec<u8> {
-    let body_at = reply.windows(2).position(|w| w == b"\r\n").expect("header") + 2;
-    match reply[0] {
-        b'$' => reply[body_at..reply.len() - 2].to_vec(),
-        b':' => reply[1..body_at - 2].to_vec(),
-        _ => panic!("cannot save {}", show(reply)),
-    }
-}
-
-/// Empties a side: all databases, scripts and functions (through the side's entry, so
-/// corral's cache sees the flush too).
-async fn wipe(side: Side) {
-    let mut c = connect(side.entry).await;
-    for line in ["FLUSHALL", "FUNCTION FLUSH", "SCRIPT FLUSH"] {
-        let r = call(&mut c, line).await;
-        assert_eq!(show(&r), show(b"+OK\r\n"), "{} {line}", side.name);
-    }
-}
-
-/// Runs `script` on both sides (each wiped first) and asserts every reply is the same bytes.
-/// Returns corral's replies.
+/// Runs `script` on both sides; returns corral's replies.
 async fn check(pair: &Pair, name: &str, script: &[&str], resp3: bool, mode: Mode) -> Vec<Reply> {
-    let steps: Vec<Step> = script.iter().map(|l| Step::parse(l)).collect();
-    let mut results = Vec::new();
-    for side in [pair.direct, pair.proxied] {
-        wipe(side).await;
-        let mut r = Runner::new(side, resp3).await;
-        r.run(&steps, mode).await;
-        results.push(r.replies);
-    }
-    let proxied = results.pop().expect("corral's replies");
-    let direct = results.pop().expect("redis's replies");
-    let proto = if resp3 { "RESP3" } else { "RESP2" };
-    let mismatches: Vec<String> = direct
-        .iter()
-        .zip(&proxied)
-        .enumerate()
-        .filter(|(_, (d, p))| d.bytes != p.bytes || d.label != p.label)
-        .map(|(i, (d, p))| {
-            format!(
-                "#{i} `{}`\n   redis: {}\n  corral: {}",
-                d.label,
-                show(&d.bytes),
-                show(&p.bytes)
-            )
-        })
-        .collect();
-    assert!(
-        mismatches.is_empty(),
-        "script {name} ({proto}, {mode:?}): {} replies differ:\n{}",
-        mismatches.len(),
-        mismatches.join("\n")
-    );
-    assert_eq!(direct.len(), proxied.len(), "script {name}: reply count");
+    let [_, proxied] = common::check(pair.sides(), name, script, opts(resp3, mode)).await;
     proxied
 }
 
 /// Runs each named script in RESP2 and RESP3.
 async fn check_all(pair: &Pair, scripts: &[(&str, &[&str])], mode: Mode) {
-    for (name, script) in scripts {
-        for resp3 in [false, true] {
-            check(pair, name, script, resp3, mode).await;
-        }
-    }
+    common::check_all(pair.sides(), scripts, opts(false, mode)).await;
 }
 
-/// The reply tagged `tag`.
-fn tagged<'a>(replies: &'a [Reply], tag: &str) -> &'a [u8] {
-    let r = replies.iter().find(|r| r.tag.as_deref() == Some(tag));
-    &r.unwrap_or_else(|| panic!("no reply tagged {tag}")).bytes
+/// The text of a bulk (`$`) or verbatim (`=`, `txt:` prefix) reply.
+fn text_of(reply: &[u8]) -> String {
+    let text = payload(reply).filter(|_| matches!(reply[0], b'$' | b'='));
+    String::from_utf8_lossy(&text.unwrap_or_else(|| panic!("not a string reply: {}", show(reply))))
+        .into_owned()
+}
+
+/// The server's `CLIENT LIST TYPE normal` lines, without the asking connection's own.
+async fn normal_clients(admin: &mut RawClient) -> Vec<String> {
+    let me = String::from_utf8_lossy(&admin.call("CLIENT ID").await).into_owned();
+    let me = format!("id={} ", me.trim_start_matches(':').trim());
+    text_of(&admin.call("CLIENT LIST TYPE normal").await)
+        .lines()
+        .filter(|l| !l.starts_with(&me))
+        .map(str::to_string)
+        .collect()
 }
 
 // ---- 1. transactions ----
@@ -686,7 +266,7 @@ async fn transactions_match_redis() {
         let r = check(&pair, name, script, resp3, Mode::Pipelined).await;
         assert_eq!(show(tagged(&r, "unwatched")), show(b"*1\r\n+OK\r\n"));
     }
-    pair.servers.proxy.stop().await;
+    pair.proxy.stop().await;
 }
 
 // ---- 2. blocking commands ----
@@ -846,7 +426,7 @@ async fn blocking_commands_match_redis() {
         show(tagged(&r, "blpop")),
         show(b"*2\r\n$4\r\nbl:l\r\n$2\r\nv1\r\n")
     );
-    pair.servers.proxy.stop().await;
+    pair.proxy.stop().await;
 }
 
 /// A BLPOP waits while 100 other clients work through corral; every one of them is
@@ -854,12 +434,12 @@ async fn blocking_commands_match_redis() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_blocked_client_holds_up_nobody() {
     let pair = Pair::start().await;
-    let mut admin = connect(pair.proxied.server).await;
+    let mut admin = connect(pair.behind).await;
     for resp3 in [false, true] {
-        let mut blocker = common::client_in(pair.servers.proxy.addr, resp3).await;
+        let mut blocker = common::client_in(pair.proxy.addr, resp3).await;
         blocker.send(&encode(&[b"BLPOP", b"busy", b"0"])).await;
         poll_until(LIMIT, "the BLPOP to block", || {
-            let server = pair.proxied.server;
+            let server = pair.behind;
             async move {
                 let mut a = connect(server).await;
                 (blocked_clients(&mut a).await == 1).then_some(())
@@ -869,7 +449,7 @@ async fn a_blocked_client_holds_up_nobody() {
 
         let mut workers = JoinSet::new();
         for i in 0..100 {
-            let addr = pair.servers.proxy.addr;
+            let addr = pair.proxy.addr;
             workers.spawn(async move {
                 let mut c = common::client_in(addr, resp3).await;
                 let key = format!("busy:{i}");
@@ -895,34 +475,30 @@ async fn a_blocked_client_holds_up_nobody() {
             !blocker.has_pending_reply(),
             "BLPOP answered before the push"
         );
-        let mut pusher = common::client_in(pair.servers.proxy.addr, resp3).await;
+        let mut pusher = common::client_in(pair.proxy.addr, resp3).await;
         assert_eq!(
             show(&pusher.request(&[b"RPUSH", b"busy", b"x"]).await),
             show(b":1\r\n")
         );
         assert_eq!(
-            show(&blocker.read_resp().await),
+            show(&blocker.read_reply().await),
             show(b"*2\r\n$4\r\nbusy\r\n$1\r\nx\r\n"),
             "BLPOP served by the push"
         );
     }
-    pair.servers.proxy.stop().await;
+    pair.proxy.stop().await;
 }
 
 /// Polls Redis B's normal connections (without the asking one) until `done` holds for
 /// their CLIENT LIST lines; panics with the lines after [`LIMIT`].
 async fn wait_lines(admin: &mut RawClient, what: &str, done: impl Fn(&[String]) -> bool) {
-    let deadline = Instant::now() + LIMIT;
+    let deadline = Deadline::new(LIMIT, what);
     loop {
         let lines = normal_clients(admin).await;
         if done(&lines) {
             return;
         }
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for {what}; upstream connections: {lines:#?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        deadline.pause_seeing(&lines).await;
     }
 }
 
@@ -932,19 +508,19 @@ async fn wait_lines(admin: &mut RawClient, what: &str, done: impl Fn(&[String]) 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_gone_while_blocked_leaves_no_upstream_connection() {
     let pair = Pair::start().await;
-    let mut admin = connect(pair.proxied.server).await;
+    let mut admin = connect(pair.behind).await;
     // Both protocols' shared connections in use before counting.
     for resp3 in [false, true] {
-        let mut c = common::client_in(pair.servers.proxy.addr, resp3).await;
-        let r = call(&mut c, "GET warm").await;
+        let mut c = common::client_in(pair.proxy.addr, resp3).await;
+        let r = c.call("GET warm").await;
         assert!(r == b"$-1\r\n" || r == b"_\r\n", "GET warm: {}", show(&r));
     }
     let baseline = normal_clients(&mut admin).await.len();
     let is_blpop = |l: &str| field(l, "cmd") == Some("blpop");
 
     for (round, resp3) in [(0, false), (1, true), (2, false)] {
-        let mut blocked = common::client_in(pair.servers.proxy.addr, resp3).await;
-        let id = call(&mut blocked, "CLIENT ID").await;
+        let mut blocked = common::client_in(pair.proxy.addr, resp3).await;
+        let id = blocked.call("CLIENT ID").await;
         let id = String::from_utf8_lossy(&id[1..id.len() - 2]).into_owned();
         blocked.send(&encode(&[b"BLPOP", b"gone:list", b"0"])).await;
         let blpops = |lines: &[String]| lines.iter().filter(|l| is_blpop(l)).count();
@@ -956,8 +532,8 @@ async fn a_client_gone_while_blocked_leaves_no_upstream_connection() {
         .await;
         if round == 1 {
             // Killed by another corral client.
-            let mut killer = common::client_in(pair.servers.proxy.addr, false).await;
-            let r = call(&mut killer, &format!("CLIENT KILL ID {id}")).await;
+            let mut killer = common::client_in(pair.proxy.addr, false).await;
+            let r = killer.call(&format!("CLIENT KILL ID {id}")).await;
             assert_eq!(
                 show(&r),
                 show(b":1\r\n"),
@@ -978,10 +554,10 @@ async fn a_client_gone_while_blocked_leaves_no_upstream_connection() {
     }
 
     // Served blocking commands, one after another: at most one connection kept for reuse.
-    let mut c = connect(pair.servers.proxy.addr).await;
+    let mut c = connect(pair.proxy.addr).await;
     for i in 0..5 {
-        call(&mut c, "RPUSH served:list x").await;
-        let r = call(&mut c, "BLPOP served:list 0").await;
+        c.call("RPUSH served:list x").await;
+        let r = c.call("BLPOP served:list 0").await;
         assert_eq!(
             show(&r),
             show(b"*2\r\n$11\r\nserved:list\r\n$1\r\nx\r\n"),
@@ -994,7 +570,7 @@ async fn a_client_gone_while_blocked_leaves_no_upstream_connection() {
         "5 sequential BLPOPs left {} extra upstream connections",
         now - baseline
     );
-    pair.servers.proxy.stop().await;
+    pair.proxy.stop().await;
 }
 
 /// A client that disconnects inside MULTI or while watching leaves no transaction behind on
@@ -1002,18 +578,18 @@ async fn a_client_gone_while_blocked_leaves_no_upstream_connection() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_gone_mid_transaction_leaves_no_upstream_connection() {
     let pair = Pair::start().await;
-    let mut admin = connect(pair.proxied.server).await;
-    let mut warm = connect(pair.servers.proxy.addr).await;
-    call(&mut warm, "GET warm").await;
+    let mut admin = connect(pair.behind).await;
+    let mut warm = connect(pair.proxy.addr).await;
+    warm.call("GET warm").await;
     let baseline = normal_clients(&mut admin).await.len();
     let in_multi = |l: &String| field(l, "flags").is_some_and(|f| f.contains('x'));
     for (name, lines) in [
         ("MULTI", &["MULTI", "SET gone:k 1"][..]),
         ("WATCH", &["WATCH gone:k"][..]),
     ] {
-        let mut c = connect(pair.servers.proxy.addr).await;
+        let mut c = connect(pair.proxy.addr).await;
         for line in lines {
-            let r = call(&mut c, line).await;
+            let r = c.call(line).await;
             assert!(
                 r == b"+OK\r\n" || r == b"+QUEUED\r\n",
                 "{line}: {}",
@@ -1031,9 +607,9 @@ async fn a_client_gone_mid_transaction_leaves_no_upstream_connection() {
         .await;
     }
     // The queued SET never ran.
-    let r = call(&mut warm, "EXISTS gone:k").await;
+    let r = warm.call("EXISTS gone:k").await;
     assert_eq!(show(&r), show(b":0\r\n"));
-    pair.servers.proxy.stop().await;
+    pair.proxy.stop().await;
 }
 
 // ---- 3. scripts and functions ----
@@ -1129,7 +705,7 @@ const SCRIPTING_SCRIPTS: &[(&str, &[&str])] = &[
 async fn scripts_and_functions_match_redis() {
     let pair = Pair::start().await;
     check_all(&pair, SCRIPTING_SCRIPTS, Mode::OneByOne).await;
-    pair.servers.proxy.stop().await;
+    pair.proxy.stop().await;
 }
 
 // ---- 4. databases ----
@@ -1237,8 +813,8 @@ async fn databases_match_redis() {
     // Every key hot at once, so the db-0 GETs fill the cache.
     let pair = Pair::start_with(|c| c.cache.hot_threshold = 1).await;
     check_all(&pair, &DB_SCRIPTS[..2], Mode::OneByOne).await;
-    let mut stats = connect(pair.servers.proxy.addr).await;
-    let hits_before = cache_hits(&mut stats).await;
+    let mut stats = connect(pair.proxy.addr).await;
+    let hits_before = stat_n(&mut stats, "cache_hits").await;
     for resp3 in [false, true] {
         let (name, script) = DB_SCRIPTS[3];
         let r = check(&pair, name, script, resp3, Mode::OneByOne).await;
@@ -1246,27 +822,10 @@ async fn databases_match_redis() {
     }
     // Otherwise the script did not test the cache at all.
     assert!(
-        cache_hits(&mut stats).await > hits_before,
+        stat_n(&mut stats, "cache_hits").await > hits_before,
         "no GET of db:hot was answered from the cache"
     );
-    pair.servers.proxy.stop().await;
-}
-
-/// `cache_hits` from CORRAL CACHE STATS (asked over RESP2: a flat name, value array).
-async fn cache_hits(c: &mut RawClient) -> u64 {
-    let r = call(c, "CORRAL CACHE STATS").await;
-    let key = bulk("cache_hits");
-    let at = r
-        .windows(key.len())
-        .position(|w| w == key)
-        .unwrap_or_else(|| panic!("no cache_hits in {}", show(&r)));
-    let value = &r[at + key.len()..];
-    let text = text_of(&value[..resp_end(value)]);
-    text.parse().expect("cache_hits number")
-}
-
-fn resp_end(buf: &[u8]) -> usize {
-    common::resp_len(buf).expect("a complete reply")
+    pair.proxy.stop().await;
 }
 
 /// Redis runs a SELECT queued in MULTI at EXEC, and the client stays in that database.
@@ -1274,7 +833,7 @@ fn resp_end(buf: &[u8]) -> usize {
 async fn select_inside_multi_moves_the_client_like_redis() {
     let pair = Pair::start().await;
     check_all(&pair, &DB_SCRIPTS[2..3], Mode::OneByOne).await;
-    pair.servers.proxy.stop().await;
+    pair.proxy.stop().await;
 }
 
 // ---- 5. connection state ----
@@ -1360,7 +919,7 @@ const CONN_SCRIPTS: &[(&str, &[&str])] = &[
 async fn connection_state_matches_redis() {
     let pair = Pair::start().await;
     check_all(&pair, CONN_SCRIPTS, Mode::OneByOne).await;
-    pair.servers.proxy.stop().await;
+    pair.proxy.stop().await;
 }
 
 /// RESET must clear what MULTI and WATCH left on the upstream connection (corral returns
@@ -1416,7 +975,7 @@ const RESET_SCRIPTS: &[(&str, &[&str])] = &[
 async fn reset_clears_transactions_like_redis() {
     let pair = Pair::start().await;
     check_all(&pair, RESET_SCRIPTS, Mode::OneByOne).await;
-    pair.servers.proxy.stop().await;
+    pair.proxy.stop().await;
 }
 
 /// CLIENT LIST through corral lists corral's own clients (ids from CLIENT ID, names from
@@ -1424,16 +983,16 @@ async fn reset_clears_transactions_like_redis() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_list_shows_corrals_clients() {
     let pair = Pair::start().await;
-    let mut admin = connect(pair.proxied.server).await;
-    let mut direct = connect(pair.direct.entry).await;
+    let mut admin = connect(pair.behind).await;
+    let mut direct = connect(pair.direct).await;
     for resp3 in [false, true] {
-        let mut a = common::client_in(pair.servers.proxy.addr, resp3).await;
-        let mut b = common::client_in(pair.servers.proxy.addr, resp3).await;
+        let mut a = common::client_in(pair.proxy.addr, resp3).await;
+        let mut b = common::client_in(pair.proxy.addr, resp3).await;
         let mut ids = Vec::new();
         for (c, name) in [(&mut a, "alpha"), (&mut b, "beta")] {
-            let r = call(c, &format!("CLIENT SETNAME {name}")).await;
+            let r = c.call(&format!("CLIENT SETNAME {name}")).await;
             assert_eq!(show(&r), show(b"+OK\r\n"));
-            let id = call(c, "CLIENT ID").await;
+            let id = c.call("CLIENT ID").await;
             ids.push(String::from_utf8_lossy(&id[1..id.len() - 2]).into_owned());
         }
         let addrs = [
@@ -1442,16 +1001,16 @@ async fn client_list_shows_corrals_clients() {
         ];
         // The same reply type as Redis gives (bulk in RESP2, verbatim in RESP3).
         if resp3 {
-            call(&mut direct, "HELLO 3").await;
+            direct.call("HELLO 3").await;
         }
-        let redis_type = call(&mut direct, "CLIENT LIST").await[0];
+        let redis_type = direct.call("CLIENT LIST").await[0];
 
         // Earlier clients (the proxy's readiness probe, the other protocol's round) may take
         // a moment to be noticed gone.
         let lines = {
             let deadline = Instant::now() + LIMIT;
             loop {
-                let r = call(&mut a, "CLIENT LIST").await;
+                let r = a.call("CLIENT LIST").await;
                 assert_eq!(r[0], redis_type, "CLIENT LIST reply type: {}", show(&r));
                 let text = text_of(&r);
                 let lines: Vec<String> = text.lines().map(str::to_string).collect();
@@ -1491,23 +1050,23 @@ async fn client_list_shows_corrals_clients() {
         }
 
         // Filters, and state shown: database, in-MULTI.
-        let only_b = text_of(&call(&mut a, &format!("CLIENT LIST ID {}", ids[1])).await);
+        let only_b = text_of(&a.call(&format!("CLIENT LIST ID {}", ids[1])).await);
         assert_eq!(only_b.lines().count(), 1, "{only_b}");
         assert_eq!(field(&only_b, "name"), Some("beta"));
         assert_eq!(
-            text_of(&call(&mut a, "CLIENT LIST TYPE normal").await)
+            text_of(&a.call("CLIENT LIST TYPE normal").await)
                 .lines()
                 .count(),
             2
         );
-        assert_eq!(text_of(&call(&mut a, "CLIENT LIST TYPE pubsub").await), "");
-        call(&mut b, "SELECT 2").await;
-        call(&mut b, "MULTI").await;
+        assert_eq!(text_of(&a.call("CLIENT LIST TYPE pubsub").await), "");
+        b.call("SELECT 2").await;
+        b.call("MULTI").await;
         // corral publishes a client's state right after writing its reply, so another
         // client may briefly see the previous state: poll.
         let deadline = Instant::now() + LIMIT;
         loop {
-            let line = text_of(&call(&mut a, &format!("CLIENT LIST ID {}", ids[1])).await);
+            let line = text_of(&a.call(&format!("CLIENT LIST ID {}", ids[1])).await);
             let in_multi = field(&line, "flags").is_some_and(|f| f.contains('x'));
             if field(&line, "db") == Some("2") && in_multi {
                 break;
@@ -1515,9 +1074,9 @@ async fn client_list_shows_corrals_clients() {
             assert!(Instant::now() < deadline, "want db=2 and flags x: {line}");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        assert_eq!(show(&call(&mut b, "DISCARD").await), show(b"+OK\r\n"));
+        assert_eq!(show(&b.call("DISCARD").await), show(b"+OK\r\n"));
     }
-    pair.servers.proxy.stop().await;
+    pair.proxy.stop().await;
 }
 
 /// CLIENT LIST's `cmd=` and `flags=` are each client's own, as Redis shows them: the last
@@ -1525,23 +1084,23 @@ async fn client_list_shows_corrals_clients() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_list_shows_each_clients_command_and_flags() {
     let pair = Pair::start().await;
-    let mut direct = connect(pair.direct.entry).await;
+    let mut direct = connect(pair.direct).await;
     for resp3 in [false, true] {
-        let mut a = common::client_in(pair.servers.proxy.addr, resp3).await;
-        let mut sub = common::client_in(pair.servers.proxy.addr, resp3).await;
-        let mut blocked = common::client_in(pair.servers.proxy.addr, resp3).await;
-        let mut multi = common::client_in(pair.servers.proxy.addr, resp3).await;
-        let mut idle = common::client_in(pair.servers.proxy.addr, resp3).await;
+        let mut a = common::client_in(pair.proxy.addr, resp3).await;
+        let mut sub = common::client_in(pair.proxy.addr, resp3).await;
+        let mut blocked = common::client_in(pair.proxy.addr, resp3).await;
+        let mut multi = common::client_in(pair.proxy.addr, resp3).await;
+        let mut idle = common::client_in(pair.proxy.addr, resp3).await;
         let mut ids = Vec::new();
         for c in [&mut sub, &mut blocked, &mut multi, &mut idle] {
-            let id = call(c, "CLIENT ID").await;
+            let id = c.call("CLIENT ID").await;
             ids.push(String::from_utf8_lossy(&id[1..id.len() - 2]).into_owned());
         }
-        call(&mut sub, "SUBSCRIBE cl:ch").await;
+        sub.call("SUBSCRIBE cl:ch").await;
         blocked.send(&encode(&[b"BLPOP", b"cl:none", b"0"])).await;
-        call(&mut multi, "MULTI").await;
-        call(&mut multi, "CONFIG GET maxmemory").await;
-        call(&mut idle, "GET cl:k").await;
+        multi.call("MULTI").await;
+        multi.call("CONFIG GET maxmemory").await;
+        idle.call("GET cl:k").await;
         // What Redis shows for clients in the same states (its own ids differ).
         let want = [
             ("P", "subscribe"),
@@ -1549,10 +1108,10 @@ async fn client_list_shows_each_clients_command_and_flags() {
             ("x", "config|get"),
             ("N", "get"),
         ];
-        let mut admin = connect(pair.direct.entry).await;
-        let mut d = connect(pair.direct.entry).await;
-        call(&mut d, "SUBSCRIBE cl:ch").await;
-        let line = text_of(&call(&mut admin, "CLIENT LIST TYPE pubsub").await);
+        let mut admin = connect(pair.direct).await;
+        let mut d = connect(pair.direct).await;
+        d.call("SUBSCRIBE cl:ch").await;
+        let line = text_of(&admin.call("CLIENT LIST TYPE pubsub").await);
         assert_eq!(
             (field(&line, "flags"), field(&line, "cmd")),
             (Some(want[0].0), Some(want[0].1)),
@@ -1563,7 +1122,7 @@ async fn client_list_shows_each_clients_command_and_flags() {
         for (i, (flags, cmd)) in want.iter().enumerate() {
             let deadline = Instant::now() + LIMIT;
             loop {
-                let line = text_of(&call(&mut a, &format!("CLIENT LIST ID {}", ids[i])).await);
+                let line = text_of(&a.call(&format!("CLIENT LIST ID {}", ids[i])).await);
                 if field(&line, "flags") == Some(flags) && field(&line, "cmd") == Some(cmd) {
                     break;
                 }
@@ -1575,8 +1134,8 @@ async fn client_list_shows_each_clients_command_and_flags() {
             }
         }
         // The caller's own line names the CLIENT LIST it is running, like CLIENT INFO.
-        let me = text_of(&call(&mut a, "CLIENT LIST").await);
-        let mine = text_of(&call(&mut a, "CLIENT INFO").await);
+        let me = text_of(&a.call("CLIENT LIST").await);
+        let mine = text_of(&a.call("CLIENT INFO").await);
         let my_id = field(&mine, "id").unwrap_or_default().to_string();
         let my_line = me
             .lines()
@@ -1585,7 +1144,7 @@ async fn client_list_shows_each_clients_command_and_flags() {
         assert_eq!(field(my_line, "cmd"), Some("client|list"), "{my_line}");
         assert_eq!(field(&mine, "cmd"), Some("client|info"), "{mine}");
         // The query buffer holds the running command, as in Redis; others' are empty.
-        let redis_info = text_of(&call(&mut direct, "CLIENT INFO").await);
+        let redis_info = text_of(&direct.call("CLIENT INFO").await);
         assert_eq!(field(&mine, "qbuf"), field(&redis_info, "qbuf"), "{mine}");
         assert_eq!(
             field(my_line, "qbuf"),
@@ -1599,49 +1158,49 @@ async fn client_list_shows_each_clients_command_and_flags() {
             assert_eq!(field(l, "qbuf"), Some("0"), "{l}");
         }
         // An unknown command is `NULL`, as in Redis.
-        let r = call(&mut idle, "NOSUCHCOMMAND").await;
-        let want_err = call(&mut direct, "NOSUCHCOMMAND").await;
+        let r = idle.call("NOSUCHCOMMAND").await;
+        let want_err = direct.call("NOSUCHCOMMAND").await;
         assert_eq!(show(&r), show(&want_err));
         let deadline = Instant::now() + LIMIT;
         loop {
-            let line = text_of(&call(&mut a, &format!("CLIENT LIST ID {}", ids[3])).await);
+            let line = text_of(&a.call(&format!("CLIENT LIST ID {}", ids[3])).await);
             if field(&line, "cmd") == Some("NULL") {
                 break;
             }
             assert!(Instant::now() < deadline, "want cmd=NULL: {line}");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        call(&mut multi, "DISCARD").await;
-        let mut pusher = connect(pair.servers.proxy.addr).await;
-        call(&mut pusher, "RPUSH cl:none x").await;
-        blocked.read_resp().await;
-        direct = connect(pair.direct.entry).await;
+        multi.call("DISCARD").await;
+        let mut pusher = connect(pair.proxy.addr).await;
+        pusher.call("RPUSH cl:none x").await;
+        blocked.read_reply().await;
+        direct = connect(pair.direct).await;
     }
-    pair.servers.proxy.stop().await;
+    pair.proxy.stop().await;
 }
 
 /// MONITOR through corral: the monitoring client sees what other corral clients run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn monitor_sees_other_clients_commands() {
     let pair = Pair::start().await;
-    let mut admin = connect(pair.proxied.server).await;
-    let mut direct = connect(pair.direct.entry).await;
+    let mut admin = connect(pair.behind).await;
+    let mut direct = connect(pair.direct).await;
     for resp3 in [false, true] {
-        let mut m = common::client_in(pair.servers.proxy.addr, resp3).await;
+        let mut m = common::client_in(pair.proxy.addr, resp3).await;
         if resp3 {
-            call(&mut direct, "HELLO 3").await;
+            direct.call("HELLO 3").await;
         }
-        let want = call(&mut direct, "MONITOR").await;
-        assert_eq!(show(&call(&mut m, "MONITOR").await), show(&want));
-        let mut w = common::client_in(pair.servers.proxy.addr, resp3).await;
-        call(&mut w, "SELECT 1").await;
+        let want = direct.call("MONITOR").await;
+        assert_eq!(show(&m.call("MONITOR").await), show(&want));
+        let mut w = common::client_in(pair.proxy.addr, resp3).await;
+        w.call("SELECT 1").await;
         let key = format!("mon:key{}", u8::from(resp3));
-        let r = call(&mut w, &format!("SET {key} value")).await;
+        let r = w.call(&format!("SET {key} value")).await;
         assert_eq!(show(&r), show(b"+OK\r\n"));
         let needle = format!("\"SET\" \"{key}\" \"value\"");
         let deadline = Instant::now() + LIMIT;
         let line = loop {
-            let r = m.read_resp().await;
+            let r = m.read_reply().await;
             assert_eq!(r[0], b'+', "monitor line: {}", show(&r));
             if contains(&r, needle.as_bytes()) {
                 break r;
@@ -1657,9 +1216,9 @@ async fn monitor_sees_other_clients_commands() {
                 .any(|l| field(l, "flags").is_some_and(|f| f.contains('O')))
         })
         .await;
-        direct = connect(pair.direct.entry).await;
+        direct = connect(pair.direct).await;
     }
-    pair.servers.proxy.stop().await;
+    pair.proxy.stop().await;
 }
 
 /// MONITOR shows the commands corral's clients run, and nothing of corral's own traffic: the
@@ -1668,35 +1227,32 @@ async fn monitor_sees_other_clients_commands() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn monitor_leaves_out_corrals_own_connections() {
     let pair = Pair::start().await;
-    let mut m = connect(pair.servers.proxy.addr).await;
-    assert_eq!(show(&call(&mut m, "MONITOR").await), show(b"+OK\r\n"));
-    let mut w = connect(pair.servers.proxy.addr).await;
+    let mut m = connect(pair.proxy.addr).await;
+    assert_eq!(show(&m.call("MONITOR").await), show(b"+OK\r\n"));
+    let mut w = connect(pair.proxy.addr).await;
     // A transaction opens a dedicated connection, whose handshake (HELLO) is corral's own:
     // the monitor sees the transaction's commands first, as with Redis.
     for line in ["MULTI", "SET mon:t 1", "EXEC"] {
-        call(&mut w, line).await;
+        w.call(line).await;
     }
     for want in ["\"MULTI\"", "\"SET\" \"mon:t\" \"1\"", "\"EXEC\""] {
-        let got = String::from_utf8_lossy(&m.read_resp().await).into_owned();
+        let got = String::from_utf8_lossy(&m.read_reply().await).into_owned();
         assert!(got.contains(want), "want {want}, got {got}");
     }
-    call(&mut w, "SET mon:hot v").await;
+    w.call("SET mon:hot v").await;
     // Hot enough for the cache: later reads are filled on the lane (MULTI/PTTL/GET/EXEC).
     for _ in 0..20 {
-        assert_eq!(show(&call(&mut w, "GET mon:hot").await), show(&bulk("v")));
+        assert_eq!(show(&w.call("GET mon:hot").await), show(&bulk("v")));
     }
-    let hits = cache_hits(&mut w).await;
+    let hits = stat_n(&mut w, "cache_hits").await;
     assert!(hits > 0, "the cache served none of the GETs");
     // A script: corral syncs the lane with a PING before replying.
-    call(
-        &mut w,
-        "EVAL \"return redis.call('SET', KEYS[1], 'w')\" 1 mon:hot",
-    )
-    .await;
-    call(&mut w, "SET mon:end x").await;
+    w.call("EVAL \"return redis.call('SET', KEYS[1], 'w')\" 1 mon:hot")
+        .await;
+    w.call("SET mon:end x").await;
     let deadline = Instant::now() + LIMIT;
     loop {
-        let r = m.read_resp().await;
+        let r = m.read_reply().await;
         let line = String::from_utf8_lossy(&r).into_owned();
         assert!(line.starts_with('+'), "monitor line: {line}");
         for internal in [
@@ -1716,7 +1272,7 @@ async fn monitor_leaves_out_corrals_own_connections() {
         }
         assert!(Instant::now() < deadline, "no mon:end seen");
     }
-    pair.servers.proxy.stop().await;
+    pair.proxy.stop().await;
 }
 
 // ---- 6. refused commands ----
@@ -1725,13 +1281,13 @@ async fn monitor_leaves_out_corrals_own_connections() {
 async fn refused_commands_say_so() {
     let pair = Pair::start().await;
     for resp3 in [false, true] {
-        let mut c = common::client_in(pair.servers.proxy.addr, resp3).await;
+        let mut c = common::client_in(pair.proxy.addr, resp3).await;
         for (line, name) in [
             ("CLIENT NO-TOUCH ON", "client|no-touch"),
             ("SYNC", "sync"),
             ("PSYNC ? -1", "psync"),
         ] {
-            let r = call(&mut c, line).await;
+            let r = c.call(line).await;
             let text = String::from_utf8_lossy(&r);
             assert!(
                 text.starts_with("-ERR ")
@@ -1744,10 +1300,10 @@ async fn refused_commands_say_so() {
             );
         }
         // The connection is still an ordinary one.
-        assert_eq!(show(&call(&mut c, "SET ref:k v").await), show(b"+OK\r\n"));
-        assert_eq!(show(&call(&mut c, "GET ref:k").await), show(&bulk("v")));
+        assert_eq!(show(&c.call("SET ref:k v").await), show(b"+OK\r\n"));
+        assert_eq!(show(&c.call("GET ref:k").await), show(&bulk("v")));
     }
-    pair.servers.proxy.stop().await;
+    pair.proxy.stop().await;
 }
 
 // ---- pipelined ----
@@ -1766,7 +1322,7 @@ async fn every_family_pipelined_matches_redis() {
     ] {
         check_all(&pair, scripts, Mode::Pipelined).await;
     }
-    pair.servers.proxy.stop().await;
+    pair.proxy.stop().await;
 }
 
 /// Requests written before MULTI, WATCH or a blocking command, in the same write, must run
@@ -1793,5 +1349,5 @@ async fn requests_pipelined_around_a_pinned_connection_keep_their_order() {
     }
     let script: Vec<&str> = script.iter().map(String::as_str).collect();
     check(&pair, "pipelined ordering", &script, false, Mode::OneByOne).await;
-    pair.servers.proxy.stop().await;
+    pair.proxy.stop().await;
 }

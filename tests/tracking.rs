@@ -10,19 +10,14 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use common::{
-    Deadline, connect, contains, encode, mask_hello_id, parse_commands, poll_until, show,
+    Deadline, Options, Reply, client_list, connect, contains, encode_line, field, mask_hello_id,
+    poll_until, show,
 };
 
 /// Bounds every wait for a server-side state change.
 const LIMIT: Duration = Duration::from_secs(10);
 
 type Pair = common::RedisPair;
-
-fn request(line: &str) -> Vec<u8> {
-    let cmds = parse_commands(line);
-    let argv: Vec<&[u8]> = cmds[0].iter().map(Vec::as_slice).collect();
-    encode(&argv)
-}
 
 /// Masks what necessarily differs between two servers: HELLO's id and the redirection id in
 /// TRACKINGINFO (checked separately through corral).
@@ -40,85 +35,54 @@ fn mask(reply: &[u8]) -> Vec<u8> {
     [&reply[..start], b"<id>", &reply[end..]].concat()
 }
 
-/// Runs a script on one side and returns what the clients received, in order.
+/// Runs `script` directly and through corral with the harness's runner; what the clients
+/// receive must be the same bytes, in order. Returns Redis's side.
 ///
-/// Lines: `T: CMD` (and `X: CMD`) sends on client T (X) through `entry` and reads frames up to
-/// the command's reply, invalidation pushes that come first included; `T=id: CMD` records an
-/// integer reply as `<id>`; `X? n` reads n frames (redirected invalidations) from X;
-/// `W: CMD` runs a command directly on `server` (a write by another application);
-/// `H: key` reads `key` through `entry` many times so corral's cache holds it.
-/// `@X` in a command is X's client id as `entry` reports it.
-async fn run(entry: SocketAddr, server: SocketAddr, script: &[&str]) -> Vec<String> {
-    let mut t = connect(entry).await;
-    let mut x = connect(entry).await;
-    let mut w = connect(server).await;
-    let mut h = connect(entry).await;
-    let x_id = String::from_utf8_lossy(&x.request(&[b"CLIENT", b"ID"]).await[1..])
-        .trim()
-        .to_string();
-    let mut out = Vec::new();
+/// Clients T and X connect through the side's entry, and a `:` step reads frames up to the
+/// command's reply, invalidation pushes that come first included; `X<` reads one frame
+/// (a redirected invalidation); `#any` compares only the reply's type (an id). W runs
+/// commands directly on the side's Redis (a write by another application; it must succeed).
+/// `H: key` reads `key` through the entry many times so corral's cache holds it.
+async fn same_on_both(p: &Pair, script: &[&str]) -> Vec<Reply> {
+    let mut lines = Vec::new();
     for line in script {
-        let (who, shown_cmd) = line.split_once(' ').expect("script line");
-        let rest = shown_cmd.replace("@X", &x_id);
-        match who {
-            "T:" | "X:" | "T=id:" => {
-                let c = if who == "X:" { &mut x } else { &mut t };
-                c.send(&request(&rest)).await;
-                loop {
-                    let f = c.read_resp().await;
-                    let push = f.first() == Some(&b'>');
-                    let shown = if who == "T=id:" && !push {
-                        "<id>".to_string()
-                    } else {
-                        show(&mask(&f))
-                    };
-                    out.push(format!("{} {shown_cmd} -> {shown}", &who[..1]));
-                    if !push {
-                        break;
-                    }
-                }
-            }
-            "X?" => {
-                let n: usize = rest.parse().expect("frame count");
-                for _ in 0..n {
-                    out.push(format!("X? -> {}", show(&x.read_resp().await)));
-                }
-            }
-            "W:" => {
-                w.send(&request(&rest)).await;
-                let r = w.read_resp().await;
-                assert!(!r.starts_with(b"-"), "{rest}: {}", show(&r));
-            }
-            "H:" => {
-                for _ in 0..64 {
-                    h.request(&[b"GET", rest.as_bytes()]).await;
-                }
-            }
-            _ => panic!("bad script line {line}"),
+        match line.strip_prefix("H: ") {
+            Some(key) => lines.extend((0..64).map(|_| format!("H: GET {key}"))),
+            None => lines.push(line.to_string()),
         }
     }
-    out
+    let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+    let opts = Options {
+        pushes_first: true,
+        direct: "W",
+        mask,
+        ..Options::resp(false)
+    };
+    let [direct, _] = common::check(p.sides(), "tracking", &lines, opts).await;
+    for w in direct.iter().filter(|r| r.label.starts_with("W:")) {
+        assert!(
+            !w.bytes.starts_with(b"-"),
+            "{}: {}",
+            w.label,
+            show(&w.bytes)
+        );
+    }
+    direct
 }
 
-/// Runs `script` directly and through corral; the transcripts must be identical.
-async fn same_on_both(p: &Pair, script: &[&str]) -> Vec<String> {
-    let direct = run(p.direct, p.direct, script).await;
-    let proxied = run(p.proxy.addr, p.behind, script).await;
-    assert_eq!(direct, proxied, "direct (left) and through corral (right)");
-    direct
+/// How many of `replies` are invalidation pushes.
+fn invalidations(replies: &[Reply]) -> usize {
+    replies
+        .iter()
+        .filter(|r| contains(&r.bytes, b"invalidate"))
+        .count()
 }
 
 /// `CLIENT LIST` lines of `server` that have CLIENT TRACKING on (`t` flag).
 async fn tracking_conns(server: SocketAddr) -> usize {
-    let mut c = connect(server).await;
-    let list = c.request(&[b"CLIENT", b"LIST"]).await;
-    String::from_utf8_lossy(&list)
-        .lines()
-        .filter(|l| {
-            l.split(' ')
-                .any(|f| f.strip_prefix("flags=").is_some_and(|f| f.contains('t')))
-        })
-        .count()
+    let list = client_list(server).await;
+    let tracking = |l: &&String| field(l, "flags").is_some_and(|f| f.contains('t'));
+    list.iter().filter(tracking).count()
 }
 
 /// corral's own upstream connections (shared pools, the cache's tracking lane) connect in the
@@ -142,12 +106,8 @@ async fn settled(p: &Pair) -> (usize, usize) {
 
 /// Connections open on `server` (CLIENT LIST lines, the asking one included).
 async fn conns(server: SocketAddr) -> usize {
-    let mut c = connect(server).await;
-    let list = c.request(&[b"CLIENT", b"LIST"]).await;
-    String::from_utf8_lossy(&list)
-        .lines()
-        .filter(|l| l.starts_with("id="))
-        .count()
+    let list = client_list(server).await;
+    list.iter().filter(|l| l.starts_with("id=")).count()
 }
 
 #[tokio::test]
@@ -178,10 +138,7 @@ async fn resp3_invalidations_arrive_where_redis_puts_them() {
         ],
     )
     .await;
-    assert!(
-        t.iter().filter(|l| l.contains("invalidate")).count() >= 4,
-        "{t:#?}"
-    );
+    assert!(invalidations(&t) >= 4, "{t:#?}");
 }
 
 #[tokio::test]
@@ -210,8 +167,7 @@ async fn optin_tracks_only_reads_after_caching_yes() {
         ],
     )
     .await;
-    let pushes: Vec<_> = t.iter().filter(|l| l.contains("invalidate")).collect();
-    assert_eq!(pushes.len(), 2, "{t:#?}");
+    assert_eq!(invalidations(&t), 2, "{t:#?}");
 }
 
 #[tokio::test]
@@ -245,18 +201,20 @@ async fn resp2_redirect_to_a_subscribed_corral_client() {
     let t = same_on_both(
         &p,
         &[
+            "X: CLIENT ID => X #any",
             "X: SUBSCRIBE __redis__:invalidate",
             "T: CLIENT TRACKING ON REDIRECT @X",
             "T: GET k",
-            "T=id: CLIENT GETREDIR",
+            "T: CLIENT GETREDIR #any",
             "T: CLIENT TRACKINGINFO",
             "W: SET k 1",
-            "X? 1",
+            "X<",
             "T: MGET k j",
             "W: MSET k 2 j 2",
-            "X? 2",
+            "X<",
+            "X<",
             "W: FLUSHALL",
-            "X? 1",
+            "X<",
             "T: CLIENT TRACKING ON REDIRECT 999999",
             "T: CLIENT TRACKING OFF",
             "T: CLIENT GETREDIR",
@@ -264,7 +222,7 @@ async fn resp2_redirect_to_a_subscribed_corral_client() {
         ],
     )
     .await;
-    assert_eq!(t.iter().filter(|l| l.starts_with("X? ")).count(), 4);
+    assert_eq!(t.iter().filter(|r| r.label == "X<").count(), 4, "{t:#?}");
 
     // Through corral GETREDIR names X by the id corral gave it.
     let mut x = connect(p.proxy.addr).await;
@@ -303,7 +261,7 @@ async fn resp3_redirect_and_broken_redirect() {
         let mut w = connect(server).await;
         w.cmd("SET r 1").await;
         assert_eq!(
-            x.read_resp().await,
+            x.read_reply().await,
             b">2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\nr\r\n",
             "{side:?}"
         );
@@ -315,8 +273,8 @@ async fn resp3_redirect_and_broken_redirect() {
         loop {
             let mut w = connect(server).await;
             w.cmd("SET r 2").await;
-            t.send(&request("EXISTS r")).await;
-            let first = t.read_resp().await;
+            t.send(&encode_line("EXISTS r")).await;
+            let first = t.read_reply().await;
             if first == b":1\r\n" {
                 // The target's connection is not closed yet: track r again and retry.
                 t.cmd("GET r").await;
@@ -324,7 +282,7 @@ async fn resp3_redirect_and_broken_redirect() {
                 continue;
             }
             assert_eq!(first, want.as_bytes(), "{side:?}");
-            while t.read_resp().await != b":1\r\n" {}
+            while t.read_reply().await != b":1\r\n" {}
             break;
         }
     }
@@ -545,12 +503,12 @@ async fn info_tracking_clients_leaves_out_corrals_cache_lane() {
     assert!(t.cmd("HELLO 3").await.starts_with(b"%"));
     t.cmd("GET i").await;
     direct.cmd("SET i 1").await;
-    t.send(&request("INFO")).await;
+    t.send(&encode_line("INFO")).await;
     assert_eq!(
-        t.read_resp().await,
+        t.read_reply().await,
         b">2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\ni\r\n"
     );
-    let info = t.read_resp().await;
+    let info = t.read_reply().await;
     assert!(
         contains(&info, b"tracking_clients:1\r\n") && contains(&info, b"# Proxy"),
         "{}",
@@ -581,7 +539,7 @@ async fn tracking_clients_and_corrals_cache() {
     assert_eq!(t.cmd("SET hot v1").await, b"+OK\r\n");
     // Redis tracked T's read: its own write invalidates it.
     assert_eq!(
-        t.read_resp().await,
+        t.read_reply().await,
         b">2\r\n$10\r\ninvalidate\r\n*1\r\n$3\r\nhot\r\n"
     );
     assert_eq!(a.cmd("GET hot").await, b"$2\r\nv1\r\n");

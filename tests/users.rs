@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{RawClient, connect, mask_hello_id, show, sync_cmd};
+use common::{Options, Step, connect, make_cached, show, stat_n, sync_cmd};
 
 /// Users made on both servers: a restricted one, and two that may only use their own keys.
 const USERS: &[&[&str]] = &[
@@ -45,26 +45,16 @@ async fn start() -> Pair {
     start_with(|_| {}).await
 }
 
-/// Runs `script` (one request per element) on a new client of Redis and one of corral;
-/// every reply must be the same bytes (HELLO's id masked). Returns corral's replies.
+/// Runs `script` (one request per element) on a new client of Redis and one of corral with
+/// the harness's runner; every reply must be the same bytes (HELLO's id masked). Returns
+/// corral's replies.
 async fn same(pair: &Pair, script: &[&[&[u8]]]) -> Vec<Vec<u8>> {
-    let mut direct = connect(pair.direct).await;
-    let mut proxied = connect(pair.proxy.addr).await;
-    let mut out = Vec::new();
-    for req in script {
-        let want = mask_hello_id(&direct.request(req).await);
-        let got = proxied.request(req).await;
-        assert_eq!(
-            show(&mask_hello_id(&got)),
-            show(&want),
-            "{:?}",
-            req.iter()
-                .map(|a| String::from_utf8_lossy(a))
-                .collect::<Vec<_>>()
-        );
-        out.push(got);
-    }
-    out
+    let steps: Vec<Step> = script
+        .iter()
+        .map(|req| Step::call('A', req.iter().map(|a| a.to_vec()).collect()))
+        .collect();
+    let [_, proxied] = common::compare(pair.sides(), "users", &steps, Options::resp(false)).await;
+    proxied.into_iter().map(|r| r.bytes).collect()
 }
 
 #[tokio::test]
@@ -289,14 +279,14 @@ async fn cached_hot_key_is_not_served_to_a_user_who_may_not_read_it() {
     assert!(want.starts_with(b"-NOPERM"), "{}", show(&want));
     let mut bob = connect(pair.proxy.addr).await;
     assert_eq!(bob.cmd("AUTH bob 123").await, b"+OK\r\n");
-    let hits = cache_hits(&mut default).await;
+    let hits = stat_n(&mut default, "cache_hits").await;
     assert_eq!(show(&bob.cmd("GET secret").await), show(&want));
     assert_eq!(
         show(&bob.cmd("MGET secret").await),
         show(&direct.cmd("MGET secret").await)
     );
     assert_eq!(
-        cache_hits(&mut default).await,
+        stat_n(&mut default, "cache_hits").await,
         hits,
         "bob's read hit the cache"
     );
@@ -306,40 +296,6 @@ async fn cached_hot_key_is_not_served_to_a_user_who_may_not_read_it() {
     assert_eq!(bob.cmd("SET x9 new").await, b"+OK\r\n");
     assert_eq!(default.cmd("GET x9").await, b"$3\r\nnew\r\n");
     pair.proxy.stop().await;
-}
-
-/// GETs `key` (each reply must be `want`) until one GET is a cache hit. Only for tests where
-/// no other client uses the proxy meanwhile.
-async fn make_cached(c: &mut RawClient, key: &str, want: &[u8]) {
-    for _ in 0..50 {
-        let before = cache_hits(c).await;
-        let got = c.request(&[b"GET", key.as_bytes()]).await;
-        assert_eq!(show(&got), show(want), "GET {key}");
-        if cache_hits(c).await > before {
-            return;
-        }
-    }
-    panic!("{key} never became a cache hit after 50 GETs");
-}
-
-/// `cache_hits` from CORRAL CACHE STATS (a flat array of bulk name, value pairs).
-async fn cache_hits(c: &mut RawClient) -> u64 {
-    let stats = c.cmd("CORRAL CACHE STATS").await;
-    let key = b"$10\r\ncache_hits\r\n$";
-    let at = stats
-        .windows(key.len())
-        .position(|w| w == key)
-        .unwrap_or_else(|| panic!("no cache_hits in {}", show(&stats)));
-    let rest = &stats[at + key.len()..];
-    let value = rest
-        .split(|&b| b == b'\n')
-        .nth(1)
-        .and_then(|v| v.strip_suffix(b"\r"))
-        .unwrap_or_else(|| panic!("cache_hits value in {}", show(&stats)));
-    std::str::from_utf8(value)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("cache_hits is not a number: {}", show(&stats)))
 }
 
 #[tokio::test]

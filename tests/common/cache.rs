@@ -1,0 +1,135 @@
+//! corral's cache seen by a client: what `CORRAL CACHE STATS` says, making a key cached, and
+//! reading a key until a change shows.
+
+use std::time::{Duration, Instant};
+
+use super::client::RawClient;
+use super::resp::show;
+
+/// `CORRAL CACHE STATS` (or any flat name/value reply) as a map.
+pub async fn corral_stats(c: &mut RawClient) -> std::collections::HashMap<String, String> {
+    let reply = c.cmd("CORRAL CACHE STATS").await;
+    let frame = match redis_protocol::resp3::decode::complete::decode(&reply) {
+        Ok(Some((f, _))) => f,
+        other => panic!("CORRAL CACHE STATS: {other:?} from {}", show(&reply)),
+    };
+    use redis_protocol::resp3::types::OwnedFrame as F;
+    let items = match frame {
+        F::Array { data, .. } => data,
+        F::Map { data, .. } => data.into_iter().flat_map(|(k, v)| [k, v]).collect(),
+        other => panic!("CORRAL CACHE STATS is not an array: {other:?}"),
+    };
+    let text = |f: &F| match f {
+        F::BlobString { data, .. } => String::from_utf8_lossy(data).into_owned(),
+        other => panic!("CORRAL CACHE STATS item {other:?}"),
+    };
+    items
+        .chunks(2)
+        .map(|kv| (text(&kv[0]), text(&kv[1])))
+        .collect()
+}
+
+/// One field of `CORRAL CACHE STATS`.
+pub async fn stat(c: &mut RawClient, name: &str) -> String {
+    corral_stats(c)
+        .await
+        .remove(name)
+        .unwrap_or_else(|| panic!("no {name} in CORRAL CACHE STATS"))
+}
+
+/// One numeric field of `CORRAL CACHE STATS`.
+pub async fn stat_n(c: &mut RawClient, name: &str) -> u64 {
+    let v = stat(c, name).await;
+    v.parse()
+        .unwrap_or_else(|_| panic!("{name} is not a number: {v}"))
+}
+
+/// GETs `key` through corral (each reply must be `want`) until one GET is answered from the
+/// local cache, i.e. `cache_hits` grew across it; at most 50 GETs. Only for tests where no
+/// other client uses the proxy at the same time, or the hit could be someone else's.
+pub async fn make_cached(c: &mut RawClient, key: &str, want: &[u8]) {
+    make_cached_within(c, key, want, 50).await
+}
+
+/// [`make_cached`] with at most `tries` GETs.
+pub async fn make_cached_within(c: &mut RawClient, key: &str, want: &[u8], tries: usize) {
+    for _ in 0..tries {
+        let before = stat_n(c, "cache_hits").await;
+        let got = c.request(&[b"GET", key.as_bytes()]).await;
+        assert_eq!(show(&got), show(want), "GET {key} while warming");
+        if stat_n(c, "cache_hits").await > before {
+            return;
+        }
+    }
+    panic!(
+        "{key} never became a cache hit after {tries} GETs: {:?}",
+        corral_stats(c).await
+    );
+}
+
+/// GET `key`; the reply bytes.
+pub async fn get(c: &mut RawClient, key: &str) -> Vec<u8> {
+    c.request(&[b"GET", key.as_bytes()]).await
+}
+
+/// GETs `key` through corral until it returns `want`; every earlier reply must be one of
+/// `allowed` (or an upstream error when `errors_ok`). Returns how long it took and how many
+/// GETs saw something else first. Panics after `limit`.
+pub async fn get_until(
+    c: &mut RawClient,
+    key: &str,
+    want: &[u8],
+    allowed: &[&[u8]],
+    errors_ok: bool,
+    limit: Duration,
+) -> (Duration, usize) {
+    let start = Instant::now();
+    let mut stale = 0;
+    loop {
+        let got = match c.try_request(&[b"GET", key.as_bytes()]).await {
+            Ok(g) => g,
+            Err(e) if errors_ok => format!("-io {e}\r\n").into_bytes(),
+            Err(e) => panic!("GET {key}: {e}"),
+        };
+        if got == want {
+            return (start.elapsed(), stale);
+        }
+        let error = got.starts_with(b"-");
+        assert!(
+            allowed.contains(&got.as_slice()) || (errors_ok && error),
+            "GET {key} returned {} while waiting for {}",
+            show(&got),
+            show(want)
+        );
+        stale += 1;
+        assert!(
+            start.elapsed() < limit,
+            "GET {key} still returns {} {:?} after the change; expected {}",
+            show(&got),
+            start.elapsed(),
+            show(want)
+        );
+        if errors_ok && error {
+            // The upstream is recovering: reconnect (the old connection may be gone) and
+            // give it a moment.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            if let Ok(fresh) = RawClient::connect(c.stream.peer_addr().expect("peer")).await {
+                *c = fresh;
+            }
+        }
+    }
+}
+
+/// Asserts that `n` more GETs of `key` all return `want`: once new, never old again.
+pub async fn stays(c: &mut RawClient, key: &str, want: &[u8], n: usize) {
+    for i in 0..n {
+        let got = get(c, key).await;
+        assert_eq!(
+            got,
+            want,
+            "GET {key} #{i} went back to {} after returning {}",
+            show(&got),
+            show(want)
+        );
+    }
+}
