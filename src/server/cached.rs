@@ -7,8 +7,7 @@ use bytes::{Bytes, BytesMut};
 use super::connection::Pending;
 use super::slot::Slot;
 use crate::cache::{Cache, Lookup};
-use crate::commands::{self, Access};
-use crate::resp::Args;
+use crate::commands::{self, Access, Command, KeyPositions};
 use crate::resp::request::encode_request;
 use crate::upstream::UpstreamConn;
 
@@ -47,9 +46,10 @@ pub(super) fn cache_step(
     node: Option<&str>,
     writes: &mut Writes,
     access: Access,
-    args: &Args<'_>,
+    cmd: &Command<'_>,
     may_serve: bool,
 ) -> Option<Pending> {
+    let args = &cmd.args;
     match access {
         Access::Get if args.len() == 2 && may_serve && !writes.touched(args.get(1)?) => {
             let key = args.get(1)?;
@@ -95,19 +95,15 @@ pub(super) fn cache_step(
         }
         Access::Get | Access::MGet | Access::Read => None,
         Access::Write => {
-            let mut buf = [0u8; 24];
-            let name = args
-                .get(0)
-                .and_then(|n| commands::table::upper(n, &mut buf))
-                .unwrap_or_default();
-            if matches!(name, b"EVAL" | b"EVALSHA" | b"FCALL") {
+            if matches!(cmd.name(), b"EVAL" | b"EVALSHA" | b"FCALL") {
                 writes.barrier = true;
                 writes.round_all = true;
             }
-            if !crate::cluster::command_keys(name, args).is_known() {
+            let positions = cmd.keys();
+            if !positions.is_known() {
                 writes.round_all = true;
             }
-            let keys = invalidate_writes(cache, args);
+            let keys = invalidate_keys(cache, cmd, positions);
             writes.round_keys.extend(keys.iter().cloned());
             writes.keys.extend(keys);
             None
@@ -178,22 +174,21 @@ impl TxWrites {
 /// Invalidates the keys a write command names (before it is forwarded) and returns them, to
 /// invalidate again once it is acknowledged. The keys come from the command table of Redis
 /// (every key position, read or written), or the first argument for unknown commands.
-pub(super) fn invalidate_writes(cache: &Cache, args: &Args<'_>) -> Vec<Bytes> {
-    let mut buf = [0u8; 24];
-    let name = args
-        .get(0)
-        .and_then(|n| commands::table::upper(n, &mut buf))
-        .unwrap_or_default();
+pub(super) fn invalidate_writes(cache: &Cache, cmd: &Command<'_>) -> Vec<Bytes> {
+    invalidate_keys(cache, cmd, cmd.keys())
+}
+
+/// [`invalidate_writes`] with the key positions already looked up.
+fn invalidate_keys(cache: &Cache, cmd: &Command<'_>, positions: KeyPositions) -> Vec<Bytes> {
     let mut keys = Vec::new();
     let mut add = |k: &[u8]| {
         cache.invalidate_for_write(k);
         keys.push(Bytes::copy_from_slice(k));
     };
-    let positions = crate::cluster::command_keys(name, args);
     if positions.is_known() {
-        positions.keys(args).for_each(&mut add);
-    } else {
-        commands::keys::write_keys(name, args, add);
+        positions.keys(&cmd.args).for_each(&mut add);
+    } else if let Some(k) = commands::keys::unknown_write_key(cmd.name(), &cmd.args) {
+        add(k);
     }
     keys
 }

@@ -234,7 +234,7 @@ fn list(args: &Args<'_>, me: &Session, registry: &Registry, e: &mut Encoder<'_>)
 fn last_command(s: &Session) -> String {
     let name = s.last_cmd.as_bytes();
     let parts: Vec<Vec<u8>> = name.split(|&b| b == b'|').map(<[u8]>::to_vec).collect();
-    if name.is_empty() || !super::connection::command_exists(&Args::Owned(&parts)) {
+    if name.is_empty() || !crate::commands::Command::new(Args::Owned(&parts)).exists() {
         return "NULL".to_string();
     }
     String::from_utf8_lossy(name).into_owned()

@@ -23,7 +23,9 @@ use super::subscriber::{Subscriptions, encode_message};
 use super::tracking::Inbox;
 use super::{Shared, cluster_view, corral, info, routed};
 use crate::cache::Value;
-use crate::commands::{self, Access, Exclusive, Local, LocalCtx, Outcome, Route, Session, Tx};
+use crate::commands::{
+    self, Access, Command, Exclusive, Kind, Local, LocalCtx, Outcome, Route, Session, Tx,
+};
 use crate::resp::reply::{self, Encoder};
 use crate::resp::request::{encode_request, parse_int};
 use crate::resp::{Limits, Parsed, RequestParser};
@@ -381,7 +383,9 @@ impl Conn {
                 Parsed::Multibulk { len } => (len, false),
                 Parsed::Inline { len } => (len, true),
             };
-            if self.must_start_round(off, len) {
+            let cmd = Command::new(self.parser.args(&self.rbuf[off..off + len]));
+            let kind = cmd.kind;
+            if self.must_start_round(&cmd) {
                 // This request moves the client to another upstream connection: everything
                 // before it must complete first, so start it in a round of its own.
                 break;
@@ -395,7 +399,7 @@ impl Conn {
                 self.reply_mode = ReplyMode::On;
                 self.silent_now = true;
             }
-            let pending = self.route(off, len, inline);
+            let pending = self.route(off, len, inline, kind);
             off += len;
             let barrier = self.handle(pending).await;
             if skip {
@@ -575,10 +579,13 @@ impl Conn {
 
     /// Routes the request at `rbuf[off..off + len]`: forwards are appended to the batch, local
     /// commands run at once.
-    fn route(&mut self, off: usize, len: usize, inline: bool) -> Pending {
+    fn route(&mut self, off: usize, len: usize, inline: bool, kind: Kind) -> Pending {
         let frame = &self.rbuf[off..off + len];
-        let args = self.parser.args(frame);
-        let route = commands::classify(&args);
+        let cmd = Command {
+            args: self.parser.args(frame),
+            kind,
+        };
+        let (args, route) = (cmd.args, kind.route);
         self.session.last_cmd.set(&args);
         let allowed_unauthenticated = matches!(
             route,
@@ -591,7 +598,7 @@ impl Conn {
             match route {
                 Route::PubSub(_) | Route::Local(Local::Quit | Local::Reset) => {}
                 // Redis checks that the command exists, then the subscribed-mode rule.
-                _ if !command_exists(&args) => {
+                _ if !cmd.exists() => {
                     return Pending::Ready(unknown_command(&args));
                 }
                 Route::Local(Local::Ping) if args.len() > 2 => {
@@ -648,7 +655,7 @@ impl Conn {
             // replies must be Redis's own. Commands that change connection state leave the
             // connection unfit for reuse.
             let mut queued_writes = match (route, &self.shared.cache) {
-                (Route::Forward(Access::Write), Some(cache)) => invalidate_writes(cache, &args),
+                (Route::Forward(Access::Write), Some(cache)) => invalidate_writes(cache, &cmd),
                 _ => Vec::new(),
             };
             let bytes = if route == Route::ClientAdmin && is_unblock(&args) {
@@ -656,11 +663,8 @@ impl Conn {
             } else {
                 req()
             };
-            let tracking_on = route == Route::Tracking
-                && args
-                    .get(1)
-                    .is_some_and(|a| a.eq_ignore_ascii_case(b"TRACKING"))
-                && args.get(2).is_some_and(|a| a.eq_ignore_ascii_case(b"ON"));
+            let tracking_on =
+                route == Route::Tracking && cmd.arg_is(1, b"TRACKING") && cmd.arg_is(2, b"ON");
             if tracking_on && args.iter().any(|a| a.eq_ignore_ascii_case(b"REDIRECT")) {
                 // The corral id would have to become the target's upstream id, which needs a
                 // connection made for it: not while Redis queues the command.
@@ -675,7 +679,7 @@ impl Conn {
                     .and_then(|n| u32::try_from(n).ok()),
                 _ => None,
             };
-            let script = commands::busy::exclusive(&args) == Some(Exclusive::Script);
+            let script = commands::busy::exclusive(&cmd) == Some(Exclusive::Script);
             if let Some(pause) = client_pause(&args) {
                 // Takes effect at EXEC; counting it from now only routes a little early.
                 self.shared.upstream.status.note_pause(pause);
@@ -718,7 +722,7 @@ impl Conn {
                     Some(&node),
                     &mut self.writes,
                     access,
-                    &args,
+                    &cmd,
                     true,
                 );
                 if let Some(p) = step {
@@ -726,7 +730,7 @@ impl Conn {
                 }
             }
         }
-        if let Some(p) = self.cluster_step(route, &args, &req) {
+        if let Some(p) = self.cluster_step(&cmd, &req) {
             return p;
         }
         if let Route::Local(Local::Ping | Local::Echo) = route
@@ -754,7 +758,7 @@ impl Conn {
                     // While a pause sent through corral lasts, each request goes alone on a
                     // connection of its own, so only its client waits, as on Redis.
                     let writes = match &self.shared.cache {
-                        Some(cache) if access == Access::Write => invalidate_writes(cache, &args),
+                        Some(cache) if access == Access::Write => invalidate_writes(cache, &cmd),
                         _ => Vec::new(),
                     };
                     return Pending::Blocking {
@@ -764,11 +768,9 @@ impl Conn {
                     };
                 }
                 if self.shared.upstream.cluster.is_none() {
-                    match commands::busy::exclusive(&args) {
+                    match commands::busy::exclusive(&cmd) {
                         Some(Exclusive::OutOfBand) if self.pin.is_none() => {
-                            let shutdown = args
-                                .get(0)
-                                .is_some_and(|n| n.eq_ignore_ascii_case(b"SHUTDOWN"));
+                            let shutdown = cmd.name() == b"SHUTDOWN";
                             return Pending::OutOfBand {
                                 req: req(),
                                 shutdown,
@@ -805,15 +807,8 @@ impl Conn {
                         .shared
                         .upstream
                         .conn(self.session.proto, self.session.id);
-                    let step = cache_step(
-                        cache,
-                        conn,
-                        None,
-                        &mut self.writes,
-                        access,
-                        &args,
-                        may_serve,
-                    );
+                    let step =
+                        cache_step(cache, conn, None, &mut self.writes, access, &cmd, may_serve);
                     match step {
                         Some(Pending::Lead(lead)) => {
                             self.batch_leads.push((self.batch_count, lead));
@@ -918,7 +913,7 @@ impl Conn {
             }
             Route::Blocking => {
                 let writes = match &self.shared.cache {
-                    Some(cache) => invalidate_writes(cache, &args),
+                    Some(cache) => invalidate_writes(cache, &cmd),
                     None => Vec::new(),
                 };
                 Pending::Blocking {
@@ -1001,19 +996,19 @@ impl Conn {
     /// True when the request at `rbuf[off..off + len]` needs a dedicated connection (MULTI or
     /// WATCH while not pinned, or a blocking command) and this round already sent requests
     /// elsewhere: they could otherwise run after it.
-    fn must_start_round(&self, off: usize, len: usize) -> bool {
+    fn must_start_round(&self, cmd: &Command<'_>) -> bool {
         if self.batch_count == 0 && self.slots.is_empty() {
             return false;
         }
-        let args = self.parser.args(&self.rbuf[off..off + len]);
-        match commands::classify(&args) {
+        let args = cmd.args;
+        match cmd.route() {
             Route::Tx(Tx::Multi | Tx::Watch) => self.pin.is_none(),
             Route::Blocking => true,
             Route::Forward(_) if client_pause(&args).is_none() && self.paused_alone() => true,
             // A script moves the client to a dedicated connection; a kill goes out of band.
             Route::Forward(_) if self.shared.upstream.cluster.is_none() => {
                 self.pin.is_none()
-                    && match commands::busy::exclusive(&args) {
+                    && match commands::busy::exclusive(cmd) {
                         Some(Exclusive::Script) => self.isolates(commands::busy::script_key(&args)),
                         Some(Exclusive::OutOfBand) => true,
                         None => false,
@@ -1021,11 +1016,7 @@ impl Conn {
             }
             // CLIENT TRACKING ON pins the client: what came before must run first.
             Route::Tracking => {
-                self.pin.is_none()
-                    && args
-                        .get(1)
-                        .is_some_and(|a| a.eq_ignore_ascii_case(b"TRACKING"))
-                    && args.get(2).is_some_and(|a| a.eq_ignore_ascii_case(b"ON"))
+                self.pin.is_none() && cmd.arg_is(1, b"TRACKING") && cmd.arg_is(2, b"ON")
             }
             _ => false,
         }
@@ -1034,12 +1025,8 @@ impl Conn {
     /// Cluster mode: routes by slot, answers CLUSTER/READONLY/READWRITE/SELECT as a single
     /// node would, and refuses what is not supported there yet. `None` in standalone mode or
     /// for requests handled as usual (local commands, INFO, pub/sub...).
-    fn cluster_step(
-        &self,
-        route: Route,
-        args: &crate::resp::Args<'_>,
-        req: &dyn Fn() -> Bytes,
-    ) -> Option<Pending> {
+    fn cluster_step(&self, cmd: &Command<'_>, req: &dyn Fn() -> Bytes) -> Option<Pending> {
+        let (args, route) = (&cmd.args, cmd.route());
         let cluster = self.shared.upstream.cluster.as_ref()?;
         let proto = self.session.proto;
         let error = |text: &str| {
@@ -1051,21 +1038,21 @@ impl Conn {
             .error(text);
             Some(Pending::Ready(out.freeze()))
         };
-        let name = args.get(0).unwrap_or_default().to_ascii_uppercase();
+        let name = cmd.name();
         if self.deferred_multi
             && !matches!(
                 route,
                 Route::Tx(_) | Route::Local(Local::Quit | Local::Reset) | Route::Corral
             )
         {
-            let node = match self.node_of(cluster, args) {
+            let node = match self.node_of(cluster, cmd) {
                 Ok(node) => node,
                 Err(e) => return Some(Pending::Ready(e)),
             };
             return Some(Pending::StartMulti { node, req: req() });
         }
         match route {
-            Route::Forward(_) => match name.as_slice() {
+            Route::Forward(_) => match name {
                 b"CLUSTER" => {
                     let healthy = cluster.map().covered() == crate::cluster::SLOTS;
                     match cluster_view::execute(args, self.session.laddr, healthy, proto) {
@@ -1085,14 +1072,14 @@ impl Conn {
                 b"READONLY" | b"READWRITE" if args.len() == 1 => {
                     Some(Pending::Ready(Bytes::from_static(reply::OK)))
                 }
-                _ => Some(routed::route(cluster, args, req(), proto, self.session.id)),
+                _ => Some(routed::route(cluster, cmd, req(), proto, self.session.id)),
             },
             Route::Select => match args.get(1).and_then(parse_int) {
                 Some(0) => Some(Pending::Ready(Bytes::from_static(reply::OK))),
                 _ => error("ERR SELECT is not allowed in cluster mode"),
             },
-            Route::Tx(tx) => self.cluster_tx(cluster, tx, args, req),
-            Route::Blocking if self.pin.is_none() => match self.node_of(cluster, args) {
+            Route::Tx(tx) => self.cluster_tx(cluster, tx, cmd, req),
+            Route::Blocking if self.pin.is_none() => match self.node_of(cluster, cmd) {
                 Ok(node) => Some(Pending::Blocking {
                     req: req(),
                     writes: Vec::new(),
@@ -1102,7 +1089,7 @@ impl Conn {
             },
             Route::Monitor => error(&format!(
                 "ERR '{}' is not yet supported by corral in cluster mode",
-                String::from_utf8_lossy(&name).to_ascii_lowercase()
+                String::from_utf8_lossy(name).to_ascii_lowercase()
             )),
             _ => None,
         }
@@ -1113,15 +1100,9 @@ impl Conn {
     fn node_of(
         &self,
         cluster: &crate::upstream::cluster::ClusterUpstream,
-        args: &crate::resp::Args<'_>,
+        cmd: &Command<'_>,
     ) -> Result<String, Bytes> {
-        let mut buf = [0u8; 24];
-        let name = args
-            .get(0)
-            .and_then(|n| commands::table::upper(n, &mut buf))
-            .unwrap_or_default();
-        let positions = crate::cluster::command_keys(name, args);
-        match crate::cluster::keys::keys_slot(&positions, args) {
+        match crate::cluster::keys::keys_slot(&cmd.keys(), &cmd.args) {
             crate::cluster::KeySlot::One(slot) => Ok(cluster
                 .master_of(slot)
                 .unwrap_or_else(|| cluster.any_node())
@@ -1139,14 +1120,14 @@ impl Conn {
         &self,
         cluster: &crate::upstream::cluster::ClusterUpstream,
         tx: Tx,
-        args: &crate::resp::Args<'_>,
+        cmd: &Command<'_>,
         req: &dyn Fn() -> Bytes,
     ) -> Option<Pending> {
         if self.pin.is_some() {
             return None;
         }
         match tx {
-            Tx::Watch => Some(match self.node_of(cluster, args) {
+            Tx::Watch => Some(match self.node_of(cluster, cmd) {
                 Ok(node) => Pending::Tx {
                     tx,
                     req: req(),
@@ -1417,20 +1398,6 @@ impl Conn {
     }
 }
 
-/// Whether Redis knows the command (corral's own and local ones included).
-pub(super) fn command_exists(args: &crate::resp::Args<'_>) -> bool {
-    let mut buf = [0u8; 24];
-    let Some(name) = args
-        .get(0)
-        .and_then(|n| commands::table::upper(n, &mut buf))
-    else {
-        return false;
-    };
-    let name: &[u8] = name;
-    matches!(commands::classify(args), Route::Local(_) | Route::Corral)
-        || crate::cluster::command_keys(name, args).is_known()
-}
-
 /// Redis's reply to an unknown command.
 fn unknown_command(args: &crate::resp::Args<'_>) -> Bytes {
     let clip = |a: &[u8]| String::from_utf8_lossy(&a[..a.len().min(128)]).into_owned();
@@ -1467,16 +1434,9 @@ fn full_command_name(args: &crate::resp::Args<'_>) -> String {
 /// Completes the leading GETs of a batch from its replies (frame `i` answers request `i`).
 fn share_leads(leads: Vec<(u32, crate::cache::Lead)>, replies: &crate::upstream::JobResult) {
     let frames: Vec<Bytes> = match replies {
-        Ok(b) => {
-            let mut scanner = crate::resp::ReplyScanner::new();
-            let mut out = Vec::new();
-            let mut start = 0;
-            while let Ok(Some(f)) = scanner.next_frame(b) {
-                out.push(b.slice(start..f.end));
-                start = f.end;
-            }
-            out
-        }
+        Ok(b) => crate::resp::frames(b)
+            .map(|f| b.slice(f.start..f.end()))
+            .collect(),
         Err(_) => Vec::new(),
     };
     for (i, lead) in leads {

@@ -8,11 +8,11 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 
 use super::connection::{Conn, Pending};
-use super::mget;
 use crate::cluster::keys::{CROSSSLOT, split_by_slot};
-use crate::cluster::{Addr, KeySlot, MultiKey, Redirect, SplitKind, classify_multi, command_keys};
+use crate::cluster::{Addr, KeySlot, MultiKey, Redirect, SplitKind, classify_multi};
+use crate::commands::{Access, Command};
 use crate::resp::request::{encode_request, parse_int};
-use crate::resp::{Args, Proto, ReplyScanner};
+use crate::resp::{Args, Proto};
 use crate::upstream::UpstreamConn;
 use crate::upstream::cluster::ClusterUpstream;
 
@@ -47,25 +47,21 @@ pub(super) struct Part {
 /// Routes a forwarded request in cluster mode.
 pub(super) fn route(
     cluster: &Arc<ClusterUpstream>,
-    args: &Args<'_>,
+    cmd: &Command<'_>,
     req: Bytes,
     proto: Proto,
     client: u64,
 ) -> Pending {
-    let mut buf = [0u8; 24];
-    let Some(name) = args
-        .get(0)
-        .and_then(|n| crate::commands::table::upper(n, &mut buf))
-    else {
+    let Some(name) = cmd.kind.name.get() else {
         return any_node(cluster, req, proto, client);
     };
-    let name: &[u8] = name;
-    let positions = command_keys(name, args);
+    let args = &cmd.args;
+    let positions = cmd.keys();
     if positions.is_empty() {
         return keyless(cluster, name, args, req, proto, client);
     }
     match crate::cluster::keys::keys_slot(&positions, args) {
-        KeySlot::One(slot) => match node_for(cluster, name, slot, client) {
+        KeySlot::One(slot) => match node_for(cluster, cmd.access(), slot, client) {
             Some(addr) => Pending::Node {
                 conn: cluster.conn_for(&addr, proto, client),
                 req,
@@ -86,10 +82,14 @@ pub(super) fn route(
 
 /// The node for a request on `slot`: a replica for read-only commands when `read_from` says
 /// so, else the master.
-fn node_for(cluster: &ClusterUpstream, name: &[u8], slot: u16, client: u64) -> Option<Addr> {
-    use crate::commands::Access;
-    match crate::commands::keys::access(name) {
-        Access::Get | Access::MGet | Access::Read => cluster.read_node(slot, client),
+fn node_for(
+    cluster: &ClusterUpstream,
+    access: Option<Access>,
+    slot: u16,
+    client: u64,
+) -> Option<Addr> {
+    match access {
+        Some(Access::Get | Access::MGet | Access::Read) => cluster.read_node(slot, client),
         _ => cluster.master_of(slot),
     }
 }
@@ -170,7 +170,7 @@ fn split(
     name: &[u8],
     kind: SplitKind,
     args: &Args<'_>,
-    positions: &crate::cluster::KeyPositions,
+    positions: &crate::commands::KeyPositions,
     proto: Proto,
     client: u64,
 ) -> Pending {
@@ -319,16 +319,16 @@ impl Conn {
         let cluster = self.shared.upstream.cluster.as_ref()?;
         let mut parser = crate::resp::RequestParser::new(crate::resp::Limits::default());
         parser.parse(cmd, true).ok()??;
-        let args = parser.args(cmd);
-        let name = args.get(0)?.to_ascii_uppercase();
-        let MultiKey::Split(kind) = classify_multi(&name) else {
+        let parsed = Command::new(parser.args(cmd));
+        let (args, name) = (parsed.args, parsed.name());
+        let MultiKey::Split(kind) = classify_multi(name) else {
             return None;
         };
-        let positions = command_keys(&name, &args);
+        let positions = parsed.keys();
         let mut requests = Vec::new();
         for i in positions.indices() {
             let key = args.get(i)?;
-            let mut argv: Vec<&[u8]> = vec![&name, key];
+            let mut argv: Vec<&[u8]> = vec![name, key];
             if kind == SplitKind::Mset {
                 argv.push(args.get(i + 1)?);
             }
@@ -402,7 +402,7 @@ impl Conn {
             Fan::Concat => {
                 let elements: Vec<&[u8]> = replies
                     .iter()
-                    .flat_map(|r| mget::elements(r).unwrap_or_default())
+                    .flat_map(|r| crate::resp::array_elements(r).unwrap_or_default())
                     .collect();
                 self.wbuf
                     .extend_from_slice(format!("*{}\r\n", elements.len()).as_bytes());
@@ -467,7 +467,7 @@ fn merge_split(kind: SplitKind, parts: &[(Vec<usize>, Bytes)], out: &mut BytesMu
         SplitKind::Mget => {
             let mut all: Vec<(usize, &[u8])> = Vec::new();
             for (keys, reply) in parts {
-                let elements = mget::elements(reply).unwrap_or_default();
+                let elements = crate::resp::array_elements(reply).unwrap_or_default();
                 all.extend(keys.iter().copied().zip(elements));
             }
             all.sort_by_key(|(i, _)| *i);
@@ -481,19 +481,12 @@ fn merge_split(kind: SplitKind, parts: &[(Vec<usize>, Bytes)], out: &mut BytesMu
 
 /// Top-level frames of `bytes`.
 fn frames(bytes: &[u8]) -> Vec<&[u8]> {
-    let mut scanner = ReplyScanner::new();
-    let mut out = Vec::new();
-    let mut start = 0;
-    while let Ok(Some(f)) = scanner.next_frame(bytes) {
-        out.push(&bytes[start..f.end]);
-        start = f.end;
-    }
-    out
+    crate::resp::frames(bytes).map(|f| f.bytes).collect()
 }
 
 /// The elements of an array reply.
 fn parts_of_array(reply: &[u8]) -> Vec<&[u8]> {
-    mget::elements(reply).unwrap_or_default()
+    crate::resp::array_elements(reply).unwrap_or_default()
 }
 
 fn bulk_text(frame: &[u8]) -> Option<String> {

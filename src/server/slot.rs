@@ -14,7 +14,6 @@ use super::{info, mget};
 use crate::cache::{FillResult, FillRx, Value};
 use crate::cluster::{Redirect, SplitKind};
 use crate::error::UpstreamError;
-use crate::resp::ReplyScanner;
 use crate::upstream::{Dedicated, JobResult, ScriptRun, UpstreamConn};
 
 /// A slot on a connection that serves this client alone (a blocking command, a script, an
@@ -150,22 +149,8 @@ pub(super) enum Slot {
 /// The database the client is in after an EXEC whose reply is the last one in `replies`,
 /// given the SELECTs it queued: the last one answered `+OK` (none if EXEC did not run).
 fn selected_by_exec(replies: &[u8], selects: &[(u32, usize)]) -> Option<u32> {
-    let mut scanner = ReplyScanner::new();
-    let (mut last, mut start) = (0, 0);
-    while let Ok(Some(f)) = scanner.next_frame(replies) {
-        last = start;
-        start = f.end;
-    }
-    let exec = replies.get(last..)?.strip_prefix(b"*")?;
-    let cr = exec.iter().position(|&b| b == b'\r')?;
-    let body = exec.get(cr + 2..)?;
-    let mut scanner = ReplyScanner::new();
-    let mut elements = Vec::new();
-    let mut at = 0;
-    while let Ok(Some(f)) = scanner.next_frame(body) {
-        elements.push(&body[at..f.end]);
-        at = f.end;
-    }
+    let exec = crate::resp::frames(replies).last()?;
+    let elements = crate::resp::array_elements(exec.bytes)?;
     selects
         .iter()
         .rev()
@@ -175,15 +160,9 @@ fn selected_by_exec(replies: &[u8], selects: &[(u32, usize)]) -> Option<u32> {
 
 /// Where the first reply (not a push) in `replies` starts and ends.
 fn first_reply(replies: &[u8]) -> Option<(usize, usize)> {
-    let mut scanner = ReplyScanner::new();
-    let mut start = 0;
-    while let Ok(Some(f)) = scanner.next_frame(replies) {
-        if !f.push {
-            return Some((start, f.end));
-        }
-        start = f.end;
-    }
-    None
+    crate::resp::frames(replies)
+        .find(|f| !f.push)
+        .map(|f| (f.start, f.end()))
 }
 
 /// Whether a shared read failed for a reason a routed retry can fix.
