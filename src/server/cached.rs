@@ -4,8 +4,8 @@ use std::collections::HashSet;
 
 use bytes::{Bytes, BytesMut};
 
-use super::connection::Pending;
-use super::slot::Slot;
+use super::connection::Plan;
+use super::pending::{PendingReply, Then};
 use crate::cache::{Cache, Lookup};
 use crate::commands::{self, Access, Command, KeyPositions};
 use crate::resp::request::encode_request;
@@ -48,19 +48,19 @@ pub(super) fn cache_step(
     access: Access,
     cmd: &Command<'_>,
     may_serve: bool,
-) -> Option<Pending> {
+) -> Option<Plan> {
     let args = &cmd.args;
     match access {
         Access::Get if args.len() == 2 && may_serve && !writes.touched(args.get(1)?) => {
             let key = args.get(1)?;
             // Standalone, a leading read rides in the client's own batch.
             Some(match cache.get(key, conn, node, node.is_none()) {
-                Lookup::Hit(v) => Pending::Slot(Slot::Value(v)),
-                Lookup::Wait(rx) => Pending::Slot(Slot::Fill {
+                Lookup::Hit(v) => Plan::Reply(PendingReply::Value(v)),
+                Lookup::Wait(rx) => Plan::Reply(PendingReply::Fill {
                     rx,
                     key: Bytes::copy_from_slice(key),
                 }),
-                Lookup::Lead(lead) => Pending::Lead(lead),
+                Lookup::Lead(lead) => Plan::Lead(lead),
             })
         }
         // In cluster mode the missing keys of an MGET may span slots: it is routed as usual.
@@ -81,16 +81,18 @@ pub(super) fn cache_step(
                 // Nothing cached: forward the MGET as it is.
                 return None;
             }
-            let mut req = BytesMut::new();
-            if !missing.is_empty() {
-                let mut argv: Vec<&[u8]> = Vec::with_capacity(missing.len() + 1);
-                argv.push(b"MGET");
-                argv.extend(missing);
-                encode_request(&argv, &mut req);
+            if missing.is_empty() {
+                return Some(Plan::Reply(PendingReply::Values(parts)));
             }
-            Some(Pending::MGet {
-                parts,
+            let mut req = BytesMut::new();
+            let mut argv: Vec<&[u8]> = Vec::with_capacity(missing.len() + 1);
+            argv.push(b"MGET");
+            argv.extend(missing);
+            encode_request(&argv, &mut req);
+            Some(Plan::Alone {
+                conn: None,
                 req: req.freeze(),
+                then: Then::MGet(parts),
             })
         }
         Access::Get | Access::MGet | Access::Read => None,

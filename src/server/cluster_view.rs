@@ -14,7 +14,7 @@ pub(super) enum ClusterReply {
     /// Answered here.
     Local(Bytes),
     /// Sent to the master of this slot (COUNTKEYSINSLOT, GETKEYSINSLOT).
-    Slot(u16),
+    PendingReply(u16),
 }
 
 /// A stable 40-hex-digit node id derived from corral's address.
@@ -104,7 +104,7 @@ pub(super) fn execute(
                 .and_then(|n| u16::try_from(n).ok())
                 .filter(|&n| usize::from(n) < crate::cluster::SLOTS)
             {
-                Some(slot) => return ClusterReply::Slot(slot),
+                Some(slot) => return ClusterReply::PendingReply(slot),
                 None => e.error("ERR Invalid slot"),
             }
         }
@@ -125,7 +125,7 @@ mod tests {
         let addr: SocketAddr = "127.0.0.1:6380".parse().unwrap();
         match execute(&Args::Owned(&owned), addr, true, Proto::Resp2) {
             ClusterReply::Local(b) => b.to_vec(),
-            ClusterReply::Slot(s) => format!("slot {s}").into_bytes(),
+            ClusterReply::PendingReply(s) => format!("slot {s}").into_bytes(),
         }
     }
 

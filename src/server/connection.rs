@@ -2,7 +2,7 @@
 //!
 //! Each round parses every complete request in the read buffer. Consecutive forwarded requests
 //! become one job on the client's upstream connection; local replies are produced on the spot.
-//! The round's replies are then collected in request order (see `slot.rs`) and written with
+//! The round's replies are then collected in request order (see `pending.rs`) and written with
 //! one write. With the cache on, GETs are looked up or coalesced and writes invalidate
 //! (`cached.rs`); transactions, blocking commands, SELECT and MONITOR use dedicated upstream
 //! connections (`stateful.rs`).
@@ -17,12 +17,11 @@ use tracing::{debug, warn};
 
 use super::cached::{Writes, cache_step, invalidate_writes};
 use super::clients::{self, ClientEntry, ReplyMode};
-use super::slot::{AfterAck, Queued, Slot};
+use super::pending::{AfterAck, PendingReply, Queued, Then};
 use super::stateful::Pin;
 use super::subscriber::{Subscriptions, encode_message};
 use super::tracking::Inbox;
 use super::{Shared, cluster_view, corral, info, routed};
-use crate::cache::Value;
 use crate::commands::{
     self, Access, Command, Exclusive, Kind, Local, LocalCtx, Outcome, Route, Session, Tx,
 };
@@ -46,7 +45,7 @@ pub(super) struct Conn {
     parser: RequestParser,
     pub(super) rbuf: BytesMut,
     pub(super) wbuf: BytesMut,
-    /// Scratch space for local replies, split off into `Slot::Ready`.
+    /// Scratch space for local replies, split off into `PendingReply::Ready`.
     local: BytesMut,
     /// Forwarded requests not yet handed to the upstream, and where they go.
     batch: BytesMut,
@@ -54,7 +53,7 @@ pub(super) struct Conn {
     batch_conn: Option<UpstreamConn>,
     /// Writes in this round and batch, for the cache.
     writes: Writes,
-    pub(super) slots: Vec<Queued>,
+    pub(super) replies: Vec<Queued>,
     /// Close the connection after this round's replies are written (QUIT, protocol error).
     pub(super) closing: bool,
     /// Close the connection at once, writing nothing more (client gone, output limit).
@@ -135,7 +134,7 @@ pub async fn run(
         batch_count: 0,
         batch_conn: None,
         writes: Writes::default(),
-        slots: Vec::new(),
+        replies: Vec::new(),
         closing: false,
         gone: false,
         pin: None,
@@ -160,7 +159,7 @@ pub async fn run(
     };
     loop {
         let wants_input = c.dispatch().await;
-        if !c.slots.is_empty() {
+        if !c.replies.is_empty() {
             c.collect(&mut stream).await;
             if c.gone {
                 return Ok(());
@@ -249,27 +248,19 @@ impl Drop for Registered {
 }
 
 /// What a routed request still needs after the synchronous part.
-pub(super) enum Pending {
+pub(super) enum Plan {
     /// Appended to the batch: nothing more to do.
     Batched,
-    /// A reply to queue after the batch so far.
-    Ready(Bytes),
-    /// A cache hit or a read to wait for, queued after the batch so far.
-    Slot(Slot),
+    /// A reply (local, a cache hit, a read to wait for...) queued after the batch so far.
+    Reply(PendingReply),
     /// A GET that others may join: forwarded in the batch, its reply shared when it arrives.
     Lead(crate::cache::Lead),
-    /// An MGET partly answered from the cache; `req` fetches the rest (empty if none).
-    MGet {
-        parts: Vec<Option<Value>>,
+    /// A request sent on its own after the batch so far, on `conn` (the client's usual
+    /// connection if `None`); its one reply is handled as `then` says.
+    Alone {
+        conn: Option<UpstreamConn>,
         req: Bytes,
-    },
-    /// An INFO request to send on its own.
-    Info { req: Bytes, with_proxy: bool },
-    /// A request whose receiver counts are corrected for corral's subscribers, sent on its
-    /// own.
-    Counted {
-        req: Bytes,
-        count: super::pubcount::Count,
+        then: Then,
     },
     /// A transaction command (the request bytes), which may pin or unpin the client.
     Tx {
@@ -332,13 +323,13 @@ pub(super) enum Pending {
         how: routed::Fan,
         parts: Vec<(UpstreamConn, Bytes)>,
     },
-    /// Cluster mode: one step of a SCAN over all masters.
-    Scan {
-        conn: UpstreamConn,
-        req: Bytes,
-        node: usize,
-        nodes: usize,
-    },
+}
+
+impl Plan {
+    /// A reply produced on the spot.
+    pub(super) fn ready(bytes: Bytes) -> Plan {
+        Plan::Reply(PendingReply::Ready(bytes))
+    }
 }
 
 impl Conn {
@@ -394,7 +385,7 @@ impl Conn {
             let (proto, db) = (self.session.proto, self.session.db);
             let skip = self.reply_mode == ReplyMode::Skip;
             if skip {
-                // CLIENT REPLY SKIP drops exactly this request's reply: give it its own slot.
+                // CLIENT REPLY SKIP drops exactly this request's reply: give it its own pending reply.
                 self.flush_batch().await;
                 self.reply_mode = ReplyMode::On;
                 self.silent_now = true;
@@ -419,69 +410,48 @@ impl Conn {
     }
 
     /// Carries out the asynchronous part of a routed request; true ends the round after it.
-    async fn handle(&mut self, pending: Pending) -> bool {
+    async fn handle(&mut self, pending: Plan) -> bool {
         match pending {
-            Pending::Batched => {}
+            Plan::Batched => {}
             // Leads are batched by `route`; one reaching here had no batch to ride in.
-            Pending::Lead(lead) => {
+            Plan::Lead(lead) => {
                 lead.complete(Err(crate::error::UpstreamError::BadReply {
                     cause: "read not sent".into(),
                 }));
                 self.push_ready(Bytes::from_static(b"-ERR internal: read not sent\r\n"))
                     .await;
             }
-            Pending::Ready(bytes) => self.push_ready(bytes).await,
-            Pending::Slot(slot) => {
+            Plan::Reply(reply) => {
                 self.flush_batch().await;
-                self.push_slot(slot);
+                self.push_reply(reply);
             }
-            Pending::MGet { parts, req } => {
+            Plan::Alone { conn, req, then } => {
                 self.flush_batch().await;
-                let conn = self.target();
-                let rx = if req.is_empty() {
-                    None
-                } else {
-                    Some(conn.send(req, 1).await)
-                };
-                self.push_slot(Slot::MGet { parts, rx, conn });
-            }
-            Pending::Info { req, with_proxy } => {
-                self.flush_batch().await;
-                let conn = self.target();
+                let conn = conn.unwrap_or_else(|| self.target());
                 let rx = conn.send(req, 1).await;
-                self.push_slot(Slot::Info {
-                    rx,
-                    conn,
-                    with_proxy,
-                });
+                self.push_reply(PendingReply::Reply { rx, conn, then });
             }
-            Pending::Counted { req, count } => {
-                self.flush_batch().await;
-                let conn = self.target();
-                let rx = conn.send(req, 1).await;
-                self.push_slot(Slot::Counted { rx, conn, count });
-            }
-            Pending::Tx { tx, req, node } => return self.transaction(tx, req, node).await,
-            Pending::Blocking { req, writes, node } => {
+            Plan::Tx { tx, req, node } => return self.transaction(tx, req, node).await,
+            Plan::Blocking { req, writes, node } => {
                 return self.blocking(req, writes, node).await;
             }
-            Pending::DeferMulti => {
+            Plan::DeferMulti => {
                 self.deferred_multi = true;
                 self.push_ready(Bytes::from_static(reply::OK)).await;
             }
-            Pending::StartMulti { node, req } => return self.start_multi(node, req).await,
-            Pending::EndDeferred(reply) => {
+            Plan::StartMulti { node, req } => return self.start_multi(node, req).await,
+            Plan::EndDeferred(reply) => {
                 self.deferred_multi = false;
                 self.push_ready(reply).await;
             }
-            Pending::Select { db, req } => return self.select(db, req).await,
-            Pending::OutOfBand { req, shutdown } => return self.out_of_band(req, shutdown).await,
-            Pending::Monitor => {
+            Plan::Select { db, req } => return self.select(db, req).await,
+            Plan::OutOfBand { req, shutdown } => return self.out_of_band(req, shutdown).await,
+            Plan::Monitor => {
                 self.flush_batch().await;
                 self.monitor = true;
                 return true;
             }
-            Pending::ReplyMode { mode, reply } => {
+            Plan::ReplyMode { mode, reply } => {
                 self.flush_batch().await;
                 self.reply_mode = mode;
                 // CLIENT REPLY ON right after SKIP cancels the skip before replying, as in
@@ -491,7 +461,7 @@ impl Conn {
                 }
                 self.push_ready(reply).await;
             }
-            Pending::Node { conn, req, slot } => {
+            Plan::Node { conn, req, slot } => {
                 if self.batch_count > 0 && !self.batch_conn.as_ref().is_some_and(|c| c.same(&conn))
                 {
                     self.flush_batch().await;
@@ -503,7 +473,7 @@ impl Conn {
                 self.batch_count += 1;
                 self.batch_cmds.push((req, slot));
             }
-            Pending::Split { kind, parts } => {
+            Plan::Split { kind, parts } => {
                 self.flush_batch().await;
                 let mut sent = Vec::with_capacity(parts.len());
                 for p in parts {
@@ -511,13 +481,13 @@ impl Conn {
                     sent.push((rx, p));
                 }
                 let after = self.take_writes();
-                self.push_slot(Slot::Split {
+                self.push_reply(PendingReply::Split {
                     kind,
                     parts: sent,
                     after,
                 });
             }
-            Pending::Fanout { how, parts } => {
+            Plan::Fanout { how, parts } => {
                 self.flush_batch().await;
                 let mut sent = Vec::with_capacity(parts.len());
                 for (conn, req) in parts {
@@ -525,37 +495,22 @@ impl Conn {
                     sent.push((rx, conn, req));
                 }
                 let after = self.take_writes();
-                self.push_slot(Slot::Fanout {
+                self.push_reply(PendingReply::Fanout {
                     how,
                     parts: sent,
                     after,
                 });
             }
-            Pending::Scan {
-                conn,
-                req,
-                node,
-                nodes,
-            } => {
-                self.flush_batch().await;
-                let rx = conn.send(req, 1).await;
-                self.push_slot(Slot::Scan {
-                    rx,
-                    conn,
-                    node,
-                    nodes,
-                });
-            }
-            Pending::Tracking { argv, req } => return self.client_tracking(argv, req).await,
-            Pending::AuthUser { auth, req } => return self.auth_user(auth, req).await,
-            Pending::Unpin(reply) => {
+            Plan::Tracking { argv, req } => return self.client_tracking(argv, req).await,
+            Plan::AuthUser { auth, req } => return self.auth_user(auth, req).await,
+            Plan::Unpin(reply) => {
                 self.push_ready(reply).await;
                 // Dropped, not released, at the end of the round (see `release_pin_if_done`);
                 // later requests start a new round, on corral's own connections.
                 self.pin_reset = true;
                 return true;
             }
-            Pending::HelloPinned(reply) => {
+            Plan::HelloPinned(reply) => {
                 self.push_ready(reply).await;
                 // Redis's reply to this HELLO is not the client's: it got corral's.
                 let mut hello = BytesMut::new();
@@ -565,12 +520,12 @@ impl Conn {
                 self.append(&hello);
                 self.flush_batch().await;
             }
-            Pending::Reset(reply) => {
+            Plan::Reset(reply) => {
                 self.flush_batch().await;
                 let waits = self.reset_state();
                 // RESET turns replies back on, its own included. Like an UNSUBSCRIBE's, its
                 // reply waits until Redis dropped the upstream subscriptions it ended.
-                self.push_slot(Slot::Subscribed { reply, waits });
+                self.push_reply(PendingReply::Subscribed { reply, waits });
                 return true;
             }
         }
@@ -579,7 +534,7 @@ impl Conn {
 
     /// Routes the request at `rbuf[off..off + len]`: forwards are appended to the batch, local
     /// commands run at once.
-    fn route(&mut self, off: usize, len: usize, inline: bool, kind: Kind) -> Pending {
+    fn route(&mut self, off: usize, len: usize, inline: bool, kind: Kind) -> Plan {
         let frame = &self.rbuf[off..off + len];
         let cmd = Command {
             args: self.parser.args(frame),
@@ -592,14 +547,14 @@ impl Conn {
             Route::Local(Local::Auth | Local::Hello | Local::Quit | Local::Reset)
         );
         if !self.session.authenticated && !allowed_unauthenticated {
-            return Pending::Ready(Bytes::from_static(reply::NOAUTH));
+            return Plan::ready(Bytes::from_static(reply::NOAUTH));
         }
         if self.resp2_subscribed() {
             match route {
                 Route::PubSub(_) | Route::Local(Local::Quit | Local::Reset) => {}
                 // Redis checks that the command exists, then the subscribed-mode rule.
                 _ if !cmd.exists() => {
-                    return Pending::Ready(unknown_command(&args));
+                    return Plan::ready(unknown_command(&args));
                 }
                 Route::Local(Local::Ping) if args.len() > 2 => {
                     let mut e = Encoder {
@@ -607,7 +562,7 @@ impl Conn {
                         out: &mut self.local,
                     };
                     e.error(&reply::wrong_arity("ping"));
-                    return Pending::Ready(self.local.split().freeze());
+                    return Plan::ready(self.local.split().freeze());
                 }
                 // In RESP2 subscribed mode PING answers in the shape of a message.
                 Route::Local(Local::Ping) => {
@@ -618,7 +573,7 @@ impl Conn {
                     e.array(2);
                     e.bulk(b"pong");
                     e.bulk(args.get(1).unwrap_or_default());
-                    return Pending::Ready(self.local.split().freeze());
+                    return Plan::ready(self.local.split().freeze());
                 }
                 _ => {
                     let name = full_command_name(&args);
@@ -630,7 +585,7 @@ impl Conn {
                         "ERR Can't execute '{name}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / \
                          PING / QUIT / RESET are allowed in this context"
                     ));
-                    return Pending::Ready(self.local.split().freeze());
+                    return Plan::ready(self.local.split().freeze());
                 }
             }
         }
@@ -668,7 +623,7 @@ impl Conn {
             if tracking_on && args.iter().any(|a| a.eq_ignore_ascii_case(b"REDIRECT")) {
                 // The corral id would have to become the target's upstream id, which needs a
                 // connection made for it: not while Redis queues the command.
-                return Pending::Ready(Bytes::from_static(
+                return Plan::ready(Bytes::from_static(
                     b"-ERR CLIENT TRACKING with REDIRECT inside MULTI is not supported by corral\r\n",
                 ));
             }
@@ -685,7 +640,7 @@ impl Conn {
                 self.shared.upstream.status.note_pause(pause);
             }
             if tracking_on && let Some(refused) = self.tracking_in_multi() {
-                return Pending::Ready(refused);
+                return Plan::ready(refused);
             }
             if let Some(pin) = &mut self.pin {
                 pin.script_queued |= script;
@@ -697,7 +652,7 @@ impl Conn {
                 pin.queued += 1;
             }
             self.append(&bytes);
-            return Pending::Batched;
+            return Plan::Batched;
         }
         if !matches!(route, Route::Forward(_)) {
             self.info_changed = true;
@@ -746,7 +701,7 @@ impl Conn {
             } else {
                 self.append_range(off, off + len);
             }
-            return Pending::Batched;
+            return Plan::Batched;
         }
         match route {
             Route::Forward(access) => {
@@ -761,7 +716,7 @@ impl Conn {
                         Some(cache) if access == Access::Write => invalidate_writes(cache, &cmd),
                         _ => Vec::new(),
                     };
-                    return Pending::Blocking {
+                    return Plan::Blocking {
                         req: req(),
                         writes,
                         node: None,
@@ -771,7 +726,7 @@ impl Conn {
                     match commands::busy::exclusive(&cmd) {
                         Some(Exclusive::OutOfBand) if self.pin.is_none() => {
                             let shutdown = cmd.name() == b"SHUTDOWN";
-                            return Pending::OutOfBand {
+                            return Plan::OutOfBand {
                                 req: req(),
                                 shutdown,
                             };
@@ -799,7 +754,11 @@ impl Conn {
                 if let Some(count) = super::pubcount::count_of(&args)
                     && !self.shared.pubsub.counts_exact()
                 {
-                    return Pending::Counted { req: req(), count };
+                    return Plan::Alone {
+                        conn: None,
+                        req: req(),
+                        then: Then::Counted(count),
+                    };
                 }
                 if let Some(cache) = &self.shared.cache {
                     let may_serve = self.pin.is_none() && self.session.db == 0;
@@ -810,7 +769,7 @@ impl Conn {
                     let step =
                         cache_step(cache, conn, None, &mut self.writes, access, &cmd, may_serve);
                     match step {
-                        Some(Pending::Lead(lead)) => {
+                        Some(Plan::Lead(lead)) => {
                             self.batch_leads.push((self.batch_count, lead));
                         }
                         Some(p) => return p,
@@ -825,7 +784,7 @@ impl Conn {
                     let (start, end) = (off, off + len);
                     self.append_range(start, end);
                 }
-                Pending::Batched
+                Plan::Batched
             }
             Route::Corral | Route::ClientAdmin
                 if self.session.user.is_some() && is_admin(&args) =>
@@ -838,23 +797,26 @@ impl Conn {
                     .filter(|_| name == "client")
                     .map(|s| format!("|{}", String::from_utf8_lossy(s).to_lowercase()))
                     .unwrap_or_default();
-                Pending::Ready(Bytes::from(format!(
+                Plan::ready(Bytes::from(format!(
                     "-NOPERM this user has no permissions to run the '{name}{sub}' command\r\n"
                 )))
             }
             Route::Corral => {
                 self.shared.metrics.local_commands.inc();
-                Pending::Ready(corral::execute(&args, &self.shared, self.session.proto))
+                Plan::ready(corral::execute(&args, &self.shared, self.session.proto))
             }
-            Route::Info => Pending::Info {
+            Route::Info => Plan::Alone {
+                conn: None,
                 req: req(),
-                with_proxy: info::wants_proxy_section(&args),
+                then: Then::Info {
+                    with_proxy: info::wants_proxy_section(&args),
+                },
             },
             Route::Local(cmd) => {
                 if matches!(cmd, Local::Auth | Local::Hello)
                     && let Some(auth) = super::users::upstream_auth(cmd, &args)
                 {
-                    return Pending::AuthUser { auth, req: req() };
+                    return Plan::AuthUser { auth, req: req() };
                 }
                 let user_before = self.session.user.is_some();
                 let proto_before = self.session.proto;
@@ -874,10 +836,10 @@ impl Conn {
                 }
                 let reply = self.local.split().freeze();
                 if cmd == Local::Reset {
-                    return Pending::Reset(reply);
+                    return Plan::Reset(reply);
                 }
                 if user_before && self.session.user.is_none() {
-                    return Pending::Unpin(reply);
+                    return Plan::Unpin(reply);
                 }
                 // The pinned connection of a tracking client or a Redis user must speak the
                 // client's protocol too.
@@ -886,11 +848,11 @@ impl Conn {
                     .as_ref()
                     .is_some_and(|p| p.tracking.is_some() || p.user.is_some());
                 if cmd == Local::Hello && tracking && self.session.proto != proto_before {
-                    return Pending::HelloPinned(reply);
+                    return Plan::HelloPinned(reply);
                 }
-                Pending::Ready(reply)
+                Plan::ready(reply)
             }
-            Route::Select => Pending::Select {
+            Route::Select => Plan::Select {
                 db: args
                     .get(1)
                     .and_then(parse_int)
@@ -905,7 +867,7 @@ impl Conn {
                     // The queued writes run now: invalidate them again once EXEC is answered.
                     self.writes.exec(&mut pin.tx_writes);
                 }
-                Pending::Tx {
+                Plan::Tx {
                     tx,
                     req: req(),
                     node: None,
@@ -916,39 +878,39 @@ impl Conn {
                     Some(cache) => invalidate_writes(cache, &cmd),
                     None => Vec::new(),
                 };
-                Pending::Blocking {
+                Plan::Blocking {
                     req: req(),
                     writes,
                     node: None,
                 }
             }
-            Route::Monitor if self.user_pinned() => Pending::Ready(Bytes::from_static(
+            Route::Monitor if self.user_pinned() => Plan::ready(Bytes::from_static(
                 b"-ERR MONITOR is not supported by corral for a client authenticated as a Redis \
                   ACL user\r\n",
             )),
-            Route::Monitor => Pending::Monitor,
+            Route::Monitor => Plan::Monitor,
             Route::ClientAdmin if is_unblock(&args) => {
                 let (req, addr) = clients::unblock_request(&args, &self.shared.clients);
                 match (&self.shared.upstream.cluster, addr) {
                     // Cluster mode: to the node the blocked client's connection is on.
                     (Some(cluster), Some(addr)) => match crate::cluster::Addr::parse(&addr) {
-                        Some(node) => Pending::Node {
+                        Some(node) => Plan::Node {
                             conn: cluster.conn_for(&node, self.session.proto, self.session.id),
                             req,
                             slot: None,
                         },
                         None => {
                             self.append(&req);
-                            Pending::Batched
+                            Plan::Batched
                         }
                     },
                     _ => {
                         self.append(&req);
-                        Pending::Batched
+                        Plan::Batched
                     }
                 }
             }
-            Route::Tracking => Pending::Tracking {
+            Route::Tracking => Plan::Tracking {
                 argv: args.iter().map(Bytes::copy_from_slice).collect(),
                 req: req(),
             },
@@ -959,8 +921,8 @@ impl Conn {
                 let (reply, mode) = clients::execute(&args, &self.session, &self.shared.clients);
                 self.session.qbuf = 0;
                 match mode {
-                    Some(mode) => Pending::ReplyMode { mode, reply },
-                    None => Pending::Ready(reply),
+                    Some(mode) => Plan::ReplyMode { mode, reply },
+                    None => Plan::ready(reply),
                 }
             }
             Route::PubSub(
@@ -970,7 +932,7 @@ impl Conn {
             ) if self.user_pinned() => {
                 // corral's shared pub/sub connection is authenticated as corral's upstream
                 // user: the user's channel permissions would not apply.
-                Pending::Ready(Bytes::from_static(
+                Plan::ready(Bytes::from_static(
                     b"-ERR SUBSCRIBE is not supported by corral for a client authenticated as \
                       a Redis ACL user\r\n",
                 ))
@@ -979,7 +941,7 @@ impl Conn {
                 self.shared.metrics.local_commands.inc();
                 let owned: Vec<Vec<u8>> = args.iter().map(<[u8]>::to_vec).collect();
                 let (reply, waits) = self.pubsub(cmd, &crate::resp::Args::Owned(&owned));
-                Pending::Slot(Slot::Subscribed { reply, waits })
+                Plan::Reply(PendingReply::Subscribed { reply, waits })
             }
             Route::Unsupported { name, why } => {
                 self.shared.metrics.local_commands.inc();
@@ -988,7 +950,7 @@ impl Conn {
                     out: &mut self.local,
                 };
                 e.error(&reply::unsupported(name, why));
-                Pending::Ready(self.local.split().freeze())
+                Plan::ready(self.local.split().freeze())
             }
         }
     }
@@ -997,7 +959,7 @@ impl Conn {
     /// WATCH while not pinned, or a blocking command) and this round already sent requests
     /// elsewhere: they could otherwise run after it.
     fn must_start_round(&self, cmd: &Command<'_>) -> bool {
-        if self.batch_count == 0 && self.slots.is_empty() {
+        if self.batch_count == 0 && self.replies.is_empty() {
             return false;
         }
         let args = cmd.args;
@@ -1025,7 +987,7 @@ impl Conn {
     /// Cluster mode: routes by slot, answers CLUSTER/READONLY/READWRITE/SELECT as a single
     /// node would, and refuses what is not supported there yet. `None` in standalone mode or
     /// for requests handled as usual (local commands, INFO, pub/sub...).
-    fn cluster_step(&self, cmd: &Command<'_>, req: &dyn Fn() -> Bytes) -> Option<Pending> {
+    fn cluster_step(&self, cmd: &Command<'_>, req: &dyn Fn() -> Bytes) -> Option<Plan> {
         let (args, route) = (&cmd.args, cmd.route());
         let cluster = self.shared.upstream.cluster.as_ref()?;
         let proto = self.session.proto;
@@ -1036,7 +998,7 @@ impl Conn {
                 out: &mut out,
             }
             .error(text);
-            Some(Pending::Ready(out.freeze()))
+            Some(Plan::ready(out.freeze()))
         };
         let name = cmd.name();
         if self.deferred_multi
@@ -1047,21 +1009,21 @@ impl Conn {
         {
             let node = match self.node_of(cluster, cmd) {
                 Ok(node) => node,
-                Err(e) => return Some(Pending::Ready(e)),
+                Err(e) => return Some(Plan::ready(e)),
             };
-            return Some(Pending::StartMulti { node, req: req() });
+            return Some(Plan::StartMulti { node, req: req() });
         }
         match route {
             Route::Forward(_) => match name {
                 b"CLUSTER" => {
                     let healthy = cluster.map().covered() == crate::cluster::SLOTS;
                     match cluster_view::execute(args, self.session.laddr, healthy, proto) {
-                        cluster_view::ClusterReply::Local(b) => Some(Pending::Ready(b)),
-                        cluster_view::ClusterReply::Slot(slot) => {
+                        cluster_view::ClusterReply::Local(b) => Some(Plan::ready(b)),
+                        cluster_view::ClusterReply::PendingReply(slot) => {
                             let addr = cluster
                                 .master_of(slot)
                                 .unwrap_or_else(|| cluster.any_node());
-                            Some(Pending::Node {
+                            Some(Plan::Node {
                                 conn: cluster.conn_for(&addr, proto, self.session.id),
                                 req: req(),
                                 slot: Some(slot),
@@ -1070,22 +1032,22 @@ impl Conn {
                     }
                 }
                 b"READONLY" | b"READWRITE" if args.len() == 1 => {
-                    Some(Pending::Ready(Bytes::from_static(reply::OK)))
+                    Some(Plan::ready(Bytes::from_static(reply::OK)))
                 }
                 _ => Some(routed::route(cluster, cmd, req(), proto, self.session.id)),
             },
             Route::Select => match args.get(1).and_then(parse_int) {
-                Some(0) => Some(Pending::Ready(Bytes::from_static(reply::OK))),
+                Some(0) => Some(Plan::ready(Bytes::from_static(reply::OK))),
                 _ => error("ERR SELECT is not allowed in cluster mode"),
             },
             Route::Tx(tx) => self.cluster_tx(cluster, tx, cmd, req),
             Route::Blocking if self.pin.is_none() => match self.node_of(cluster, cmd) {
-                Ok(node) => Some(Pending::Blocking {
+                Ok(node) => Some(Plan::Blocking {
                     req: req(),
                     writes: Vec::new(),
                     node: Some(node),
                 }),
-                Err(e) => Some(Pending::Ready(e)),
+                Err(e) => Some(Plan::ready(e)),
             },
             Route::Monitor => error(&format!(
                 "ERR '{}' is not yet supported by corral in cluster mode",
@@ -1122,35 +1084,35 @@ impl Conn {
         tx: Tx,
         cmd: &Command<'_>,
         req: &dyn Fn() -> Bytes,
-    ) -> Option<Pending> {
+    ) -> Option<Plan> {
         if self.pin.is_some() {
             return None;
         }
         match tx {
             Tx::Watch => Some(match self.node_of(cluster, cmd) {
-                Ok(node) => Pending::Tx {
+                Ok(node) => Plan::Tx {
                     tx,
                     req: req(),
                     node: Some(node),
                 },
-                Err(e) => Pending::Ready(e),
+                Err(e) => Plan::ready(e),
             }),
-            Tx::Multi if self.deferred_multi => Some(Pending::Ready(Bytes::from_static(
+            Tx::Multi if self.deferred_multi => Some(Plan::ready(Bytes::from_static(
                 b"-ERR MULTI calls can not be nested\r\n",
             ))),
-            Tx::Multi => Some(Pending::DeferMulti),
+            Tx::Multi => Some(Plan::DeferMulti),
             // A transaction with nothing queued: what Redis answers for it.
             Tx::Exec if self.deferred_multi => {
-                Some(Pending::EndDeferred(Bytes::from_static(b"*0\r\n")))
+                Some(Plan::EndDeferred(Bytes::from_static(b"*0\r\n")))
             }
             Tx::Discard if self.deferred_multi => {
-                Some(Pending::EndDeferred(Bytes::from_static(reply::OK)))
+                Some(Plan::EndDeferred(Bytes::from_static(reply::OK)))
             }
-            Tx::Unwatch => Some(Pending::Ready(Bytes::from_static(reply::OK))),
-            Tx::Exec => Some(Pending::Ready(Bytes::from_static(
+            Tx::Unwatch => Some(Plan::ready(Bytes::from_static(reply::OK))),
+            Tx::Exec => Some(Plan::ready(Bytes::from_static(
                 b"-ERR EXEC without MULTI\r\n",
             ))),
-            Tx::Discard => Some(Pending::Ready(Bytes::from_static(
+            Tx::Discard => Some(Plan::ready(Bytes::from_static(
                 b"-ERR DISCARD without MULTI\r\n",
             ))),
         }
@@ -1164,14 +1126,9 @@ impl Conn {
         if let Some(cluster) = &self.shared.upstream.cluster {
             return cluster.conn_for(&cluster.any_node(), self.session.proto, self.session.id);
         }
-        match &self.pin {
-            Some(pin) => pin.ded.conn.clone(),
-            None => {
-                self.shared
-                    .upstream
-                    .conn_db(self.session.proto, self.session.db, self.session.id)
-            }
-        }
+        self.shared
+            .upstream
+            .conn_db(self.session.proto, self.session.db, self.session.id)
     }
 
     /// Appends encoded request bytes to the batch.
@@ -1195,16 +1152,16 @@ impl Conn {
     /// Queues a local reply after everything routed before it.
     pub(super) async fn push_ready(&mut self, bytes: Bytes) {
         self.flush_batch().await;
-        self.push_slot(Slot::Ready(bytes));
+        self.push_reply(PendingReply::Ready(bytes));
     }
 
-    /// Queues a slot, silenced if CLIENT REPLY says so. (Un)subscribe confirmations never
+    /// Queues a pending reply, silenced if CLIENT REPLY says so. (Un)subscribe confirmations never
     /// are: Redis sends them as pushes, which CLIENT REPLY OFF/SKIP does not silence, in
     /// either protocol (a client waiting for them would hang).
-    pub(super) fn push_slot(&mut self, slot: Slot) {
-        let silent = !matches!(slot, Slot::Subscribed { .. })
+    pub(super) fn push_reply(&mut self, reply: PendingReply) {
+        let silent = !matches!(reply, PendingReply::Subscribed { .. })
             && (self.silent_now || self.reply_mode == ReplyMode::Off);
-        self.slots.push(Queued { slot, silent });
+        self.replies.push(Queued { reply, silent });
     }
 
     /// Hands the pending forwarded requests to the upstream as one job.
@@ -1254,7 +1211,7 @@ impl Conn {
                 .status
                 .script_started(keys, conn.is_dedicated())
         });
-        self.push_slot(Slot::Upstream {
+        self.push_reply(PendingReply::Upstream {
             rx,
             count,
             conn,

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 
-use super::connection::{Conn, Pending};
+use super::connection::{Conn, Plan};
+use super::pending::Then;
 use crate::cluster::keys::{CROSSSLOT, split_by_slot};
 use crate::cluster::{Addr, KeySlot, MultiKey, Redirect, SplitKind, classify_multi};
 use crate::commands::{Access, Command};
@@ -51,7 +52,7 @@ pub(super) fn route(
     req: Bytes,
     proto: Proto,
     client: u64,
-) -> Pending {
+) -> Plan {
     let Some(name) = cmd.kind.name.get() else {
         return any_node(cluster, req, proto, client);
     };
@@ -62,20 +63,20 @@ pub(super) fn route(
     }
     match crate::cluster::keys::keys_slot(&positions, args) {
         KeySlot::One(slot) => match node_for(cluster, cmd.access(), slot, client) {
-            Some(addr) => Pending::Node {
+            Some(addr) => Plan::Node {
                 conn: cluster.conn_for(&addr, proto, client),
                 req,
                 slot: Some(slot),
             },
             None => {
                 cluster.request_refresh();
-                Pending::Ready(Bytes::from_static(b"-CLUSTERDOWN Hash slot not served\r\n"))
+                Plan::ready(Bytes::from_static(b"-CLUSTERDOWN Hash slot not served\r\n"))
             }
         },
         KeySlot::NoKeys => any_node(cluster, req, proto, client),
         KeySlot::Cross => match classify_multi(name) {
             MultiKey::Split(kind) => split(cluster, name, kind, args, &positions, proto, client),
-            _ => Pending::Ready(Bytes::from_static(CROSSSLOT)),
+            _ => Plan::ready(Bytes::from_static(CROSSSLOT)),
         },
     }
 }
@@ -94,8 +95,8 @@ fn node_for(
     }
 }
 
-fn any_node(cluster: &ClusterUpstream, req: Bytes, proto: Proto, client: u64) -> Pending {
-    Pending::Node {
+fn any_node(cluster: &ClusterUpstream, req: Bytes, proto: Proto, client: u64) -> Plan {
+    Plan::Node {
         conn: cluster.conn_for(&cluster.any_node(), proto, client),
         req,
         slot: None,
@@ -112,7 +113,7 @@ fn keyless(
     req: Bytes,
     proto: Proto,
     client: u64,
-) -> Pending {
+) -> Plan {
     let sub = args.get(1).unwrap_or_default().to_ascii_uppercase();
     let fan = match (name, sub.as_slice()) {
         (b"DBSIZE", _) => Some(Fan::Sum),
@@ -125,7 +126,7 @@ fn keyless(
         _ => None,
     };
     match fan {
-        Some(how) => Pending::Fanout {
+        Some(how) => Plan::Fanout {
             how,
             parts: cluster
                 .masters()
@@ -138,29 +139,31 @@ fn keyless(
 }
 
 /// SCAN over every master in turn: the client's cursor is `redis_cursor << 10 | master`.
-fn scan(cluster: &ClusterUpstream, args: &Args<'_>, proto: Proto, client: u64) -> Pending {
+fn scan(cluster: &ClusterUpstream, args: &Args<'_>, proto: Proto, client: u64) -> Plan {
     let masters = cluster.masters();
     let cursor = args
         .get(1)
         .and_then(parse_int)
         .and_then(|c| u64::try_from(c).ok());
     let (Some(cursor), false) = (cursor, masters.is_empty()) else {
-        return Pending::Ready(Bytes::from_static(b"-ERR invalid cursor\r\n"));
+        return Plan::ready(Bytes::from_static(b"-ERR invalid cursor\r\n"));
     };
     let node = (cursor & ((1 << NODE_BITS) - 1)) as usize;
     let Some(addr) = masters.get(node) else {
-        return Pending::Ready(Bytes::from_static(b"-ERR invalid cursor\r\n"));
+        return Plan::ready(Bytes::from_static(b"-ERR invalid cursor\r\n"));
     };
     let inner = (cursor >> NODE_BITS).to_string();
     let mut argv: Vec<&[u8]> = args.iter().collect();
     argv[1] = inner.as_bytes();
     let mut req = BytesMut::new();
     encode_request(&argv, &mut req);
-    Pending::Scan {
-        conn: cluster.conn_for(addr, proto, client),
+    Plan::Alone {
+        conn: Some(cluster.conn_for(addr, proto, client)),
         req: req.freeze(),
-        node,
-        nodes: masters.len(),
+        then: Then::Scan {
+            node,
+            nodes: masters.len(),
+        },
     }
 }
 
@@ -173,12 +176,12 @@ fn split(
     positions: &crate::commands::KeyPositions,
     proto: Proto,
     client: u64,
-) -> Pending {
+) -> Plan {
     let mut parts = Vec::new();
     for group in split_by_slot(positions, args) {
         let Some(addr) = cluster.master_of(group.slot) else {
             cluster.request_refresh();
-            return Pending::Ready(Bytes::from_static(b"-CLUSTERDOWN Hash slot not served\r\n"));
+            return Plan::ready(Bytes::from_static(b"-CLUSTERDOWN Hash slot not served\r\n"));
         };
         let mut argv: Vec<&[u8]> = vec![name];
         for &i in &group.keys {
@@ -196,7 +199,7 @@ fn split(
             keys: group.keys,
         });
     }
-    Pending::Split { kind, parts }
+    Plan::Split { kind, parts }
 }
 
 impl Conn {

@@ -11,7 +11,7 @@ use tokio::net::TcpStream;
 
 use super::cached::TxWrites;
 use super::connection::Conn;
-use super::slot::{AfterAck, Blocking, Slot};
+use super::pending::{AfterAck, Blocking, PendingReply, Then};
 use crate::commands::Tx;
 use crate::resp::request::encode_request;
 use crate::upstream::Dedicated;
@@ -159,7 +159,7 @@ impl Conn {
             None => self.target(),
         };
         let rx = conn.send(req, 1).await;
-        self.push_slot(Slot::Upstream {
+        self.push_reply(PendingReply::Upstream {
             rx,
             count: 1,
             conn,
@@ -187,7 +187,7 @@ impl Conn {
             .out_of_band(self.session.proto, self.session.db);
         let conn = ded.conn.clone();
         let rx = conn.send(req, 1).await;
-        self.push_slot(Slot::Upstream {
+        self.push_reply(PendingReply::Upstream {
             rx,
             count: 1,
             conn,
@@ -223,7 +223,11 @@ impl Conn {
             }
         };
         let rx = conn.send(bytes, count).await;
-        self.push_slot(Slot::Select { rx, conn, db });
+        self.push_reply(PendingReply::Reply {
+            rx,
+            conn,
+            then: Then::Select(db),
+        });
         true
     }
 

@@ -14,7 +14,7 @@ use tokio::sync::{Notify, OnceCell, OwnedSemaphorePermit};
 use tokio_util::sync::CancellationToken;
 
 use super::connection::Conn;
-use super::slot::Slot;
+use super::pending::{PendingReply, Then};
 use super::stateful::Pin;
 use crate::resp::Proto;
 use crate::resp::reply::Encoder;
@@ -272,11 +272,10 @@ impl Conn {
                 self.flush_batch().await;
                 let conn = self.target();
                 let rx = conn.send(req, 1).await;
-                self.push_slot(Slot::Redir {
+                self.push_reply(PendingReply::Reply {
                     rx,
                     conn,
-                    from: up,
-                    to: mine,
+                    then: Then::Redir { from: up, to: mine },
                 });
             }
             // Without tracking they go to a shared connection, which never tracks: Redis's
@@ -363,14 +362,14 @@ impl Conn {
         }
         let conn = self.target();
         let rx = conn.send(bytes.freeze(), 1).await;
-        self.push_slot(Slot::Tracking {
+        self.push_reply(PendingReply::Reply {
             rx,
             conn,
-            change: Change {
+            then: Then::Tracking(Change {
                 on,
                 redirect,
                 bcast,
-            },
+            }),
         });
         false
     }

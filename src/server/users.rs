@@ -12,7 +12,7 @@
 use bytes::{Bytes, BytesMut};
 
 use super::connection::Conn;
-use super::slot::Slot;
+use super::pending::{PendingReply, Then};
 use super::stateful::Pin;
 use crate::commands::Local;
 use crate::resp::request::parse_int;
@@ -111,11 +111,10 @@ impl Conn {
                 },
             };
         let rx = conn.send(req, 1).await;
-        self.push_slot(Slot::Auth {
+        self.push_reply(PendingReply::Reply {
             rx,
             conn,
-            auth,
-            ded,
+            then: Then::Auth { auth, ded },
         });
         true
     }

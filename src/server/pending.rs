@@ -1,5 +1,5 @@
-//! Replies waiting to be written: each request of a round leaves a slot, and slots are
-//! resolved strictly in request order.
+//! Replies waiting to be written: each request of a round leaves a pending reply, and they
+//! are resolved strictly in request order.
 
 use bytes::Bytes;
 use tokio::io::AsyncReadExt;
@@ -16,7 +16,7 @@ use crate::cluster::{Redirect, SplitKind};
 use crate::error::UpstreamError;
 use crate::upstream::{Dedicated, JobResult, ScriptRun, UpstreamConn};
 
-/// A slot on a connection that serves this client alone (a blocking command, a script, an
+/// A reply on a connection that serves this client alone (a blocking command, a script, an
 /// out-of-band command): no deadline, since nobody else waits behind it and Redis may
 /// legitimately take its time; the wait ends if the client goes away.
 pub(super) struct Blocking {
@@ -51,18 +51,20 @@ pub(super) struct AfterAck {
     pub(super) script: Option<ScriptRun>,
 }
 
-/// A slot and whether its replies are dropped (CLIENT REPLY OFF/SKIP).
+/// A pending reply and whether its replies are dropped (CLIENT REPLY OFF/SKIP).
 pub(super) struct Queued {
-    pub(super) slot: Slot,
+    pub(super) reply: PendingReply,
     pub(super) silent: bool,
 }
 
 /// A reply, or replies, still to be written, in request order.
-pub(super) enum Slot {
+pub(super) enum PendingReply {
     /// Produced locally.
     Ready(Bytes),
     /// A cache hit, encoded in the client's protocol when written.
     Value(Value),
+    /// An MGET answered wholly from the cache, encoded when written.
+    Values(Vec<Option<Value>>),
     /// A coalesced or cache-filling read of `key` to wait for.
     Fill { rx: FillRx, key: Bytes },
     /// `count` replies from `conn`.
@@ -85,65 +87,43 @@ pub(super) enum Slot {
         parts: Vec<(oneshot::Receiver<JobResult>, UpstreamConn, Bytes)>,
         after: AfterAck,
     },
-    /// Cluster mode: a SCAN step on master `node` of `nodes`.
-    Scan {
+    /// The one reply of a request sent on its own, then handled as `then` says.
+    Reply {
         rx: oneshot::Receiver<JobResult>,
         conn: UpstreamConn,
-        node: usize,
-        nodes: usize,
-    },
-    /// An MGET with some values from the cache: `rx` brings the others, as one MGET reply
-    /// for the `None` parts in order.
-    MGet {
-        parts: Vec<Option<Value>>,
-        rx: Option<oneshot::Receiver<JobResult>>,
-        conn: UpstreamConn,
-    },
-    /// An INFO reply to extend with corral's sections.
-    Info {
-        rx: oneshot::Receiver<JobResult>,
-        conn: UpstreamConn,
-        with_proxy: bool,
-    },
-    /// A reply whose receiver counts are corrected for corral's own subscribers.
-    Counted {
-        rx: oneshot::Receiver<JobResult>,
-        conn: UpstreamConn,
-        count: super::pubcount::Count,
+        then: Then,
     },
     /// (Un)subscribe confirmations, written once the new upstream subscriptions are in place.
     Subscribed {
         reply: Bytes,
         waits: Vec<oneshot::Receiver<()>>,
     },
-    /// CLIENT TRACKING ON/OFF's reply: on `+OK` the change applies.
-    Tracking {
-        rx: oneshot::Receiver<JobResult>,
-        conn: UpstreamConn,
-        change: super::tracking::Change,
-    },
+}
+
+/// What is done with the one reply of a request sent on its own ([`PendingReply::Reply`]).
+pub(super) enum Then {
+    /// INFO: extended with corral's sections when `with_proxy`.
+    Info { with_proxy: bool },
+    /// Receiver counts corrected for corral's own subscribers.
+    Counted(super::pubcount::Count),
+    /// The MGET of the keys missing from `parts` (some values came from the cache): one
+    /// reply for the `None` parts, in order.
+    MGet(Vec<Option<Value>>),
+    /// Cluster mode: a SCAN step on master `node` of `nodes`.
+    Scan { node: usize, nodes: usize },
+    /// CLIENT TRACKING ON/OFF: on `+OK` the change applies.
+    Tracking(super::tracking::Change),
     /// AUTH or HELLO AUTH for a Redis user (`users.rs`): on success the client is pinned to
-    /// `conn` as the user; `ded` is the connection taken for it when not pinned yet.
+    /// the connection as the user; `ded` is the connection taken for it when not pinned yet.
     Auth {
-        rx: oneshot::Receiver<JobResult>,
-        conn: UpstreamConn,
         auth: super::users::UserAuth,
         ded: Option<Dedicated>,
     },
     /// GETREDIR or TRACKINGINFO of a redirecting client: Redis's reply names the sink's id
     /// `from`, the client knows its target as `to`.
-    Redir {
-        rx: oneshot::Receiver<JobResult>,
-        conn: UpstreamConn,
-        from: u64,
-        to: u64,
-    },
-    /// SELECT's reply (the first of the replies in `rx`); on `+OK` the client moves to `db`.
-    Select {
-        rx: oneshot::Receiver<JobResult>,
-        conn: UpstreamConn,
-        db: Option<u32>,
-    },
+    Redir { from: u64, to: u64 },
+    /// SELECT (the first of the replies); on `+OK` the client moves to the database.
+    Select(Option<u32>),
 }
 
 /// The database the client is in after an EXEC whose reply is the last one in `replies`,
@@ -174,21 +154,21 @@ fn redirected(result: &FillResult) -> bool {
     }
 }
 
-/// Waits for every receiver (a closed one counts as done).
-async fn futures_join_all(waits: Vec<oneshot::Receiver<()>>) {
+/// Waits for every receiver, one after another (a closed one counts as done).
+async fn wait_each(waits: Vec<oneshot::Receiver<()>>) {
     for w in waits {
         let _ = w.await;
     }
 }
 
 impl Conn {
-    /// Waits for every slot in order and appends its bytes to the write buffer. `client` is
+    /// Waits for every pending reply in order and appends its bytes to the write buffer. `client` is
     /// watched while a blocking command waits, to notice a client that goes away.
     pub(super) async fn collect(&mut self, client: &mut TcpStream) {
-        let mut slots = std::mem::take(&mut self.slots);
-        for Queued { slot, silent } in slots.drain(..) {
+        let mut replies = std::mem::take(&mut self.replies);
+        for Queued { reply, silent } in replies.drain(..) {
             let mark = self.wbuf.len();
-            self.resolve(slot, client).await;
+            self.resolve(reply, client).await;
             if silent {
                 self.wbuf.truncate(mark);
             }
@@ -204,15 +184,18 @@ impl Conn {
             }
         }
         // Keep the allocation for the next round.
-        self.slots = slots;
-        self.slots.clear();
+        self.replies = replies;
+        self.replies.clear();
     }
 
-    async fn resolve(&mut self, slot: Slot, client: &mut TcpStream) {
+    async fn resolve(&mut self, slot: PendingReply, client: &mut TcpStream) {
         match slot {
-            Slot::Ready(b) => self.wbuf.extend_from_slice(&b),
-            Slot::Value(v) => v.encode(self.session.proto, &mut self.wbuf),
-            Slot::Fill { rx, key } => {
+            PendingReply::Ready(b) => self.wbuf.extend_from_slice(&b),
+            PendingReply::Value(v) => v.encode(self.session.proto, &mut self.wbuf),
+            PendingReply::Values(parts) => {
+                mget::merge(&parts, None, self.session.proto, &mut self.wbuf);
+            }
+            PendingReply::Fill { rx, key } => {
                 let tracked = rx.tracked();
                 let result = self.wait_fill(rx).await;
                 // In cluster mode a read can meet a slot on the move (MOVED/ASK, or a fill's
@@ -234,7 +217,7 @@ impl Conn {
                     Err(e) => self.upstream_error(&e, 1),
                 }
             }
-            Slot::Upstream {
+            PendingReply::Upstream {
                 rx,
                 count,
                 conn,
@@ -322,34 +305,7 @@ impl Conn {
                     Err(e) => self.upstream_error(&e, count),
                 }
             }
-            Slot::MGet { parts, rx, conn } => {
-                let fetched = match rx {
-                    Some(rx) => match self.wait(rx, &conn).await {
-                        Ok(b) => Some(b),
-                        Err(e) => return self.upstream_error(&e, 1),
-                    },
-                    None => None,
-                };
-                mget::merge(
-                    &parts,
-                    fetched.as_deref(),
-                    self.session.proto,
-                    &mut self.wbuf,
-                );
-            }
-            Slot::Info {
-                rx,
-                conn,
-                with_proxy,
-            } => match self.wait(rx, &conn).await.map(|b| self.pushes_first(b)) {
-                Ok(b) if with_proxy => {
-                    let sections = info::proxy_sections(&self.shared);
-                    info::append_section(&b, &sections, &mut self.wbuf);
-                }
-                Ok(b) => self.wbuf.extend_from_slice(&b),
-                Err(e) => self.upstream_error(&e, 1),
-            },
-            Slot::Split { kind, parts, after } => {
+            PendingReply::Split { kind, parts, after } => {
                 let mut replies = Vec::with_capacity(parts.len());
                 for (rx, part) in parts {
                     let reply = match self.wait(rx, &part.conn).await {
@@ -364,7 +320,7 @@ impl Conn {
                 self.invalidate_after(&after);
                 self.merge_split(kind, &replies);
             }
-            Slot::Fanout { how, parts, after } => {
+            PendingReply::Fanout { how, parts, after } => {
                 let mut replies = Vec::with_capacity(parts.len());
                 for (rx, conn, req) in parts {
                     let reply = match self.wait(rx, &conn).await {
@@ -379,79 +335,74 @@ impl Conn {
                 self.invalidate_after(&after);
                 self.merge_fanout(how, &replies);
             }
-            Slot::Scan {
-                rx,
-                conn,
-                node,
-                nodes,
-            } => match self.wait(rx, &conn).await {
-                Ok(b) => self.scan_reply(&b, node, nodes),
-                Err(e) => self.upstream_error(&e, 1),
-            },
-            Slot::Counted { rx, conn, count } => match self.wait(rx, &conn).await {
-                Ok(b) => {
-                    let b = super::pubcount::correct(&count, b, &self.shared.pubsub);
-                    self.wbuf.extend_from_slice(&b);
-                }
-                Err(e) => self.upstream_error(&e, 1),
-            },
-            Slot::Subscribed { reply, waits } => {
+            PendingReply::Subscribed { reply, waits } => {
                 // Without an upstream the subscription is still registered and will be made
                 // when the connection returns; the client is not held up longer.
-                let all = futures_join_all(waits);
+                let all = wait_each(waits);
                 match self.shared.upstream.request_timeout {
                     Some(d) => drop(timeout(d, all).await),
                     None => all.await,
                 }
                 self.wbuf.extend_from_slice(&reply);
             }
-            Slot::Tracking { rx, conn, change } => match self.wait(rx, &conn).await {
-                Ok(b) => {
-                    self.tracking_answered(super::tracking::ends_ok(&b), change);
-                    self.wbuf.extend_from_slice(&b);
-                }
+            PendingReply::Reply { rx, conn, then } => match self.wait(rx, &conn).await {
+                Ok(b) => self.reply_arrived(b, then),
                 Err(e) => {
-                    self.tracking_answered(false, change);
+                    if let Then::Tracking(change) = then {
+                        self.tracking_answered(false, change);
+                    }
                     self.upstream_error(&e, 1);
                 }
             },
-            Slot::Auth {
-                rx,
-                conn,
-                auth,
-                ded,
-            } => match self.wait(rx, &conn).await {
-                Ok(b) => {
-                    let start = first_reply(&b).map_or(0, |(start, _)| start);
-                    let b = self.auth_answered(b, start, auth, ded);
+        }
+    }
+
+    /// Writes the one reply of a request sent on its own, handled as `then` says.
+    fn reply_arrived(&mut self, b: Bytes, then: Then) {
+        match then {
+            Then::MGet(parts) => {
+                mget::merge(&parts, Some(&b), self.session.proto, &mut self.wbuf);
+            }
+            Then::Info { with_proxy } => {
+                let b = self.pushes_first(b);
+                if with_proxy {
+                    let sections = info::proxy_sections(&self.shared);
+                    info::append_section(&b, &sections, &mut self.wbuf);
+                } else {
                     self.wbuf.extend_from_slice(&b);
                 }
-                Err(e) => self.upstream_error(&e, 1),
-            },
-            Slot::Redir { rx, conn, from, to } => match self.wait(rx, &conn).await {
-                Ok(b) => {
-                    let b = super::tracking::rewrite_redirect(&b, from, to);
-                    self.wbuf.extend_from_slice(&b);
+            }
+            Then::Scan { node, nodes } => self.scan_reply(&b, node, nodes),
+            Then::Counted(count) => {
+                let b = super::pubcount::correct(&count, b, &self.shared.pubsub);
+                self.wbuf.extend_from_slice(&b);
+            }
+            Then::Tracking(change) => {
+                self.tracking_answered(super::tracking::ends_ok(&b), change);
+                self.wbuf.extend_from_slice(&b);
+            }
+            Then::Auth { auth, ded } => {
+                let start = first_reply(&b).map_or(0, |(start, _)| start);
+                let b = self.auth_answered(b, start, auth, ded);
+                self.wbuf.extend_from_slice(&b);
+            }
+            Then::Redir { from, to } => {
+                let b = super::tracking::rewrite_redirect(&b, from, to);
+                self.wbuf.extend_from_slice(&b);
+            }
+            Then::Select(db) => {
+                // The SELECT's reply, after any invalidation pushes that came before it
+                // (tracking connection), without the `SELECT 0` that followed it.
+                let (start, end) = first_reply(&b).unwrap_or((0, b.len()));
+                if &b[start..end] == b"+OK\r\n"
+                    && let Some(db) = db
+                    && self.pin.as_ref().is_none_or(|p| !p.in_multi)
+                {
+                    self.session.db = db;
+                    self.info_changed = true;
                 }
-                Err(e) => self.upstream_error(&e, 1),
-            },
-            Slot::Select { rx, conn, db } => match self.wait(rx, &conn).await {
-                Ok(b) => {
-                    // The SELECT's reply, after any invalidation pushes that came before it
-                    // (tracking connection), without the `SELECT 0` that followed it.
-                    let (start, end) = first_reply(&b).unwrap_or((0, b.len()));
-                    let first = &b[..end];
-                    if &b[start..end] == b"+OK\r\n"
-                        && let Some(db) = db
-                        && self.pin.as_ref().is_none_or(|p| !p.in_multi)
-                    {
-                        self.session.db = db;
-                        self.info_changed = true;
-                    }
-                    self.wbuf.extend_from_slice(first);
-                }
-                Err(e) => self.upstream_error(&e, 1),
-            },
+                self.wbuf.extend_from_slice(&b[..end]);
+            }
         }
     }
 
