@@ -15,12 +15,13 @@ use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
-use super::cached::{Writes, cache_step, invalidate_writes};
+use super::cached::{cache_step, invalidate_writes};
 use super::clients::{self, ClientEntry, ReplyMode};
 use super::pending::{AfterAck, PendingReply, Queued, Then};
-use super::stateful::Pin;
+use super::pin::Pin;
 use super::subscriber::{Subscriptions, encode_message};
-use super::tracking::Inbox;
+use super::track_state::Inbox;
+use super::writes::Writes;
 use super::{Shared, cluster_view, corral, info, routed};
 use crate::commands::{
     self, Access, Command, Exclusive, Kind, Local, LocalCtx, Outcome, Route, Session, Tx,
@@ -298,7 +299,7 @@ pub(super) enum Plan {
     HelloPinned(Bytes),
     /// AUTH or HELLO AUTH as a Redis user, checked by Redis (`users.rs`).
     AuthUser {
-        auth: super::users::UserAuth,
+        auth: super::user_auth::UserAuth,
         req: Bytes,
     },
     /// A successful AUTH back to `default` of a client authenticated as a Redis user (its
@@ -743,7 +744,7 @@ impl Conn {
                                     .upstream
                                     .dedicated_to(None, self.session.proto, self.session.db)
                                     .ok()
-                                    .map(super::stateful::Pin::new);
+                                    .map(Pin::new);
                             }
                             self.batch_script = true;
                             self.batch_script_keys.extend(key);
@@ -814,7 +815,7 @@ impl Conn {
             },
             Route::Local(cmd) => {
                 if matches!(cmd, Local::Auth | Local::Hello)
-                    && let Some(auth) = super::users::upstream_auth(cmd, &args)
+                    && let Some(auth) = super::user_auth::upstream_auth(cmd, &args)
                 {
                     return Plan::AuthUser { auth, req: req() };
                 }

@@ -112,11 +112,11 @@ pub(super) enum Then {
     /// Cluster mode: a SCAN step on master `node` of `nodes`.
     Scan { node: usize, nodes: usize },
     /// CLIENT TRACKING ON/OFF: on `+OK` the change applies.
-    Tracking(super::tracking::Change),
+    Tracking(super::track_state::Change),
     /// AUTH or HELLO AUTH for a Redis user (`users.rs`): on success the client is pinned to
     /// the connection as the user; `ded` is the connection taken for it when not pinned yet.
     Auth {
-        auth: super::users::UserAuth,
+        auth: super::user_auth::UserAuth,
         ded: Option<Dedicated>,
     },
     /// GETREDIR or TRACKINGINFO of a redirecting client: Redis's reply names the sink's id
