@@ -2,8 +2,8 @@
 
 use bytes::{Bytes, BytesMut};
 
-use super::connection::Plan;
 use super::pending::{PendingReply, Then};
+use super::plan::Plan;
 use super::writes::Writes;
 use crate::cache::{Cache, Lookup};
 use crate::commands::{self, Access, Command, KeyPositions};

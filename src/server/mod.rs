@@ -1,15 +1,23 @@
 //! The client-facing server: accept loop, client limit, one task per connection.
 
+mod batch;
 mod cached;
+mod client;
 mod clients;
+mod cluster_route;
 mod cluster_view;
+mod collect;
 mod connection;
 mod corral;
+mod gate;
 mod info;
 mod mget;
 mod pending;
 mod pin;
+mod plan;
 mod pubcount;
+mod round;
+mod route;
 mod routed;
 mod shared;
 mod stateful;

@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 
-use super::connection::{Conn, Plan};
-use super::pending::Then;
+use super::client::Conn;
+use super::pending::{Fan, Part, Then};
+use super::plan::Plan;
 use crate::cluster::keys::{CROSSSLOT, split_by_slot};
 use crate::cluster::{Addr, KeySlot, MultiKey, Redirect, SplitKind, classify_multi};
 use crate::commands::{Access, Command};
@@ -21,29 +22,6 @@ use crate::upstream::cluster::ClusterUpstream;
 const MAX_REDIRECTS: usize = 5;
 /// SCAN cursors carry the master's index in their low bits.
 const NODE_BITS: u32 = 10;
-
-/// How replies from every master are combined.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Fan {
-    /// The first reply, or the first error (FLUSHALL, SCRIPT LOAD...).
-    First,
-    /// The sum of integer replies (DBSIZE).
-    Sum,
-    /// All array elements together (KEYS).
-    Concat,
-    /// The first non-nil reply (RANDOMKEY).
-    FirstNonNil,
-}
-
-/// One per-slot part of a split command.
-#[derive(Debug)]
-pub(super) struct Part {
-    pub(super) conn: UpstreamConn,
-    pub(super) req: Bytes,
-    pub(super) slot: u16,
-    /// Argument indices of the part's keys, in request order.
-    pub(super) keys: Vec<usize>,
-}
 
 /// Routes a forwarded request in cluster mode.
 pub(super) fn route(

@@ -9,7 +9,7 @@ use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::connection::Conn;
+use super::client::Conn;
 use super::pending::{AfterAck, Blocking, PendingReply, Then};
 use super::pin::Pin;
 use crate::commands::Tx;
@@ -60,7 +60,7 @@ impl Conn {
                         exec_select = Some(selects);
                     }
                     // EXEC runs the queued scripts now: count them as running.
-                    self.batch_script |= tx == Tx::Exec && std::mem::take(&mut pin.script_queued);
+                    self.batch.script |= tx == Tx::Exec && std::mem::take(&mut pin.script_queued);
                     ends = true;
                 }
                 Tx::Unwatch if !pin.in_multi => {
@@ -203,7 +203,7 @@ impl Conn {
                 let mut multi = BytesMut::new();
                 encode_request(&[b"MULTI"], &mut multi);
                 self.append(&multi);
-                self.skip_first = true;
+                self.batch.skip_first = true;
                 self.append(&req);
                 false
             }

@@ -4,7 +4,7 @@
 use bytes::{Bytes, BytesMut};
 use tokio::sync::oneshot;
 
-use super::connection::Conn;
+use super::client::Conn;
 use super::subscriber::{Subscriptions, confirmation, describe};
 use crate::commands::PubSub;
 use crate::pubsub;

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use bytes::{Bytes, BytesMut};
 
-use super::connection::Conn;
+use super::client::Conn;
 use super::pending::{PendingReply, Then};
 use super::pin::Pin;
 use super::track_state::{Change, Inbox, OwnPushes, Tracking};

@@ -11,7 +11,7 @@
 
 use bytes::{Bytes, BytesMut};
 
-use super::connection::Conn;
+use super::client::Conn;
 use super::pending::{PendingReply, Then};
 use super::pin::Pin;
 use super::user_auth::UserAuth;
