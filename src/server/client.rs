@@ -9,11 +9,11 @@ use std::sync::Arc;
 use bytes::BytesMut;
 use tokio_util::sync::CancellationToken;
 
-use super::Shared;
 use super::batch::Batch;
 use super::clients::{ClientEntry, ReplyMode};
 use super::pending::Queued;
 use super::pin::Pin;
+use super::shared::Shared;
 use super::subscriber::Subscriptions;
 use super::track_state::Inbox;
 use super::writes::Writes;

@@ -10,10 +10,10 @@ use tokio::time::timeout;
 use tracing::warn;
 
 use super::client::Conn;
-use super::pending::{AfterAck, PendingReply, Queued, Then};
+use super::pending::{AfterAck, Blocking, Fan, Part, PendingReply, Queued, Then};
 use super::{info, mget};
 use crate::cache::{FillResult, FillRx, Value};
-use crate::cluster::Redirect;
+use crate::cluster::{Redirect, SplitKind};
 use crate::error::UpstreamError;
 use crate::upstream::{JobResult, UpstreamConn};
 
@@ -86,145 +86,27 @@ impl Conn {
             PendingReply::Values(parts) => {
                 mget::merge(&parts, None, self.session.proto, &mut self.wbuf);
             }
-            PendingReply::Fill { rx, key } => {
-                let tracked = rx.tracked();
-                let result = self.wait_fill(rx).await;
-                // In cluster mode a read can meet a slot on the move (MOVED/ASK, or a fill's
-                // EXEC aborted by one): answer through the routing path, uncached.
-                if self.shared.upstream.cluster.is_some() && redirected(&result) {
-                    let reply = self.routed_get(&key).await;
-                    self.wbuf.extend_from_slice(&reply);
-                    return;
-                }
-                // A fill lost with its tracking lane (dead, reset): the client's own
-                // connection may be fine, so it reads the key there, uncached.
-                if tracked && result.is_err() {
-                    let reply = self.plain_get(&key).await;
-                    self.wbuf.extend_from_slice(&reply);
-                    return;
-                }
-                match result {
-                    Ok(v) => v.encode(self.session.proto, &mut self.wbuf),
-                    Err(e) => self.upstream_error(&e, 1),
-                }
-            }
+            PendingReply::Fill { rx, key } => self.resolve_fill(rx, key).await,
             PendingReply::Upstream {
                 rx,
                 count,
                 conn,
-                mut after,
+                after,
                 blocking,
             } => {
-                let result = match blocking {
-                    // A pinned connection serves this client alone: wait as long as Redis
-                    // takes (a script in a transaction, say), as a client of Redis would.
-                    None if conn.is_dedicated() => {
-                        match self.wait_blocking(rx, client, false, &conn).await {
-                            Some(r) => r,
-                            None => {
-                                self.gone = true;
-                                return;
-                            }
-                        }
-                    }
-                    None => self.wait(rx, &conn).await,
-                    Some(b) => match self.wait_blocking(rx, client, b.blocked, &conn).await {
-                        Some(Err(UpstreamError::ConnectionLost { .. })) if b.closes_client => {
-                            // SHUTDOWN succeeded: Redis closed the connection without a reply.
-                            self.gone = true;
-                            return;
-                        }
-                        Some(r) => {
-                            if let Some(d) = b.dedicated
-                                && r.is_ok()
-                            {
-                                self.shared.upstream.release(d);
-                            }
-                            r
-                        }
-                        // The client left: dropping the dedicated connection unblocks it.
-                        None => {
-                            self.gone = true;
-                            return;
-                        }
-                    },
+                let Some(result) = self.wait_upstream(rx, &conn, blocking, client).await else {
+                    self.gone = true;
+                    return;
                 };
-                // The batch's scripts are over (or nobody waits for them any more).
-                if let Some(mut run) = after.script.take()
-                    && result.is_ok()
-                {
-                    run.answered();
-                }
-                // Whatever the outcome, the write may have run.
-                self.invalidate_after(&after);
-                if after.lane_barrier
-                    && let Some(cache) = &self.shared.cache
-                {
-                    cache.sync_lane(self.shared.upstream.request_timeout).await;
-                }
-                let AfterAck {
-                    exec_select,
-                    cluster_cmds,
-                    skip_first,
-                    ..
-                } = after;
-                let result = match (result, &cluster_cmds) {
-                    (Ok(b), Some(cmds)) => Ok(self.follow_redirects(b, cmds, &conn).await),
-                    (r, _) => r,
-                };
-                let (result, count) = match result {
-                    Ok(b) if skip_first => match first_reply(&b) {
-                        // Pushes before it (a tracking connection) are the client's.
-                        Some((start, end)) => {
-                            let mut kept = bytes::BytesMut::from(&b[..start]);
-                            kept.extend_from_slice(&b[end..]);
-                            (Ok(kept.freeze()), count - 1)
-                        }
-                        None => (Ok(b), count),
-                    },
-                    Err(e) if skip_first => (Err(e), count - 1),
-                    r => (r, count),
-                };
-                if let (Some(selects), Ok(b)) = (exec_select, &result)
-                    && let Some(db) = selected_by_exec(b, &selects)
-                {
-                    self.session.db = db;
-                    self.info_changed = true;
-                }
-                match result {
-                    Ok(b) => self.wbuf.extend_from_slice(&b),
-                    Err(e) => self.upstream_error(&e, count),
-                }
+                self.upstream_answered(result, count, &conn, after).await;
             }
             PendingReply::Split { kind, parts, after } => {
-                let mut replies = Vec::with_capacity(parts.len());
-                for (rx, part) in parts {
-                    let reply = match self.wait(rx, &part.conn).await {
-                        Ok(b) => match Redirect::parse(&b) {
-                            Some(r) => self.retry(&part.req, Some(part.slot), r, &part.conn).await,
-                            None => b,
-                        },
-                        Err(e) => e.to_reply(),
-                    };
-                    replies.push((part.keys, reply));
-                }
+                self.resolve_split(kind, parts).await;
                 self.invalidate_after(&after);
-                self.merge_split(kind, &replies);
             }
             PendingReply::Fanout { how, parts, after } => {
-                let mut replies = Vec::with_capacity(parts.len());
-                for (rx, conn, req) in parts {
-                    let reply = match self.wait(rx, &conn).await {
-                        Ok(b) => match Redirect::parse(&b) {
-                            Some(r) => self.retry(&req, None, r, &conn).await,
-                            None => b,
-                        },
-                        Err(e) => e.to_reply(),
-                    };
-                    replies.push(reply);
-                }
+                self.resolve_fanout(how, parts).await;
                 self.invalidate_after(&after);
-                self.merge_fanout(how, &replies);
             }
             PendingReply::Subscribed { reply, waits } => {
                 // Without an upstream the subscription is still registered and will be made
@@ -246,6 +128,165 @@ impl Conn {
                 }
             },
         }
+    }
+
+    /// A cache fill or a read coalesced with another client's.
+    async fn resolve_fill(&mut self, rx: FillRx, key: Bytes) {
+        let tracked = rx.tracked();
+        let result = self.wait_fill(rx).await;
+        // In cluster mode a read can meet a slot on the move (MOVED/ASK, or a fill's
+        // EXEC aborted by one): answer through the routing path, uncached.
+        if self.shared.upstream.cluster.is_some() && redirected(&result) {
+            let reply = self.routed_get(&key).await;
+            self.wbuf.extend_from_slice(&reply);
+            return;
+        }
+        // A fill lost with its tracking lane (dead, reset): the client's own
+        // connection may be fine, so it reads the key there, uncached.
+        if tracked && result.is_err() {
+            let reply = self.plain_get(&key).await;
+            self.wbuf.extend_from_slice(&reply);
+            return;
+        }
+        match result {
+            Ok(v) => v.encode(self.session.proto, &mut self.wbuf),
+            Err(e) => self.upstream_error(&e, 1),
+        }
+    }
+
+    /// Waits for a batch's replies; `None` if the client is gone meanwhile (or a SHUTDOWN
+    /// closed the connection, as it closes the client's).
+    async fn wait_upstream(
+        &mut self,
+        rx: oneshot::Receiver<JobResult>,
+        conn: &UpstreamConn,
+        blocking: Option<Blocking>,
+        client: &mut TcpStream,
+    ) -> Option<JobResult> {
+        Some(match blocking {
+            // A pinned connection serves this client alone: wait as long as Redis
+            // takes (a script in a transaction, say), as a client of Redis would.
+            None if conn.is_dedicated() => {
+                match self.wait_blocking(rx, client, false, conn).await {
+                    Some(r) => r,
+                    None => return None,
+                }
+            }
+            None => self.wait(rx, conn).await,
+            Some(b) => match self.wait_blocking(rx, client, b.blocked, conn).await {
+                Some(Err(UpstreamError::ConnectionLost { .. })) if b.closes_client => {
+                    // SHUTDOWN succeeded: Redis closed the connection without a reply.
+                    return None;
+                }
+                Some(r) => {
+                    if let Some(d) = b.dedicated
+                        && r.is_ok()
+                    {
+                        self.shared.upstream.release(d);
+                    }
+                    r
+                }
+                // The client left: dropping the dedicated connection unblocks it.
+                None => return None,
+            },
+        })
+    }
+
+    /// A batch's replies arrived (`count` of them, or the error): what was written is
+    /// invalidated, redirections followed, and the replies written.
+    async fn upstream_answered(
+        &mut self,
+        result: JobResult,
+        count: u32,
+        conn: &UpstreamConn,
+        mut after: AfterAck,
+    ) {
+        // The batch's scripts are over (or nobody waits for them any more).
+        if let Some(mut run) = after.script.take()
+            && result.is_ok()
+        {
+            run.answered();
+        }
+        // Whatever the outcome, the write may have run.
+        self.invalidate_after(&after);
+        if after.lane_barrier
+            && let Some(cache) = &self.shared.cache
+        {
+            cache.sync_lane(self.shared.upstream.request_timeout).await;
+        }
+        let AfterAck {
+            exec_select,
+            cluster_cmds,
+            skip_first,
+            ..
+        } = after;
+        let result = match (result, &cluster_cmds) {
+            (Ok(b), Some(cmds)) => Ok(self.follow_redirects(b, cmds, conn).await),
+            (r, _) => r,
+        };
+        let (result, count) = match result {
+            Ok(b) if skip_first => match first_reply(&b) {
+                // Pushes before it (a tracking connection) are the client's.
+                Some((start, end)) => {
+                    let mut kept = bytes::BytesMut::from(&b[..start]);
+                    kept.extend_from_slice(&b[end..]);
+                    (Ok(kept.freeze()), count - 1)
+                }
+                None => (Ok(b), count),
+            },
+            Err(e) if skip_first => (Err(e), count - 1),
+            r => (r, count),
+        };
+        if let (Some(selects), Ok(b)) = (exec_select, &result)
+            && let Some(db) = selected_by_exec(b, &selects)
+        {
+            self.session.db = db;
+            self.info_changed = true;
+        }
+        match result {
+            Ok(b) => self.wbuf.extend_from_slice(&b),
+            Err(e) => self.upstream_error(&e, count),
+        }
+    }
+
+    /// Cluster mode: a split request's parts, each retried where the cluster says, merged.
+    async fn resolve_split(
+        &mut self,
+        kind: SplitKind,
+        parts: Vec<(oneshot::Receiver<JobResult>, Part)>,
+    ) {
+        let mut replies = Vec::with_capacity(parts.len());
+        for (rx, part) in parts {
+            let reply = match self.wait(rx, &part.conn).await {
+                Ok(b) => match Redirect::parse(&b) {
+                    Some(r) => self.retry(&part.req, Some(part.slot), r, &part.conn).await,
+                    None => b,
+                },
+                Err(e) => e.to_reply(),
+            };
+            replies.push((part.keys, reply));
+        }
+        self.merge_split(kind, &replies);
+    }
+
+    /// Cluster mode: every master's reply to a fanned-out request, combined.
+    async fn resolve_fanout(
+        &mut self,
+        how: Fan,
+        parts: Vec<(oneshot::Receiver<JobResult>, UpstreamConn, Bytes)>,
+    ) {
+        let mut replies = Vec::with_capacity(parts.len());
+        for (rx, conn, req) in parts {
+            let reply = match self.wait(rx, &conn).await {
+                Ok(b) => match Redirect::parse(&b) {
+                    Some(r) => self.retry(&req, None, r, &conn).await,
+                    None => b,
+                },
+                Err(e) => e.to_reply(),
+            };
+            replies.push(reply);
+        }
+        self.merge_fanout(how, &replies);
     }
 
     /// Writes the one reply of a request sent on its own, handled as `then` says.

@@ -9,8 +9,8 @@ use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
-use super::Shared;
 use super::client::{Conn, READ_CHUNK};
+use super::shared::Shared;
 use super::subscriber::encode_message;
 
 /// Serves one client until it disconnects, sends QUIT, breaks the protocol, or shutdown.

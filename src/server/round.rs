@@ -198,16 +198,7 @@ impl Conn {
                 self.pin_reset = true;
                 return true;
             }
-            Plan::HelloPinned(reply) => {
-                self.push_ready(reply).await;
-                // Redis's reply to this HELLO is not the client's: it got corral's.
-                let mut hello = BytesMut::new();
-                let version = self.session.proto.as_int().to_string();
-                encode_request(&[b"HELLO", version.as_bytes()], &mut hello);
-                self.batch.skip_first = true;
-                self.append(&hello);
-                self.flush_batch().await;
-            }
+            Plan::HelloPinned(reply) => self.hello_pinned(reply).await,
             Plan::Reset(reply) => {
                 self.flush_batch().await;
                 let waits = self.reset_state();
@@ -218,6 +209,19 @@ impl Conn {
             }
         }
         false
+    }
+
+    /// HELLO switched the protocol of a client with a pinned connection that must follow
+    /// (tracking, a Redis user): the client gets corral's reply, the connection the HELLO.
+    async fn hello_pinned(&mut self, reply: Bytes) {
+        self.push_ready(reply).await;
+        // Redis's reply to this HELLO is not the client's: it got corral's.
+        let mut hello = BytesMut::new();
+        let version = self.session.proto.as_int().to_string();
+        encode_request(&[b"HELLO", version.as_bytes()], &mut hello);
+        self.batch.skip_first = true;
+        self.append(&hello);
+        self.flush_batch().await;
     }
 
     /// Cluster mode: a request for one node joins the batch if it goes there too; a split or

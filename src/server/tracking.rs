@@ -53,6 +53,7 @@ impl Conn {
         false
     }
 
+    /// CLIENT TRACKING ON/OFF outside MULTI: pins the client while tracking is on.
     async fn tracking_on_off(&mut self, argv: Vec<Bytes>, req: Bytes) -> bool {
         let mode = argv
             .get(2)
@@ -81,37 +82,13 @@ impl Conn {
             return false;
         }
         let mut argv = argv;
-        let mut redirect = None;
-        let mut bcast = false;
-        let mut j = 3;
-        while j < argv.len() {
-            if argv[j].eq_ignore_ascii_case(b"BCAST") {
-                bcast = true;
-            } else if argv[j].eq_ignore_ascii_case(b"REDIRECT")
-                && let Some(target) = argv
-                    .get(j + 1)
-                    .and_then(|a| parse_int(a))
-                    .and_then(|n| u64::try_from(n).ok())
-            {
-                let sink = self
-                    .shared
-                    .tracking
-                    .sink_id(target, &self.shared.upstream)
-                    .await;
-                match sink {
-                    Ok(up) => {
-                        argv[j + 1] = Bytes::from(up.to_string());
-                        redirect = Some((target, up));
-                    }
-                    Err(e) => {
-                        self.error_reply(e).await;
-                        return false;
-                    }
-                }
-                j += 1;
+        let (redirect, bcast) = match self.tracking_options(&mut argv).await {
+            Ok(o) => o,
+            Err(e) => {
+                self.error_reply(e).await;
+                return false;
             }
-            j += 1;
-        }
+        };
         if on && let Err(e) = self.start_tracking() {
             self.error_reply(e.into()).await;
             return false;
@@ -140,6 +117,43 @@ impl Conn {
             }),
         });
         false
+    }
+
+    /// BCAST and REDIRECT of CLIENT TRACKING ON/OFF: a REDIRECT's corral id becomes, in
+    /// `argv`, the upstream id of the sink made for that client (both are returned).
+    async fn tracking_options(
+        &mut self,
+        argv: &mut [Bytes],
+    ) -> Result<(Option<(u64, u64)>, bool), String> {
+        let mut redirect = None;
+        let mut bcast = false;
+        let mut j = 3;
+        while j < argv.len() {
+            if argv[j].eq_ignore_ascii_case(b"BCAST") {
+                bcast = true;
+            } else if argv[j].eq_ignore_ascii_case(b"REDIRECT")
+                && let Some(target) = argv
+                    .get(j + 1)
+                    .and_then(|a| parse_int(a))
+                    .and_then(|n| u64::try_from(n).ok())
+            {
+                let sink = self
+                    .shared
+                    .tracking
+                    .sink_id(target, &self.shared.upstream)
+                    .await;
+                match sink {
+                    Ok(up) => {
+                        argv[j + 1] = Bytes::from(up.to_string());
+                        redirect = Some((target, up));
+                    }
+                    Err(e) => return Err(e),
+                }
+                j += 1;
+            }
+            j += 1;
+        }
+        Ok((redirect, bcast))
     }
 
     /// Pins the client (if it is not yet) and routes its connection's pushes to it.
