@@ -1,5 +1,5 @@
-//! A client's side of pub/sub: (P|S)(UN)SUBSCRIBE answered from corral's shared
-//! subscriptions, messages written as they arrive, and RESP2's subscribed-mode rules.
+//! A client's side of pub/sub: its subscriptions, and how messages and (un)subscribe
+//! confirmations are encoded for it (the commands themselves are in `subscribe.rs`).
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -66,34 +66,23 @@ pub(super) fn encode_message(msg: &Message, proto: Proto, out: &mut BytesMut) {
         out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
         out.extend_from_slice(b"\r\n");
     };
-    match msg {
-        Message::Message { channel, payload } => {
-            header(3, out);
-            let mut e = Encoder { proto, out };
-            e.bulk(b"message");
-            e.bulk(channel);
-            e.bulk(payload);
-        }
+    let (kind, pattern, channel, payload): (&[u8], _, _, _) = match msg {
+        Message::Message { channel, payload } => (b"message", None, channel, payload),
         Message::PMessage {
             pattern,
             channel,
             payload,
-        } => {
-            header(4, out);
-            let mut e = Encoder { proto, out };
-            e.bulk(b"pmessage");
-            e.bulk(pattern);
-            e.bulk(channel);
-            e.bulk(payload);
-        }
-        Message::SMessage { channel, payload } => {
-            header(3, out);
-            let mut e = Encoder { proto, out };
-            e.bulk(b"smessage");
-            e.bulk(channel);
-            e.bulk(payload);
-        }
+        } => (b"pmessage", Some(pattern), channel, payload),
+        Message::SMessage { channel, payload } => (b"smessage", None, channel, payload),
+    };
+    header(3 + usize::from(pattern.is_some()), out);
+    let mut e = Encoder { proto, out };
+    e.bulk(kind);
+    if let Some(pattern) = pattern {
+        e.bulk(pattern);
     }
+    e.bulk(channel);
+    e.bulk(payload);
 }
 
 /// One `subscribe name count`-style reply.
