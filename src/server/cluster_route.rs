@@ -52,7 +52,7 @@ impl Conn {
                     let healthy = cluster.map().covered() == crate::cluster::SLOTS;
                     match cluster_view::execute(args, self.session.laddr, healthy, proto) {
                         cluster_view::ClusterReply::Local(b) => Some(Plan::ready(b)),
-                        cluster_view::ClusterReply::PendingReply(slot) => {
+                        cluster_view::ClusterReply::Slot(slot) => {
                             let addr = cluster
                                 .master_of(slot)
                                 .unwrap_or_else(|| cluster.any_node());

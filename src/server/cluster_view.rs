@@ -14,7 +14,7 @@ pub(super) enum ClusterReply {
     /// Answered here.
     Local(Bytes),
     /// Sent to the master of this slot (COUNTKEYSINSLOT, GETKEYSINSLOT).
-    PendingReply(u16),
+    Slot(u16),
 }
 
 /// A stable 40-hex-digit node id derived from corral's address.
@@ -69,31 +69,7 @@ pub(super) fn execute(
             e.int(port);
             e.bulk(id.as_bytes());
         }
-        b"SHARDS" => {
-            e.array(1);
-            e.map(2);
-            e.bulk(b"slots");
-            e.array(2);
-            e.int(0);
-            e.int(16383);
-            e.bulk(b"nodes");
-            e.array(1);
-            e.map(7);
-            e.bulk(b"id");
-            e.bulk(id.as_bytes());
-            e.bulk(b"port");
-            e.int(port);
-            e.bulk(b"ip");
-            e.bulk(ip.as_bytes());
-            e.bulk(b"endpoint");
-            e.bulk(ip.as_bytes());
-            e.bulk(b"role");
-            e.bulk(b"master");
-            e.bulk(b"replication-offset");
-            e.int(0);
-            e.bulk(b"health");
-            e.bulk(b"online");
-        }
+        b"SHARDS" => shards(&mut e, &id, &ip, port),
         b"KEYSLOT" if args.len() == 3 => {
             e.int(i64::from(key_slot(args.get(2).unwrap_or_default())))
         }
@@ -104,7 +80,7 @@ pub(super) fn execute(
                 .and_then(|n| u16::try_from(n).ok())
                 .filter(|&n| usize::from(n) < crate::cluster::SLOTS)
             {
-                Some(slot) => return ClusterReply::PendingReply(slot),
+                Some(slot) => return ClusterReply::Slot(slot),
                 None => e.error("ERR Invalid slot"),
             }
         }
@@ -116,6 +92,33 @@ pub(super) fn execute(
     ClusterReply::Local(out.freeze())
 }
 
+/// CLUSTER SHARDS: one shard, this node, every slot.
+fn shards(e: &mut Encoder<'_>, id: &str, ip: &str, port: i64) {
+    e.array(1);
+    e.map(2);
+    e.bulk(b"slots");
+    e.array(2);
+    e.int(0);
+    e.int(16383);
+    e.bulk(b"nodes");
+    e.array(1);
+    e.map(7);
+    e.bulk(b"id");
+    e.bulk(id.as_bytes());
+    e.bulk(b"port");
+    e.int(port);
+    e.bulk(b"ip");
+    e.bulk(ip.as_bytes());
+    e.bulk(b"endpoint");
+    e.bulk(ip.as_bytes());
+    e.bulk(b"role");
+    e.bulk(b"master");
+    e.bulk(b"replication-offset");
+    e.int(0);
+    e.bulk(b"health");
+    e.bulk(b"online");
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -125,7 +128,7 @@ mod tests {
         let addr: SocketAddr = "127.0.0.1:6380".parse().unwrap();
         match execute(&Args::Owned(&owned), addr, true, Proto::Resp2) {
             ClusterReply::Local(b) => b.to_vec(),
-            ClusterReply::PendingReply(s) => format!("slot {s}").into_bytes(),
+            ClusterReply::Slot(s) => format!("slot {s}").into_bytes(),
         }
     }
 

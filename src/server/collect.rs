@@ -79,8 +79,8 @@ impl Conn {
         self.replies.clear();
     }
 
-    async fn resolve(&mut self, slot: PendingReply, client: &mut TcpStream) {
-        match slot {
+    async fn resolve(&mut self, reply: PendingReply, client: &mut TcpStream) {
+        match reply {
             PendingReply::Ready(b) => self.wbuf.extend_from_slice(&b),
             PendingReply::Value(v) => v.encode(self.session.proto, &mut self.wbuf),
             PendingReply::Values(parts) => {
