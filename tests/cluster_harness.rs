@@ -168,8 +168,8 @@ fn failover_after_killing_a_master() {
 /// `COMMAND GETKEYS` on sample requests. This keeps the table from drifting from Redis.
 #[test]
 fn key_positions_match_the_server() {
-    use corral::cluster::command_keys;
-    use corral::cluster::keys::is_movable;
+    use corral::commands::command_keys;
+    use corral::commands::positions::is_movable;
     use corral::resp::Args;
     use redis_protocol::resp2::types::OwnedFrame as F;
 

@@ -1,8 +1,8 @@
 //! Redis Cluster groundwork: slots, topology, redirections and key positions.
 //!
 //! A request is routed by the slot of its keys ([`key_slot`]: CRC16-XMODEM of the key or its
-//! `{hash tag}`, mod 16384). [`keys::command_keys`] finds the keys of any Redis 7.0 command,
-//! [`keys::keys_slot`] checks they share a slot, and [`keys::classify_multi`] says what to do
+//! `{hash tag}`, mod 16384). [`crate::commands::command_keys`] finds the keys of any Redis 7.0
+//! command, [`keys::keys_slot`] checks they share a slot, and [`keys::classify_multi`] says what to do
 //! when they do not: split (MGET, MSET, DEL, UNLINK, EXISTS, TOUCH) or refuse with
 //! [`keys::CROSSSLOT`]. [`SlotMap`] maps slots to shards from `CLUSTER SHARDS` (or
 //! `CLUSTER SLOTS` on servers older than 7.0), and [`Redirect`] reads the MOVED, ASK,
@@ -11,7 +11,6 @@
 //! Nothing here does I/O: the connection layer sends the commands and feeds the replies in.
 
 mod addr;
-mod key_table;
 pub mod keys;
 pub mod redirect;
 pub mod slot;
@@ -19,7 +18,7 @@ pub mod topology;
 mod value;
 
 pub use addr::Addr;
-pub use keys::{KeyPositions, KeySlot, MultiKey, SplitKind, classify_multi, command_keys};
+pub use keys::{KeySlot, MultiKey, SplitKind, classify_multi};
 pub use redirect::Redirect;
 pub use slot::{SLOTS, key_slot};
 pub use topology::{Health, Node, Shard, SlotMap, TopologyError};

@@ -7,7 +7,7 @@
 //! connection where nothing else queues behind it), and a kill must reach Redis whatever the
 //! shared connections are waiting for (so it goes out of band).
 
-use super::table::upper;
+use super::Command;
 use crate::resp::Args;
 
 /// How corral must send a forwarded command so that a busy Redis affects nobody else.
@@ -21,23 +21,16 @@ pub enum Exclusive {
     OutOfBand,
 }
 
-/// Whether the request (name first) needs a connection of its own, and why.
-pub fn exclusive(args: &Args<'_>) -> Option<Exclusive> {
-    let first = args.get(0)?;
-    // Most commands are ruled out by their first letter, before any copying.
-    if !matches!(first.first()?.to_ascii_uppercase(), b'E' | b'F' | b'S') {
-        return None;
-    }
-    let mut buf = [0u8; 24];
-    let name = upper(first, &mut buf)?;
-    match name {
+/// Whether the request needs a connection of its own, and why.
+pub fn exclusive(cmd: &Command<'_>) -> Option<Exclusive> {
+    let args = &cmd.args;
+    match cmd.name() {
         b"EVAL" | b"EVALSHA" | b"EVAL_RO" | b"EVALSHA_RO" | b"FCALL" | b"FCALL_RO" => {
             Some(Exclusive::Script)
         }
         b"SHUTDOWN" => Some(Exclusive::OutOfBand),
         b"SCRIPT" | b"FUNCTION" if args.len() == 2 => {
-            let mut sub = [0u8; 24];
-            (upper(args.get(1)?, &mut sub)? == b"KILL").then_some(Exclusive::OutOfBand)
+            cmd.arg_is(1, b"KILL").then_some(Exclusive::OutOfBand)
         }
         _ => None,
     }
@@ -82,7 +75,7 @@ mod tests {
 
     fn of(words: &[&str]) -> Option<Exclusive> {
         let owned: Vec<Vec<u8>> = words.iter().map(|w| w.as_bytes().to_vec()).collect();
-        exclusive(&Args::Owned(&owned))
+        exclusive(&Command::new(Args::Owned(&owned)))
     }
 
     #[test]

@@ -1,14 +1,19 @@
-//! What a command is to corral: its route, the per-client session state, and the commands
-//! answered locally.
+//! What a command is to corral: its name, route and key positions (decided once per request,
+//! [`Command`]), the per-client session state, and the commands answered locally.
 
 pub mod busy;
+mod command;
+mod key_table;
 pub mod keys;
 pub mod local;
+pub mod positions;
 pub mod session;
 pub mod table;
 
 pub use busy::Exclusive;
+pub use command::{Command, Kind, Name};
 pub use keys::Access;
 pub use local::{LocalCtx, Outcome};
+pub use positions::{KeyPositions, command_keys};
 pub use session::Session;
 pub use table::{Local, PubSub, Route, Tx, classify};

@@ -97,7 +97,7 @@ const REPLICATION: &str = "replication commands cannot go through a proxy";
 const CONN_STATE: &str = "it would change a shared upstream connection";
 
 /// Longest command name looked up; longer names cannot be in the table.
-const MAX_NAME: usize = 24;
+pub(crate) const MAX_NAME: usize = 24;
 
 /// Upper-cases `name` into `buf`; `None` if it is too long to be a known command.
 pub fn upper<'b>(name: &[u8], buf: &'b mut [u8; MAX_NAME]) -> Option<&'b [u8]> {
@@ -108,10 +108,15 @@ pub fn upper<'b>(name: &[u8], buf: &'b mut [u8; MAX_NAME]) -> Option<&'b [u8]> {
     Some(out)
 }
 
-/// Decides the route of a request from its arguments (name first).
+/// Decides the route of a request from its arguments (name first). The connection uses
+/// [`super::Command`], which keeps the upper-cased name too.
 pub fn classify(args: &Args<'_>) -> Route {
-    let mut buf = [0u8; MAX_NAME];
-    let Some(name) = args.get(0).and_then(|n| upper(n, &mut buf)) else {
+    super::Kind::of(args).route
+}
+
+/// The route of a request whose name, upper-cased, is `name` (`None`: missing or too long).
+pub(crate) fn route_of(name: Option<&[u8]>, args: &Args<'_>) -> Route {
+    let Some(name) = name else {
         return Route::Forward(Access::Write);
     };
     let unsupported = |name, why| Route::Unsupported { name, why };

@@ -1,9 +1,11 @@
 //! RESP wire format: the client request parser, the upstream reply scanner and reply encoding.
 
+pub mod frames;
 pub mod reply;
 pub mod request;
 pub mod scan;
 
+pub use frames::{Frame, array_elements, array_parts, frames};
 pub use reply::{Encoder, Proto};
 pub use request::{Args, Limits, Parsed, ProtocolError, RequestParser};
 pub use scan::{FrameEnd, ReplyScanner, ScanError};

@@ -234,7 +234,7 @@ fn list(args: &Args<'_>, me: &Session, registry: &Registry, e: &mut Encoder<'_>)
 fn last_command(s: &Session) -> String {
     let name = s.last_cmd.as_bytes();
     let parts: Vec<Vec<u8>> = name.split(|&b| b == b'|').map(<[u8]>::to_vec).collect();
-    if name.is_empty() || !super::connection::command_exists(&Args::Owned(&parts)) {
+    if name.is_empty() || !crate::commands::Command::new(Args::Owned(&parts)).exists() {
         return "NULL".to_string();
     }
     String::from_utf8_lossy(name).into_owned()
@@ -275,64 +275,9 @@ fn kill(args: &Args<'_>, me: &Session, registry: &Registry, e: &mut Encoder<'_>)
     if args.len() < 4 || !args.len().is_multiple_of(2) {
         return e.raw(reply::SYNTAX);
     }
-    let mut filters: Vec<Filter> = Vec::new();
-    let mut skipme = true;
-    for pair in (2..args.len()).step_by(2) {
-        let key = args.get(pair).unwrap_or_default().to_ascii_uppercase();
-        let val = args.get(pair + 1).unwrap_or_default();
-        match key.as_slice() {
-            b"ID" => match parse_int(val)
-                .and_then(|n| u64::try_from(n).ok())
-                .filter(|&n| n > 0)
-            {
-                Some(id) => filters.push(Box::new(move |s| s.id == id)),
-                None => return e.error("ERR client-id should be greater than 0"),
-            },
-            b"ADDR" => {
-                let a = addr_of(val);
-                filters.push(Box::new(move |s| Some(s.addr) == a));
-            }
-            b"LADDR" => {
-                let a = addr_of(val);
-                filters.push(Box::new(move |s| Some(s.laddr) == a));
-            }
-            // Every client of corral is user `default` (the only user `requirepass` knows);
-            // Redis refuses a user it does not know.
-            b"USER" if val == b"default" => filters.push(Box::new(|_| true)),
-            b"USER" => {
-                return e.error(&format!(
-                    "ERR No such user '{}'",
-                    String::from_utf8_lossy(val)
-                ));
-            }
-            b"TYPE" => {
-                if type_matches_any(val).is_none() {
-                    return e.error(&format!(
-                        "ERR Unknown client type '{}'",
-                        String::from_utf8_lossy(val)
-                    ));
-                }
-                let t = val.to_vec();
-                filters.push(Box::new(move |s| type_matches(s, &t) == Some(true)));
-            }
-            b"SKIPME" => {
-                if val.eq_ignore_ascii_case(b"yes") {
-                    skipme = true;
-                } else if val.eq_ignore_ascii_case(b"no") {
-                    skipme = false;
-                } else {
-                    return e.raw(reply::SYNTAX);
-                }
-            }
-            b"MAXAGE" => match parse_int(val) {
-                Some(age) => filters.push(Box::new(move |s| {
-                    s.created.elapsed().as_secs() as i64 >= age
-                })),
-                None => return e.raw(reply::NOT_INTEGER),
-            },
-            _ => return e.raw(reply::SYNTAX),
-        }
-    }
+    let Some((filters, skipme)) = kill_filters(args, e) else {
+        return;
+    };
     let mut killed = 0;
     for (s, token) in registry.snapshots() {
         if skipme && s.id == me.id {
@@ -344,6 +289,86 @@ fn kill(args: &Args<'_>, me: &Session, registry: &Registry, e: &mut Encoder<'_>)
         }
     }
     e.int(killed);
+}
+
+/// The filters of CLIENT KILL's new form and its SKIPME, or `None` once the error is
+/// written.
+fn kill_filters(args: &Args<'_>, e: &mut Encoder<'_>) -> Option<(Vec<Filter>, bool)> {
+    let addr_of = |a: &[u8]| String::from_utf8_lossy(a).parse::<SocketAddr>().ok();
+    let mut filters: Vec<Filter> = Vec::new();
+    let mut skipme = true;
+    for pair in (2..args.len()).step_by(2) {
+        let key = args.get(pair).unwrap_or_default().to_ascii_uppercase();
+        let val = args.get(pair + 1).unwrap_or_default();
+        let refusal = match key.as_slice() {
+            b"ID" => match parse_int(val)
+                .and_then(|n| u64::try_from(n).ok())
+                .filter(|&n| n > 0)
+            {
+                Some(id) => {
+                    filters.push(Box::new(move |s| s.id == id));
+                    None
+                }
+                None => Some(Err("ERR client-id should be greater than 0".to_string())),
+            },
+            b"ADDR" => {
+                let a = addr_of(val);
+                filters.push(Box::new(move |s| Some(s.addr) == a));
+                None
+            }
+            b"LADDR" => {
+                let a = addr_of(val);
+                filters.push(Box::new(move |s| Some(s.laddr) == a));
+                None
+            }
+            // Every client of corral is user `default` (the only user `requirepass` knows);
+            // Redis refuses a user it does not know.
+            b"USER" if val == b"default" => None,
+            b"USER" => Some(Err(format!(
+                "ERR No such user '{}'",
+                String::from_utf8_lossy(val)
+            ))),
+            b"TYPE" if type_matches_any(val).is_none() => Some(Err(format!(
+                "ERR Unknown client type '{}'",
+                String::from_utf8_lossy(val)
+            ))),
+            b"TYPE" => {
+                let t = val.to_vec();
+                filters.push(Box::new(move |s| type_matches(s, &t) == Some(true)));
+                None
+            }
+            b"SKIPME" if val.eq_ignore_ascii_case(b"yes") => {
+                skipme = true;
+                None
+            }
+            b"SKIPME" if val.eq_ignore_ascii_case(b"no") => {
+                skipme = false;
+                None
+            }
+            b"MAXAGE" => match parse_int(val) {
+                Some(age) => {
+                    filters.push(Box::new(move |s| {
+                        s.created.elapsed().as_secs() as i64 >= age
+                    }));
+                    None
+                }
+                None => Some(Ok(reply::NOT_INTEGER)),
+            },
+            _ => Some(Ok(reply::SYNTAX)),
+        };
+        match refusal {
+            None => {}
+            Some(Ok(raw)) => {
+                e.raw(raw);
+                return None;
+            }
+            Some(Err(text)) => {
+                e.error(&text);
+                return None;
+            }
+        }
+    }
+    Some((filters, skipme))
 }
 
 #[cfg(test)]

@@ -69,31 +69,7 @@ pub(super) fn execute(
             e.int(port);
             e.bulk(id.as_bytes());
         }
-        b"SHARDS" => {
-            e.array(1);
-            e.map(2);
-            e.bulk(b"slots");
-            e.array(2);
-            e.int(0);
-            e.int(16383);
-            e.bulk(b"nodes");
-            e.array(1);
-            e.map(7);
-            e.bulk(b"id");
-            e.bulk(id.as_bytes());
-            e.bulk(b"port");
-            e.int(port);
-            e.bulk(b"ip");
-            e.bulk(ip.as_bytes());
-            e.bulk(b"endpoint");
-            e.bulk(ip.as_bytes());
-            e.bulk(b"role");
-            e.bulk(b"master");
-            e.bulk(b"replication-offset");
-            e.int(0);
-            e.bulk(b"health");
-            e.bulk(b"online");
-        }
+        b"SHARDS" => shards(&mut e, &id, &ip, port),
         b"KEYSLOT" if args.len() == 3 => {
             e.int(i64::from(key_slot(args.get(2).unwrap_or_default())))
         }
@@ -114,6 +90,33 @@ pub(super) fn execute(
         )),
     }
     ClusterReply::Local(out.freeze())
+}
+
+/// CLUSTER SHARDS: one shard, this node, every slot.
+fn shards(e: &mut Encoder<'_>, id: &str, ip: &str, port: i64) {
+    e.array(1);
+    e.map(2);
+    e.bulk(b"slots");
+    e.array(2);
+    e.int(0);
+    e.int(16383);
+    e.bulk(b"nodes");
+    e.array(1);
+    e.map(7);
+    e.bulk(b"id");
+    e.bulk(id.as_bytes());
+    e.bulk(b"port");
+    e.int(port);
+    e.bulk(b"ip");
+    e.bulk(ip.as_bytes());
+    e.bulk(b"endpoint");
+    e.bulk(ip.as_bytes());
+    e.bulk(b"role");
+    e.bulk(b"master");
+    e.bulk(b"replication-offset");
+    e.int(0);
+    e.bulk(b"health");
+    e.bulk(b"online");
 }
 
 #[cfg(test)]

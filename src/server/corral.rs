@@ -4,7 +4,7 @@
 
 use bytes::{Bytes, BytesMut};
 
-use super::Shared;
+use super::shared::Shared;
 use crate::resp::request::parse_int;
 use crate::resp::{Args, Encoder, Proto};
 

@@ -4,7 +4,7 @@ use std::fmt::Write;
 
 use bytes::{Bytes, BytesMut};
 
-use super::Shared;
+use super::shared::Shared;
 use crate::resp::Args;
 use crate::resp::reply::{Encoder, Proto};
 use crate::resp::request::parse_int;

@@ -3,14 +3,14 @@
 use bytes::BytesMut;
 
 use crate::cache::Value;
-use crate::resp::{Encoder, Proto, ReplyScanner};
+use crate::resp::{Encoder, Proto};
 
 /// Writes the MGET reply: `parts` in key order, each `None` taken in turn from the elements
 /// of `fetched` (the upstream's reply to an MGET of exactly those keys). An upstream error
 /// reply, or a reply that does not fit, is passed on as it is.
 pub fn merge(parts: &[Option<Value>], fetched: Option<&[u8]>, proto: Proto, out: &mut BytesMut) {
     let elements = match fetched {
-        Some(reply) => match elements(reply) {
+        Some(reply) => match crate::resp::array_elements(reply) {
             Some(e) if e.len() == parts.iter().filter(|p| p.is_none()).count() => e,
             _ => {
                 out.extend_from_slice(reply);
@@ -27,22 +27,6 @@ pub fn merge(parts: &[Option<Value>], fetched: Option<&[u8]>, proto: Proto, out:
             None => out.extend_from_slice(fetched.next().unwrap_or(b"$-1\r\n")),
         }
     }
-}
-
-/// The raw elements of an array reply, or `None` if it is not a complete array.
-pub fn elements(reply: &[u8]) -> Option<Vec<&[u8]>> {
-    let rest = reply.strip_prefix(b"*")?;
-    let cr = rest.iter().position(|&b| b == b'\r')?;
-    let n = crate::resp::request::parse_int(&rest[..cr])?;
-    let body = rest.get(cr + 2..)?;
-    let mut scanner = ReplyScanner::new();
-    let mut out = Vec::with_capacity(usize::try_from(n).ok()?);
-    let mut start = 0;
-    while let Ok(Some(f)) = scanner.next_frame(body) {
-        out.push(&body[start..f.end]);
-        start = f.end;
-    }
-    (out.len() as i64 == n && start == body.len()).then_some(out)
 }
 
 #[cfg(test)]

@@ -1,23 +1,41 @@
 //! The client-facing server: accept loop, client limit, one task per connection.
 
+mod batch;
 mod cached;
+mod client;
 mod clients;
+mod cluster_route;
 mod cluster_view;
+mod collect;
 mod connection;
 mod corral;
+mod gate;
 mod info;
+mod merged;
 mod mget;
+mod pending;
+mod pin;
+mod plan;
 mod pubcount;
+mod redirects;
+mod round;
+mod route;
 mod routed;
-mod slot;
+mod shared;
 mod stateful;
+mod subscribe;
 mod subscriber;
+mod track_state;
 mod tracking;
+mod user_auth;
 mod users;
+mod writes;
+
+pub use shared::Shared;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
@@ -25,64 +43,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument, debug, debug_span, error, warn};
 
-use crate::cache::Cache;
-use crate::config::Config;
-use crate::metrics::Metrics;
-use crate::pubsub::Router;
 use crate::resp::reply;
-use crate::upstream::Upstream;
-
-/// State shared by all connections.
-#[derive(Debug)]
-pub struct Shared {
-    /// Frozen configuration.
-    pub cfg: Arc<Config>,
-    /// Upstream connections.
-    pub upstream: Upstream,
-    /// Local cache and coalescing; `None` with `--no-cache`.
-    pub cache: Option<Cache>,
-    /// Shared pub/sub subscriptions.
-    pub pubsub: Arc<Router>,
-    /// Metrics registry.
-    pub metrics: Arc<Metrics>,
-    /// When the server started (INFO uptime).
-    pub started: Instant,
-    /// Connected clients, for CLIENT LIST and CLIENT KILL.
-    pub clients: clients::Registry,
-    /// Inboxes and redirection sinks of client-side caching (CLIENT TRACKING).
-    tracking: tracking::Registry,
-    next_id: AtomicU64,
-    client_count: AtomicUsize,
-}
-
-impl Shared {
-    /// Shared state for a server in front of `upstream`.
-    pub fn new(
-        cfg: Arc<Config>,
-        upstream: Upstream,
-        cache: Option<Cache>,
-        pubsub: Arc<Router>,
-        metrics: Arc<Metrics>,
-    ) -> Self {
-        Shared {
-            cfg,
-            upstream,
-            cache,
-            pubsub,
-            metrics,
-            started: Instant::now(),
-            clients: clients::Registry::default(),
-            tracking: tracking::Registry::default(),
-            next_id: AtomicU64::new(1),
-            client_count: AtomicUsize::new(0),
-        }
-    }
-
-    /// Clients connected now.
-    pub fn clients(&self) -> usize {
-        self.client_count.load(Ordering::Relaxed)
-    }
-}
 
 /// Decrements the client count when a connection task ends, however it ends.
 struct ClientSlot(Arc<Shared>);

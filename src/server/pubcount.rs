@@ -10,8 +10,8 @@
 use bytes::{Bytes, BytesMut};
 
 use crate::pubsub::{Kind, Router};
+use crate::resp::Args;
 use crate::resp::request::parse_int;
-use crate::resp::{Args, ReplyScanner};
 
 /// A reply whose counts need correcting.
 #[derive(Debug)]
@@ -89,22 +89,12 @@ fn adjust_int(reply: &[u8], delta: i64) -> Option<Bytes> {
 /// A NUMSUB reply (`*2n` then `name`, `:count` pairs) with each count corrected by
 /// `delta(name)`.
 fn numsub(reply: &[u8], delta: impl Fn(&[u8]) -> i64) -> Option<Bytes> {
-    let rest = reply.strip_prefix(b"*")?;
-    let cr = rest.iter().position(|&b| b == b'\r')?;
-    let header_end = 1 + cr + 2;
-    let body = reply.get(header_end..)?;
-    let mut frames = Vec::new();
-    let mut scanner = ReplyScanner::new();
-    let mut start = 0;
-    while let Ok(Some(f)) = scanner.next_frame(body) {
-        frames.push(&body[start..f.end]);
-        start = f.end;
-    }
-    if start != body.len() || !frames.len().is_multiple_of(2) {
+    let (header, frames) = crate::resp::array_parts(reply)?;
+    if !frames.len().is_multiple_of(2) {
         return None;
     }
     let mut out = BytesMut::with_capacity(reply.len() + 16);
-    out.extend_from_slice(&reply[..header_end]);
+    out.extend_from_slice(header);
     for pair in frames.chunks(2) {
         let (name_frame, count) = (pair[0], pair[1]);
         let name = bulk_text(name_frame)?;

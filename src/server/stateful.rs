@@ -9,58 +9,11 @@ use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::cached::TxWrites;
-use super::connection::Conn;
-use super::slot::{AfterAck, Blocking, Slot};
+use super::client::Conn;
+use super::pending::{AfterAck, Blocking, PendingReply, Then};
+use super::pin::Pin;
 use crate::commands::Tx;
 use crate::resp::request::encode_request;
-use crate::upstream::Dedicated;
-
-/// A client pinned to a dedicated connection.
-#[derive(Debug)]
-pub(super) struct Pin {
-    pub(super) ded: Dedicated,
-    /// Between MULTI and EXEC/DISCARD (as far as corral can tell from the requests).
-    pub(super) in_multi: bool,
-    /// WATCH was sent outside MULTI and not yet cleared.
-    pub(super) watching: bool,
-    /// Something changed the connection's state beyond a transaction: do not reuse it.
-    pub(super) dirty: bool,
-    /// Keys written by commands queued in MULTI, invalidated again after EXEC.
-    pub(super) tx_writes: TxWrites,
-    /// Commands queued since MULTI.
-    pub(super) queued: usize,
-    /// SELECTs queued in MULTI: (database, position in the transaction). At EXEC the client
-    /// moves to the last one that succeeded.
-    pub(super) queued_selects: Vec<(u32, usize)>,
-    /// A script or function is queued in MULTI: EXEC runs it.
-    pub(super) script_queued: bool,
-    /// CLIENT TRACKING is on (or on its way): the pin stays until it is turned off.
-    pub(super) tracking: Option<super::tracking::Tracking>,
-    /// The Redis ACL user the connection is authenticated as (`users.rs`): the pin stays
-    /// until RESET, an AUTH back to `default`, or the client leaves, and the connection is
-    /// then closed, never reused.
-    pub(super) user: Option<bytes::Bytes>,
-}
-
-impl Pin {
-    /// A pin with no transaction state yet: released after the round unless MULTI, WATCH or
-    /// CLIENT TRACKING comes.
-    pub(super) fn new(ded: Dedicated) -> Pin {
-        Pin {
-            ded,
-            in_multi: false,
-            watching: false,
-            dirty: false,
-            tx_writes: TxWrites::default(),
-            queued: 0,
-            queued_selects: Vec::new(),
-            script_queued: false,
-            tracking: None,
-            user: None,
-        }
-    }
-}
 
 impl Conn {
     /// MULTI/EXEC/DISCARD/WATCH/UNWATCH. MULTI and WATCH pin the client first; the others
@@ -107,7 +60,7 @@ impl Conn {
                         exec_select = Some(selects);
                     }
                     // EXEC runs the queued scripts now: count them as running.
-                    self.batch_script |= tx == Tx::Exec && std::mem::take(&mut pin.script_queued);
+                    self.batch.script |= tx == Tx::Exec && std::mem::take(&mut pin.script_queued);
                     ends = true;
                 }
                 Tx::Unwatch if !pin.in_multi => {
@@ -159,7 +112,7 @@ impl Conn {
             None => self.target(),
         };
         let rx = conn.send(req, 1).await;
-        self.push_slot(Slot::Upstream {
+        self.push_reply(PendingReply::Upstream {
             rx,
             count: 1,
             conn,
@@ -187,7 +140,7 @@ impl Conn {
             .out_of_band(self.session.proto, self.session.db);
         let conn = ded.conn.clone();
         let rx = conn.send(req, 1).await;
-        self.push_slot(Slot::Upstream {
+        self.push_reply(PendingReply::Upstream {
             rx,
             count: 1,
             conn,
@@ -223,7 +176,11 @@ impl Conn {
             }
         };
         let rx = conn.send(bytes, count).await;
-        self.push_slot(Slot::Select { rx, conn, db });
+        self.push_reply(PendingReply::Reply {
+            rx,
+            conn,
+            then: Then::Select(db),
+        });
         true
     }
 
@@ -246,7 +203,7 @@ impl Conn {
                 let mut multi = BytesMut::new();
                 encode_request(&[b"MULTI"], &mut multi);
                 self.append(&multi);
-                self.skip_first = true;
+                self.batch.skip_first = true;
                 self.append(&req);
                 false
             }

@@ -1,16 +1,15 @@
-//! A client's side of pub/sub: (P|S)(UN)SUBSCRIBE answered from corral's shared
-//! subscriptions, messages written as they arrive, and RESP2's subscribed-mode rules.
+//! A client's side of pub/sub: its subscriptions, and how messages and (un)subscribe
+//! confirmations are encoded for it (the commands themselves are in `subscribe.rs`).
 
 use std::collections::HashSet;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
-use super::connection::Conn;
 use crate::commands::PubSub;
-use crate::pubsub::{self, Kind, Message};
-use crate::resp::{Args, Encoder, Proto};
+use crate::pubsub::{Kind, Message};
+use crate::resp::{Encoder, Proto};
 
 /// A client's subscriptions and its message queue.
 #[derive(Debug)]
@@ -22,7 +21,17 @@ pub(super) struct Subscriptions {
 }
 
 impl Subscriptions {
-    fn set(&mut self, kind: Kind) -> &mut HashSet<Bytes> {
+    /// No subscriptions yet; messages arrive on `rx`.
+    pub(super) fn new(rx: mpsc::Receiver<Arc<Message>>) -> Subscriptions {
+        Subscriptions {
+            rx,
+            channels: HashSet::new(),
+            patterns: HashSet::new(),
+            shards: HashSet::new(),
+        }
+    }
+
+    pub(super) fn set(&mut self, kind: Kind) -> &mut HashSet<Bytes> {
         match kind {
             Kind::Channel => &mut self.channels,
             Kind::Pattern => &mut self.patterns,
@@ -32,11 +41,16 @@ impl Subscriptions {
 
     /// The count Redis reports after a (un)subscribe of this kind: shard channels are
     /// counted apart from channels and patterns.
-    fn count(&self, kind: Kind) -> usize {
+    pub(super) fn count(&self, kind: Kind) -> usize {
         match kind {
             Kind::Shard => self.shards.len(),
             _ => self.channels.len() + self.patterns.len(),
         }
+    }
+
+    /// (channels, patterns, shard channels), as CLIENT LIST shows them.
+    pub(super) fn counts(&self) -> (usize, usize, usize) {
+        (self.channels.len(), self.patterns.len(), self.shards.len())
     }
 
     /// Any subscription at all.
@@ -52,38 +66,33 @@ pub(super) fn encode_message(msg: &Message, proto: Proto, out: &mut BytesMut) {
         out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
         out.extend_from_slice(b"\r\n");
     };
-    match msg {
-        Message::Message { channel, payload } => {
-            header(3, out);
-            let mut e = Encoder { proto, out };
-            e.bulk(b"message");
-            e.bulk(channel);
-            e.bulk(payload);
-        }
+    let (kind, pattern, channel, payload): (&[u8], _, _, _) = match msg {
+        Message::Message { channel, payload } => (b"message", None, channel, payload),
         Message::PMessage {
             pattern,
             channel,
             payload,
-        } => {
-            header(4, out);
-            let mut e = Encoder { proto, out };
-            e.bulk(b"pmessage");
-            e.bulk(pattern);
-            e.bulk(channel);
-            e.bulk(payload);
-        }
-        Message::SMessage { channel, payload } => {
-            header(3, out);
-            let mut e = Encoder { proto, out };
-            e.bulk(b"smessage");
-            e.bulk(channel);
-            e.bulk(payload);
-        }
+        } => (b"pmessage", Some(pattern), channel, payload),
+        Message::SMessage { channel, payload } => (b"smessage", None, channel, payload),
+    };
+    header(3 + usize::from(pattern.is_some()), out);
+    let mut e = Encoder { proto, out };
+    e.bulk(kind);
+    if let Some(pattern) = pattern {
+        e.bulk(pattern);
     }
+    e.bulk(channel);
+    e.bulk(payload);
 }
 
 /// One `subscribe name count`-style reply.
-fn confirmation(verb: &[u8], name: Option<&[u8]>, count: usize, proto: Proto, out: &mut BytesMut) {
+pub(super) fn confirmation(
+    verb: &[u8],
+    name: Option<&[u8]>,
+    count: usize,
+    proto: Proto,
+    out: &mut BytesMut,
+) {
     out.extend_from_slice(if proto == Proto::Resp3 {
         b">3\r\n"
     } else {
@@ -99,7 +108,7 @@ fn confirmation(verb: &[u8], name: Option<&[u8]>, count: usize, proto: Proto, ou
 }
 
 /// The kind and reply verb of a pub/sub command, and whether it subscribes.
-fn describe(cmd: PubSub) -> (Kind, &'static [u8], bool) {
+pub(super) fn describe(cmd: PubSub) -> (Kind, &'static [u8], bool) {
     match cmd {
         PubSub::Subscribe => (Kind::Channel, b"subscribe", true),
         PubSub::PSubscribe => (Kind::Pattern, b"psubscribe", true),
@@ -107,86 +116,6 @@ fn describe(cmd: PubSub) -> (Kind, &'static [u8], bool) {
         PubSub::Unsubscribe => (Kind::Channel, b"unsubscribe", false),
         PubSub::PUnsubscribe => (Kind::Pattern, b"punsubscribe", false),
         PubSub::SUnsubscribe => (Kind::Shard, b"sunsubscribe", false),
-    }
-}
-
-impl Conn {
-    /// Runs a (P|S)(UN)SUBSCRIBE. Returns the replies and the confirmations to wait for before
-    /// sending them (a new upstream subscription must be in place first, or a message
-    /// published right after the client saw its confirmation could be missed).
-    pub(super) fn pubsub(
-        &mut self,
-        cmd: PubSub,
-        args: &Args<'_>,
-    ) -> (Bytes, Vec<oneshot::Receiver<()>>) {
-        let (kind, verb, subscribing) = describe(cmd);
-        let proto = self.session.proto;
-        let mut out = BytesMut::new();
-        let mut waits = Vec::new();
-        if subscribing && args.len() < 2 {
-            let name = String::from_utf8_lossy(verb).into_owned();
-            Encoder {
-                proto,
-                out: &mut out,
-            }
-            .error(&crate::resp::reply::wrong_arity(&name));
-            return (out.freeze(), waits);
-        }
-        let id = self.session.id;
-        let hub = &self.shared.pubsub;
-        let subs = self.subs.get_or_insert_with(|| {
-            let (tx, rx) = mpsc::channel(pubsub::QUEUE);
-            hub.register(id, tx, self.kill.clone());
-            Subscriptions {
-                rx,
-                channels: HashSet::new(),
-                patterns: HashSet::new(),
-                shards: HashSet::new(),
-            }
-        });
-        let names: Vec<Bytes> = if args.len() > 1 {
-            args.iter().skip(1).map(Bytes::copy_from_slice).collect()
-        } else {
-            subs.set(kind).iter().cloned().collect()
-        };
-        if names.is_empty() {
-            confirmation(verb, None, subs.count(kind), proto, &mut out);
-        }
-        for name in names {
-            if subscribing {
-                if subs.set(kind).insert(name.clone())
-                    && let Some(w) = hub.subscribe(id, kind, &name)
-                {
-                    waits.push(w);
-                }
-            } else if subs.set(kind).remove(&name)
-                && let Some(w) = hub.unsubscribe(id, kind, &name)
-            {
-                // The reply waits until Redis dropped the upstream subscription, so that a
-                // PUBLISH the client sends next is not counted for it.
-                waits.push(w);
-            }
-            confirmation(verb, Some(&name), subs.count(kind), proto, &mut out);
-        }
-        self.session.subs = (subs.channels.len(), subs.patterns.len(), subs.shards.len());
-        self.info_changed = true;
-        (out.freeze(), waits)
-    }
-
-    /// True in RESP2 subscribed mode, where only (P|S)(UN)SUBSCRIBE, PING, QUIT and RESET
-    /// are allowed.
-    pub(super) fn resp2_subscribed(&self) -> bool {
-        self.session.proto == Proto::Resp2 && self.subs.as_ref().is_some_and(|s| s.active())
-    }
-
-    /// Drops every subscription (RESET, disconnect). Returns the confirmations of the
-    /// upstream unsubscribes this ended.
-    pub(super) fn unsubscribe_all(&mut self) -> Vec<oneshot::Receiver<()>> {
-        if self.subs.take().is_none() {
-            return Vec::new();
-        }
-        self.session.subs = (0, 0, 0);
-        self.shared.pubsub.remove(self.session.id)
     }
 }
 

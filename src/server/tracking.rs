@@ -5,250 +5,18 @@
 //! of its own to redirect to (a sink), whose invalidations it relays in the target's protocol,
 //! and translates ids between the two in replies (GETREDIR, TRACKINGINFO, redirect-broken).
 
-use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use bytes::{Bytes, BytesMut};
-use dashmap::DashMap;
-use tokio::sync::{Notify, OnceCell, OwnedSemaphorePermit};
-use tokio_util::sync::CancellationToken;
 
-use super::connection::Conn;
-use super::slot::Slot;
-use super::stateful::Pin;
+use super::client::Conn;
+use super::pending::{PendingReply, Then};
+use super::pin::Pin;
+use super::track_state::{Change, Inbox, OwnPushes, Tracking};
 use crate::resp::Proto;
 use crate::resp::reply::Encoder;
 use crate::resp::request::{encode_request, parse_int};
-use crate::upstream::{LinkObserver, Upstream, UpstreamConn};
-
-/// Most bytes of pushes waiting for one client before it is disconnected (Redis's default
-/// pub/sub output buffer hard limit).
-const INBOX_LIMIT: usize = 32 * 1024 * 1024;
-
-/// Frames for one client that do not answer a request, written between its requests.
-#[derive(Debug)]
-pub(super) struct Inbox {
-    queue: Mutex<(VecDeque<Bytes>, usize)>,
-    /// Shared by a client's inboxes: its connection loop waits on it.
-    wake: Arc<Notify>,
-    /// Cancelled when the client does not keep up.
-    kill: CancellationToken,
-}
-
-impl Inbox {
-    pub(super) fn new(wake: Arc<Notify>, kill: CancellationToken) -> Arc<Self> {
-        Arc::new(Inbox {
-            queue: Mutex::new((VecDeque::new(), 0)),
-            wake,
-            kill,
-        })
-    }
-
-    fn put(&self, frame: Bytes) {
-        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
-        if q.1 + frame.len() > INBOX_LIMIT {
-            drop(q);
-            tracing::warn!("closing client that does not read its invalidation messages");
-            self.kill.cancel();
-            return;
-        }
-        q.1 += frame.len();
-        q.0.push_back(frame);
-        drop(q);
-        self.wake.notify_one();
-    }
-
-    /// Takes every queued frame.
-    pub(super) fn take(&self) -> Vec<Bytes> {
-        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
-        q.1 = 0;
-        q.0.drain(..).collect()
-    }
-}
-
-/// The pushes of a tracking client's own connection: kept in wire order with its replies,
-/// or queued for the client when no reply is due.
-#[derive(Debug)]
-struct OwnPushes {
-    inbox: Arc<Inbox>,
-    /// (sink's upstream id, corral id) of the redirection, to rewrite `tracking-redir-broken`.
-    redirect: Mutex<Option<(u64, u64)>>,
-}
-
-const REDIR_BROKEN: &[u8] = b">2\r\n$21\r\ntracking-redir-broken\r\n:";
-
-impl OwnPushes {
-    /// The frame as the client must see it: a broken redirection names the corral id.
-    fn client_view(&self, frame: &[u8]) -> Bytes {
-        if let Some(rest) = frame.strip_prefix(REDIR_BROKEN)
-            && let Some(id) = rest.strip_suffix(b"\r\n").and_then(parse_int)
-            && let Some((up, mine)) = *self.redirect.lock().unwrap_or_else(|e| e.into_inner())
-            && u64::try_from(id).is_ok_and(|id| id == up)
-        {
-            return Bytes::from(format!(">2\r\n$21\r\ntracking-redir-broken\r\n:{mine}\r\n"));
-        }
-        Bytes::copy_from_slice(frame)
-    }
-}
-
-impl LinkObserver for OwnPushes {
-    fn up(&self, _tracking: bool) {}
-
-    fn down(&self, _cause: &str) {
-        // Redis forgot what this client tracks: it must not keep a cache that nothing
-        // invalidates any more. Closing the client makes its library drop that cache.
-        self.inbox.kill.cancel();
-    }
-
-    fn push(&self, frame: &[u8]) {
-        self.inbox.put(self.client_view(frame));
-    }
-
-    fn push_inline(&self, frame: &[u8], out: &mut BytesMut) -> bool {
-        out.extend_from_slice(&self.client_view(frame));
-        true
-    }
-
-    fn take_pending(&self, out: &mut BytesMut) {
-        for f in self.inbox.take() {
-            out.extend_from_slice(&f);
-        }
-    }
-}
-
-/// A redirection target's connection: every push on it is an invalidation for that client.
-#[derive(Debug)]
-struct SinkPushes {
-    inbox: Arc<Inbox>,
-}
-
-impl LinkObserver for SinkPushes {
-    fn up(&self, _tracking: bool) {}
-    fn down(&self, _cause: &str) {}
-    fn push(&self, frame: &[u8]) {
-        self.inbox.put(Bytes::copy_from_slice(frame));
-    }
-}
-
-/// The connection a redirection target gets, and its id in Redis once known.
-#[derive(Debug)]
-struct Sink {
-    conn: UpstreamConn,
-    id: OnceCell<u64>,
-    _permit: OwnedSemaphorePermit,
-}
-
-/// Every client's inbox for redirected invalidations, and the sinks made for them.
-#[derive(Debug, Default)]
-pub(super) struct Registry {
-    inboxes: DashMap<u64, Arc<Inbox>>,
-    sinks: Mutex<HashMap<u64, Arc<Sink>>>,
-}
-
-impl Registry {
-    /// Registers a client's inbox for invalidations redirected to it.
-    pub(super) fn register(&self, id: u64, inbox: Arc<Inbox>) {
-        self.inboxes.insert(id, inbox);
-    }
-
-    /// Forgets a client that disconnected; closing its sink tells Redis that clients
-    /// redirecting to it lost their target.
-    pub(super) fn remove(&self, id: u64) {
-        self.inboxes.remove(&id);
-        self.sinks
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&id);
-    }
-
-    /// The upstream id Redis knows corral client `target` by, for REDIRECT.
-    async fn sink_id(&self, target: u64, upstream: &Upstream) -> Result<u64, String> {
-        let Some(inbox) = self.inboxes.get(&target).map(|i| i.clone()) else {
-            return Err("ERR The client ID you want redirect to does not exist".into());
-        };
-        let sink = {
-            let mut sinks = self.sinks.lock().unwrap_or_else(|e| e.into_inner());
-            match sinks.get(&target) {
-                Some(s) if !s.conn.is_dead() => s.clone(),
-                _ => {
-                    let permit = upstream.tracking_permit()?;
-                    let conn = upstream.push_sink(Arc::new(SinkPushes { inbox }));
-                    let s = Arc::new(Sink {
-                        conn,
-                        id: OnceCell::new(),
-                        _permit: permit,
-                    });
-                    sinks.insert(target, s.clone());
-                    s
-                }
-            }
-        };
-        let id = sink
-            .id
-            .get_or_try_init(|| async {
-                let mut req = BytesMut::new();
-                encode_request(&[b"CLIENT", b"ID"], &mut req);
-                let rx = sink.conn.send(req.freeze(), 1).await;
-                let reply = match upstream.request_timeout {
-                    Some(d) => tokio::time::timeout(d, rx)
-                        .await
-                        .map_err(|_| "upstream timed out".to_string())?,
-                    None => rx.await,
-                };
-                match reply {
-                    Ok(Ok(b)) => b
-                        .strip_prefix(b":")
-                        .and_then(|r| r.strip_suffix(b"\r\n"))
-                        .and_then(parse_int)
-                        .and_then(|n| u64::try_from(n).ok())
-                        .ok_or_else(|| "unexpected CLIENT ID reply".to_string()),
-                    Ok(Err(e)) => Err(e.to_string()),
-                    Err(_) => Err("connection closed".to_string()),
-                }
-            })
-            .await
-            .copied();
-        id.map_err(|cause| {
-            let mut sinks = self.sinks.lock().unwrap_or_else(|e| e.into_inner());
-            if sinks.get(&target).is_some_and(|s| Arc::ptr_eq(s, &sink)) {
-                sinks.remove(&target);
-            }
-            format!("ERR upstream unavailable for CLIENT TRACKING REDIRECT: {cause}")
-        })
-    }
-}
-
-/// Tracking state of a pinned client.
-#[derive(Debug)]
-pub(super) struct Tracking {
-    own: Arc<OwnPushes>,
-    /// Redis confirmed CLIENT TRACKING ON (false while the first ON is on its way).
-    confirmed: bool,
-    /// (corral id, upstream id) of the redirection target.
-    redirect: Option<(u64, u64)>,
-    /// BCAST mode, for CLIENT LIST's flags.
-    pub(super) bcast: bool,
-    _permit: OwnedSemaphorePermit,
-}
-
-/// What a CLIENT TRACKING ON/OFF sent upstream will change once Redis answers `+OK`.
-#[derive(Debug)]
-pub(super) struct Change {
-    on: bool,
-    redirect: Option<(u64, u64)>,
-    bcast: bool,
-}
-
-impl Pin {
-    /// Stops routing pushes to the client (tracking off, or the pin is dropped).
-    pub(super) fn stop_tracking(&mut self) {
-        if self.tracking.take().is_some() {
-            self.ded.pushes.set(None);
-            // Redis no longer tracks for it, but the connection is not reused all the same.
-            self.dirty = true;
-        }
-    }
-}
+use crate::upstream::LinkObserver;
 
 impl Conn {
     /// CLIENT TRACKING/CACHING/GETREDIR/TRACKINGINFO outside MULTI.
@@ -272,11 +40,10 @@ impl Conn {
                 self.flush_batch().await;
                 let conn = self.target();
                 let rx = conn.send(req, 1).await;
-                self.push_slot(Slot::Redir {
+                self.push_reply(PendingReply::Reply {
                     rx,
                     conn,
-                    from: up,
-                    to: mine,
+                    then: Then::Redir { from: up, to: mine },
                 });
             }
             // Without tracking they go to a shared connection, which never tracks: Redis's
@@ -286,6 +53,7 @@ impl Conn {
         false
     }
 
+    /// CLIENT TRACKING ON/OFF outside MULTI: pins the client while tracking is on.
     async fn tracking_on_off(&mut self, argv: Vec<Bytes>, req: Bytes) -> bool {
         let mode = argv
             .get(2)
@@ -314,6 +82,49 @@ impl Conn {
             return false;
         }
         let mut argv = argv;
+        let (redirect, bcast) = match self.tracking_options(&mut argv).await {
+            Ok(o) => o,
+            Err(e) => {
+                self.error_reply(e).await;
+                return false;
+            }
+        };
+        if on && let Err(e) = self.start_tracking() {
+            self.error_reply(e.into()).await;
+            return false;
+        }
+        if let Some(t) = self.pin.as_ref().and_then(|p| p.tracking.as_ref()) {
+            *t.own.redirect.lock().unwrap_or_else(|e| e.into_inner()) =
+                redirect.map(|(mine, up)| (up, mine));
+        }
+        self.flush_batch().await;
+        let mut bytes = BytesMut::new();
+        if redirect.is_some() {
+            let words: Vec<&[u8]> = argv.iter().map(|a| &a[..]).collect();
+            encode_request(&words, &mut bytes);
+        } else {
+            bytes.extend_from_slice(&req);
+        }
+        let conn = self.target();
+        let rx = conn.send(bytes.freeze(), 1).await;
+        self.push_reply(PendingReply::Reply {
+            rx,
+            conn,
+            then: Then::Tracking(Change {
+                on,
+                redirect,
+                bcast,
+            }),
+        });
+        false
+    }
+
+    /// BCAST and REDIRECT of CLIENT TRACKING ON/OFF: a REDIRECT's corral id becomes, in
+    /// `argv`, the upstream id of the sink made for that client (both are returned).
+    async fn tracking_options(
+        &mut self,
+        argv: &mut [Bytes],
+    ) -> Result<(Option<(u64, u64)>, bool), String> {
         let mut redirect = None;
         let mut bcast = false;
         let mut j = 3;
@@ -336,43 +147,13 @@ impl Conn {
                         argv[j + 1] = Bytes::from(up.to_string());
                         redirect = Some((target, up));
                     }
-                    Err(e) => {
-                        self.error_reply(e).await;
-                        return false;
-                    }
+                    Err(e) => return Err(e),
                 }
                 j += 1;
             }
             j += 1;
         }
-        if on && let Err(e) = self.start_tracking() {
-            self.error_reply(e.into()).await;
-            return false;
-        }
-        if let Some(t) = self.pin.as_ref().and_then(|p| p.tracking.as_ref()) {
-            *t.own.redirect.lock().unwrap_or_else(|e| e.into_inner()) =
-                redirect.map(|(mine, up)| (up, mine));
-        }
-        self.flush_batch().await;
-        let mut bytes = BytesMut::new();
-        if redirect.is_some() {
-            let words: Vec<&[u8]> = argv.iter().map(|a| &a[..]).collect();
-            encode_request(&words, &mut bytes);
-        } else {
-            bytes.extend_from_slice(&req);
-        }
-        let conn = self.target();
-        let rx = conn.send(bytes.freeze(), 1).await;
-        self.push_slot(Slot::Tracking {
-            rx,
-            conn,
-            change: Change {
-                on,
-                redirect,
-                bcast,
-            },
-        });
-        false
+        Ok((redirect, bcast))
     }
 
     /// Pins the client (if it is not yet) and routes its connection's pushes to it.

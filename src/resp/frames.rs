@@ -1,0 +1,111 @@
+//! Splitting complete replies into their frames: the one place the connection layer cuts a
+//! buffer of replies (a batch's, or an array's elements) into pieces.
+
+use super::request::parse_int;
+use super::scan::ReplyScanner;
+
+/// One complete top-level frame of a buffer of replies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Frame<'a> {
+    /// The frame's bytes.
+    pub bytes: &'a [u8],
+    /// Where it starts in the buffer.
+    pub start: usize,
+    /// It is a RESP3 push (`>`), not a reply to a request.
+    pub push: bool,
+}
+
+impl Frame<'_> {
+    /// Offset just past the frame in the buffer.
+    pub fn end(&self) -> usize {
+        self.start + self.bytes.len()
+    }
+}
+
+/// The complete frames at the start of `buf`, in order; stops at an incomplete or invalid one.
+pub fn frames(buf: &[u8]) -> Frames<'_> {
+    Frames {
+        buf,
+        scanner: ReplyScanner::new(),
+        start: 0,
+    }
+}
+
+/// Iterator returned by [`frames`].
+#[derive(Debug)]
+pub struct Frames<'a> {
+    buf: &'a [u8],
+    scanner: ReplyScanner,
+    start: usize,
+}
+
+impl Frames<'_> {
+    /// Bytes taken by the frames returned so far.
+    pub fn consumed(&self) -> usize {
+        self.start
+    }
+}
+
+impl<'a> Iterator for Frames<'a> {
+    type Item = Frame<'a>;
+
+    fn next(&mut self) -> Option<Frame<'a>> {
+        let f = self.scanner.next_frame(self.buf).ok()??;
+        let frame = Frame {
+            bytes: &self.buf[self.start..f.end],
+            start: self.start,
+            push: f.push,
+        };
+        self.start = f.end;
+        Some(frame)
+    }
+}
+
+/// An array reply split into its header (`*N\r\n`) and its raw elements; `None` if it is not
+/// a complete array of exactly `N` elements.
+pub fn array_parts(reply: &[u8]) -> Option<(&[u8], Vec<&[u8]>)> {
+    let rest = reply.strip_prefix(b"*")?;
+    let cr = rest.iter().position(|&b| b == b'\r')?;
+    let n = parse_int(&rest[..cr])?;
+    let header_end = 1 + cr + 2;
+    let body = reply.get(header_end..)?;
+    let mut iter = frames(body);
+    let mut out = Vec::with_capacity(usize::try_from(n).ok()?);
+    out.extend(iter.by_ref().map(|f| f.bytes));
+    (out.len() as i64 == n && iter.consumed() == body.len()).then_some((&reply[..header_end], out))
+}
+
+/// The raw elements of an array reply, or `None` if it is not a complete array.
+pub fn array_elements(reply: &[u8]) -> Option<Vec<&[u8]>> {
+    array_parts(reply).map(|(_, elements)| elements)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splits_top_level_frames_and_stops_at_a_partial_one() {
+        let buf = b"+OK\r\n>2\r\n$1\r\na\r\n$1\r\nb\r\n:1\r\n$5\r\nab";
+        let all: Vec<_> = frames(buf).map(|f| (f.bytes, f.push)).collect();
+        assert_eq!(
+            all,
+            [
+                (&b"+OK\r\n"[..], false),
+                (&b">2\r\n$1\r\na\r\n$1\r\nb\r\n"[..], true),
+                (&b":1\r\n"[..], false)
+            ]
+        );
+    }
+
+    #[test]
+    fn array_elements_need_the_whole_array() {
+        assert_eq!(
+            array_elements(b"*2\r\n$1\r\na\r\n*1\r\n:1\r\n"),
+            Some(vec![&b"$1\r\na\r\n"[..], b"*1\r\n:1\r\n"])
+        );
+        assert_eq!(array_elements(b"*2\r\n$1\r\na\r\n"), None);
+        assert_eq!(array_elements(b"*0\r\n"), Some(vec![]));
+        assert_eq!(array_elements(b"$1\r\na\r\n"), None);
+    }
+}

@@ -1,0 +1,198 @@
+//! One client's state: its session, where its requests go (a pin, a batch being built), the
+//! replies being collected, and what CLIENT LIST shows of it. The connection loop
+//! (`connection.rs`) reads and writes; a round (`round.rs`) routes requests (`route.rs`) and
+//! collects replies (`collect.rs`).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::BytesMut;
+use tokio_util::sync::CancellationToken;
+
+use super::batch::Batch;
+use super::clients::{ClientEntry, ReplyMode};
+use super::pending::Queued;
+use super::pin::Pin;
+use super::shared::Shared;
+use super::subscriber::Subscriptions;
+use super::track_state::Inbox;
+use super::writes::Writes;
+use crate::commands::{self, Session};
+use crate::resp::{Limits, RequestParser};
+use crate::upstream::UpstreamConn;
+
+/// Bytes read from a client at a time (and the buffers' initial size).
+pub(super) const READ_CHUNK: usize = 16 * 1024;
+
+/// A client connection's state.
+pub(super) struct Conn {
+    pub(super) shared: Arc<Shared>,
+    pub(super) session: Session,
+    entry: Arc<ClientEntry>,
+    /// Cancelled by shutdown or CLIENT KILL.
+    pub(super) kill: CancellationToken,
+    pub(super) parser: RequestParser,
+    pub(super) rbuf: BytesMut,
+    pub(super) wbuf: BytesMut,
+    /// Scratch space for local replies, split off into `PendingReply::Ready`.
+    pub(super) local: BytesMut,
+    /// Forwarded requests not yet handed to the upstream.
+    pub(super) batch: Batch,
+    /// Writes in this round and batch, for the cache.
+    pub(super) writes: Writes,
+    /// This round's replies, in request order.
+    pub(super) replies: Vec<Queued>,
+    /// Close the connection after this round's replies are written (QUIT, protocol error).
+    pub(super) closing: bool,
+    /// Close the connection at once, writing nothing more (client gone, output limit).
+    pub(super) gone: bool,
+    /// A dedicated connection this client is pinned to (MULTI/WATCH).
+    pub(super) pin: Option<Pin>,
+    pub(super) reply_mode: ReplyMode,
+    /// Replies to the request being routed are dropped (CLIENT REPLY OFF/SKIP).
+    pub(super) silent_now: bool,
+    /// After this round, the connection becomes a MONITOR relay.
+    pub(super) monitor: bool,
+    /// RESET was processed: drop the pinned connection after this round.
+    pub(super) pin_reset: bool,
+    /// The session changed in a way CLIENT LIST shows.
+    pub(super) info_changed: bool,
+    /// The last command CLIENT LIST shows for this client (published at the end of a round).
+    published_cmd: commands::session::LastCmd,
+    /// Pub/sub subscriptions, once the client subscribed to something.
+    pub(super) subs: Option<Subscriptions>,
+    /// An EXEC being sent runs these queued SELECTs (database, position).
+    pub(super) exec_select: Option<Vec<(u32, usize)>>,
+    /// Cluster mode: MULTI was answered, no command queued yet.
+    pub(super) deferred_multi: bool,
+    /// Requests were read from the client while waiting for a reply on a dedicated
+    /// connection: parse them before waiting for more input.
+    pub(super) read_ahead: bool,
+    /// Woken when pushes wait in an inbox (CLIENT TRACKING).
+    pub(super) wake: Arc<tokio::sync::Notify>,
+    /// Invalidations redirected to this client (CLIENT TRACKING ... REDIRECT its id).
+    pub(super) redirected: Arc<Inbox>,
+}
+
+impl Conn {
+    /// A new client `id` at `addr`, connected to corral's `laddr`, registered with the
+    /// client list and the tracking registry.
+    pub(super) fn new(
+        id: u64,
+        addr: SocketAddr,
+        laddr: SocketAddr,
+        shared: Arc<Shared>,
+        kill: CancellationToken,
+    ) -> Conn {
+        let l = &shared.cfg.limits;
+        let limits = Limits {
+            max_bulk_len: l.proto_max_bulk_len,
+            max_multibulk_len: l.max_multibulk_len,
+            max_inline_len: l.max_inline_len,
+        };
+        let authenticated = shared.cfg.requirepass.get().is_none();
+        let session = Session::new(id, addr, laddr, authenticated);
+        let entry = shared.clients.add(&session, kill.clone());
+        let wake = Arc::new(tokio::sync::Notify::new());
+        let redirected = Inbox::new(wake.clone(), kill.clone());
+        shared.tracking.register(id, redirected.clone());
+        Conn {
+            session,
+            entry,
+            kill,
+            parser: RequestParser::new(limits),
+            rbuf: BytesMut::with_capacity(READ_CHUNK),
+            wbuf: BytesMut::with_capacity(READ_CHUNK),
+            local: BytesMut::new(),
+            batch: Batch::default(),
+            writes: Writes::default(),
+            replies: Vec::new(),
+            closing: false,
+            gone: false,
+            pin: None,
+            reply_mode: ReplyMode::On,
+            silent_now: false,
+            monitor: false,
+            pin_reset: false,
+            info_changed: false,
+            published_cmd: commands::session::LastCmd::default(),
+            subs: None,
+            exec_select: None,
+            deferred_multi: false,
+            read_ahead: false,
+            wake,
+            redirected,
+            shared,
+        }
+    }
+
+    /// The upstream connection this client's requests go to now.
+    pub(super) fn target(&self) -> UpstreamConn {
+        if let Some(pin) = &self.pin {
+            return pin.ded.conn.clone();
+        }
+        if let Some(cluster) = &self.shared.upstream.cluster {
+            return cluster.conn_for(&cluster.any_node(), self.session.proto, self.session.id);
+        }
+        self.shared
+            .upstream
+            .conn_db(self.session.proto, self.session.db, self.session.id)
+    }
+
+    /// RESET: besides the session (reset by the local handler), drop any pinned connection
+    /// and restore replies.
+    pub(super) fn reset_state(&mut self) -> Vec<tokio::sync::oneshot::Receiver<()>> {
+        let waits = self.unsubscribe_all();
+        self.session.db = 0;
+        self.reply_mode = ReplyMode::On;
+        self.pin_reset = true;
+        waits
+    }
+
+    /// Publishes the session to the client registry.
+    pub(super) fn entry_update(&self) {
+        self.entry.update(&self.session);
+    }
+
+    /// Publishes where the client is blocked (see [`ClientEntry::set_blocked`]).
+    pub(super) fn entry_blocked(&self, on: Option<(String, u64)>) {
+        self.entry.set_blocked(on);
+    }
+
+    /// End-of-round bookkeeping: release a finished pin, publish session changes.
+    pub(super) fn after_round(&mut self) {
+        self.release_pin_if_done();
+        if self.info_changed || self.session.last_cmd != self.published_cmd {
+            self.info_changed = false;
+            self.published_cmd = self.session.last_cmd;
+            self.session.flags = self.flags(false);
+            self.entry.update(&self.session);
+        }
+    }
+
+    /// Whether a script (`key`: [`commands::busy::script_key`]) runs on a connection of its
+    /// own: unless turned off, until it has been seen to finish quickly.
+    pub(super) fn isolates(&self, key: Option<u64>) -> bool {
+        self.shared.cfg.upstream.isolate_scripts
+            && !key.is_some_and(|k| self.shared.upstream.status.script_book().is_quick(k))
+    }
+
+    /// Whether this client's forwarded requests go alone on a dedicated connection because a
+    /// CLIENT PAUSE is in effect (not for a pinned client: it has a connection of its own).
+    pub(super) fn paused_alone(&self) -> bool {
+        self.pin.is_none()
+            && self.shared.upstream.cluster.is_none()
+            && self.shared.upstream.status.paused()
+    }
+
+    /// CLIENT LIST's flags for this client now, `blocked` or not.
+    pub(super) fn flags(&self, blocked: bool) -> &'static str {
+        let tracking = self.pin.as_ref().and_then(|p| p.tracking.as_ref());
+        commands::session::flags_text(
+            self.subs.as_ref().is_some_and(|s| s.active()),
+            self.pin.as_ref().is_some_and(|p| p.in_multi),
+            blocked,
+            tracking.map(|t| t.bcast),
+        )
+    }
+}

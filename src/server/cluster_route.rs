@@ -1,0 +1,159 @@
+//! Cluster mode: what a single Redis would answer that a cluster cannot (CLUSTER, READONLY,
+//! SELECT), transactions pinned to the node of their keys, and routing by slot
+//! (`routed.rs`).
+
+use bytes::{Bytes, BytesMut};
+
+use super::client::Conn;
+use super::cluster_view;
+use super::plan::Plan;
+use super::route::Request;
+use super::routed;
+use crate::commands::{Command, Local, Route, Tx};
+use crate::resp::reply::{self, Encoder};
+use crate::resp::request::parse_int;
+
+impl Conn {
+    /// Cluster mode: routes by slot, answers CLUSTER/READONLY/READWRITE/SELECT as a single
+    /// node would, and refuses what is not supported there yet. `None` in standalone mode or
+    /// for requests handled as usual (local commands, INFO, pub/sub...).
+    pub(super) fn cluster_step(&self, cmd: &Command<'_>, req: &Request<'_>) -> Option<Plan> {
+        let (args, route) = (&cmd.args, cmd.route());
+        let cluster = self.shared.upstream.cluster.as_ref()?;
+        let proto = self.session.proto;
+        let error = |text: &str| {
+            let mut out = BytesMut::new();
+            Encoder {
+                proto,
+                out: &mut out,
+            }
+            .error(text);
+            Some(Plan::ready(out.freeze()))
+        };
+        let name = cmd.name();
+        if self.deferred_multi
+            && !matches!(
+                route,
+                Route::Tx(_) | Route::Local(Local::Quit | Local::Reset) | Route::Corral
+            )
+        {
+            let node = match self.node_of(cluster, cmd) {
+                Ok(node) => node,
+                Err(e) => return Some(Plan::ready(e)),
+            };
+            return Some(Plan::StartMulti {
+                node,
+                req: req.bytes(cmd),
+            });
+        }
+        match route {
+            Route::Forward(_) => match name {
+                b"CLUSTER" => {
+                    let healthy = cluster.map().covered() == crate::cluster::SLOTS;
+                    match cluster_view::execute(args, self.session.laddr, healthy, proto) {
+                        cluster_view::ClusterReply::Local(b) => Some(Plan::ready(b)),
+                        cluster_view::ClusterReply::Slot(slot) => {
+                            let addr = cluster
+                                .master_of(slot)
+                                .unwrap_or_else(|| cluster.any_node());
+                            Some(Plan::Node {
+                                conn: cluster.conn_for(&addr, proto, self.session.id),
+                                req: req.bytes(cmd),
+                                slot: Some(slot),
+                            })
+                        }
+                    }
+                }
+                b"READONLY" | b"READWRITE" if args.len() == 1 => {
+                    Some(Plan::ready(Bytes::from_static(reply::OK)))
+                }
+                _ => Some(routed::route(
+                    cluster,
+                    cmd,
+                    req.bytes(cmd),
+                    proto,
+                    self.session.id,
+                )),
+            },
+            Route::Select => match args.get(1).and_then(parse_int) {
+                Some(0) => Some(Plan::ready(Bytes::from_static(reply::OK))),
+                _ => error("ERR SELECT is not allowed in cluster mode"),
+            },
+            Route::Tx(tx) => self.cluster_tx(cluster, tx, cmd, req),
+            Route::Blocking if self.pin.is_none() => match self.node_of(cluster, cmd) {
+                Ok(node) => Some(Plan::Blocking {
+                    req: req.bytes(cmd),
+                    writes: Vec::new(),
+                    node: Some(node),
+                }),
+                Err(e) => Some(Plan::ready(e)),
+            },
+            Route::Monitor => error(&format!(
+                "ERR '{}' is not yet supported by corral in cluster mode",
+                String::from_utf8_lossy(name).to_ascii_lowercase()
+            )),
+            _ => None,
+        }
+    }
+
+    /// Cluster mode: the master serving a request's keys, any node for a keyless one, or the
+    /// CROSSSLOT error reply.
+    fn node_of(
+        &self,
+        cluster: &crate::upstream::cluster::ClusterUpstream,
+        cmd: &Command<'_>,
+    ) -> Result<String, Bytes> {
+        match crate::cluster::keys::keys_slot(&cmd.keys(), &cmd.args) {
+            crate::cluster::KeySlot::One(slot) => Ok(cluster
+                .master_of(slot)
+                .unwrap_or_else(|| cluster.any_node())
+                .to_string()),
+            crate::cluster::KeySlot::NoKeys => Ok(cluster.any_node().to_string()),
+            crate::cluster::KeySlot::Cross => {
+                Err(Bytes::from_static(crate::cluster::keys::CROSSSLOT))
+            }
+        }
+    }
+
+    /// Cluster mode transactions: WATCH pins to its keys' node; MULTI is answered here and
+    /// the transaction pinned to the node of its first queued command.
+    fn cluster_tx(
+        &self,
+        cluster: &crate::upstream::cluster::ClusterUpstream,
+        tx: Tx,
+        cmd: &Command<'_>,
+        req: &Request<'_>,
+    ) -> Option<Plan> {
+        if self.pin.is_some() {
+            return None;
+        }
+        match tx {
+            Tx::Watch => Some(match self.node_of(cluster, cmd) {
+                Ok(node) => Plan::Tx {
+                    tx,
+                    req: req.bytes(cmd),
+                    node: Some(node),
+                },
+                Err(e) => Plan::ready(e),
+            }),
+            Tx::Multi if self.deferred_multi => Some(Plan::ready(Bytes::from_static(
+                b"-ERR MULTI calls can not be nested\r\n",
+            ))),
+            Tx::Multi => Some(Plan::DeferMulti),
+            // A transaction with nothing queued: what Redis answers for it.
+            Tx::Exec if self.deferred_multi => {
+                Some(Plan::EndDeferred(Bytes::from_static(b"*0\r\n")))
+            }
+            Tx::Discard if self.deferred_multi => {
+                Some(Plan::EndDeferred(Bytes::from_static(reply::OK)))
+            }
+            Tx::Unwatch => Some(Plan::ready(Bytes::from_static(reply::OK))),
+            Tx::Exec => Some(Plan::ready(Bytes::from_static(
+                b"-ERR EXEC without MULTI\r\n",
+            ))),
+            Tx::Discard => Some(Plan::ready(Bytes::from_static(
+                b"-ERR DISCARD without MULTI\r\n",
+            ))),
+        }
+    }
+}

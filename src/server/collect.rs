@@ -1,0 +1,482 @@
+//! Collecting a round's replies: each pending reply is waited for in request order and
+//! written to the client's buffer; what a reply changes (the database after SELECT or EXEC,
+//! a pin after AUTH, the cache after a write) is applied as it arrives.
+
+use bytes::Bytes;
+use tokio::io::AsyncReadExt;
+use tokio::net::TcpStream;
+use tokio::sync::oneshot;
+use tokio::time::timeout;
+use tracing::warn;
+
+use super::client::Conn;
+use super::pending::{AfterAck, Blocking, Fan, Part, PendingReply, Queued, Then};
+use super::{info, mget};
+use crate::cache::{FillResult, FillRx, Value};
+use crate::cluster::{Redirect, SplitKind};
+use crate::error::UpstreamError;
+use crate::upstream::{JobResult, UpstreamConn};
+
+/// The database the client is in after an EXEC whose reply is the last one in `replies`,
+/// given the SELECTs it queued: the last one answered `+OK` (none if EXEC did not run).
+fn selected_by_exec(replies: &[u8], selects: &[(u32, usize)]) -> Option<u32> {
+    let exec = crate::resp::frames(replies).last()?;
+    let elements = crate::resp::array_elements(exec.bytes)?;
+    selects
+        .iter()
+        .rev()
+        .find(|(_, i)| elements.get(*i) == Some(&&b"+OK\r\n"[..]))
+        .map(|(db, _)| *db)
+}
+
+/// Where the first reply (not a push) in `replies` starts and ends.
+fn first_reply(replies: &[u8]) -> Option<(usize, usize)> {
+    crate::resp::frames(replies)
+        .find(|f| !f.push)
+        .map(|f| (f.start, f.end()))
+}
+
+/// Whether a shared read failed for a reason a routed retry can fix.
+fn redirected(result: &FillResult) -> bool {
+    match result {
+        Ok(Value::Error(e)) => Redirect::parse(e).is_some(),
+        Ok(_) => false,
+        Err(_) => true,
+    }
+}
+
+/// Waits for every receiver, one after another (a closed one counts as done).
+async fn wait_each(waits: Vec<oneshot::Receiver<()>>) {
+    for w in waits {
+        let _ = w.await;
+    }
+}
+
+impl Conn {
+    /// Waits for every pending reply in order and appends its bytes to the write buffer. `client` is
+    /// watched while a blocking command waits, to notice a client that goes away.
+    pub(super) async fn collect(&mut self, client: &mut TcpStream) {
+        let mut replies = std::mem::take(&mut self.replies);
+        for Queued { reply, silent } in replies.drain(..) {
+            let mark = self.wbuf.len();
+            self.resolve(reply, client).await;
+            if silent {
+                self.wbuf.truncate(mark);
+            }
+            if self.gone {
+                break;
+            }
+            let limit = self.shared.cfg.limits.client_output_buffer_limit;
+            if limit > 0 && self.wbuf.len() > limit {
+                warn!(limit, "closing client over the output buffer limit");
+                self.wbuf.clear();
+                self.gone = true;
+                break;
+            }
+        }
+        // Keep the allocation for the next round.
+        self.replies = replies;
+        self.replies.clear();
+    }
+
+    async fn resolve(&mut self, reply: PendingReply, client: &mut TcpStream) {
+        match reply {
+            PendingReply::Ready(b) => self.wbuf.extend_from_slice(&b),
+            PendingReply::Value(v) => v.encode(self.session.proto, &mut self.wbuf),
+            PendingReply::Values(parts) => {
+                mget::merge(&parts, None, self.session.proto, &mut self.wbuf);
+            }
+            PendingReply::Fill { rx, key } => self.resolve_fill(rx, key).await,
+            PendingReply::Upstream {
+                rx,
+                count,
+                conn,
+                after,
+                blocking,
+            } => {
+                let Some(result) = self.wait_upstream(rx, &conn, blocking, client).await else {
+                    self.gone = true;
+                    return;
+                };
+                self.upstream_answered(result, count, &conn, after).await;
+            }
+            PendingReply::Split { kind, parts, after } => {
+                self.resolve_split(kind, parts).await;
+                self.invalidate_after(&after);
+            }
+            PendingReply::Fanout { how, parts, after } => {
+                self.resolve_fanout(how, parts).await;
+                self.invalidate_after(&after);
+            }
+            PendingReply::Subscribed { reply, waits } => {
+                // Without an upstream the subscription is still registered and will be made
+                // when the connection returns; the client is not held up longer.
+                let all = wait_each(waits);
+                match self.shared.upstream.request_timeout {
+                    Some(d) => drop(timeout(d, all).await),
+                    None => all.await,
+                }
+                self.wbuf.extend_from_slice(&reply);
+            }
+            PendingReply::Reply { rx, conn, then } => match self.wait(rx, &conn).await {
+                Ok(b) => self.reply_arrived(b, then),
+                Err(e) => {
+                    if let Then::Tracking(change) = then {
+                        self.tracking_answered(false, change);
+                    }
+                    self.upstream_error(&e, 1);
+                }
+            },
+        }
+    }
+
+    /// A cache fill or a read coalesced with another client's.
+    async fn resolve_fill(&mut self, rx: FillRx, key: Bytes) {
+        let tracked = rx.tracked();
+        let result = self.wait_fill(rx).await;
+        // In cluster mode a read can meet a slot on the move (MOVED/ASK, or a fill's
+        // EXEC aborted by one): answer through the routing path, uncached.
+        if self.shared.upstream.cluster.is_some() && redirected(&result) {
+            let reply = self.routed_get(&key).await;
+            self.wbuf.extend_from_slice(&reply);
+            return;
+        }
+        // A fill lost with its tracking lane (dead, reset): the client's own
+        // connection may be fine, so it reads the key there, uncached.
+        if tracked && result.is_err() {
+            let reply = self.plain_get(&key).await;
+            self.wbuf.extend_from_slice(&reply);
+            return;
+        }
+        match result {
+            Ok(v) => v.encode(self.session.proto, &mut self.wbuf),
+            Err(e) => self.upstream_error(&e, 1),
+        }
+    }
+
+    /// Waits for a batch's replies; `None` if the client is gone meanwhile (or a SHUTDOWN
+    /// closed the connection, as it closes the client's).
+    async fn wait_upstream(
+        &mut self,
+        rx: oneshot::Receiver<JobResult>,
+        conn: &UpstreamConn,
+        blocking: Option<Blocking>,
+        client: &mut TcpStream,
+    ) -> Option<JobResult> {
+        Some(match blocking {
+            // A pinned connection serves this client alone: wait as long as Redis
+            // takes (a script in a transaction, say), as a client of Redis would.
+            None if conn.is_dedicated() => {
+                match self.wait_blocking(rx, client, false, conn).await {
+                    Some(r) => r,
+                    None => return None,
+                }
+            }
+            None => self.wait(rx, conn).await,
+            Some(b) => match self.wait_blocking(rx, client, b.blocked, conn).await {
+                Some(Err(UpstreamError::ConnectionLost { .. })) if b.closes_client => {
+                    // SHUTDOWN succeeded: Redis closed the connection without a reply.
+                    return None;
+                }
+                Some(r) => {
+                    if let Some(d) = b.dedicated
+                        && r.is_ok()
+                    {
+                        self.shared.upstream.release(d);
+                    }
+                    r
+                }
+                // The client left: dropping the dedicated connection unblocks it.
+                None => return None,
+            },
+        })
+    }
+
+    /// A batch's replies arrived (`count` of them, or the error): what was written is
+    /// invalidated, redirections followed, and the replies written.
+    async fn upstream_answered(
+        &mut self,
+        result: JobResult,
+        count: u32,
+        conn: &UpstreamConn,
+        mut after: AfterAck,
+    ) {
+        // The batch's scripts are over (or nobody waits for them any more).
+        if let Some(mut run) = after.script.take()
+            && result.is_ok()
+        {
+            run.answered();
+        }
+        // Whatever the outcome, the write may have run.
+        self.invalidate_after(&after);
+        if after.lane_barrier
+            && let Some(cache) = &self.shared.cache
+        {
+            cache.sync_lane(self.shared.upstream.request_timeout).await;
+        }
+        let AfterAck {
+            exec_select,
+            cluster_cmds,
+            skip_first,
+            ..
+        } = after;
+        let result = match (result, &cluster_cmds) {
+            (Ok(b), Some(cmds)) => Ok(self.follow_redirects(b, cmds, conn).await),
+            (r, _) => r,
+        };
+        let (result, count) = match result {
+            Ok(b) if skip_first => match first_reply(&b) {
+                // Pushes before it (a tracking connection) are the client's.
+                Some((start, end)) => {
+                    let mut kept = bytes::BytesMut::from(&b[..start]);
+                    kept.extend_from_slice(&b[end..]);
+                    (Ok(kept.freeze()), count - 1)
+                }
+                None => (Ok(b), count),
+            },
+            Err(e) if skip_first => (Err(e), count - 1),
+            r => (r, count),
+        };
+        if let (Some(selects), Ok(b)) = (exec_select, &result)
+            && let Some(db) = selected_by_exec(b, &selects)
+        {
+            self.session.db = db;
+            self.info_changed = true;
+        }
+        match result {
+            Ok(b) => self.wbuf.extend_from_slice(&b),
+            Err(e) => self.upstream_error(&e, count),
+        }
+    }
+
+    /// Cluster mode: a split request's parts, each retried where the cluster says, merged.
+    async fn resolve_split(
+        &mut self,
+        kind: SplitKind,
+        parts: Vec<(oneshot::Receiver<JobResult>, Part)>,
+    ) {
+        let mut replies = Vec::with_capacity(parts.len());
+        for (rx, part) in parts {
+            let reply = match self.wait(rx, &part.conn).await {
+                Ok(b) => match Redirect::parse(&b) {
+                    Some(r) => self.retry(&part.req, Some(part.slot), r, &part.conn).await,
+                    None => b,
+                },
+                Err(e) => e.to_reply(),
+            };
+            replies.push((part.keys, reply));
+        }
+        self.merge_split(kind, &replies);
+    }
+
+    /// Cluster mode: every master's reply to a fanned-out request, combined.
+    async fn resolve_fanout(
+        &mut self,
+        how: Fan,
+        parts: Vec<(oneshot::Receiver<JobResult>, UpstreamConn, Bytes)>,
+    ) {
+        let mut replies = Vec::with_capacity(parts.len());
+        for (rx, conn, req) in parts {
+            let reply = match self.wait(rx, &conn).await {
+                Ok(b) => match Redirect::parse(&b) {
+                    Some(r) => self.retry(&req, None, r, &conn).await,
+                    None => b,
+                },
+                Err(e) => e.to_reply(),
+            };
+            replies.push(reply);
+        }
+        self.merge_fanout(how, &replies);
+    }
+
+    /// Writes the one reply of a request sent on its own, handled as `then` says.
+    fn reply_arrived(&mut self, b: Bytes, then: Then) {
+        match then {
+            Then::MGet(parts) => {
+                mget::merge(&parts, Some(&b), self.session.proto, &mut self.wbuf);
+            }
+            Then::Info { with_proxy } => {
+                let b = self.pushes_first(b);
+                if with_proxy {
+                    let sections = info::proxy_sections(&self.shared);
+                    info::append_section(&b, &sections, &mut self.wbuf);
+                } else {
+                    self.wbuf.extend_from_slice(&b);
+                }
+            }
+            Then::Scan { node, nodes } => self.scan_reply(&b, node, nodes),
+            Then::Counted(count) => {
+                let b = super::pubcount::correct(&count, b, &self.shared.pubsub);
+                self.wbuf.extend_from_slice(&b);
+            }
+            Then::Tracking(change) => {
+                self.tracking_answered(super::tracking::ends_ok(&b), change);
+                self.wbuf.extend_from_slice(&b);
+            }
+            Then::Auth { auth, ded } => {
+                let start = first_reply(&b).map_or(0, |(start, _)| start);
+                let b = self.auth_answered(b, start, auth, ded);
+                self.wbuf.extend_from_slice(&b);
+            }
+            Then::Redir { from, to } => {
+                let b = super::tracking::rewrite_redirect(&b, from, to);
+                self.wbuf.extend_from_slice(&b);
+            }
+            Then::Select(db) => {
+                // The SELECT's reply, after any invalidation pushes that came before it
+                // (tracking connection), without the `SELECT 0` that followed it.
+                let (start, end) = first_reply(&b).unwrap_or((0, b.len()));
+                if &b[start..end] == b"+OK\r\n"
+                    && let Some(db) = db
+                    && self.pin.as_ref().is_none_or(|p| !p.in_multi)
+                {
+                    self.session.db = db;
+                    self.info_changed = true;
+                }
+                self.wbuf.extend_from_slice(&b[..end]);
+            }
+        }
+    }
+
+    /// Writes the invalidation pushes that precede an INFO reply (tracking connection) and
+    /// returns the reply, without corral's cache lane in `tracking_clients`.
+    fn pushes_first(&mut self, reply: Bytes) -> Bytes {
+        let start = first_reply(&reply).map_or(0, |(start, _)| start);
+        self.wbuf.extend_from_slice(&reply[..start]);
+        self.hide_lanes(reply.slice(start..))
+    }
+
+    /// An INFO reply without corral's own cache lane in `tracking_clients` (standalone mode;
+    /// in cluster mode INFO comes from one node, which may or may not have a lane).
+    fn hide_lanes(&self, reply: Bytes) -> Bytes {
+        match &self.shared.cache {
+            Some(cache) if self.shared.upstream.cluster.is_none() => {
+                info::hide_lanes(reply, cache.tracking_lanes())
+            }
+            _ => reply,
+        }
+    }
+
+    /// Invalidates again what acknowledged writes may have changed.
+    fn invalidate_after(&self, after: &AfterAck) {
+        if let Some(cache) = &self.shared.cache {
+            for k in &after.writes {
+                cache.invalidate_for_write(k);
+            }
+            if after.writes_all {
+                cache.flush();
+            }
+        }
+    }
+
+    pub(super) async fn wait(
+        &self,
+        rx: oneshot::Receiver<JobResult>,
+        conn: &UpstreamConn,
+    ) -> JobResult {
+        // The deadline protects the other clients of a shared connection; a dedicated one
+        // has none, and resetting it would only lose this client's state.
+        let deadline = self
+            .shared
+            .upstream
+            .request_timeout
+            .filter(|_| !conn.is_dedicated());
+        let result = match deadline {
+            Some(d) => match timeout(d, rx).await {
+                Ok(r) => r,
+                Err(_) => {
+                    conn.reset();
+                    return Err(UpstreamError::Timeout {
+                        addr: conn.addr().to_string(),
+                    });
+                }
+            },
+            None => rx.await,
+        };
+        result.unwrap_or(Err(UpstreamError::ShuttingDown))
+    }
+
+    /// Waits for a reply on a connection that serves this client alone, as long as it takes;
+    /// `None` if the client closed its connection (or was killed) meanwhile. Requests the
+    /// client sends meanwhile are kept for later rounds. `blocked`: a blocking command, shown
+    /// as such by CLIENT LIST.
+    async fn wait_blocking(
+        &mut self,
+        mut rx: oneshot::Receiver<JobResult>,
+        client: &mut TcpStream,
+        blocked: bool,
+        conn: &UpstreamConn,
+    ) -> Option<JobResult> {
+        if blocked {
+            self.session.flags = self.flags(true);
+            self.entry_update();
+            // CLIENT UNBLOCK from another client names this connection's id on the server.
+            self.entry_blocked(Some((conn.addr().to_string(), conn.client_id())));
+        }
+        let limit = self.shared.cfg.limits.client_query_buffer_limit;
+        let result = loop {
+            if self.rbuf.capacity() - self.rbuf.len() < 4096 {
+                self.rbuf.reserve(16 * 1024);
+            }
+            tokio::select! {
+                r = &mut rx => break Some(r.unwrap_or(Err(UpstreamError::ShuttingDown))),
+                n = client.read_buf(&mut self.rbuf), if self.rbuf.len() < limit => match n {
+                    Ok(0) | Err(_) => break None,
+                    Ok(_) => {
+                        self.read_ahead = true;
+                        continue;
+                    }
+                },
+                _ = self.kill.cancelled() => break None,
+            }
+        };
+        if blocked {
+            self.entry_blocked(None);
+            self.session.flags = self.flags(false);
+            self.info_changed = true;
+        }
+        result
+    }
+
+    async fn wait_fill(&self, rx: FillRx) -> FillResult {
+        if let Some(r) = rx.peek() {
+            return r;
+        }
+        let wait = rx.wait();
+        match self.shared.upstream.request_timeout {
+            Some(d) => match timeout(d, wait).await {
+                Ok(r) => r,
+                Err(_) => Err(rx.timed_out()),
+            },
+            None => wait.await,
+        }
+    }
+
+    /// A GET of `key` over the client's own (database 0) connection: the reply bytes, or the
+    /// error reply.
+    async fn plain_get(&mut self, key: &[u8]) -> Bytes {
+        let conn = self
+            .shared
+            .upstream
+            .conn(self.session.proto, self.session.id)
+            .clone();
+        let mut req = bytes::BytesMut::new();
+        crate::resp::request::encode_request(&[b"GET", key], &mut req);
+        let rx = conn.send(req.freeze(), 1).await;
+        match self.wait(rx, &conn).await {
+            Ok(b) => b,
+            Err(e) => {
+                self.shared.metrics.upstream_errors.inc();
+                e.to_reply()
+            }
+        }
+    }
+
+    fn upstream_error(&mut self, e: &UpstreamError, count: u32) {
+        self.shared.metrics.upstream_errors.inc_by(u64::from(count));
+        let reply = e.to_reply();
+        for _ in 0..count {
+            self.wbuf.extend_from_slice(&reply);
+        }
+    }
+}

@@ -1,0 +1,130 @@
+//! Requests refused before they are routed: a client not authenticated, a command not
+//! allowed in RESP2 subscribed mode, corral's admin commands for a Redis ACL user.
+
+use bytes::{Bytes, BytesMut};
+
+use super::client::Conn;
+use super::plan::Plan;
+use crate::commands::{self, Command, Local, Route};
+use crate::resp::Args;
+use crate::resp::reply::{self, Encoder};
+
+impl Conn {
+    /// The reply refusing the request before it is routed: not authenticated, or not
+    /// allowed in RESP2 subscribed mode.
+    pub(super) fn refusal(&mut self, cmd: &Command<'_>) -> Option<Plan> {
+        let (args, route) = (cmd.args, cmd.route());
+        let allowed_unauthenticated = matches!(
+            route,
+            Route::Local(Local::Auth | Local::Hello | Local::Quit | Local::Reset)
+        );
+        if !self.session.authenticated && !allowed_unauthenticated {
+            return Some(Plan::ready(Bytes::from_static(reply::NOAUTH)));
+        }
+        if self.resp2_subscribed() {
+            match route {
+                Route::PubSub(_) | Route::Local(Local::Quit | Local::Reset) => {}
+                // Redis checks that the command exists, then the subscribed-mode rule.
+                _ if !cmd.exists() => {
+                    return Some(Plan::ready(unknown_command(&args)));
+                }
+                Route::Local(Local::Ping) if args.len() > 2 => {
+                    let mut e = Encoder {
+                        proto: self.session.proto,
+                        out: &mut self.local,
+                    };
+                    e.error(&reply::wrong_arity("ping"));
+                    return Some(Plan::ready(self.local.split().freeze()));
+                }
+                // In RESP2 subscribed mode PING answers in the shape of a message.
+                Route::Local(Local::Ping) => {
+                    let mut e = Encoder {
+                        proto: self.session.proto,
+                        out: &mut self.local,
+                    };
+                    e.array(2);
+                    e.bulk(b"pong");
+                    e.bulk(args.get(1).unwrap_or_default());
+                    return Some(Plan::ready(self.local.split().freeze()));
+                }
+                _ => {
+                    let name = full_command_name(&args);
+                    let mut e = Encoder {
+                        proto: self.session.proto,
+                        out: &mut self.local,
+                    };
+                    e.error(&format!(
+                        "ERR Can't execute '{name}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / \
+                         PING / QUIT / RESET are allowed in this context"
+                    ));
+                    return Some(Plan::ready(self.local.split().freeze()));
+                }
+            }
+        }
+        None
+    }
+}
+
+/// The refusal of one of corral's admin commands to a Redis ACL user.
+pub(super) fn no_permission(args: &Args<'_>) -> Plan {
+    // A Redis ACL user's permissions are Redis's to check, and corral cannot check
+    // them for what it answers itself: its admin commands are for `default` only.
+    let name = String::from_utf8_lossy(args.get(0).unwrap_or_default()).to_lowercase();
+    let sub = args
+        .get(1)
+        .filter(|_| name == "client")
+        .map(|s| format!("|{}", String::from_utf8_lossy(s).to_lowercase()))
+        .unwrap_or_default();
+    Plan::ready(Bytes::from(format!(
+        "-NOPERM this user has no permissions to run the '{name}{sub}' command\r\n"
+    )))
+}
+
+/// corral's own admin commands, which Redis puts in `@admin` (CLIENT LIST, KILL, NO-EVICT)
+/// or which reveal other clients' keys (CORRAL): refused to Redis ACL users.
+pub(super) fn is_admin(args: &crate::resp::Args<'_>) -> bool {
+    let Some(name) = args.get(0) else {
+        return false;
+    };
+    if name.eq_ignore_ascii_case(b"CORRAL") {
+        return true;
+    }
+    args.get(1).is_some_and(|s| {
+        [&b"LIST"[..], b"KILL", b"NO-EVICT"]
+            .iter()
+            .any(|a| s.eq_ignore_ascii_case(a))
+    })
+}
+
+/// Redis's reply to an unknown command.
+fn unknown_command(args: &crate::resp::Args<'_>) -> Bytes {
+    let clip = |a: &[u8]| String::from_utf8_lossy(&a[..a.len().min(128)]).into_owned();
+    let mut text = format!(
+        "ERR unknown command '{}', with args beginning with: ",
+        clip(args.get(0).unwrap_or_default())
+    );
+    for a in args.iter().skip(1) {
+        text.push_str(&format!("'{}' ", clip(a)));
+    }
+    let mut out = BytesMut::new();
+    Encoder {
+        proto: crate::resp::Proto::Resp2,
+        out: &mut out,
+    }
+    .error(&text);
+    out.freeze()
+}
+
+/// The command name as Redis prints it in errors: `config|get` for subcommands.
+fn full_command_name(args: &crate::resp::Args<'_>) -> String {
+    let name = String::from_utf8_lossy(args.get(0).unwrap_or_default()).to_ascii_lowercase();
+    match args.get(1) {
+        Some(sub) if commands::session::is_container(name.as_bytes()) => {
+            format!(
+                "{name}|{}",
+                String::from_utf8_lossy(sub).to_ascii_lowercase()
+            )
+        }
+        _ => name,
+    }
+}

@@ -1,0 +1,151 @@
+//! Cluster mode: one reply made of several nodes' replies (a split MGET/MSET/DEL..., a
+//! command fanned out to every master, a SCAN step).
+
+use bytes::{Bytes, BytesMut};
+
+use super::client::Conn;
+use super::pending::Fan;
+use super::routed::NODE_BITS;
+use crate::cluster::SplitKind;
+use crate::resp::request::parse_int;
+
+impl Conn {
+    /// Merges the per-slot replies of a split command in key order.
+    pub(super) fn merge_split(&mut self, kind: SplitKind, parts: &[(Vec<usize>, Bytes)]) {
+        merge_split_replies(kind, parts, &mut self.wbuf);
+    }
+
+    /// Combines the replies of every master.
+    pub(super) fn merge_fanout(&mut self, how: Fan, replies: &[Bytes]) {
+        if let Some(err) = replies.iter().find(|r| r.first() == Some(&b'-')) {
+            return self.wbuf.extend_from_slice(err);
+        }
+        match how {
+            Fan::First => {
+                if let Some(r) = replies.first() {
+                    self.wbuf.extend_from_slice(r);
+                }
+            }
+            Fan::Sum => {
+                let total: i64 = replies.iter().filter_map(|r| int_reply(r)).sum();
+                self.wbuf
+                    .extend_from_slice(format!(":{total}\r\n").as_bytes());
+            }
+            Fan::Concat => {
+                let elements: Vec<&[u8]> = replies
+                    .iter()
+                    .flat_map(|r| crate::resp::array_elements(r).unwrap_or_default())
+                    .collect();
+                self.wbuf
+                    .extend_from_slice(format!("*{}\r\n", elements.len()).as_bytes());
+                for e in elements {
+                    self.wbuf.extend_from_slice(e);
+                }
+            }
+            Fan::FirstNonNil => {
+                let nil = |r: &Bytes| r.starts_with(b"$-1") || r.starts_with(b"_");
+                match replies.iter().find(|r| !nil(r)).or(replies.first()) {
+                    Some(r) => self.wbuf.extend_from_slice(r),
+                    None => crate::resp::Encoder {
+                        proto: self.session.proto,
+                        out: &mut self.wbuf,
+                    }
+                    .null(),
+                }
+            }
+        }
+    }
+
+    /// Rewrites a node's SCAN reply cursor into corral's cursor.
+    pub(super) fn scan_reply(&mut self, reply: &Bytes, node: usize, nodes: usize) {
+        let parts = frames(reply);
+        let (Some(head), Some(cursor), Some(keys)) = (
+            reply.get(..4).filter(|h| h == b"*2\r\n"),
+            parts_of_array(reply).first().copied(),
+            parts_of_array(reply).get(1).copied(),
+        ) else {
+            let _ = parts;
+            return self.wbuf.extend_from_slice(reply);
+        };
+        let inner = bulk_text(cursor)
+            .and_then(|t| t.parse::<u64>().ok())
+            .unwrap_or(0);
+        let next = if inner != 0 {
+            (inner << NODE_BITS) | node as u64
+        } else if node + 1 < nodes {
+            (node + 1) as u64
+        } else {
+            0
+        };
+        let next = next.to_string();
+        self.wbuf.extend_from_slice(head);
+        self.wbuf
+            .extend_from_slice(format!("${}\r\n{next}\r\n", next.len()).as_bytes());
+        self.wbuf.extend_from_slice(keys);
+    }
+}
+
+/// Merges the per-slot (or per-key) replies of a split command in key order into `out`.
+pub(super) fn merge_split_replies(
+    kind: SplitKind,
+    parts: &[(Vec<usize>, Bytes)],
+    out: &mut BytesMut,
+) {
+    if let Some((_, err)) = parts.iter().find(|(_, r)| r.first() == Some(&b'-')) {
+        return out.extend_from_slice(err);
+    }
+    match kind {
+        SplitKind::Mset => out.extend_from_slice(b"+OK\r\n"),
+        SplitKind::SumInt => {
+            let total: i64 = parts.iter().filter_map(|(_, r)| int_reply(r)).sum();
+            out.extend_from_slice(format!(":{total}\r\n").as_bytes());
+        }
+        SplitKind::Mget => {
+            let mut all: Vec<(usize, &[u8])> = Vec::new();
+            for (keys, reply) in parts {
+                let elements = crate::resp::array_elements(reply).unwrap_or_default();
+                all.extend(keys.iter().copied().zip(elements));
+            }
+            all.sort_by_key(|(i, _)| *i);
+            out.extend_from_slice(format!("*{}\r\n", all.len()).as_bytes());
+            for (_, e) in all {
+                out.extend_from_slice(e);
+            }
+        }
+    }
+}
+
+/// Top-level frames of `bytes`.
+fn frames(bytes: &[u8]) -> Vec<&[u8]> {
+    crate::resp::frames(bytes).map(|f| f.bytes).collect()
+}
+
+/// The elements of an array reply.
+fn parts_of_array(reply: &[u8]) -> Vec<&[u8]> {
+    crate::resp::array_elements(reply).unwrap_or_default()
+}
+
+fn bulk_text(frame: &[u8]) -> Option<String> {
+    let rest = frame.strip_prefix(b"$")?;
+    let cr = rest.iter().position(|&b| b == b'\r')?;
+    let body = rest.get(cr + 2..rest.len().checked_sub(2)?)?;
+    Some(String::from_utf8_lossy(body).into_owned())
+}
+
+fn int_reply(r: &[u8]) -> Option<i64> {
+    let rest = r.strip_prefix(b":")?;
+    let cr = rest.iter().position(|&b| b == b'\r')?;
+    parse_int(&rest[..cr])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bulk_and_int_helpers() {
+        assert_eq!(bulk_text(b"$3\r\n123\r\n").as_deref(), Some("123"));
+        assert_eq!(int_reply(b":42\r\n"), Some(42));
+        assert_eq!(frames(b"+OK\r\n:1\r\n").len(), 2);
+    }
+}

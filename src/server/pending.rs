@@ -1,0 +1,142 @@
+//! Replies waiting to be written: each request of a round leaves a pending reply, and they
+//! are resolved strictly in request order (`collect.rs`).
+
+use bytes::Bytes;
+use tokio::sync::oneshot;
+
+use crate::cache::{FillRx, Value};
+use crate::cluster::SplitKind;
+use crate::upstream::{Dedicated, JobResult, ScriptRun, UpstreamConn};
+
+/// A reply on a connection that serves this client alone (a blocking command, a script, an
+/// out-of-band command): no deadline, since nobody else waits behind it and Redis may
+/// legitimately take its time; the wait ends if the client goes away.
+pub(super) struct Blocking {
+    /// The connection taken for this command alone, released when it returns.
+    pub(super) dedicated: Option<Dedicated>,
+    /// The client shows as blocked (`flags=b` in CLIENT LIST) meanwhile.
+    pub(super) blocked: bool,
+    /// SHUTDOWN: when Redis closes the connection (it shut down), close the client's too,
+    /// with no reply, as Redis itself would.
+    pub(super) closes_client: bool,
+}
+
+/// What to do when a forwarded batch is answered, besides passing the replies on.
+#[derive(Debug, Default)]
+pub(super) struct AfterAck {
+    /// Keys the requests write: invalidated again once acknowledged, so a read that raced
+    /// the write cannot leave a stale entry behind.
+    pub(super) writes: Vec<Bytes>,
+    /// A request may have changed every key (FLUSHALL...): flush the cache.
+    pub(super) writes_all: bool,
+    /// Wait for the cache's tracking connection to catch up before replying (scripts).
+    pub(super) lane_barrier: bool,
+    /// The last request is an EXEC that runs these SELECTs (database, position): move the
+    /// client to the last one that succeeded.
+    pub(super) exec_select: Option<Vec<(u32, usize)>>,
+    /// Cluster mode: each request and its slot, to follow redirections.
+    pub(super) cluster_cmds: Option<Vec<(Bytes, Option<u16>)>>,
+    /// The first reply answers a request the client did not send (a deferred MULTI).
+    pub(super) skip_first: bool,
+    /// The batch runs scripts or functions: counted as running until it is answered (PING is
+    /// forwarded meanwhile, see `UpstreamStatus::ping_goes_upstream`).
+    pub(super) script: Option<ScriptRun>,
+}
+
+/// A pending reply and whether its replies are dropped (CLIENT REPLY OFF/SKIP).
+pub(super) struct Queued {
+    pub(super) reply: PendingReply,
+    pub(super) silent: bool,
+}
+
+/// A reply, or replies, still to be written, in request order.
+pub(super) enum PendingReply {
+    /// Produced locally.
+    Ready(Bytes),
+    /// A cache hit, encoded in the client's protocol when written.
+    Value(Value),
+    /// An MGET answered wholly from the cache, encoded when written.
+    Values(Vec<Option<Value>>),
+    /// A coalesced or cache-filling read of `key` to wait for.
+    Fill { rx: FillRx, key: Bytes },
+    /// `count` replies from `conn`.
+    Upstream {
+        rx: oneshot::Receiver<JobResult>,
+        count: u32,
+        conn: UpstreamConn,
+        after: AfterAck,
+        blocking: Option<Blocking>,
+    },
+    /// Cluster mode: a multi-key request split per slot, merged in key order.
+    Split {
+        kind: SplitKind,
+        parts: Vec<(oneshot::Receiver<JobResult>, Part)>,
+        after: AfterAck,
+    },
+    /// Cluster mode: the same request to every master, replies combined.
+    Fanout {
+        how: Fan,
+        parts: Vec<(oneshot::Receiver<JobResult>, UpstreamConn, Bytes)>,
+        after: AfterAck,
+    },
+    /// The one reply of a request sent on its own, then handled as `then` says.
+    Reply {
+        rx: oneshot::Receiver<JobResult>,
+        conn: UpstreamConn,
+        then: Then,
+    },
+    /// (Un)subscribe confirmations, written once the new upstream subscriptions are in place.
+    Subscribed {
+        reply: Bytes,
+        waits: Vec<oneshot::Receiver<()>>,
+    },
+}
+
+/// What is done with the one reply of a request sent on its own ([`PendingReply::Reply`]).
+pub(super) enum Then {
+    /// INFO: extended with corral's sections when `with_proxy`.
+    Info { with_proxy: bool },
+    /// Receiver counts corrected for corral's own subscribers.
+    Counted(super::pubcount::Count),
+    /// The MGET of the keys missing from `parts` (some values came from the cache): one
+    /// reply for the `None` parts, in order.
+    MGet(Vec<Option<Value>>),
+    /// Cluster mode: a SCAN step on master `node` of `nodes`.
+    Scan { node: usize, nodes: usize },
+    /// CLIENT TRACKING ON/OFF: on `+OK` the change applies.
+    Tracking(super::track_state::Change),
+    /// AUTH or HELLO AUTH for a Redis user (`users.rs`): on success the client is pinned to
+    /// the connection as the user; `ded` is the connection taken for it when not pinned yet.
+    Auth {
+        auth: super::user_auth::UserAuth,
+        ded: Option<Dedicated>,
+    },
+    /// GETREDIR or TRACKINGINFO of a redirecting client: Redis's reply names the sink's id
+    /// `from`, the client knows its target as `to`.
+    Redir { from: u64, to: u64 },
+    /// SELECT (the first of the replies); on `+OK` the client moves to the database.
+    Select(Option<u32>),
+}
+
+/// How replies from every master are combined.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Fan {
+    /// The first reply, or the first error (FLUSHALL, SCRIPT LOAD...).
+    First,
+    /// The sum of integer replies (DBSIZE).
+    Sum,
+    /// All array elements together (KEYS).
+    Concat,
+    /// The first non-nil reply (RANDOMKEY).
+    FirstNonNil,
+}
+
+/// One per-slot part of a split command.
+#[derive(Debug)]
+pub(super) struct Part {
+    pub(super) conn: UpstreamConn,
+    pub(super) req: Bytes,
+    pub(super) slot: u16,
+    /// Argument indices of the part's keys, in request order.
+    pub(super) keys: Vec<usize>,
+}

@@ -1,0 +1,94 @@
+//! What a routed request still needs once routing decided where it goes: the value
+//! `route.rs` returns and `round.rs` carries out.
+
+use bytes::Bytes;
+
+use super::clients::ReplyMode;
+use super::pending::{Fan, Part, PendingReply, Then};
+use crate::commands::Tx;
+use crate::upstream::UpstreamConn;
+
+/// What a routed request still needs after the synchronous part.
+pub(super) enum Plan {
+    /// Appended to the batch: nothing more to do.
+    Batched,
+    /// A reply (local, a cache hit, a read to wait for...) queued after the batch so far.
+    Reply(PendingReply),
+    /// A GET that others may join: forwarded in the batch, its reply shared when it arrives.
+    Lead(crate::cache::Lead),
+    /// A request sent on its own after the batch so far, on `conn` (the client's usual
+    /// connection if `None`); its one reply is handled as `then` says.
+    Alone {
+        conn: Option<UpstreamConn>,
+        req: Bytes,
+        then: Then,
+    },
+    /// A transaction command (the request bytes), which may pin or unpin the client.
+    Tx {
+        tx: Tx,
+        req: Bytes,
+        /// Cluster mode: the node to pin to.
+        node: Option<String>,
+    },
+    /// A command that may block, with the keys it may write.
+    Blocking {
+        req: Bytes,
+        writes: Vec<Bytes>,
+        /// Cluster mode: the node serving the keys.
+        node: Option<String>,
+    },
+    /// Cluster mode: MULTI is answered locally until the first queued command says which
+    /// node the transaction runs on.
+    DeferMulti,
+    /// Cluster mode: the first command queued after a deferred MULTI, for `node`.
+    StartMulti { node: String, req: Bytes },
+    /// Cluster mode: EXEC or DISCARD of a deferred MULTI with nothing queued.
+    EndDeferred(Bytes),
+    /// SELECT: `db` if the argument is a valid index.
+    Select { db: Option<u32>, req: Bytes },
+    /// SCRIPT KILL, FUNCTION KILL, SHUTDOWN: sent alone on a connection of its own.
+    OutOfBand { req: Bytes, shutdown: bool },
+    /// MONITOR: relay once this round's replies are written.
+    Monitor,
+    /// CLIENT REPLY changed the reply mode; `reply` is its own reply (maybe empty).
+    ReplyMode { mode: ReplyMode, reply: Bytes },
+    /// RESET: its reply, after which pinning and reply mode are reset too.
+    Reset(Bytes),
+    /// HELLO switched the protocol of a client with CLIENT TRACKING on (its reply): the
+    /// tracking connection, which it keeps, switches too.
+    HelloPinned(Bytes),
+    /// AUTH or HELLO AUTH as a Redis user, checked by Redis (`users.rs`).
+    AuthUser {
+        auth: super::user_auth::UserAuth,
+        req: Bytes,
+    },
+    /// A successful AUTH back to `default` of a client authenticated as a Redis user (its
+    /// reply): the user's connection is closed after this round.
+    Unpin(Bytes),
+    /// CLIENT TRACKING/CACHING/GETREDIR/TRACKINGINFO (arguments, request bytes).
+    Tracking { argv: Vec<Bytes>, req: Bytes },
+    /// Cluster mode: a request for one node (`slot`: its keys' slot, to retry after a
+    /// redirection).
+    Node {
+        conn: UpstreamConn,
+        req: Bytes,
+        slot: Option<u16>,
+    },
+    /// Cluster mode: a multi-key request split per slot.
+    Split {
+        kind: crate::cluster::SplitKind,
+        parts: Vec<Part>,
+    },
+    /// Cluster mode: the same request to every master.
+    Fanout {
+        how: Fan,
+        parts: Vec<(UpstreamConn, Bytes)>,
+    },
+}
+
+impl Plan {
+    /// A reply produced on the spot.
+    pub(super) fn ready(bytes: Bytes) -> Plan {
+        Plan::Reply(PendingReply::Ready(bytes))
+    }
+}

@@ -1,0 +1,386 @@
+//! One round over a client's pipelined requests: parse each complete request, route it
+//! (`route.rs`), carry out its [`Plan`], and hand consecutive forwarded requests to the
+//! upstream as one job. The replies are collected afterwards, in order (`collect.rs`).
+
+use bytes::{Buf, Bytes, BytesMut};
+use tracing::debug;
+
+use super::batch::Taken;
+use super::client::Conn;
+use super::clients::ReplyMode;
+use super::pending::{AfterAck, PendingReply, Queued};
+use super::plan::Plan;
+use super::route::{Request, client_pause};
+use crate::commands::{self, Command, Exclusive, Route, Tx};
+use crate::resp::Parsed;
+use crate::resp::reply;
+use crate::resp::request::encode_request;
+
+/// Most requests handled in one round; bounds the replies buffered per client.
+const MAX_PER_ROUND: usize = 1024;
+/// Stop adding to a round once this many request bytes are queued for the upstream.
+const MAX_ROUND_BYTES: usize = 1024 * 1024;
+
+impl Conn {
+    /// Parses and routes the complete requests in the read buffer. Returns true when it
+    /// stopped for lack of input, false when requests are left for another round.
+    pub(super) async fn dispatch(&mut self) -> bool {
+        let mut off = 0;
+        let mut handled = 0;
+        let mut wants_input = false;
+        self.writes.new_round();
+        if self.user_connection_lost() {
+            // Its requests cannot go on as the user, and must not go on as anyone else.
+            self.closing = true;
+            return false;
+        }
+        // Requests are routed from these while `self` changes; they are put back below.
+        let rbuf = std::mem::take(&mut self.rbuf);
+        let mut parser = std::mem::take(&mut self.parser);
+        while !self.closing {
+            if handled == MAX_PER_ROUND || self.batch.len_bytes() >= MAX_ROUND_BYTES {
+                break;
+            }
+            let parsed = match parser.parse(&rbuf[off..], self.session.authenticated) {
+                Ok(Some(p)) => p,
+                Ok(None) => {
+                    wants_input = true;
+                    break;
+                }
+                Err(e) => {
+                    debug!(error = %e.message(), "protocol error");
+                    self.shared.metrics.protocol_errors.inc();
+                    self.push_ready(Bytes::from(e.to_reply())).await;
+                    self.closing = true;
+                    break;
+                }
+            };
+            let (len, inline) = match parsed {
+                Parsed::Empty { len } => {
+                    off += len;
+                    continue;
+                }
+                Parsed::Multibulk { len } => (len, false),
+                Parsed::Inline { len } => (len, true),
+            };
+            let frame = &rbuf[off..off + len];
+            let cmd = Command::new(parser.args(frame));
+            if self.must_start_round(&cmd) {
+                // This request moves the client to another upstream connection: everything
+                // before it must complete first, so start it in a round of its own.
+                break;
+            }
+            handled += 1;
+            let (proto, db) = (self.session.proto, self.session.db);
+            let skip = self.reply_mode == ReplyMode::Skip;
+            if skip {
+                // CLIENT REPLY SKIP drops exactly this request's reply: give it its own pending reply.
+                self.flush_batch().await;
+                self.reply_mode = ReplyMode::On;
+                self.silent_now = true;
+            }
+            let req = Request {
+                frame,
+                inline,
+                queued: rbuf.len() - off,
+            };
+            let plan = self.route(&cmd, &req);
+            off += len;
+            let barrier = self.handle(plan).await;
+            if skip {
+                self.flush_batch().await;
+                self.silent_now = false;
+            }
+            if barrier || self.session.proto != proto || self.session.db != db {
+                // Later requests must wait for this one (it blocks, or they go to another
+                // upstream connection): end the round so Redis sees them in order.
+                break;
+            }
+        }
+        self.rbuf = rbuf;
+        self.parser = parser;
+        self.rbuf.advance(off);
+        self.flush_batch().await;
+        self.shared.metrics.commands.inc_by(handled as u64);
+        wants_input
+    }
+
+    /// True when the request needs a dedicated connection (MULTI or
+    /// WATCH while not pinned, or a blocking command) and this round already sent requests
+    /// elsewhere: they could otherwise run after it.
+    fn must_start_round(&self, cmd: &Command<'_>) -> bool {
+        if self.batch.is_empty() && self.replies.is_empty() {
+            return false;
+        }
+        let args = cmd.args;
+        match cmd.route() {
+            Route::Tx(Tx::Multi | Tx::Watch) => self.pin.is_none(),
+            Route::Blocking => true,
+            Route::Forward(_) if client_pause(&args).is_none() && self.paused_alone() => true,
+            // A script moves the client to a dedicated connection; a kill goes out of band.
+            Route::Forward(_) if self.shared.upstream.cluster.is_none() => {
+                self.pin.is_none()
+                    && match commands::busy::exclusive(cmd) {
+                        Some(Exclusive::Script) => self.isolates(commands::busy::script_key(&args)),
+                        Some(Exclusive::OutOfBand) => true,
+                        None => false,
+                    }
+            }
+            // CLIENT TRACKING ON pins the client: what came before must run first.
+            Route::Tracking => {
+                self.pin.is_none() && cmd.arg_is(1, b"TRACKING") && cmd.arg_is(2, b"ON")
+            }
+            _ => false,
+        }
+    }
+
+    /// Carries out the asynchronous part of a routed request; true ends the round after it.
+    async fn handle(&mut self, plan: Plan) -> bool {
+        match plan {
+            Plan::Batched => {}
+            // Leads are batched by `route`; one reaching here had no batch to ride in.
+            Plan::Lead(lead) => {
+                lead.complete(Err(crate::error::UpstreamError::BadReply {
+                    cause: "read not sent".into(),
+                }));
+                self.push_ready(Bytes::from_static(b"-ERR internal: read not sent\r\n"))
+                    .await;
+            }
+            Plan::Reply(reply) => {
+                self.flush_batch().await;
+                self.push_reply(reply);
+            }
+            Plan::Alone { conn, req, then } => {
+                self.flush_batch().await;
+                let conn = conn.unwrap_or_else(|| self.target());
+                let rx = conn.send(req, 1).await;
+                self.push_reply(PendingReply::Reply { rx, conn, then });
+            }
+            Plan::Tx { tx, req, node } => return self.transaction(tx, req, node).await,
+            Plan::Blocking { req, writes, node } => {
+                return self.blocking(req, writes, node).await;
+            }
+            Plan::DeferMulti => {
+                self.deferred_multi = true;
+                self.push_ready(Bytes::from_static(reply::OK)).await;
+            }
+            Plan::StartMulti { node, req } => return self.start_multi(node, req).await,
+            Plan::EndDeferred(reply) => {
+                self.deferred_multi = false;
+                self.push_ready(reply).await;
+            }
+            Plan::Select { db, req } => return self.select(db, req).await,
+            Plan::OutOfBand { req, shutdown } => return self.out_of_band(req, shutdown).await,
+            Plan::Monitor => {
+                self.flush_batch().await;
+                self.monitor = true;
+                return true;
+            }
+            Plan::ReplyMode { mode, reply } => {
+                self.flush_batch().await;
+                self.reply_mode = mode;
+                // CLIENT REPLY ON right after SKIP cancels the skip before replying, as in
+                // Redis: its `+OK` is sent.
+                if mode == ReplyMode::On {
+                    self.silent_now = false;
+                }
+                self.push_ready(reply).await;
+            }
+            Plan::Node { .. } | Plan::Split { .. } | Plan::Fanout { .. } => {
+                self.send_routed(plan).await;
+            }
+            Plan::Tracking { argv, req } => return self.client_tracking(argv, req).await,
+            Plan::AuthUser { auth, req } => return self.auth_user(auth, req).await,
+            Plan::Unpin(reply) => {
+                self.push_ready(reply).await;
+                // Dropped, not released, at the end of the round (see `release_pin_if_done`);
+                // later requests start a new round, on corral's own connections.
+                self.pin_reset = true;
+                return true;
+            }
+            Plan::HelloPinned(reply) => self.hello_pinned(reply).await,
+            Plan::Reset(reply) => {
+                self.flush_batch().await;
+                let waits = self.reset_state();
+                // RESET turns replies back on, its own included. Like an UNSUBSCRIBE's, its
+                // reply waits until Redis dropped the upstream subscriptions it ended.
+                self.push_reply(PendingReply::Subscribed { reply, waits });
+                return true;
+            }
+        }
+        false
+    }
+
+    /// HELLO switched the protocol of a client with a pinned connection that must follow
+    /// (tracking, a Redis user): the client gets corral's reply, the connection the HELLO.
+    async fn hello_pinned(&mut self, reply: Bytes) {
+        self.push_ready(reply).await;
+        // Redis's reply to this HELLO is not the client's: it got corral's.
+        let mut hello = BytesMut::new();
+        let version = self.session.proto.as_int().to_string();
+        encode_request(&[b"HELLO", version.as_bytes()], &mut hello);
+        self.batch.skip_first = true;
+        self.append(&hello);
+        self.flush_batch().await;
+    }
+
+    /// Cluster mode: a request for one node joins the batch if it goes there too; a split or
+    /// fanned-out one is sent in parts, after the batch so far.
+    async fn send_routed(&mut self, plan: Plan) {
+        match plan {
+            Plan::Node { conn, req, slot } => {
+                if !self.batch.fits(&conn) {
+                    self.flush_batch().await;
+                }
+                self.batch.push_routed(conn, req, slot);
+            }
+            Plan::Split { kind, parts } => {
+                self.flush_batch().await;
+                let mut sent = Vec::with_capacity(parts.len());
+                for p in parts {
+                    let rx = p.conn.send(p.req.clone(), 1).await;
+                    sent.push((rx, p));
+                }
+                let after = self.take_writes();
+                self.push_reply(PendingReply::Split {
+                    kind,
+                    parts: sent,
+                    after,
+                });
+            }
+            Plan::Fanout { how, parts } => {
+                self.flush_batch().await;
+                let mut sent = Vec::with_capacity(parts.len());
+                for (conn, req) in parts {
+                    let rx = conn.send(req.clone(), 1).await;
+                    sent.push((rx, conn, req));
+                }
+                let after = self.take_writes();
+                self.push_reply(PendingReply::Fanout {
+                    how,
+                    parts: sent,
+                    after,
+                });
+            }
+            _ => {}
+        }
+    }
+
+    /// Appends encoded request bytes to the batch.
+    pub(super) fn append(&mut self, bytes: &[u8]) {
+        let conn = self.batch.is_empty().then(|| self.target());
+        self.batch.push(bytes, conn);
+    }
+
+    /// Queues a local reply after everything routed before it.
+    pub(super) async fn push_ready(&mut self, bytes: Bytes) {
+        self.flush_batch().await;
+        self.push_reply(PendingReply::Ready(bytes));
+    }
+
+    /// Queues a pending reply, silenced if CLIENT REPLY says so. (Un)subscribe confirmations never
+    /// are: Redis sends them as pushes, which CLIENT REPLY OFF/SKIP does not silence, in
+    /// either protocol (a client waiting for them would hang).
+    pub(super) fn push_reply(&mut self, reply: PendingReply) {
+        let silent = !matches!(reply, PendingReply::Subscribed { .. })
+            && (self.silent_now || self.reply_mode == ReplyMode::Off);
+        self.replies.push(Queued { reply, silent });
+    }
+
+    /// Hands the pending forwarded requests to the upstream as one job.
+    pub(super) async fn flush_batch(&mut self) {
+        let Some(Taken {
+            bytes,
+            count,
+            conn,
+            cmds,
+            leads,
+            script,
+            script_keys,
+            skip_first,
+        }) = self.batch.take()
+        else {
+            return;
+        };
+        let conn = match conn {
+            Some(c) => c,
+            None => self.target(),
+        };
+        let rx = if leads.is_empty() {
+            conn.send(bytes, count).await
+        } else {
+            // The replies go through the upstream connection's task, which shares the leading
+            // GETs' replies with their waiters whatever becomes of this client.
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let share = move |r: crate::upstream::JobResult| {
+                share_leads(leads, &r);
+                let _ = tx.send(r);
+            };
+            conn.send_to(
+                bytes,
+                count,
+                crate::upstream::ReplyTo::Call(Box::new(share)),
+            )
+            .await;
+            rx
+        };
+        let writes = std::mem::take(&mut self.writes.keys);
+        let writes_all = std::mem::take(&mut self.writes.all);
+        let lane_barrier = std::mem::take(&mut self.writes.barrier);
+        let exec_select = self.exec_select.take();
+        // Redirections are followed on shared connections only: inside a transaction a
+        // MOVED is part of what the client must see (the transaction is then aborted).
+        let cluster_cmds =
+            (self.shared.upstream.cluster.is_some() && self.pin.is_none()).then_some(cmds);
+        let script = script.then(|| {
+            self.shared
+                .upstream
+                .status
+                .script_started(script_keys, conn.is_dedicated())
+        });
+        self.push_reply(PendingReply::Upstream {
+            rx,
+            count,
+            conn,
+            after: AfterAck {
+                writes,
+                writes_all,
+                lane_barrier,
+                exec_select,
+                cluster_cmds,
+                skip_first,
+                script,
+            },
+            blocking: None,
+        });
+    }
+
+    /// The cache work pending for writes routed so far, to run once they are acknowledged.
+    fn take_writes(&mut self) -> AfterAck {
+        AfterAck {
+            writes: std::mem::take(&mut self.writes.keys),
+            writes_all: std::mem::take(&mut self.writes.all),
+            ..AfterAck::default()
+        }
+    }
+}
+
+/// Completes the leading GETs of a batch from its replies (frame `i` answers request `i`).
+fn share_leads(leads: Vec<(u32, crate::cache::Lead)>, replies: &crate::upstream::JobResult) {
+    let frames: Vec<Bytes> = match replies {
+        Ok(b) => crate::resp::frames(b)
+            .map(|f| b.slice(f.start..f.end()))
+            .collect(),
+        Err(_) => Vec::new(),
+    };
+    for (i, lead) in leads {
+        let r = match (replies, frames.get(i as usize)) {
+            (Ok(_), Some(frame)) => Ok(frame.clone()),
+            (Err(e), _) => Err(e.clone()),
+            (Ok(_), None) => Err(crate::error::UpstreamError::BadReply {
+                cause: "missing reply in batch".into(),
+            }),
+        };
+        lead.complete(r);
+    }
+}

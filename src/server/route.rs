@@ -1,0 +1,482 @@
+//! Routing one request: decide from its [`Command`] where it goes (the batch, a reply made on
+//! the spot, a dedicated connection, the cache...) and return the [`Plan`] that says what is
+//! left to do. Cluster-specific routing is in `cluster_route.rs` and `routed.rs`.
+
+use bytes::{Bytes, BytesMut};
+
+use super::cached::{cache_step, invalidate_writes};
+use super::client::Conn;
+use super::clients::{self};
+use super::gate::{is_admin, no_permission};
+use super::pending::{PendingReply, Then};
+use super::pin::Pin;
+use super::plan::Plan;
+use super::{corral, info};
+use crate::commands::{
+    self, Access, Command, Exclusive, Local, LocalCtx, Outcome, PubSub, Route, Tx,
+};
+use crate::resp::reply::{self, Encoder};
+use crate::resp::request::{encode_request, parse_int};
+
+/// The bytes of the request being routed, as the client sent them.
+pub(super) struct Request<'a> {
+    /// The whole request.
+    pub(super) frame: &'a [u8],
+    /// Sent as an inline command: forwarded re-encoded as RESP.
+    pub(super) inline: bool,
+    /// Bytes of this request and those after it still in the read buffer (the query buffer
+    /// CLIENT INFO and CLIENT LIST show).
+    pub(super) queued: usize,
+}
+
+impl Request<'_> {
+    /// The request as RESP, to send upstream on its own.
+    pub(super) fn bytes(&self, cmd: &Command<'_>) -> Bytes {
+        if self.inline {
+            let mut out = BytesMut::new();
+            let argv: Vec<&[u8]> = cmd.args.iter().collect();
+            encode_request(&argv, &mut out);
+            out.freeze()
+        } else {
+            Bytes::copy_from_slice(self.frame)
+        }
+    }
+}
+
+impl Conn {
+    /// Routes one request: forwards are appended to the batch, local commands run at once.
+    pub(super) fn route(&mut self, cmd: &Command<'_>, req: &Request<'_>) -> Plan {
+        if let Some(p) = self.route_early(cmd, req) {
+            return p;
+        }
+        let args = cmd.args;
+        match cmd.route() {
+            Route::Forward(access) => self.forward(cmd, access, req),
+            Route::Local(local) => self.local(cmd, local, req),
+            Route::Corral | Route::ClientAdmin
+                if self.session.user.is_some() && is_admin(&args) =>
+            {
+                no_permission(&args)
+            }
+            Route::Corral => {
+                self.shared.metrics.local_commands.inc();
+                Plan::ready(corral::execute(&args, &self.shared, self.session.proto))
+            }
+            Route::Info => Plan::Alone {
+                conn: None,
+                req: req.bytes(cmd),
+                then: Then::Info {
+                    with_proxy: info::wants_proxy_section(&args),
+                },
+            },
+            Route::Select => Plan::Select {
+                db: args
+                    .get(1)
+                    .and_then(parse_int)
+                    .and_then(|n| u32::try_from(n).ok()),
+                req: req.bytes(cmd),
+            },
+            Route::Tx(tx) => self.tx(cmd, tx, req),
+            Route::Blocking => {
+                let writes = match &self.shared.cache {
+                    Some(cache) => invalidate_writes(cache, cmd),
+                    None => Vec::new(),
+                };
+                Plan::Blocking {
+                    req: req.bytes(cmd),
+                    writes,
+                    node: None,
+                }
+            }
+            Route::Monitor if self.user_pinned() => Plan::ready(Bytes::from_static(
+                b"-ERR MONITOR is not supported by corral for a client authenticated as a Redis \
+                  ACL user\r\n",
+            )),
+            Route::Monitor => Plan::Monitor,
+            Route::ClientAdmin => self.client_admin(cmd, req),
+            Route::Tracking => Plan::Tracking {
+                argv: args.iter().map(Bytes::copy_from_slice).collect(),
+                req: req.bytes(cmd),
+            },
+            Route::PubSub(sub) => self.subscriptions(cmd, sub),
+            Route::Unsupported { name, why } => {
+                self.shared.metrics.local_commands.inc();
+                let mut e = Encoder {
+                    proto: self.session.proto,
+                    out: &mut self.local,
+                };
+                e.error(&reply::unsupported(name, why));
+                Plan::ready(self.local.split().freeze())
+            }
+        }
+    }
+
+    /// What decides a request before its route does: a refusal, a transaction queueing it,
+    /// cluster routing, or Redis answering PING.
+    fn route_early(&mut self, cmd: &Command<'_>, req: &Request<'_>) -> Option<Plan> {
+        let route = cmd.route();
+        self.session.last_cmd.set(&cmd.args);
+        if let Some(refused) = self.refusal(cmd) {
+            return Some(refused);
+        }
+        let in_multi = self.pin.as_ref().is_some_and(|p| p.in_multi);
+        if in_multi
+            && !matches!(
+                route,
+                Route::Local(Local::Quit | Local::Reset) | Route::Tx(_) | Route::Corral
+            )
+        {
+            return Some(self.queue_in_multi(cmd, req));
+        }
+        if !matches!(route, Route::Forward(_)) {
+            self.info_changed = true;
+        }
+        if let Some(p) = self.cluster_cache_step(cmd) {
+            return Some(p);
+        }
+        if let Some(p) = self.cluster_step(cmd, req) {
+            return Some(p);
+        }
+        if let Route::Local(Local::Ping | Local::Echo) = route
+            && self.shared.upstream.cluster.is_none()
+            && (self.shared.upstream.status.ping_goes_upstream() || self.user_pinned())
+        {
+            // Redis may be busy with a script (or loading): it would answer -BUSY (-LOADING)
+            // rather than PONG, so ask it. Otherwise PING checks corral itself. A Redis user's
+            // ACL may deny PING or ECHO: Redis answers for it.
+            self.append_request(cmd, req);
+            return Some(Plan::Batched);
+        }
+        None
+    }
+
+    /// Adds the request to the batch, re-encoded if it was sent inline.
+    fn append_request(&mut self, cmd: &Command<'_>, req: &Request<'_>) {
+        if req.inline {
+            let bytes = req.bytes(cmd);
+            self.append(&bytes);
+        } else {
+            self.append(req.frame);
+        }
+    }
+
+    /// Inside MULTI, Redis queues (almost) everything: the request joins the batch, and the
+    /// pin learns what EXEC will run.
+    fn queue_in_multi(&mut self, cmd: &Command<'_>, req: &Request<'_>) -> Plan {
+        let (args, route) = (cmd.args, cmd.route());
+        // Inside MULTI, Redis queues (almost) everything, PING and SELECT included: the
+        // replies must be Redis's own. Commands that change connection state leave the
+        // connection unfit for reuse.
+        let mut queued_writes = match (route, &self.shared.cache) {
+            (Route::Forward(Access::Write), Some(cache)) => invalidate_writes(cache, cmd),
+            _ => Vec::new(),
+        };
+        let bytes = if route == Route::ClientAdmin && is_unblock(&args) {
+            clients::unblock_request(&args, &self.shared.clients).0
+        } else {
+            req.bytes(cmd)
+        };
+        let tracking_on =
+            route == Route::Tracking && cmd.arg_is(1, b"TRACKING") && cmd.arg_is(2, b"ON");
+        if tracking_on && args.iter().any(|a| a.eq_ignore_ascii_case(b"REDIRECT")) {
+            // The corral id would have to become the target's upstream id, which needs a
+            // connection made for it: not while Redis queues the command.
+            return Plan::ready(Bytes::from_static(
+                b"-ERR CLIENT TRACKING with REDIRECT inside MULTI is not supported by corral\r\n",
+            ));
+        }
+        let select = match route {
+            Route::Select => args
+                .get(1)
+                .and_then(parse_int)
+                .and_then(|n| u32::try_from(n).ok()),
+            _ => None,
+        };
+        let script = commands::busy::exclusive(cmd) == Some(Exclusive::Script);
+        if let Some(pause) = client_pause(&args) {
+            // Takes effect at EXEC; counting it from now only routes a little early.
+            self.shared.upstream.status.note_pause(pause);
+        }
+        if tracking_on && let Some(refused) = self.tracking_in_multi() {
+            return Plan::ready(refused);
+        }
+        if let Some(pin) = &mut self.pin {
+            pin.script_queued |= script;
+            pin.dirty |= !matches!(route, Route::Forward(_) | Route::Blocking | Route::Info);
+            pin.tx_writes.add(&mut queued_writes);
+            if let Some(db) = select {
+                pin.queued_selects.push((db, pin.queued));
+            }
+            pin.queued += 1;
+        }
+        self.append(&bytes);
+        Plan::Batched
+    }
+
+    /// Cluster mode: reads of one key may be served or coalesced by the cache, through the
+    /// tracking lane of the key's master; writes invalidate.
+    fn cluster_cache_step(&mut self, cmd: &Command<'_>) -> Option<Plan> {
+        let (args, route) = (cmd.args, cmd.route());
+        if let (Some(cluster), Some(cache), Route::Forward(access)) =
+            (&self.shared.upstream.cluster, &self.shared.cache, route)
+            && self.pin.is_none()
+            && !self.deferred_multi
+            && cluster.reads_from_masters()
+        {
+            // Cluster mode: reads of one key may be served or coalesced by the cache, through
+            // the tracking lane of the key's master; writes invalidate.
+            let master = args
+                .get(1)
+                .and_then(|k| cluster.master_of(crate::cluster::key_slot(k)));
+            if let Some(master) = master {
+                let conn = cluster.conn_for(&master, self.session.proto, self.session.id);
+                let node = master.to_string();
+                let step = cache_step(
+                    cache,
+                    &conn,
+                    Some(&node),
+                    &mut self.writes,
+                    access,
+                    cmd,
+                    true,
+                );
+                if let Some(p) = step {
+                    return Some(p);
+                }
+            }
+        }
+        None
+    }
+
+    /// A forwarded request: paused, exclusive, counted or cached, else batched.
+    fn forward(&mut self, cmd: &Command<'_>, access: Access, req: &Request<'_>) -> Plan {
+        let args = cmd.args;
+        if let Some(pause) = client_pause(&args) {
+            self.shared.upstream.status.note_pause(pause);
+        } else if self.paused_alone() {
+            // Redis parks a paused client's connection at its first paused command: on
+            // a shared connection that would hold up every client queued behind it.
+            // While a pause sent through corral lasts, each request goes alone on a
+            // connection of its own, so only its client waits, as on Redis.
+            let writes = match &self.shared.cache {
+                Some(cache) if access == Access::Write => invalidate_writes(cache, cmd),
+                _ => Vec::new(),
+            };
+            return Plan::Blocking {
+                req: req.bytes(cmd),
+                writes,
+                node: None,
+            };
+        }
+        if let Some(p) = self.exclusive_step(cmd, req) {
+            return p;
+        }
+        if let Some(count) = super::pubcount::count_of(&args)
+            && !self.shared.pubsub.counts_exact()
+        {
+            return Plan::Alone {
+                conn: None,
+                req: req.bytes(cmd),
+                then: Then::Counted(count),
+            };
+        }
+        if let Some(cache) = &self.shared.cache {
+            let may_serve = self.pin.is_none() && self.session.db == 0;
+            let conn = self
+                .shared
+                .upstream
+                .conn(self.session.proto, self.session.id);
+            let step = cache_step(cache, conn, None, &mut self.writes, access, cmd, may_serve);
+            match step {
+                Some(Plan::Lead(lead)) => {
+                    self.batch.lead_next(lead);
+                }
+                Some(p) => return p,
+                None => {}
+            }
+        }
+        self.append_request(cmd, req);
+        Plan::Batched
+    }
+
+    /// Standalone mode: a script goes on a connection of its own (or at least is noted as
+    /// running), a kill goes out of band.
+    fn exclusive_step(&mut self, cmd: &Command<'_>, req: &Request<'_>) -> Option<Plan> {
+        let args = cmd.args;
+        if self.shared.upstream.cluster.is_some() {
+            return None;
+        }
+        match commands::busy::exclusive(cmd) {
+            Some(Exclusive::OutOfBand) if self.pin.is_none() => {
+                let shutdown = cmd.name() == b"SHUTDOWN";
+                return Some(Plan::OutOfBand {
+                    req: req.bytes(cmd),
+                    shutdown,
+                });
+            }
+            Some(Exclusive::Script) => {
+                let key = commands::busy::script_key(&args);
+                if self.pin.is_none() && self.isolates(key) {
+                    // The script comes first in this round (`must_start_round`):
+                    // pin the client to a connection of its own for the rest of
+                    // the round, so no other client waits behind the script. With
+                    // every dedicated connection in use it goes on the shared one.
+                    self.pin = self
+                        .shared
+                        .upstream
+                        .dedicated_to(None, self.session.proto, self.session.db)
+                        .ok()
+                        .map(Pin::new);
+                }
+                self.batch.script = true;
+                self.batch.script_keys.extend(key);
+            }
+            _ => {}
+        }
+        None
+    }
+
+    /// A command corral answers itself (AUTH as a Redis user aside).
+    fn local(&mut self, cmd: &Command<'_>, local: Local, req: &Request<'_>) -> Plan {
+        let args = cmd.args;
+        if matches!(local, Local::Auth | Local::Hello)
+            && let Some(auth) = super::user_auth::upstream_auth(local, &args)
+        {
+            return Plan::AuthUser {
+                auth,
+                req: req.bytes(cmd),
+            };
+        }
+        let user_before = self.session.user.is_some();
+        let proto_before = self.session.proto;
+        let version = self.shared.upstream.status.version();
+        let ctx = LocalCtx {
+            requirepass: self.shared.cfg.requirepass.get(),
+            version: version.as_deref().unwrap_or(crate::VERSION),
+        };
+        self.shared.metrics.local_commands.inc();
+        // CLIENT INFO shows the query buffer: this request and any after it.
+        self.session.qbuf = req.queued;
+        let outcome =
+            commands::local::execute(local, &args, &mut self.session, &ctx, &mut self.local);
+        self.session.qbuf = 0;
+        if outcome == Outcome::Close {
+            self.closing = true;
+        }
+        let reply = self.local.split().freeze();
+        if local == Local::Reset {
+            return Plan::Reset(reply);
+        }
+        if user_before && self.session.user.is_none() {
+            return Plan::Unpin(reply);
+        }
+        // The pinned connection of a tracking client or a Redis user must speak the
+        // client's protocol too.
+        let tracking = self
+            .pin
+            .as_ref()
+            .is_some_and(|p| p.tracking.is_some() || p.user.is_some());
+        if local == Local::Hello && tracking && self.session.proto != proto_before {
+            return Plan::HelloPinned(reply);
+        }
+        Plan::ready(reply)
+    }
+
+    /// MULTI, EXEC, DISCARD, WATCH, UNWATCH.
+    fn tx(&mut self, cmd: &Command<'_>, tx: Tx, req: &Request<'_>) -> Plan {
+        if let Tx::Exec = tx
+            && let Some(pin) = &mut self.pin
+            && pin.in_multi
+        {
+            // The queued writes run now: invalidate them again once EXEC is answered.
+            self.writes.exec(&mut pin.tx_writes);
+        }
+        Plan::Tx {
+            tx,
+            req: req.bytes(cmd),
+            node: None,
+        }
+    }
+
+    /// CLIENT LIST/KILL/REPLY/NO-EVICT, answered by corral, and CLIENT UNBLOCK, which goes to
+    /// Redis with the blocked client's upstream id.
+    fn client_admin(&mut self, cmd: &Command<'_>, req: &Request<'_>) -> Plan {
+        let args = cmd.args;
+        if is_unblock(&args) {
+            let (req, addr) = clients::unblock_request(&args, &self.shared.clients);
+            return match (&self.shared.upstream.cluster, addr) {
+                // Cluster mode: to the node the blocked client's connection is on.
+                (Some(cluster), Some(addr)) => match crate::cluster::Addr::parse(&addr) {
+                    Some(node) => Plan::Node {
+                        conn: cluster.conn_for(&node, self.session.proto, self.session.id),
+                        req,
+                        slot: None,
+                    },
+                    None => {
+                        self.append(&req);
+                        Plan::Batched
+                    }
+                },
+                _ => {
+                    self.append(&req);
+                    Plan::Batched
+                }
+            };
+        }
+        self.shared.metrics.local_commands.inc();
+        // CLIENT LIST shows the caller's query buffer: this request and any after it.
+        self.session.qbuf = req.queued;
+        let (reply, mode) = clients::execute(&args, &self.session, &self.shared.clients);
+        self.session.qbuf = 0;
+        match mode {
+            Some(mode) => Plan::ReplyMode { mode, reply },
+            None => Plan::ready(reply),
+        }
+    }
+
+    /// (P|S)(UN)SUBSCRIBE, answered from corral's shared subscriptions.
+    fn subscriptions(&mut self, cmd: &Command<'_>, sub: PubSub) -> Plan {
+        let args = cmd.args;
+        let subscribing = matches!(
+            sub,
+            PubSub::Subscribe | PubSub::PSubscribe | PubSub::SSubscribe
+        );
+        if subscribing && self.user_pinned() {
+            // corral's shared pub/sub connection is authenticated as corral's upstream
+            // user: the user's channel permissions would not apply.
+            return Plan::ready(Bytes::from_static(
+                b"-ERR SUBSCRIBE is not supported by corral for a client authenticated as \
+                  a Redis ACL user\r\n",
+            ));
+        }
+        self.shared.metrics.local_commands.inc();
+        let owned: Vec<Vec<u8>> = args.iter().map(<[u8]>::to_vec).collect();
+        let (reply, waits) = self.pubsub(sub, &crate::resp::Args::Owned(&owned));
+        Plan::Reply(PendingReply::Subscribed { reply, waits })
+    }
+}
+
+/// CLIENT PAUSE ms [WRITE|ALL] (`Some(Some(ms))`) or CLIENT UNPAUSE (`Some(None)`).
+pub(super) fn client_pause(args: &crate::resp::Args<'_>) -> Option<Option<u64>> {
+    if !args.get(0)?.eq_ignore_ascii_case(b"CLIENT") {
+        return None;
+    }
+    let sub = args.get(1)?;
+    if sub.eq_ignore_ascii_case(b"UNPAUSE") {
+        return Some(None);
+    }
+    if !sub.eq_ignore_ascii_case(b"PAUSE") {
+        return None;
+    }
+    let ms = std::str::from_utf8(args.get(2)?)
+        .ok()?
+        .parse::<u64>()
+        .ok()?;
+    Some(Some(ms))
+}
+
+/// CLIENT UNBLOCK, which goes to Redis with the blocked client's upstream id.
+fn is_unblock(args: &crate::resp::Args<'_>) -> bool {
+    args.get(1)
+        .is_some_and(|s| s.eq_ignore_ascii_case(b"UNBLOCK"))
+}

@@ -1,0 +1,86 @@
+//! (P|S)(UN)SUBSCRIBE for one client, answered from corral's shared subscriptions, and the
+//! RESP2 subscribed-mode rule.
+
+use bytes::{Bytes, BytesMut};
+use tokio::sync::oneshot;
+
+use super::client::Conn;
+use super::subscriber::{Subscriptions, confirmation, describe};
+use crate::commands::PubSub;
+use crate::pubsub;
+use crate::resp::{Args, Encoder, Proto};
+
+impl Conn {
+    /// Runs a (P|S)(UN)SUBSCRIBE. Returns the replies and the confirmations to wait for before
+    /// sending them (a new upstream subscription must be in place first, or a message
+    /// published right after the client saw its confirmation could be missed).
+    pub(super) fn pubsub(
+        &mut self,
+        cmd: PubSub,
+        args: &Args<'_>,
+    ) -> (Bytes, Vec<oneshot::Receiver<()>>) {
+        let (kind, verb, subscribing) = describe(cmd);
+        let proto = self.session.proto;
+        let mut out = BytesMut::new();
+        let mut waits = Vec::new();
+        if subscribing && args.len() < 2 {
+            let name = String::from_utf8_lossy(verb).into_owned();
+            Encoder {
+                proto,
+                out: &mut out,
+            }
+            .error(&crate::resp::reply::wrong_arity(&name));
+            return (out.freeze(), waits);
+        }
+        let id = self.session.id;
+        let hub = &self.shared.pubsub;
+        let subs = self.subs.get_or_insert_with(|| {
+            let (tx, rx) = tokio::sync::mpsc::channel(pubsub::QUEUE);
+            hub.register(id, tx, self.kill.clone());
+            Subscriptions::new(rx)
+        });
+        let names: Vec<Bytes> = if args.len() > 1 {
+            args.iter().skip(1).map(Bytes::copy_from_slice).collect()
+        } else {
+            subs.set(kind).iter().cloned().collect()
+        };
+        if names.is_empty() {
+            confirmation(verb, None, subs.count(kind), proto, &mut out);
+        }
+        for name in names {
+            if subscribing {
+                if subs.set(kind).insert(name.clone())
+                    && let Some(w) = hub.subscribe(id, kind, &name)
+                {
+                    waits.push(w);
+                }
+            } else if subs.set(kind).remove(&name)
+                && let Some(w) = hub.unsubscribe(id, kind, &name)
+            {
+                // The reply waits until Redis dropped the upstream subscription, so that a
+                // PUBLISH the client sends next is not counted for it.
+                waits.push(w);
+            }
+            confirmation(verb, Some(&name), subs.count(kind), proto, &mut out);
+        }
+        self.session.subs = subs.counts();
+        self.info_changed = true;
+        (out.freeze(), waits)
+    }
+
+    /// True in RESP2 subscribed mode, where only (P|S)(UN)SUBSCRIBE, PING, QUIT and RESET
+    /// are allowed.
+    pub(super) fn resp2_subscribed(&self) -> bool {
+        self.session.proto == Proto::Resp2 && self.subs.as_ref().is_some_and(|s| s.active())
+    }
+
+    /// Drops every subscription (RESET, disconnect). Returns the confirmations of the
+    /// upstream unsubscribes this ended.
+    pub(super) fn unsubscribe_all(&mut self) -> Vec<oneshot::Receiver<()>> {
+        if self.subs.take().is_none() {
+            return Vec::new();
+        }
+        self.session.subs = (0, 0, 0);
+        self.shared.pubsub.remove(self.session.id)
+    }
+}
