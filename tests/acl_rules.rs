@@ -73,7 +73,7 @@ async fn command_rules_match_acl_dryrun() {
             );
             if let Err(denied) = ours {
                 // DRYRUN's text is the reply's without "-NOPERM " and with a capital T.
-                let text = denied.reply();
+                let text = String::from_utf8_lossy(&denied.reply()).into_owned();
                 let body = text.trim_start_matches("-NOPERM t").trim_end();
                 assert!(
                     String::from_utf8_lossy(&reply).contains(body),

@@ -6,6 +6,8 @@ use std::collections::HashMap;
 
 use serde::Deserialize;
 
+use crate::error::replies;
+
 /// The `[commands]` section of the config.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -113,13 +115,13 @@ impl Guard {
 }
 
 /// Redis's error for a refused subcommand: `-ERR unknown subcommand 'flush'. Try SCRIPT HELP.`
-pub fn unknown_subcommand(name: &[u8], sub: &[u8]) -> String {
-    let clip = |a: &[u8]| String::from_utf8_lossy(&a[..a.len().min(128)]).into_owned();
-    format!(
-        "-ERR unknown subcommand '{}'. Try {} HELP.\r\n",
-        clip(sub),
-        String::from_utf8_lossy(name).to_ascii_uppercase()
-    )
+pub fn unknown_subcommand(name: &[u8], sub: &[u8]) -> bytes::Bytes {
+    // Redis prints at most 128 bytes of the subcommand.
+    let sub = &sub[..sub.len().min(128)];
+    replies::line(&replies::unknown_subcommand(
+        sub,
+        &String::from_utf8_lossy(name),
+    ))
 }
 
 #[cfg(test)]
@@ -158,8 +160,8 @@ mod tests {
         assert_eq!(g.check(b"get", Some(b"k")), Verdict::Pass);
         assert!(!g.visible("config"));
         assert_eq!(
-            unknown_subcommand(b"script", b"FLUSH"),
-            "-ERR unknown subcommand 'FLUSH'. Try SCRIPT HELP.\r\n"
+            &unknown_subcommand(b"script", b"FLUSH")[..],
+            b"-ERR unknown subcommand 'FLUSH'. Try SCRIPT HELP.\r\n"
         );
     }
 

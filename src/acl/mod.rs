@@ -12,8 +12,11 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
+use bytes::Bytes;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
+
+use crate::error::replies;
 
 pub use guard::{Guard, GuardConfig, Verdict, unknown_subcommand};
 pub use rules::{Perms, arity, is_container};
@@ -91,13 +94,11 @@ pub enum Denied {
 
 impl Denied {
     /// The error reply Redis gives for this refusal (Redis 7.0's texts).
-    pub fn reply(&self) -> String {
+    pub fn reply(&self) -> Bytes {
         match self {
-            Denied::Command(name) => {
-                format!("-NOPERM this user has no permissions to run the '{name}' command\r\n")
-            }
-            Denied::Key => "-NOPERM this user has no permissions to access one of the keys used as arguments\r\n".into(),
-            Denied::Channel => "-NOPERM this user has no permissions to access one of the channels used as arguments\r\n".into(),
+            Denied::Command(name) => replies::line(&replies::no_permission(name)),
+            Denied::Key => replies::NOPERM_KEY.to_bytes(),
+            Denied::Channel => replies::NOPERM_CHANNEL.to_bytes(),
         }
     }
 }
@@ -247,9 +248,6 @@ pub struct Users {
     by_name: HashMap<String, Arc<User>>,
 }
 
-/// Redis's reply to an AUTH that names no valid user/password pair.
-pub const WRONGPASS: &str = "-WRONGPASS invalid username-password pair or user is disabled.\r\n";
-
 impl Users {
     /// The users of the config, and `default` from `requirepass` unless a `[[users]]` entry
     /// defines `default` itself (then `requirepass` must be unset).
@@ -320,8 +318,8 @@ mod tests {
         let denied = u.check_command(&[b"set", b"k", b"v"]);
         assert_eq!(denied, Err(Denied::Command("set".into())));
         assert_eq!(
-            Denied::Command("set".into()).reply(),
-            "-NOPERM this user has no permissions to run the 'set' command\r\n"
+            &Denied::Command("set".into()).reply()[..],
+            b"-NOPERM this user has no permissions to run the 'set' command\r\n"
         );
         let denied = u.check_command(&[b"CONFIG", b"GET", b"x"]);
         assert_eq!(denied, Err(Denied::Command("config|get".into())));

@@ -29,9 +29,6 @@ pub fn keys_slot(positions: &KeyPositions, args: &Args<'_>) -> KeySlot {
     found
 }
 
-/// The error Redis Cluster gives for keys in different slots.
-pub const CROSSSLOT: &[u8] = b"-CROSSSLOT Keys in request don't hash to the same slot\r\n";
-
 /// How a merged reply is built from per-slot replies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SplitKind {

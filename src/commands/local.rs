@@ -4,6 +4,7 @@ use bytes::{Bytes, BytesMut};
 
 use super::session::Session;
 use super::table::Local;
+use crate::error::replies::{self, Canned};
 use crate::resp::Args;
 use crate::resp::reply::{self, Encoder, Proto};
 use crate::resp::request::parse_int;
@@ -44,11 +45,11 @@ pub fn execute(
         Local::Ping => match argc {
             1 => e.raw(reply::PONG),
             2 => e.bulk(arg(1)),
-            _ => e.error(&reply::wrong_arity("ping")),
+            _ => e.error(&replies::wrong_arity("ping")),
         },
         Local::Echo => match argc {
             2 => e.bulk(arg(1)),
-            _ => e.error(&reply::wrong_arity("echo")),
+            _ => e.error(&replies::wrong_arity("echo")),
         },
         Local::Quit => {
             e.raw(reply::OK);
@@ -56,7 +57,7 @@ pub fn execute(
         }
         Local::Reset => {
             if argc != 1 {
-                e.error(&reply::wrong_arity("reset"));
+                e.error(&replies::wrong_arity("reset"));
             } else {
                 s.proto = Proto::Resp2;
                 s.name = None;
@@ -79,11 +80,11 @@ pub fn execute(
                         s.user = None;
                         e.raw(reply::OK);
                     }
-                    Err(err) => e.raw(err),
+                    Err(err) => e.raw(err.wire()),
                 }
             }
-            1 => e.error(&reply::wrong_arity("auth")),
-            _ => e.raw(reply::SYNTAX),
+            1 => e.error(&replies::wrong_arity("auth")),
+            _ => e.raw(replies::SYNTAX.wire()),
         },
         Local::Hello => hello(args, s, ctx, &mut e),
         Local::Client => client(args, s, &mut e),
@@ -92,19 +93,15 @@ pub fn execute(
 }
 
 /// Checks AUTH/HELLO credentials the way Redis checks them for the `default` user.
-fn check_password(
-    ctx: &LocalCtx<'_>,
-    user: Option<&[u8]>,
-    pass: &[u8],
-) -> Result<(), &'static [u8]> {
+fn check_password(ctx: &LocalCtx<'_>, user: Option<&[u8]>, pass: &[u8]) -> Result<(), Canned> {
     let default_user = user.is_none_or(|u| u == b"default");
     match ctx.requirepass {
         // Without a password the default user is "nopass": any password works for it, but
         // the one-argument form is reported as a configuration mistake.
-        None if user.is_none() => Err(reply::AUTH_NOT_CONFIGURED),
+        None if user.is_none() => Err(replies::AUTH_NOT_CONFIGURED),
         None if default_user => Ok(()),
         Some(p) if default_user && p.as_bytes() == pass => Ok(()),
-        _ => Err(reply::WRONGPASS),
+        _ => Err(replies::WRONGPASS),
     }
 }
 
@@ -116,8 +113,8 @@ fn hello(args: &Args<'_>, s: &mut Session, ctx: &LocalCtx<'_>, e: &mut Encoder<'
         proto = match parse_int(v) {
             Some(2) => Proto::Resp2,
             Some(3) => Proto::Resp3,
-            Some(_) => return e.error("NOPROTO unsupported protocol version"),
-            None => return e.error("ERR Protocol version is not an integer or out of range"),
+            Some(_) => return e.error(replies::NOPROTO.text()),
+            None => return e.error(replies::PROTO_NOT_INTEGER.text()),
         };
         let mut i = 2;
         while let Some(opt) = args.get(i) {
@@ -132,30 +129,23 @@ fn hello(args: &Args<'_>, s: &mut Session, ctx: &LocalCtx<'_>, e: &mut Encoder<'
                 name = args.get(i + 1);
                 i += 2;
             } else {
-                return e.error(&format!(
-                    "ERR Syntax error in HELLO option '{}'",
-                    String::from_utf8_lossy(opt)
-                ));
+                return e.error(&replies::hello_bad_option(opt));
             }
         }
     }
     if let Some((user, pass)) = auth {
         if let Err(err) = check_password(ctx, Some(user), pass) {
-            return e.raw(err);
+            return e.raw(err.wire());
         }
         s.authenticated = true;
         s.user = None;
     }
     if !s.authenticated {
-        return e.error(
-            "NOAUTH HELLO must be called with the client already authenticated, otherwise the \
-             HELLO AUTH <user> <pass> option can be used to authenticate the client and select \
-             the RESP protocol version at the same time",
-        );
+        return e.error(replies::HELLO_NOAUTH.text());
     }
     if let Some(n) = name {
         if !valid_name(n) {
-            return e.error(BAD_NAME);
+            return e.error(replies::BAD_CLIENT_NAME.text());
         }
         s.name = (!n.is_empty()).then(|| Bytes::copy_from_slice(n));
     }
@@ -178,8 +168,6 @@ fn hello(args: &Args<'_>, s: &mut Session, ctx: &LocalCtx<'_>, e: &mut Encoder<'
     e.array(0);
 }
 
-const BAD_NAME: &str = "ERR Client names cannot contain spaces, newlines or special characters.";
-
 /// Redis allows names of printable ASCII without spaces.
 fn valid_name(n: &[u8]) -> bool {
     n.iter().all(|&c| (b'!'..=b'~').contains(&c))
@@ -194,7 +182,7 @@ fn client(args: &Args<'_>, s: &mut Session, e: &mut Encoder<'_>) {
         "setname" if arity(3) => {
             let n = args.get(2).unwrap_or_default();
             if !valid_name(n) {
-                return e.error(BAD_NAME);
+                return e.error(replies::BAD_CLIENT_NAME.text());
             }
             s.name = (!n.is_empty()).then(|| Bytes::copy_from_slice(n));
             e.raw(reply::OK);
@@ -213,21 +201,15 @@ fn client(args: &Args<'_>, s: &mut Session, e: &mut Encoder<'_>) {
             } else if attr.eq_ignore_ascii_case(b"lib-ver") {
                 &mut s.lib_ver
             } else {
-                return e.error(&format!(
-                    "ERR Unrecognized option '{}'",
-                    String::from_utf8_lossy(attr)
-                ));
+                return e.error(&replies::unrecognized_option(attr));
             };
             if !valid_name(val) {
-                return e.error(&format!(
-                    "ERR {} cannot contain spaces, newlines or special characters.",
-                    String::from_utf8_lossy(&attr.to_ascii_lowercase())
-                ));
+                return e.error(&replies::bad_client_info(attr));
             }
             *field = (!val.is_empty()).then(|| Bytes::copy_from_slice(val));
             e.raw(reply::OK);
         }
-        _ => e.error(&reply::wrong_arity(&format!("client|{sub}"))),
+        _ => e.error(&replies::wrong_arity(&format!("client|{sub}"))),
     }
 }
 
@@ -274,7 +256,7 @@ mod tests {
         let (out, _) = run(&["HELLO", "3"], &mut s, Some("pw"));
         assert!(out.starts_with(b"-NOAUTH HELLO must be called"));
         let (out, _) = run(&["AUTH", "bad"], &mut s, Some("pw"));
-        assert_eq!(out, reply::WRONGPASS);
+        assert_eq!(out, replies::WRONGPASS.wire());
         let (out, _) = run(&["AUTH", "default", "pw"], &mut s, Some("pw"));
         assert_eq!(out, reply::OK);
         assert!(s.authenticated);
@@ -291,7 +273,7 @@ mod tests {
         );
         assert_eq!(
             run(&["CLIENT", "SETNAME", "a b"], &mut s, None).0,
-            format!("-{BAD_NAME}\r\n").as_bytes()
+            replies::BAD_CLIENT_NAME.wire()
         );
         assert_eq!(
             run(&["CLIENT", "ID", "x"], &mut s, None).0,
@@ -307,7 +289,7 @@ mod tests {
         );
         assert_eq!(
             run(&["AUTH", "x"], &mut s, None).0,
-            reply::AUTH_NOT_CONFIGURED
+            replies::AUTH_NOT_CONFIGURED.wire()
         );
         assert_eq!(
             run(&["QUIT"], &mut s, None),

@@ -245,15 +245,6 @@ impl Config {
         Ok(target)
     }
 
-    /// The parsed upstream URL (valid after [`Config::validate`]).
-    ///
-    /// # Errors
-    /// The URL does not parse.
-    pub fn upstream_url(&self) -> Result<UpstreamUrl, ConfigError> {
-        // In cluster mode the first seed gives the address to start from and the credentials.
-        UpstreamTarget::parse(&self.upstream, &self.cluster).map(|t| t.primary)
-    }
-
     /// Deadline for one upstream connect.
     pub fn connect_timeout(&self) -> Duration {
         Duration::from_millis(self.upstream.connect_timeout_ms)

@@ -87,6 +87,11 @@ canned! {
     CROSSSLOT = "CROSSSLOT Keys in request don't hash to the same slot";
     /// A slot no node serves (Redis Cluster's wording).
     SLOT_NOT_SERVED = "CLUSTERDOWN Hash slot not served";
+    /// A key outside a Redis ACL user's key patterns (Redis 7.0's wording).
+    NOPERM_KEY = "NOPERM this user has no permissions to access one of the keys used as arguments";
+    /// A channel outside a Redis ACL user's channel patterns (Redis 7.0's wording).
+    NOPERM_CHANNEL =
+        "NOPERM this user has no permissions to access one of the channels used as arguments";
 }
 
 // corral's own refusals and failures.
@@ -172,6 +177,11 @@ pub fn not_in_subscribed_context(name: &str) -> String {
         "ERR Can't execute '{name}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / \
          RESET are allowed in this context"
     )
+}
+
+/// Redis's error for a command a user may not run (`cmd` as Redis prints it: `config|get`).
+pub fn no_permission(cmd: &str) -> String {
+    format!("NOPERM this user has no permissions to run the '{cmd}' command")
 }
 
 /// Redis's error for a CLIENT filter of an unknown client type.
@@ -285,6 +295,14 @@ mod tests {
         assert_eq!(
             AUTH_NOT_CONFIGURED.wire(),
             b"-ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?\r\n"
+        );
+        assert_eq!(
+            NOPERM_KEY.wire(),
+            b"-NOPERM this user has no permissions to access one of the keys used as arguments\r\n"
+        );
+        assert_eq!(
+            no_permission("client|list"),
+            "NOPERM this user has no permissions to run the 'client|list' command"
         );
         assert_eq!(
             CROSSSLOT.wire(),

@@ -1,5 +1,5 @@
-//! Replies corral writes itself, encoded for the client's protocol, and the canned error texts
-//! (one place for every string a client can see).
+//! Replies corral writes itself, encoded for the client's protocol. Error texts live in
+//! `error::replies`.
 
 use bytes::{BufMut, BytesMut};
 
@@ -27,19 +27,6 @@ impl Proto {
 pub const OK: &[u8] = b"+OK\r\n";
 /// `+PONG`
 pub const PONG: &[u8] = b"+PONG\r\n";
-/// Redis's reply to any command before AUTH when a password is required.
-pub const NOAUTH: &[u8] = b"-NOAUTH Authentication required.\r\n";
-/// Redis's reply to a wrong password.
-pub const WRONGPASS: &[u8] = b"-WRONGPASS invalid username-password pair or user is disabled.\r\n";
-/// Redis's reply to AUTH when no password is configured.
-pub const AUTH_NOT_CONFIGURED: &[u8] = b"-ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?\r\n";
-/// Reply to a client connecting past `max_clients`.
-pub const MAX_CLIENTS: &[u8] = b"-ERR max number of clients reached\r\n";
-/// Redis's reply to a syntax error.
-pub const SYNTAX: &[u8] = b"-ERR syntax error\r\n";
-/// Redis's reply to an out-of-range integer argument.
-pub const NOT_INTEGER: &[u8] = b"-ERR value is not an integer or out of range\r\n";
-
 /// Builds replies in one protocol into a buffer.
 #[derive(Debug)]
 pub struct Encoder<'a> {
@@ -131,25 +118,6 @@ impl Encoder<'_> {
         );
         self.out.extend_from_slice(b"\r\n");
     }
-}
-
-/// Redis's arity error for `cmd` (lower-case name, as Redis prints it).
-pub fn wrong_arity(cmd: &str) -> String {
-    format!("ERR wrong number of arguments for '{cmd}' command")
-}
-
-/// Redis's error for an unknown subcommand.
-pub fn unknown_subcommand(sub: &[u8], cmd: &str) -> String {
-    format!(
-        "ERR unknown subcommand '{}'. Try {} HELP.",
-        String::from_utf8_lossy(sub),
-        cmd.to_ascii_uppercase()
-    )
-}
-
-/// The error for a command corral does not support (yet); names the command.
-pub fn unsupported(cmd: &str, why: &str) -> String {
-    format!("ERR '{cmd}' is not supported by corral: {why}")
 }
 
 #[cfg(test)]

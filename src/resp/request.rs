@@ -51,14 +51,7 @@ impl ProtocolError {
     /// The error reply Redis sends before closing the connection; like Redis, CR and LF in
     /// the message become spaces so the reply stays one line.
     pub fn to_reply(&self) -> Vec<u8> {
-        let mut out = b"-ERR Protocol error: ".to_vec();
-        out.extend(
-            self.0
-                .iter()
-                .map(|&b| if b == b'\r' || b == b'\n' { b' ' } else { b }),
-        );
-        out.extend_from_slice(b"\r\n");
-        out
+        crate::error::replies::protocol_error(&self.0)
     }
 }
 

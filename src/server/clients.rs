@@ -9,6 +9,7 @@ use dashmap::DashMap;
 use tokio_util::sync::CancellationToken;
 
 use crate::commands::Session;
+use crate::error::replies;
 use crate::resp::Args;
 use crate::resp::reply::{self, Encoder};
 use crate::resp::request::parse_int;
@@ -144,7 +145,7 @@ pub fn execute(args: &Args<'_>, me: &Session, registry: &Registry) -> (Bytes, Op
                 }
                 b"OFF" => mode = Some(ReplyMode::Off),
                 b"SKIP" => mode = Some(ReplyMode::Skip),
-                _ => e.raw(reply::SYNTAX),
+                _ => e.raw(replies::SYNTAX.wire()),
             }
         }
         b"NO-EVICT" if args.len() == 3 => {
@@ -153,10 +154,10 @@ pub fn execute(args: &Args<'_>, me: &Session, registry: &Registry) -> (Bytes, Op
             if arg.eq_ignore_ascii_case(b"on") || arg.eq_ignore_ascii_case(b"off") {
                 e.raw(reply::OK);
             } else {
-                e.raw(reply::SYNTAX);
+                e.raw(replies::SYNTAX.wire());
             }
         }
-        _ => e.error(&reply::wrong_arity(&format!(
+        _ => e.error(&replies::wrong_arity(&format!(
             "client|{}",
             String::from_utf8_lossy(&sub).to_ascii_lowercase()
         ))),
@@ -182,10 +183,7 @@ fn list(args: &Args<'_>, me: &Session, registry: &Registry, e: &mut Encoder<'_>)
         if opt.eq_ignore_ascii_case(b"TYPE") && args.get(i + 1).is_some() {
             let t = args.get(i + 1).unwrap_or_default();
             if type_matches_any(t).is_none() {
-                return e.error(&format!(
-                    "ERR Unknown client type '{}'",
-                    String::from_utf8_lossy(t)
-                ));
+                return e.error(&replies::unknown_client_type(t));
             }
             ty = Some(t.to_vec());
             i += 2;
@@ -198,13 +196,13 @@ fn list(args: &Args<'_>, me: &Session, registry: &Registry, e: &mut Encoder<'_>)
                     .filter(|&n| n > 0)
                 {
                     Some(n) => v.push(n),
-                    None => return e.error("ERR Invalid client ID"),
+                    None => return e.error(replies::INVALID_CLIENT_ID.text()),
                 }
                 i += 1;
             }
             ids = Some(v);
         } else {
-            return e.raw(reply::SYNTAX);
+            return e.raw(replies::SYNTAX.wire());
         }
     }
     let mut text = String::new();
@@ -266,14 +264,14 @@ fn kill(args: &Args<'_>, me: &Session, registry: &Registry, e: &mut Encoder<'_>)
                 token.cancel();
                 e.raw(reply::OK);
             }
-            None => e.error("ERR No such client"),
+            None => e.error(replies::NO_SUCH_CLIENT.text()),
         };
     }
     if args.len() < 3 {
-        return e.error(&reply::wrong_arity("client|kill"));
+        return e.error(&replies::wrong_arity("client|kill"));
     }
     if args.len() < 4 || !args.len().is_multiple_of(2) {
-        return e.raw(reply::SYNTAX);
+        return e.raw(replies::SYNTAX.wire());
     }
     let Some((filters, skipme)) = kill_filters(args, e) else {
         return;
@@ -309,7 +307,7 @@ fn kill_filters(args: &Args<'_>, e: &mut Encoder<'_>) -> Option<(Vec<Filter>, bo
                     filters.push(Box::new(move |s| s.id == id));
                     None
                 }
-                None => Some(Err("ERR client-id should be greater than 0".to_string())),
+                None => Some(Err(replies::CLIENT_ID_NOT_POSITIVE.text().to_string())),
             },
             b"ADDR" => {
                 let a = addr_of(val);
@@ -324,14 +322,10 @@ fn kill_filters(args: &Args<'_>, e: &mut Encoder<'_>) -> Option<(Vec<Filter>, bo
             // Every client of corral is user `default` (the only user `requirepass` knows);
             // Redis refuses a user it does not know.
             b"USER" if val == b"default" => None,
-            b"USER" => Some(Err(format!(
-                "ERR No such user '{}'",
-                String::from_utf8_lossy(val)
-            ))),
-            b"TYPE" if type_matches_any(val).is_none() => Some(Err(format!(
-                "ERR Unknown client type '{}'",
-                String::from_utf8_lossy(val)
-            ))),
+            b"USER" => Some(Err(replies::no_such_user(val))),
+            b"TYPE" if type_matches_any(val).is_none() => {
+                Some(Err(replies::unknown_client_type(val)))
+            }
             b"TYPE" => {
                 let t = val.to_vec();
                 filters.push(Box::new(move |s| type_matches(s, &t) == Some(true)));
@@ -352,9 +346,9 @@ fn kill_filters(args: &Args<'_>, e: &mut Encoder<'_>) -> Option<(Vec<Filter>, bo
                     }));
                     None
                 }
-                None => Some(Ok(reply::NOT_INTEGER)),
+                None => Some(Ok(replies::NOT_INTEGER.wire())),
             },
-            _ => Some(Ok(reply::SYNTAX)),
+            _ => Some(Ok(replies::SYNTAX.wire())),
         };
         match refusal {
             None => {}

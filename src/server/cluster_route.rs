@@ -10,6 +10,7 @@ use super::plan::Plan;
 use super::route::Request;
 use super::routed;
 use crate::commands::{Command, Local, Route, Tx};
+use crate::error::replies;
 use crate::resp::reply::{self, Encoder};
 use crate::resp::request::parse_int;
 
@@ -77,7 +78,7 @@ impl Conn {
             },
             Route::Select => match args.get(1).and_then(parse_int) {
                 Some(0) => Some(Plan::ready(Bytes::from_static(reply::OK))),
-                _ => error("ERR SELECT is not allowed in cluster mode"),
+                _ => error(replies::SELECT_IN_CLUSTER.text()),
             },
             Route::Tx(tx) => self.cluster_tx(cluster, tx, cmd, req),
             Route::Blocking if self.pin.is_none() => match self.node_of(cluster, cmd) {
@@ -88,10 +89,7 @@ impl Conn {
                 }),
                 Err(e) => Some(Plan::ready(e)),
             },
-            Route::Monitor => error(&format!(
-                "ERR '{}' is not yet supported by corral in cluster mode",
-                String::from_utf8_lossy(name).to_ascii_lowercase()
-            )),
+            Route::Monitor => error(&replies::unsupported_in_cluster(name)),
             _ => None,
         }
     }
@@ -109,9 +107,7 @@ impl Conn {
                 .unwrap_or_else(|| cluster.any_node())
                 .to_string()),
             crate::cluster::KeySlot::NoKeys => Ok(cluster.any_node().to_string()),
-            crate::cluster::KeySlot::Cross => {
-                Err(Bytes::from_static(crate::cluster::keys::CROSSSLOT))
-            }
+            crate::cluster::KeySlot::Cross => Err(replies::CROSSSLOT.to_bytes()),
         }
     }
 
@@ -136,9 +132,7 @@ impl Conn {
                 },
                 Err(e) => Plan::ready(e),
             }),
-            Tx::Multi if self.deferred_multi => Some(Plan::ready(Bytes::from_static(
-                b"-ERR MULTI calls can not be nested\r\n",
-            ))),
+            Tx::Multi if self.deferred_multi => Some(Plan::ready(replies::NESTED_MULTI.to_bytes())),
             Tx::Multi => Some(Plan::DeferMulti),
             // A transaction with nothing queued: what Redis answers for it.
             Tx::Exec if self.deferred_multi => {
@@ -148,12 +142,8 @@ impl Conn {
                 Some(Plan::EndDeferred(Bytes::from_static(reply::OK)))
             }
             Tx::Unwatch => Some(Plan::ready(Bytes::from_static(reply::OK))),
-            Tx::Exec => Some(Plan::ready(Bytes::from_static(
-                b"-ERR EXEC without MULTI\r\n",
-            ))),
-            Tx::Discard => Some(Plan::ready(Bytes::from_static(
-                b"-ERR DISCARD without MULTI\r\n",
-            ))),
+            Tx::Exec => Some(Plan::ready(replies::EXEC_WITHOUT_MULTI.to_bytes())),
+            Tx::Discard => Some(Plan::ready(replies::DISCARD_WITHOUT_MULTI.to_bytes())),
         }
     }
 }

@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 use bytes::{Bytes, BytesMut};
 
 use crate::cluster::key_slot;
+use crate::error::replies;
 use crate::resp::{Args, Encoder, Proto};
 
 /// What a CLUSTER request needs.
@@ -81,13 +82,10 @@ pub(super) fn execute(
                 .filter(|&n| usize::from(n) < crate::cluster::SLOTS)
             {
                 Some(slot) => return ClusterReply::Slot(slot),
-                None => e.error("ERR Invalid slot"),
+                None => e.error(replies::INVALID_SLOT.text()),
             }
         }
-        _ => e.error(&format!(
-            "ERR CLUSTER {} is not supported: corral presents the cluster as a single node",
-            String::from_utf8_lossy(&sub)
-        )),
+        _ => e.error(&replies::cluster_subcommand_unsupported(&sub)),
     }
     ClusterReply::Local(out.freeze())
 }

@@ -5,6 +5,7 @@
 use bytes::{Bytes, BytesMut};
 
 use super::shared::Shared;
+use crate::error::replies;
 use crate::resp::request::parse_int;
 use crate::resp::{Args, Encoder, Proto};
 
@@ -48,14 +49,14 @@ pub fn execute(args: &Args<'_>, shared: &Shared, proto: Proto) -> Bytes {
                         e.bulk(v.as_bytes());
                     }
                 }
-                None => e.error("ERR the cache is disabled (--no-cache)"),
+                None => e.error(replies::CACHE_DISABLED.text()),
             }
         }
-        (b"HOTKEYS" | b"CACHE" | b"HELP", _) => e.error(&format!(
-            "ERR wrong number of arguments for 'corral|{}' command",
+        (b"HOTKEYS" | b"CACHE" | b"HELP", _) => e.error(&replies::wrong_arity(&format!(
+            "corral|{}",
             String::from_utf8_lossy(&sub).to_ascii_lowercase()
-        )),
-        _ => e.error(&crate::resp::reply::unknown_subcommand(
+        ))),
+        _ => e.error(&replies::unknown_subcommand(
             args.get(1).unwrap_or_default(),
             "corral",
         )),
@@ -67,10 +68,10 @@ fn hotkeys(args: &Args<'_>, shared: &Shared, e: &mut Encoder<'_>) {
     let n = match args.get(2).map(parse_int) {
         None => 10,
         Some(Some(n)) if n > 0 => n as usize,
-        Some(_) => return e.error("ERR count must be a positive integer"),
+        Some(_) => return e.error(replies::COUNT_NOT_POSITIVE.text()),
     };
     let Some(cache) = &shared.cache else {
-        return e.error("ERR the cache is disabled (--no-cache)");
+        return e.error(replies::CACHE_DISABLED.text());
     };
     let keys = cache.hot_keys(n);
     e.array(keys.len());

@@ -6,8 +6,9 @@ use bytes::{Bytes, BytesMut};
 use super::client::Conn;
 use super::plan::Plan;
 use crate::commands::{self, Command, Local, Route};
+use crate::error::replies;
 use crate::resp::Args;
-use crate::resp::reply::{self, Encoder};
+use crate::resp::reply::Encoder;
 
 impl Conn {
     /// The reply refusing the request before it is routed: not authenticated, or not
@@ -19,7 +20,7 @@ impl Conn {
             Route::Local(Local::Auth | Local::Hello | Local::Quit | Local::Reset)
         );
         if !self.session.authenticated && !allowed_unauthenticated {
-            return Some(Plan::ready(Bytes::from_static(reply::NOAUTH)));
+            return Some(Plan::ready(replies::NOAUTH.to_bytes()));
         }
         if self.resp2_subscribed() {
             match route {
@@ -33,7 +34,7 @@ impl Conn {
                         proto: self.session.proto,
                         out: &mut self.local,
                     };
-                    e.error(&reply::wrong_arity("ping"));
+                    e.error(&replies::wrong_arity("ping"));
                     return Some(Plan::ready(self.local.split().freeze()));
                 }
                 // In RESP2 subscribed mode PING answers in the shape of a message.
@@ -53,10 +54,7 @@ impl Conn {
                         proto: self.session.proto,
                         out: &mut self.local,
                     };
-                    e.error(&format!(
-                        "ERR Can't execute '{name}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / \
-                         PING / QUIT / RESET are allowed in this context"
-                    ));
+                    e.error(&replies::not_in_subscribed_context(&name));
                     return Some(Plan::ready(self.local.split().freeze()));
                 }
             }
@@ -75,9 +73,9 @@ pub(super) fn no_permission(args: &Args<'_>) -> Plan {
         .filter(|_| name == "client")
         .map(|s| format!("|{}", String::from_utf8_lossy(s).to_lowercase()))
         .unwrap_or_default();
-    Plan::ready(Bytes::from(format!(
-        "-NOPERM this user has no permissions to run the '{name}{sub}' command\r\n"
-    )))
+    Plan::ready(replies::line(&replies::no_permission(&format!(
+        "{name}{sub}"
+    ))))
 }
 
 /// corral's own admin commands, which Redis puts in `@admin` (CLIENT LIST, KILL, NO-EVICT)
@@ -98,14 +96,7 @@ pub(super) fn is_admin(args: &crate::resp::Args<'_>) -> bool {
 
 /// Redis's reply to an unknown command.
 fn unknown_command(args: &crate::resp::Args<'_>) -> Bytes {
-    let clip = |a: &[u8]| String::from_utf8_lossy(&a[..a.len().min(128)]).into_owned();
-    let mut text = format!(
-        "ERR unknown command '{}', with args beginning with: ",
-        clip(args.get(0).unwrap_or_default())
-    );
-    for a in args.iter().skip(1) {
-        text.push_str(&format!("'{}' ", clip(a)));
-    }
+    let text = replies::unknown_command(args.get(0).unwrap_or_default(), args.iter().skip(1));
     let mut out = BytesMut::new();
     Encoder {
         proto: crate::resp::Proto::Resp2,

@@ -54,14 +54,7 @@ pub fn proxy_section(shared: &Shared) -> String {
     line("proxy_local_commands_processed", &m.local_commands.get());
     line("proxy_upstream_errors", &m.upstream_errors.get());
     line("proxy_protocol_errors", &m.protocol_errors.get());
-    line(
-        "upstream",
-        &shared
-            .cfg
-            .upstream_url()
-            .map(|u| u.addr)
-            .unwrap_or_default(),
-    );
+    line("upstream", &shared.upstream.addr());
     line("upstream_connections", &status.connected_count());
     line("upstream_connects", &status.connects_total());
     line(

@@ -43,8 +43,6 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument, debug, debug_span, error, warn};
 
-use crate::resp::reply;
-
 /// Decrements the client count when a connection task ends, however it ends.
 struct ClientSlot(Arc<Shared>);
 
@@ -82,7 +80,9 @@ pub async fn serve(
             shared.metrics.rejected_connections.inc();
             warn!(client.addr = %addr, "max clients reached, refusing connection");
             tracker.spawn(async move {
-                let _ = stream.write_all(reply::MAX_CLIENTS).await;
+                let _ = stream
+                    .write_all(crate::error::replies::MAX_CLIENTS.wire())
+                    .await;
             });
             continue;
         }

@@ -50,7 +50,7 @@ impl Conn {
         origin: &UpstreamConn,
     ) -> Bytes {
         let Some(cluster) = &self.shared.upstream.cluster else {
-            return Bytes::from_static(b"-ERR redirection outside cluster mode\r\n");
+            return crate::error::replies::REDIRECT_OUTSIDE_CLUSTER.to_bytes();
         };
         let proto = self.session.proto;
         let id = self.session.id;
@@ -171,7 +171,7 @@ impl Conn {
     /// `GET key` through the routing path, redirections followed (in the client's protocol).
     pub(super) async fn routed_get(&self, key: &[u8]) -> Bytes {
         let Some(cluster) = &self.shared.upstream.cluster else {
-            return Bytes::from_static(b"-ERR not in cluster mode\r\n");
+            return crate::error::replies::NOT_CLUSTER_MODE.to_bytes();
         };
         let slot = crate::cluster::key_slot(key);
         let addr = cluster

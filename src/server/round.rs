@@ -12,6 +12,7 @@ use super::pending::{AfterAck, PendingReply, Queued};
 use super::plan::Plan;
 use super::route::{Request, client_pause};
 use crate::commands::{self, Command, Exclusive, Route, Tx};
+use crate::error::replies;
 use crate::resp::Parsed;
 use crate::resp::reply;
 use crate::resp::request::encode_request;
@@ -143,8 +144,7 @@ impl Conn {
                 lead.complete(Err(crate::error::UpstreamError::BadReply {
                     cause: "read not sent".into(),
                 }));
-                self.push_ready(Bytes::from_static(b"-ERR internal: read not sent\r\n"))
-                    .await;
+                self.push_ready(replies::READ_NOT_SENT.to_bytes()).await;
             }
             Plan::Reply(reply) => {
                 self.flush_batch().await;

@@ -15,7 +15,8 @@ use super::{corral, info};
 use crate::commands::{
     self, Access, Command, Exclusive, Local, LocalCtx, Outcome, PubSub, Route, Tx,
 };
-use crate::resp::reply::{self, Encoder};
+use crate::error::replies;
+use crate::resp::reply::Encoder;
 use crate::resp::request::{encode_request, parse_int};
 
 /// The bytes of the request being routed, as the client sent them.
@@ -88,10 +89,9 @@ impl Conn {
                     node: None,
                 }
             }
-            Route::Monitor if self.user_pinned() => Plan::ready(Bytes::from_static(
-                b"-ERR MONITOR is not supported by corral for a client authenticated as a Redis \
-                  ACL user\r\n",
-            )),
+            Route::Monitor if self.user_pinned() => {
+                Plan::ready(replies::MONITOR_AS_ACL_USER.to_bytes())
+            }
             Route::Monitor => Plan::Monitor,
             Route::ClientAdmin => self.client_admin(cmd, req),
             Route::Tracking => Plan::Tracking {
@@ -105,7 +105,7 @@ impl Conn {
                     proto: self.session.proto,
                     out: &mut self.local,
                 };
-                e.error(&reply::unsupported(name, why));
+                e.error(&replies::unsupported(name, why));
                 Plan::ready(self.local.split().freeze())
             }
         }
@@ -181,9 +181,7 @@ impl Conn {
         if tracking_on && args.iter().any(|a| a.eq_ignore_ascii_case(b"REDIRECT")) {
             // The corral id would have to become the target's upstream id, which needs a
             // connection made for it: not while Redis queues the command.
-            return Plan::ready(Bytes::from_static(
-                b"-ERR CLIENT TRACKING with REDIRECT inside MULTI is not supported by corral\r\n",
-            ));
+            return Plan::ready(replies::TRACKING_REDIRECT_IN_MULTI.to_bytes());
         }
         let select = match route {
             Route::Select => args
@@ -444,10 +442,7 @@ impl Conn {
         if subscribing && self.user_pinned() {
             // corral's shared pub/sub connection is authenticated as corral's upstream
             // user: the user's channel permissions would not apply.
-            return Plan::ready(Bytes::from_static(
-                b"-ERR SUBSCRIBE is not supported by corral for a client authenticated as \
-                  a Redis ACL user\r\n",
-            ));
+            return Plan::ready(replies::SUBSCRIBE_AS_ACL_USER.to_bytes());
         }
         self.shared.metrics.local_commands.inc();
         let owned: Vec<Vec<u8>> = args.iter().map(<[u8]>::to_vec).collect();

@@ -8,9 +8,10 @@ use bytes::{Bytes, BytesMut};
 
 use super::pending::{Fan, Part, Then};
 use super::plan::Plan;
-use crate::cluster::keys::{CROSSSLOT, split_by_slot};
+use crate::cluster::keys::split_by_slot;
 use crate::cluster::{Addr, KeySlot, MultiKey, SplitKind, classify_multi};
 use crate::commands::{Access, Command};
+use crate::error::replies;
 use crate::resp::request::{encode_request, parse_int};
 use crate::resp::{Args, Proto};
 use crate::upstream::cluster::ClusterUpstream;
@@ -43,13 +44,13 @@ pub(super) fn route(
             },
             None => {
                 cluster.request_refresh();
-                Plan::ready(Bytes::from_static(b"-CLUSTERDOWN Hash slot not served\r\n"))
+                Plan::ready(replies::SLOT_NOT_SERVED.to_bytes())
             }
         },
         KeySlot::NoKeys => any_node(cluster, req, proto, client),
         KeySlot::Cross => match classify_multi(name) {
             MultiKey::Split(kind) => split(cluster, name, kind, args, &positions, proto, client),
-            _ => Plan::ready(Bytes::from_static(CROSSSLOT)),
+            _ => Plan::ready(replies::CROSSSLOT.to_bytes()),
         },
     }
 }
@@ -119,11 +120,11 @@ fn scan(cluster: &ClusterUpstream, args: &Args<'_>, proto: Proto, client: u64) -
         .and_then(parse_int)
         .and_then(|c| u64::try_from(c).ok());
     let (Some(cursor), false) = (cursor, masters.is_empty()) else {
-        return Plan::ready(Bytes::from_static(b"-ERR invalid cursor\r\n"));
+        return Plan::ready(replies::INVALID_CURSOR.to_bytes());
     };
     let node = (cursor & ((1 << NODE_BITS) - 1)) as usize;
     let Some(addr) = masters.get(node) else {
-        return Plan::ready(Bytes::from_static(b"-ERR invalid cursor\r\n"));
+        return Plan::ready(replies::INVALID_CURSOR.to_bytes());
     };
     let inner = (cursor >> NODE_BITS).to_string();
     let mut argv: Vec<&[u8]> = args.iter().collect();
@@ -154,7 +155,7 @@ fn split(
     for group in split_by_slot(positions, args) {
         let Some(addr) = cluster.master_of(group.slot) else {
             cluster.request_refresh();
-            return Plan::ready(Bytes::from_static(b"-CLUSTERDOWN Hash slot not served\r\n"));
+            return Plan::ready(replies::SLOT_NOT_SERVED.to_bytes());
         };
         let mut argv: Vec<&[u8]> = vec![name];
         for &i in &group.keys {

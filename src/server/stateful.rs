@@ -13,6 +13,7 @@ use super::client::Conn;
 use super::pending::{AfterAck, Blocking, PendingReply, Then};
 use super::pin::Pin;
 use crate::commands::Tx;
+use crate::error::replies;
 use crate::resp::request::encode_request;
 
 impl Conn {
@@ -28,10 +29,7 @@ impl Conn {
             ) {
                 Ok(ded) => self.pin = Some(Pin::new(ded)),
                 Err(msg) => {
-                    let mut out = BytesMut::from(&b"-"[..]);
-                    out.extend_from_slice(msg.as_bytes());
-                    out.extend_from_slice(b"\r\n");
-                    self.push_ready(out.freeze()).await;
+                    self.push_ready(replies::line(msg)).await;
                     return false;
                 }
             }
@@ -99,10 +97,7 @@ impl Conn {
             ) {
                 Ok(d) => Some(d),
                 Err(msg) => {
-                    let mut out = BytesMut::from(&b"-"[..]);
-                    out.extend_from_slice(msg.as_bytes());
-                    out.extend_from_slice(b"\r\n");
-                    self.push_ready(out.freeze()).await;
+                    self.push_ready(replies::line(msg)).await;
                     return true;
                 }
             },
@@ -208,10 +203,7 @@ impl Conn {
                 false
             }
             Err(msg) => {
-                let mut out = BytesMut::from(&b"-"[..]);
-                out.extend_from_slice(msg.as_bytes());
-                out.extend_from_slice(b"\r\n");
-                self.push_ready(out.freeze()).await;
+                self.push_ready(replies::line(msg)).await;
                 false
             }
         }
@@ -251,8 +243,8 @@ impl Conn {
         {
             Ok(s) => s,
             Err(e) => {
-                let msg = format!("-ERR upstream unavailable for MONITOR: {e}\r\n");
-                client.write_all(msg.as_bytes()).await?;
+                let msg = replies::upstream_unavailable_for("MONITOR", &e.to_string());
+                client.write_all(&replies::line(&msg)).await?;
                 return Ok(());
             }
         };

@@ -29,7 +29,7 @@ impl Conn {
                 proto,
                 out: &mut out,
             }
-            .error(&crate::resp::reply::wrong_arity(&name));
+            .error(&crate::error::replies::wrong_arity(&name));
             return (out.freeze(), waits);
         }
         let id = self.session.id;

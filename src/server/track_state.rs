@@ -10,6 +10,7 @@ use dashmap::DashMap;
 use tokio::sync::{Notify, OnceCell, OwnedSemaphorePermit};
 use tokio_util::sync::CancellationToken;
 
+use crate::error::replies;
 use crate::resp::request::{encode_request, parse_int};
 use crate::upstream::{LinkObserver, Upstream, UpstreamConn};
 
@@ -156,7 +157,7 @@ impl Registry {
     /// The upstream id Redis knows corral client `target` by, for REDIRECT.
     pub(super) async fn sink_id(&self, target: u64, upstream: &Upstream) -> Result<u64, String> {
         let Some(inbox) = self.inboxes.get(&target).map(|i| i.clone()) else {
-            return Err("ERR The client ID you want redirect to does not exist".into());
+            return Err(replies::REDIRECT_TARGET_MISSING.text().into());
         };
         let sink = {
             let mut sinks = self.sinks.lock().unwrap_or_else(|e| e.into_inner());
@@ -205,7 +206,7 @@ impl Registry {
             if sinks.get(&target).is_some_and(|s| Arc::ptr_eq(s, &sink)) {
                 sinks.remove(&target);
             }
-            format!("ERR upstream unavailable for CLIENT TRACKING REDIRECT: {cause}")
+            replies::upstream_unavailable_for("CLIENT TRACKING REDIRECT", &cause)
         })
     }
 }

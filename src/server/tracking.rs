@@ -13,6 +13,7 @@ use super::client::Conn;
 use super::pending::{PendingReply, Then};
 use super::pin::Pin;
 use super::track_state::{Change, Inbox, OwnPushes, Tracking};
+use crate::error::replies;
 use crate::resp::Proto;
 use crate::resp::reply::Encoder;
 use crate::resp::request::{encode_request, parse_int};
@@ -69,10 +70,8 @@ impl Conn {
             }
         };
         if self.shared.upstream.cluster.is_some() {
-            self.error_reply(
-                "ERR CLIENT TRACKING is not supported by corral in cluster mode".into(),
-            )
-            .await;
+            self.error_reply(replies::TRACKING_IN_CLUSTER.text().into())
+                .await;
             return false;
         }
         let tracking = self.pin.as_ref().is_some_and(|p| p.tracking.is_some());
@@ -220,9 +219,7 @@ impl Conn {
     /// keeps its connection (and its pushes) from now on.
     pub(super) fn tracking_in_multi(&mut self) -> Option<Bytes> {
         if self.shared.upstream.cluster.is_some() {
-            return Some(Bytes::from_static(
-                b"-ERR CLIENT TRACKING is not supported by corral in cluster mode\r\n",
-            ));
+            return Some(replies::TRACKING_IN_CLUSTER.to_bytes());
         }
         match self.start_tracking() {
             Ok(()) => {
@@ -231,7 +228,7 @@ impl Conn {
                 }
                 None
             }
-            Err(e) => Some(Bytes::from(format!("-{e}\r\n"))),
+            Err(e) => Some(replies::line(e)),
         }
     }
 

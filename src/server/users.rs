@@ -15,6 +15,7 @@ use super::client::Conn;
 use super::pending::{PendingReply, Then};
 use super::pin::Pin;
 use super::user_auth::UserAuth;
+use crate::error::replies;
 use crate::upstream::Dedicated;
 
 impl Conn {
@@ -25,11 +26,7 @@ impl Conn {
         self.flush_batch().await;
         if self.shared.upstream.cluster.is_some() {
             // Each node would need its own connection authenticated as the user.
-            self.refuse(
-                "ERR AUTH as a Redis ACL user other than 'default' is not supported by corral \
-                 in cluster mode",
-            )
-            .await;
+            self.refuse(replies::ACL_USER_IN_CLUSTER.text()).await;
             return true;
         }
         let (conn, ded) =
@@ -116,10 +113,7 @@ impl Conn {
     }
 
     async fn refuse(&mut self, text: &str) {
-        let mut out = BytesMut::from(&b"-"[..]);
-        out.extend_from_slice(text.as_bytes());
-        out.extend_from_slice(b"\r\n");
-        self.push_ready(out.freeze()).await;
+        self.push_ready(replies::line(text)).await;
     }
 }
 
