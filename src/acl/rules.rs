@@ -197,7 +197,7 @@ fn matches_any(list: &Option<Vec<Vec<u8>>>, s: &[u8], literal: bool) -> bool {
             if literal {
                 p == s
             } else {
-                crate::pubsub::glob::matches(p, s)
+                crate::commands::glob::matches(p, s)
             }
         }),
     }

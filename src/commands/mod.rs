@@ -3,6 +3,7 @@
 
 pub mod busy;
 mod command;
+pub(crate) mod glob;
 mod key_table;
 pub mod keys;
 pub mod local;

@@ -8,10 +8,10 @@ use bytes::{Bytes, BytesMut};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use super::glob;
 use super::message::{Handoff, Kind, Message};
 use super::observer::Observer;
 use super::state::{Inner, Subscriber};
+use crate::commands::glob;
 use crate::resp::request::encode_request;
 use crate::upstream::{ConnSettings, LinkObserver, ReplyTo, UpstreamConn, UpstreamStatus};
 

@@ -7,9 +7,8 @@
 //!
 //! Files: `hub.rs` the hub clients subscribe through, `observer.rs` what arrives on its
 //! connection, `state.rs` what it knows, `message.rs` the values, `router.rs` which hub a
-//! subscription goes to (cluster mode), `glob.rs` pattern matching.
+//! subscription goes to (cluster mode). Pattern matching is `commands::glob`.
 
-pub(crate) mod glob;
 mod hub;
 mod message;
 mod observer;

@@ -1,5 +1,10 @@
 //! Redis's glob matching (`stringmatchlen` in util.c), byte for byte: which channels a
-//! PSUBSCRIBE pattern receives, so corral counts its pattern subscribers as Redis does.
+//! PSUBSCRIBE pattern receives (so corral counts pattern subscribers as Redis does), and which
+//! keys and channels a Redis ACL user's patterns allow.
+//!
+//! It lives with the command model, the layer just above `resp`, because both `pubsub` and
+//! `acl` need it: inside `pubsub` it made `acl`, a leaf the configuration can read, depend on
+//! the pub/sub and upstream layers for one function.
 
 /// Whether `pattern` matches `string` (case-sensitive, as for channels).
 pub fn matches(pattern: &[u8], string: &[u8]) -> bool {
