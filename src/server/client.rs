@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::batch::Batch;
 use super::clients::{ClientEntry, ReplyMode};
-use super::pending::Queued;
+use super::pending::{Effect, Queued};
 use super::pin::Pin;
 use super::shared::Shared;
 use super::subscriber::Subscriptions;
@@ -45,7 +45,7 @@ pub(super) struct Conn {
     /// Close the connection after this round's replies are written (QUIT, protocol error).
     pub(super) closing: bool,
     /// Close the connection at once, writing nothing more (client gone, output limit).
-    pub(super) gone: bool,
+    gone: bool,
     /// A dedicated connection this client is pinned to (MULTI/WATCH).
     pub(super) pin: Option<Pin>,
     pub(super) reply_mode: ReplyMode,
@@ -54,9 +54,9 @@ pub(super) struct Conn {
     /// After this round, the connection becomes a MONITOR relay.
     pub(super) monitor: bool,
     /// RESET was processed: drop the pinned connection after this round.
-    pub(super) pin_reset: bool,
+    pin_reset: bool,
     /// The session changed in a way CLIENT LIST shows.
-    pub(super) info_changed: bool,
+    info_changed: bool,
     /// The last command CLIENT LIST shows for this client (published at the end of a round).
     published_cmd: commands::session::LastCmd,
     /// Pub/sub subscriptions, once the client subscribed to something.
@@ -149,14 +149,46 @@ impl Conn {
         waits
     }
 
-    /// Publishes the session to the client registry.
-    pub(super) fn entry_update(&self) {
-        self.entry.update(&self.session);
+    /// Carries out what a collected reply changes (see [`Effect`]).
+    pub(super) fn apply(&mut self, effect: Effect) {
+        match effect {
+            Effect::Database(db) => {
+                self.session.db = db;
+                self.info_changed = true;
+            }
+            Effect::Gone => self.gone = true,
+        }
     }
 
-    /// Publishes where the client is blocked (see [`ClientEntry::set_blocked`]).
-    pub(super) fn entry_blocked(&self, on: Option<(String, u64)>) {
+    /// Whether the connection must close at once, writing nothing more.
+    pub(super) fn is_gone(&self) -> bool {
+        self.gone
+    }
+
+    /// The session changed in a way CLIENT LIST shows: publish it after this round.
+    pub(super) fn info_changed(&mut self) {
+        self.info_changed = true;
+    }
+
+    /// Drop (not release) the pinned connection at the end of this round: its state on Redis
+    /// (a transaction, a user) must not reach another client.
+    pub(super) fn drop_pin_after_round(&mut self) {
+        self.pin_reset = true;
+    }
+
+    /// Shows the client as blocked on `on` (the upstream address and Redis's id of the
+    /// connection, for CLIENT UNBLOCK) in CLIENT LIST, or as not blocked any more.
+    pub(super) fn show_blocked(&mut self, on: Option<(String, u64)>) {
+        let blocked = on.is_some();
+        if blocked {
+            self.session.flags = self.flags(true);
+            self.entry.update(&self.session);
+        }
         self.entry.set_blocked(on);
+        if !blocked {
+            self.session.flags = self.flags(false);
+            self.info_changed = true;
+        }
     }
 
     /// End-of-round bookkeeping: release a finished pin, publish session changes.
@@ -167,6 +199,29 @@ impl Conn {
             self.published_cmd = self.session.last_cmd;
             self.session.flags = self.flags(false);
             self.entry.update(&self.session);
+        }
+    }
+
+    /// Releases (or drops) a dedicated connection once no transaction, tracking or user is
+    /// left on it.
+    fn release_pin_if_done(&mut self) {
+        let done = self.pin_reset
+            || self.pin.as_ref().is_some_and(|p| {
+                !p.in_multi && !p.watching && p.tracking.is_none() && p.user.is_none()
+            });
+        if !done {
+            return;
+        }
+        let reset = std::mem::take(&mut self.pin_reset);
+        if let Some(mut pin) = self.pin.take() {
+            // RESET turns tracking off: Redis forgets it when the connection closes.
+            pin.stop_tracking();
+            self.info_changed = true;
+            // After RESET the connection may still be in MULTI or watching, or authenticated
+            // as a user: close it.
+            if !pin.dirty && !reset {
+                self.shared.upstream.release(pin.ded);
+            }
         }
     }
 

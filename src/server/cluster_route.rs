@@ -133,14 +133,19 @@ impl Conn {
                 Err(e) => Plan::ready(e),
             }),
             Tx::Multi if self.deferred_multi => Some(Plan::ready(replies::NESTED_MULTI.to_bytes())),
-            Tx::Multi => Some(Plan::DeferMulti),
+            Tx::Multi => Some(Plan::Deferred {
+                open: true,
+                reply: Bytes::from_static(reply::OK),
+            }),
             // A transaction with nothing queued: what Redis answers for it.
-            Tx::Exec if self.deferred_multi => {
-                Some(Plan::EndDeferred(Bytes::from_static(b"*0\r\n")))
-            }
-            Tx::Discard if self.deferred_multi => {
-                Some(Plan::EndDeferred(Bytes::from_static(reply::OK)))
-            }
+            Tx::Exec if self.deferred_multi => Some(Plan::Deferred {
+                open: false,
+                reply: Bytes::from_static(b"*0\r\n"),
+            }),
+            Tx::Discard if self.deferred_multi => Some(Plan::Deferred {
+                open: false,
+                reply: Bytes::from_static(reply::OK),
+            }),
             Tx::Unwatch => Some(Plan::ready(Bytes::from_static(reply::OK))),
             Tx::Exec => Some(Plan::ready(replies::EXEC_WITHOUT_MULTI.to_bytes())),
             Tx::Discard => Some(Plan::ready(replies::DISCARD_WITHOUT_MULTI.to_bytes())),

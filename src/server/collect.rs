@@ -1,6 +1,9 @@
 //! Collecting a round's replies: each pending reply is waited for in request order and
-//! written to the client's buffer; what a reply changes (the database after SELECT or EXEC,
-//! a pin after AUTH, the cache after a write) is applied as it arrives.
+//! written to the client's buffer. What a reply changes in the client's state (the database
+//! after SELECT or EXEC, the client gone) is returned as an [`Effect`] and carried out by
+//! `Conn::apply` (`client.rs`); what it changes in a pin (AUTH, CLIENT TRACKING) by the file
+//! that owns that state (`users.rs`, `tracking.rs`); the cache is invalidated again after an
+//! acknowledged write.
 
 use bytes::Bytes;
 use tokio::io::AsyncReadExt;
@@ -10,7 +13,7 @@ use tokio::time::timeout;
 use tracing::warn;
 
 use super::client::Conn;
-use super::pending::{AfterAck, Blocking, Fan, Part, PendingReply, Queued, Then};
+use super::pending::{AfterAck, Blocking, Effect, Fan, Part, PendingReply, Queued, Then};
 use super::{info, mget};
 use crate::cache::{FillResult, FillRx, Value};
 use crate::cluster::{Redirect, SplitKind};
@@ -59,18 +62,21 @@ impl Conn {
         let mut replies = std::mem::take(&mut self.replies);
         for Queued { reply, silent } in replies.drain(..) {
             let mark = self.wbuf.len();
-            self.resolve(reply, client).await;
+            let effect = self.resolve(reply, client).await;
             if silent {
                 self.wbuf.truncate(mark);
             }
-            if self.gone {
+            if let Some(effect) = effect {
+                self.apply(effect);
+            }
+            if self.is_gone() {
                 break;
             }
             let limit = self.shared.cfg.limits.client_output_buffer_limit;
             if limit > 0 && self.wbuf.len() > limit {
                 warn!(limit, "closing client over the output buffer limit");
                 self.wbuf.clear();
-                self.gone = true;
+                self.apply(Effect::Gone);
                 break;
             }
         }
@@ -79,7 +85,9 @@ impl Conn {
         self.replies.clear();
     }
 
-    async fn resolve(&mut self, reply: PendingReply, client: &mut TcpStream) {
+    /// Waits for one pending reply and writes it; returns what it changes in the client's
+    /// state.
+    async fn resolve(&mut self, reply: PendingReply, client: &mut TcpStream) -> Option<Effect> {
         match reply {
             PendingReply::Ready(b) => self.wbuf.extend_from_slice(&b),
             PendingReply::Value(v) => v.encode(self.session.proto, &mut self.wbuf),
@@ -95,10 +103,9 @@ impl Conn {
                 blocking,
             } => {
                 let Some(result) = self.wait_upstream(rx, &conn, blocking, client).await else {
-                    self.gone = true;
-                    return;
+                    return Some(Effect::Gone);
                 };
-                self.upstream_answered(result, count, &conn, after).await;
+                return self.upstream_answered(result, count, &conn, after).await;
             }
             PendingReply::Split { kind, parts, after } => {
                 self.resolve_split(kind, parts).await;
@@ -119,7 +126,7 @@ impl Conn {
                 self.wbuf.extend_from_slice(&reply);
             }
             PendingReply::Reply { rx, conn, then } => match self.wait(rx, &conn).await {
-                Ok(b) => self.reply_arrived(b, then),
+                Ok(b) => return self.reply_arrived(b, then),
                 Err(e) => {
                     if let Then::Tracking(change) = then {
                         self.tracking_answered(false, change);
@@ -128,6 +135,7 @@ impl Conn {
                 }
             },
         }
+        None
     }
 
     /// A cache fill or a read coalesced with another client's.
@@ -193,14 +201,15 @@ impl Conn {
     }
 
     /// A batch's replies arrived (`count` of them, or the error): what was written is
-    /// invalidated, redirections followed, and the replies written.
+    /// invalidated, redirections followed, and the replies written; returns the database an
+    /// EXEC moved the client to.
     async fn upstream_answered(
         &mut self,
         result: JobResult,
         count: u32,
         conn: &UpstreamConn,
         mut after: AfterAck,
-    ) {
+    ) -> Option<Effect> {
         // The batch's scripts are over (or nobody waits for them any more).
         if let Some(mut run) = after.script.take()
             && result.is_ok()
@@ -237,16 +246,15 @@ impl Conn {
             Err(e) if skip_first => (Err(e), count - 1),
             r => (r, count),
         };
-        if let (Some(selects), Ok(b)) = (exec_select, &result)
-            && let Some(db) = selected_by_exec(b, &selects)
-        {
-            self.session.db = db;
-            self.info_changed = true;
-        }
+        let selected = match (exec_select, &result) {
+            (Some(selects), Ok(b)) => selected_by_exec(b, &selects),
+            _ => None,
+        };
         match result {
             Ok(b) => self.wbuf.extend_from_slice(&b),
             Err(e) => self.upstream_error(&e, count),
         }
+        selected.map(Effect::Database)
     }
 
     /// Cluster mode: a split request's parts, each retried where the cluster says, merged.
@@ -289,8 +297,9 @@ impl Conn {
         self.merge_fanout(how, &replies);
     }
 
-    /// Writes the one reply of a request sent on its own, handled as `then` says.
-    fn reply_arrived(&mut self, b: Bytes, then: Then) {
+    /// Writes the one reply of a request sent on its own, handled as `then` says; returns the
+    /// database a SELECT moved the client to.
+    fn reply_arrived(&mut self, b: Bytes, then: Then) -> Option<Effect> {
         match then {
             Then::MGet(parts) => {
                 mget::merge(&parts, Some(&b), self.session.proto, &mut self.wbuf);
@@ -326,16 +335,13 @@ impl Conn {
                 // The SELECT's reply, after any invalidation pushes that came before it
                 // (tracking connection), without the `SELECT 0` that followed it.
                 let (start, end) = first_reply(&b).unwrap_or((0, b.len()));
-                if &b[start..end] == b"+OK\r\n"
-                    && let Some(db) = db
-                    && self.pin.as_ref().is_none_or(|p| !p.in_multi)
-                {
-                    self.session.db = db;
-                    self.info_changed = true;
-                }
                 self.wbuf.extend_from_slice(&b[..end]);
+                let selected =
+                    &b[start..end] == b"+OK\r\n" && self.pin.as_ref().is_none_or(|p| !p.in_multi);
+                return db.filter(|_| selected).map(Effect::Database);
             }
         }
+        None
     }
 
     /// Writes the invalidation pushes that precede an INFO reply (tracking connection) and
@@ -408,10 +414,8 @@ impl Conn {
         conn: &UpstreamConn,
     ) -> Option<JobResult> {
         if blocked {
-            self.session.flags = self.flags(true);
-            self.entry_update();
             // CLIENT UNBLOCK from another client names this connection's id on the server.
-            self.entry_blocked(Some((conn.addr().to_string(), conn.client_id())));
+            self.show_blocked(Some((conn.addr().to_string(), conn.client_id())));
         }
         let limit = self.shared.cfg.limits.client_query_buffer_limit;
         let result = loop {
@@ -431,9 +435,7 @@ impl Conn {
             }
         };
         if blocked {
-            self.entry_blocked(None);
-            self.session.flags = self.flags(false);
-            self.info_changed = true;
+            self.show_blocked(None);
         }
         result
     }

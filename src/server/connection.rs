@@ -31,7 +31,7 @@ pub async fn run(
         let wants_input = c.dispatch().await;
         if !c.replies.is_empty() {
             c.collect(&mut stream).await;
-            if c.gone {
+            if c.is_gone() {
                 return Ok(());
             }
             stream.write_all(&c.wbuf).await?;

@@ -140,3 +140,14 @@ pub(super) struct Part {
     /// Argument indices of the part's keys, in request order.
     pub(super) keys: Vec<usize>,
 }
+
+/// What a collected reply changes in the client's state besides the bytes it writes:
+/// returned by `collect.rs`, carried out by `Conn::apply` (`client.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Effect {
+    /// SELECT (or an EXEC that ran SELECTs) moved the client to this database.
+    Database(u32),
+    /// The client went away or went over its output limit: close at once, writing nothing
+    /// more.
+    Gone,
+}

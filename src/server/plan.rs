@@ -37,13 +37,12 @@ pub(super) enum Plan {
         /// Cluster mode: the node serving the keys.
         node: Option<String>,
     },
-    /// Cluster mode: MULTI is answered locally until the first queued command says which
-    /// node the transaction runs on.
-    DeferMulti,
+    /// Cluster mode: MULTI answered locally until the first queued command says which node
+    /// the transaction runs on (`open`), or EXEC/DISCARD of such a MULTI with nothing queued
+    /// (`!open`); `reply` is corral's answer.
+    Deferred { open: bool, reply: Bytes },
     /// Cluster mode: the first command queued after a deferred MULTI, for `node`.
     StartMulti { node: String, req: Bytes },
-    /// Cluster mode: EXEC or DISCARD of a deferred MULTI with nothing queued.
-    EndDeferred(Bytes),
     /// SELECT: `db` if the argument is a valid index.
     Select { db: Option<u32>, req: Bytes },
     /// SCRIPT KILL, FUNCTION KILL, SHUTDOWN: sent alone on a connection of its own.
@@ -52,19 +51,14 @@ pub(super) enum Plan {
     Monitor,
     /// CLIENT REPLY changed the reply mode; `reply` is its own reply (maybe empty).
     ReplyMode { mode: ReplyMode, reply: Bytes },
-    /// RESET: its reply, after which pinning and reply mode are reset too.
-    Reset(Bytes),
-    /// HELLO switched the protocol of a client with CLIENT TRACKING on (its reply): the
-    /// tracking connection, which it keeps, switches too.
-    HelloPinned(Bytes),
+    /// A local reply (RESET, AUTH, HELLO) that changes what the client's pinned connection
+    /// must be: `change` says how.
+    Repin { reply: Bytes, change: Repin },
     /// AUTH or HELLO AUTH as a Redis user, checked by Redis (`users.rs`).
     AuthUser {
         auth: super::user_auth::UserAuth,
         req: Bytes,
     },
-    /// A successful AUTH back to `default` of a client authenticated as a Redis user (its
-    /// reply): the user's connection is closed after this round.
-    Unpin(Bytes),
     /// CLIENT TRACKING/CACHING/GETREDIR/TRACKINGINFO (arguments, request bytes).
     Tracking { argv: Vec<Bytes>, req: Bytes },
     /// Cluster mode: a request for one node (`slot`: its keys' slot, to retry after a
@@ -84,6 +78,19 @@ pub(super) enum Plan {
         how: Fan,
         parts: Vec<(UpstreamConn, Bytes)>,
     },
+}
+
+/// How a local reply changes the client's pinned connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Repin {
+    /// RESET: pinning and reply mode are reset too.
+    Reset,
+    /// A successful AUTH back to `default` of a client authenticated as a Redis user: the
+    /// user's connection is dropped after this round.
+    Unpin,
+    /// HELLO switched the protocol of a client whose pinned connection it keeps (tracking,
+    /// a Redis user): that connection switches too.
+    Hello,
 }
 
 impl Plan {

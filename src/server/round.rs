@@ -9,12 +9,11 @@ use super::batch::Taken;
 use super::client::Conn;
 use super::clients::ReplyMode;
 use super::pending::{AfterAck, PendingReply, Queued};
-use super::plan::Plan;
+use super::plan::{Plan, Repin};
 use super::route::{Request, client_pause};
 use crate::commands::{self, Command, Exclusive, Route, Tx};
 use crate::error::replies;
 use crate::resp::Parsed;
-use crate::resp::reply;
 use crate::resp::request::encode_request;
 
 /// Most requests handled in one round; bounds the replies buffered per client.
@@ -160,15 +159,11 @@ impl Conn {
             Plan::Blocking { req, writes, node } => {
                 return self.blocking(req, writes, node).await;
             }
-            Plan::DeferMulti => {
-                self.deferred_multi = true;
-                self.push_ready(Bytes::from_static(reply::OK)).await;
-            }
-            Plan::StartMulti { node, req } => return self.start_multi(node, req).await,
-            Plan::EndDeferred(reply) => {
-                self.deferred_multi = false;
+            Plan::Deferred { open, reply } => {
+                self.deferred_multi = open;
                 self.push_ready(reply).await;
             }
+            Plan::StartMulti { node, req } => return self.start_multi(node, req).await,
             Plan::Select { db, req } => return self.select(db, req).await,
             Plan::OutOfBand { req, shutdown } => return self.out_of_band(req, shutdown).await,
             Plan::Monitor => {
@@ -191,24 +186,34 @@ impl Conn {
             }
             Plan::Tracking { argv, req } => return self.client_tracking(argv, req).await,
             Plan::AuthUser { auth, req } => return self.auth_user(auth, req).await,
-            Plan::Unpin(reply) => {
+            Plan::Repin { reply, change } => return self.repin(reply, change).await,
+        }
+        false
+    }
+
+    /// A local reply that changes the pinned connection; true ends the round.
+    async fn repin(&mut self, reply: Bytes, change: Repin) -> bool {
+        match change {
+            Repin::Unpin => {
                 self.push_ready(reply).await;
                 // Dropped, not released, at the end of the round (see `release_pin_if_done`);
                 // later requests start a new round, on corral's own connections.
-                self.pin_reset = true;
-                return true;
+                self.drop_pin_after_round();
+                true
             }
-            Plan::HelloPinned(reply) => self.hello_pinned(reply).await,
-            Plan::Reset(reply) => {
+            Repin::Hello => {
+                self.hello_pinned(reply).await;
+                false
+            }
+            Repin::Reset => {
                 self.flush_batch().await;
                 let waits = self.reset_state();
                 // RESET turns replies back on, its own included. Like an UNSUBSCRIBE's, its
                 // reply waits until Redis dropped the upstream subscriptions it ended.
                 self.push_reply(PendingReply::Subscribed { reply, waits });
-                return true;
+                true
             }
         }
-        false
     }
 
     /// HELLO switched the protocol of a client with a pinned connection that must follow

@@ -10,7 +10,7 @@ use super::clients::{self};
 use super::gate::{is_admin, no_permission};
 use super::pending::{PendingReply, Then};
 use super::pin::Pin;
-use super::plan::Plan;
+use super::plan::{Plan, Repin};
 use super::{corral, info};
 use crate::commands::{
     self, Access, Command, Exclusive, Local, LocalCtx, Outcome, PubSub, Route, Tx,
@@ -129,7 +129,7 @@ impl Conn {
             return Some(self.queue_in_multi(cmd, req));
         }
         if !matches!(route, Route::Forward(_)) {
-            self.info_changed = true;
+            self.info_changed();
         }
         if let Some(p) = self.cluster_cache_step(cmd) {
             return Some(p);
@@ -363,10 +363,16 @@ impl Conn {
         }
         let reply = self.local.split().freeze();
         if local == Local::Reset {
-            return Plan::Reset(reply);
+            return Plan::Repin {
+                reply,
+                change: Repin::Reset,
+            };
         }
         if user_before && self.session.user.is_none() {
-            return Plan::Unpin(reply);
+            return Plan::Repin {
+                reply,
+                change: Repin::Unpin,
+            };
         }
         // The pinned connection of a tracking client or a Redis user must speak the
         // client's protocol too.
@@ -375,7 +381,10 @@ impl Conn {
             .as_ref()
             .is_some_and(|p| p.tracking.is_some() || p.user.is_some());
         if local == Local::Hello && tracking && self.session.proto != proto_before {
-            return Plan::HelloPinned(reply);
+            return Plan::Repin {
+                reply,
+                change: Repin::Hello,
+            };
         }
         Plan::ready(reply)
     }

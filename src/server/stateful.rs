@@ -209,29 +209,6 @@ impl Conn {
         }
     }
 
-    /// Releases (or drops) a dedicated connection once no transaction, tracking or user is
-    /// left on it.
-    pub(super) fn release_pin_if_done(&mut self) {
-        let done = self.pin_reset
-            || self.pin.as_ref().is_some_and(|p| {
-                !p.in_multi && !p.watching && p.tracking.is_none() && p.user.is_none()
-            });
-        if !done {
-            return;
-        }
-        let reset = std::mem::take(&mut self.pin_reset);
-        if let Some(mut pin) = self.pin.take() {
-            // RESET turns tracking off: Redis forgets it when the connection closes.
-            pin.stop_tracking();
-            self.info_changed = true;
-            // After RESET the connection may still be in MULTI or watching, or authenticated
-            // as a user: close it.
-            if !pin.dirty && !reset {
-                self.shared.upstream.release(pin.ded);
-            }
-        }
-    }
-
     /// MONITOR: the client's connection becomes a byte relay to a dedicated upstream
     /// connection that ran MONITOR, until either side closes.
     pub(super) async fn relay_monitor(&mut self, mut client: TcpStream) -> std::io::Result<()> {

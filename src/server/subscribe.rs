@@ -64,7 +64,7 @@ impl Conn {
             confirmation(verb, Some(&name), subs.count(kind), proto, &mut out);
         }
         self.session.subs = subs.counts();
-        self.info_changed = true;
+        self.info_changed();
         (out.freeze(), waits)
     }
 

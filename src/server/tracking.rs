@@ -186,7 +186,7 @@ impl Conn {
                 _permit: permit,
             });
         }
-        self.info_changed = true;
+        self.info_changed();
         Ok(())
     }
 
@@ -212,7 +212,7 @@ impl Conn {
                 }
             }
         }
-        self.info_changed = true;
+        self.info_changed();
     }
 
     /// Tracking inside MULTI: the queued ON may turn tracking on at EXEC, so the client

@@ -85,7 +85,7 @@ impl Conn {
         }
         self.session.authenticated = true;
         self.session.user = Some(auth.user);
-        self.info_changed = true;
+        self.info_changed();
         match auth.hello {
             Some(h) => {
                 self.session.proto = h.proto;
