@@ -4,9 +4,11 @@
 //! where forwarding would be wrong (connection state such as HELLO, AUTH, CLIENT SETNAME) and
 //! otherwise forwarded, pipelined, over a few shared upstream connections. GETs are coalesced
 //! per key and hot keys are served from a local cache kept coherent with `CLIENT TRACKING`.
-//! Layers, bottom up: [`resp`] (bytes and frames), [`commands`] (routing and per-client
-//! state), [`upstream`] (connections), [`cache`] (local cache, coalescing, tracking lane),
-//! [`server`] (accept loop and client connections).
+//! Layers, bottom up (each imports only the layers before it; `docs/ARCHITECTURE.md` has the
+//! map): [`error`], [`resp`] (bytes and frames), [`commands`] (what a request is),
+//! [`cluster`], [`acl`] and [`config`], [`upstream`] (connections), [`cache`] (local cache,
+//! coalescing, tracking lanes) and [`pubsub`], [`server`] (accept loop and client
+//! connections), [`admin`].
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 

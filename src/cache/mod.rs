@@ -3,14 +3,14 @@
 //! Every GET that is not a local hit becomes, or joins, one in-flight upstream read per key
 //! (singleflight). Keys the frequency sketch finds hot are read over a dedicated RESP3
 //! connection with `CLIENT TRACKING ON` (the tracking lane) as `MULTI / PTTL k / GET k / EXEC`
-//! and kept locally. The coherence rules are stated in [`coherence`], next to the code that
+//! and kept locally. The coherence rules are stated in `coherence.rs`, next to the code that
 //! keeps them.
 //!
 //! Layout, each file one job (an arrow is "uses"; no file uses one above it in this list):
 //! - `mod.rs`: [`Cache`], the facade client connections call; owns the lanes.
 //! - `read.rs`: read-through and singleflight ([`Lookup`], [`Lead`]) → coherence, lane.
 //! - `lane.rs`: tracking lanes and their observer (invalidation pushes) → coherence.
-//! - `coherence.rs`: the store and the in-flight reads kept coherent ([`coherence::Core`]).
+//! - `coherence.rs`: the store and the in-flight reads kept coherent (`Core`).
 //! - `flight.rs`: one in-flight read: a bare lead until a second GET joins, then a `Fill`
 //!   its waiters share ([`FillRx`]).
 //! - `admission.rs`: which keys are worth keeping (sketches, hot keys, early refresh).

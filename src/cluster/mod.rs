@@ -4,7 +4,7 @@
 //! `{hash tag}`, mod 16384). [`crate::commands::command_keys`] finds the keys of any Redis 7.0
 //! command, [`keys::keys_slot`] checks they share a slot, and [`keys::classify_multi`] says what to do
 //! when they do not: split (MGET, MSET, DEL, UNLINK, EXISTS, TOUCH) or refuse with
-//! [`keys::CROSSSLOT`]. [`SlotMap`] maps slots to shards from `CLUSTER SHARDS` (or
+//! [`CROSSSLOT`](crate::error::replies::CROSSSLOT). [`SlotMap`] maps slots to shards from `CLUSTER SHARDS` (or
 //! `CLUSTER SLOTS` on servers older than 7.0), and [`Redirect`] reads the MOVED, ASK,
 //! TRYAGAIN and CLUSTERDOWN errors that say the map is stale or the cluster busy.
 //!

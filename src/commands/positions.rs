@@ -1,7 +1,7 @@
 //! Where the keys of every command are: reads as well as writes, for routing by slot and for
 //! invalidating the keys a write changes.
 //!
-//! Most commands keep their keys at fixed positions, listed in [`key_table`](super::key_table)
+//! Most commands keep their keys at fixed positions, listed in `key_table.rs`
 //! as `COMMAND` reports them; the rest (`movablekeys`: EVAL, ZUNIONSTORE, XREAD, SORT, ...)
 //! are worked out from their arguments the way Redis's own `*GetKeys` functions do, so corral
 //! and the cluster agree on which slot a request belongs to.

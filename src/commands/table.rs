@@ -10,7 +10,7 @@ use crate::resp::Args;
 /// Commands corral answers itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Local {
-    /// PING [message]
+    /// `PING [message]`
     Ping,
     /// ECHO message
     Echo,
@@ -18,9 +18,9 @@ pub enum Local {
     Quit,
     /// RESET
     Reset,
-    /// HELLO [protover [AUTH user pass] [SETNAME name]]
+    /// `HELLO [protover [AUTH user pass] [SETNAME name]]`
     Hello,
-    /// AUTH [user] pass
+    /// `AUTH [user] pass`
     Auth,
     /// CLIENT SETNAME/GETNAME/ID/SETINFO/INFO
     Client,
@@ -50,11 +50,11 @@ pub enum PubSub {
     PSubscribe,
     /// SSUBSCRIBE shardchannel...
     SSubscribe,
-    /// UNSUBSCRIBE [channel...]
+    /// `UNSUBSCRIBE [channel...]`
     Unsubscribe,
-    /// PUNSUBSCRIBE [pattern...]
+    /// `PUNSUBSCRIBE [pattern...]`
     PUnsubscribe,
-    /// SUNSUBSCRIBE [shardchannel...]
+    /// `SUNSUBSCRIBE [shardchannel...]`
     SUnsubscribe,
 }
 

@@ -129,10 +129,12 @@ impl Default for Config {
 
 impl Default for LimitsConfig {
     fn default() -> Self {
+        // Redis's request limits, stated once with the parser that enforces them.
+        let redis = crate::resp::Limits::default();
         LimitsConfig {
-            proto_max_bulk_len: 512 * 1024 * 1024,
-            max_multibulk_len: i32::MAX as usize,
-            max_inline_len: 64 * 1024,
+            proto_max_bulk_len: redis.max_bulk_len,
+            max_multibulk_len: redis.max_multibulk_len,
+            max_inline_len: redis.max_inline_len,
             client_query_buffer_limit: 1024 * 1024 * 1024,
             client_output_buffer_limit: 0,
         }
