@@ -75,6 +75,19 @@ pub fn array_parts(reply: &[u8]) -> Option<(&[u8], Vec<&[u8]>)> {
     (out.len() as i64 == n && iter.consumed() == body.len()).then_some((&reply[..header_end], out))
 }
 
+/// The integer of a `:n\r\n` frame (exactly one frame).
+pub fn int_value(frame: &[u8]) -> Option<i64> {
+    parse_int(frame.strip_prefix(b":")?.strip_suffix(b"\r\n")?)
+}
+
+/// The body of a `$len\r\nbody\r\n` frame; `None` for any other frame (a null included).
+pub fn bulk_body(frame: &[u8]) -> Option<&[u8]> {
+    let rest = frame.strip_prefix(b"$")?;
+    let cr = rest.iter().position(|&b| b == b'\r')?;
+    let len = usize::try_from(parse_int(&rest[..cr])?).ok()?;
+    rest.get(cr + 2..cr + 2 + len)
+}
+
 /// The raw elements of an array reply, or `None` if it is not a complete array.
 pub fn array_elements(reply: &[u8]) -> Option<Vec<&[u8]>> {
     array_parts(reply).map(|(_, elements)| elements)
@@ -83,6 +96,15 @@ pub fn array_elements(reply: &[u8]) -> Option<Vec<&[u8]>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn scalar_frames() {
+        assert_eq!(int_value(b":42\r\n"), Some(42));
+        assert_eq!(int_value(b"-ERR x\r\n"), None);
+        assert_eq!(bulk_body(b"$3\r\n123\r\n"), Some(&b"123"[..]));
+        assert_eq!(bulk_body(b"$0\r\n\r\n"), Some(&b""[..]));
+        assert_eq!(bulk_body(b"$-1\r\n"), None);
+    }
 
     #[test]
     fn splits_top_level_frames_and_stops_at_a_partial_one() {

@@ -5,7 +5,7 @@ pub mod reply;
 pub mod request;
 pub mod scan;
 
-pub use frames::{Frame, array_elements, array_parts, frames};
+pub use frames::{Frame, array_elements, array_parts, bulk_body, frames, int_value};
 pub use reply::{Encoder, Proto};
 pub use request::{Args, Limits, Parsed, ProtocolError, RequestParser};
 pub use scan::{FrameEnd, ReplyScanner, ScanError};

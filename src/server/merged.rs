@@ -7,7 +7,7 @@ use super::client::Conn;
 use super::pending::Fan;
 use super::routed::NODE_BITS;
 use crate::cluster::SplitKind;
-use crate::resp::request::parse_int;
+use crate::resp::{bulk_body, int_value};
 
 impl Conn {
     /// Merges the per-slot replies of a split command in key order.
@@ -27,7 +27,7 @@ impl Conn {
                 }
             }
             Fan::Sum => {
-                let total: i64 = replies.iter().filter_map(|r| int_reply(r)).sum();
+                let total: i64 = replies.iter().filter_map(|r| int_value(r)).sum();
                 self.wbuf
                     .extend_from_slice(format!(":{total}\r\n").as_bytes());
             }
@@ -67,8 +67,8 @@ impl Conn {
             let _ = parts;
             return self.wbuf.extend_from_slice(reply);
         };
-        let inner = bulk_text(cursor)
-            .and_then(|t| t.parse::<u64>().ok())
+        let inner = bulk_body(cursor)
+            .and_then(|t| String::from_utf8_lossy(t).parse::<u64>().ok())
             .unwrap_or(0);
         let next = if inner != 0 {
             (inner << NODE_BITS) | node as u64
@@ -97,7 +97,7 @@ pub(super) fn merge_split_replies(
     match kind {
         SplitKind::Mset => out.extend_from_slice(b"+OK\r\n"),
         SplitKind::SumInt => {
-            let total: i64 = parts.iter().filter_map(|(_, r)| int_reply(r)).sum();
+            let total: i64 = parts.iter().filter_map(|(_, r)| int_value(r)).sum();
             out.extend_from_slice(format!(":{total}\r\n").as_bytes());
         }
         SplitKind::Mget => {
@@ -125,27 +125,12 @@ fn parts_of_array(reply: &[u8]) -> Vec<&[u8]> {
     crate::resp::array_elements(reply).unwrap_or_default()
 }
 
-fn bulk_text(frame: &[u8]) -> Option<String> {
-    let rest = frame.strip_prefix(b"$")?;
-    let cr = rest.iter().position(|&b| b == b'\r')?;
-    let body = rest.get(cr + 2..rest.len().checked_sub(2)?)?;
-    Some(String::from_utf8_lossy(body).into_owned())
-}
-
-fn int_reply(r: &[u8]) -> Option<i64> {
-    let rest = r.strip_prefix(b":")?;
-    let cr = rest.iter().position(|&b| b == b'\r')?;
-    parse_int(&rest[..cr])
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn bulk_and_int_helpers() {
-        assert_eq!(bulk_text(b"$3\r\n123\r\n").as_deref(), Some("123"));
-        assert_eq!(int_reply(b":42\r\n"), Some(42));
+    fn top_level_frames() {
         assert_eq!(frames(b"+OK\r\n:1\r\n").len(), 2);
     }
 }

@@ -11,7 +11,7 @@ use bytes::{Bytes, BytesMut};
 
 use crate::pubsub::{Kind, Router};
 use crate::resp::Args;
-use crate::resp::request::parse_int;
+use crate::resp::{bulk_body, int_value};
 
 /// A reply whose counts need correcting.
 #[derive(Debug)]
@@ -73,8 +73,7 @@ pub(super) fn correct(count: &Count, reply: Bytes, hub: &Router) -> Bytes {
 
 /// `:n\r\n` with `delta` added (never below 0: a count raced with an (un)subscribe).
 fn adjust_int(reply: &[u8], delta: i64) -> Option<Bytes> {
-    let body = reply.strip_prefix(b":")?.strip_suffix(b"\r\n")?;
-    let n = parse_int(body)?;
+    let n = int_value(reply)?;
     let mut out = BytesMut::with_capacity(reply.len() + 4);
     out.extend_from_slice(b":");
     out.extend_from_slice(
@@ -97,19 +96,11 @@ fn numsub(reply: &[u8], delta: impl Fn(&[u8]) -> i64) -> Option<Bytes> {
     out.extend_from_slice(header);
     for pair in frames.chunks(2) {
         let (name_frame, count) = (pair[0], pair[1]);
-        let name = bulk_text(name_frame)?;
+        let name = bulk_body(name_frame)?;
         out.extend_from_slice(name_frame);
         out.extend_from_slice(&adjust_int(count, delta(name))?);
     }
     Some(out.freeze())
-}
-
-/// The text of a `$len\r\ntext\r\n` frame.
-fn bulk_text(frame: &[u8]) -> Option<&[u8]> {
-    let rest = frame.strip_prefix(b"$")?;
-    let cr = rest.iter().position(|&b| b == b'\r')?;
-    let len = usize::try_from(parse_int(&rest[..cr])?).ok()?;
-    rest.get(cr + 2..cr + 2 + len)
 }
 
 #[cfg(test)]

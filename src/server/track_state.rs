@@ -189,10 +189,7 @@ impl Registry {
                     None => rx.await,
                 };
                 match reply {
-                    Ok(Ok(b)) => b
-                        .strip_prefix(b":")
-                        .and_then(|r| r.strip_suffix(b"\r\n"))
-                        .and_then(parse_int)
+                    Ok(Ok(b)) => crate::resp::int_value(&b)
                         .and_then(|n| u64::try_from(n).ok())
                         .ok_or_else(|| "unexpected CLIENT ID reply".to_string()),
                     Ok(Err(e)) => Err(e.to_string()),
