@@ -19,7 +19,7 @@ use super::track_state::Inbox;
 use super::writes::Writes;
 use crate::commands::{self, Session};
 use crate::resp::{Limits, RequestParser};
-use crate::upstream::UpstreamConn;
+use crate::upstream::{Dedicated, UpstreamConn};
 
 /// Bytes read from a client at a time (and the buffers' initial size).
 pub(super) const READ_CHUNK: usize = 16 * 1024;
@@ -147,6 +147,24 @@ impl Conn {
         self.reply_mode = ReplyMode::On;
         self.pin_reset = true;
         waits
+    }
+
+    /// Pins the client to a new dedicated connection (to `node` in cluster mode) in its
+    /// protocol and database, and returns the pin for the caller to mark (MULTI, a user...).
+    ///
+    /// # Errors
+    /// Every dedicated connection is in use: corral's refusal text.
+    pub(super) fn pin_new(&mut self, node: Option<&str>) -> Result<&mut Pin, &'static str> {
+        let ded = self
+            .shared
+            .upstream
+            .dedicated_to(node, self.session.proto, self.session.db)?;
+        Ok(self.pin_to(ded))
+    }
+
+    /// Pins the client to `ded`, a dedicated connection taken for it earlier.
+    pub(super) fn pin_to(&mut self, ded: Dedicated) -> &mut Pin {
+        self.pin.insert(Pin::new(ded))
     }
 
     /// Carries out what a collected reply changes (see [`Effect`]).

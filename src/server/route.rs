@@ -9,7 +9,6 @@ use super::client::Conn;
 use super::clients::{self};
 use super::gate::{is_admin, no_permission};
 use super::pending::{PendingReply, Then};
-use super::pin::Pin;
 use super::plan::{Plan, Repin};
 use super::{corral, info};
 use crate::commands::{
@@ -319,12 +318,7 @@ impl Conn {
                     // pin the client to a connection of its own for the rest of
                     // the round, so no other client waits behind the script. With
                     // every dedicated connection in use it goes on the shared one.
-                    self.pin = self
-                        .shared
-                        .upstream
-                        .dedicated_to(None, self.session.proto, self.session.db)
-                        .ok()
-                        .map(Pin::new);
+                    let _ = self.pin_new(None);
                 }
                 self.batch.script = true;
                 self.batch.script_keys.extend(key);

@@ -11,7 +11,6 @@ use tokio::net::TcpStream;
 
 use super::client::Conn;
 use super::pending::{AfterAck, Blocking, PendingReply, Then};
-use super::pin::Pin;
 use crate::commands::Tx;
 use crate::error::replies;
 use crate::resp::request::encode_request;
@@ -22,16 +21,9 @@ impl Conn {
     pub(super) async fn transaction(&mut self, tx: Tx, req: Bytes, node: Option<String>) -> bool {
         if matches!(tx, Tx::Multi | Tx::Watch) && self.pin.is_none() {
             self.flush_batch().await;
-            match self.shared.upstream.dedicated_to(
-                node.as_deref(),
-                self.session.proto,
-                self.session.db,
-            ) {
-                Ok(ded) => self.pin = Some(Pin::new(ded)),
-                Err(msg) => {
-                    self.push_ready(replies::line(msg)).await;
-                    return false;
-                }
+            if let Err(msg) = self.pin_new(node.as_deref()) {
+                self.push_ready(replies::line(msg)).await;
+                return false;
             }
         }
         let mut ends = false;
@@ -184,17 +176,10 @@ impl Conn {
     pub(super) async fn start_multi(&mut self, node: String, req: Bytes) -> bool {
         self.deferred_multi = false;
         self.flush_batch().await;
-        match self
-            .shared
-            .upstream
-            .dedicated_to(Some(&node), self.session.proto, self.session.db)
-        {
-            Ok(ded) => {
-                self.pin = Some(Pin {
-                    in_multi: true,
-                    queued: 1,
-                    ..Pin::new(ded)
-                });
+        match self.pin_new(Some(&node)) {
+            Ok(pin) => {
+                pin.in_multi = true;
+                pin.queued = 1;
                 let mut multi = BytesMut::new();
                 encode_request(&[b"MULTI"], &mut multi);
                 self.append(&multi);

@@ -11,7 +11,6 @@ use bytes::{Bytes, BytesMut};
 
 use super::client::Conn;
 use super::pending::{PendingReply, Then};
-use super::pin::Pin;
 use super::track_state::{Change, Inbox, OwnPushes, Tracking};
 use crate::error::replies;
 use crate::resp::Proto;
@@ -165,11 +164,7 @@ impl Conn {
         }
         let permit = self.shared.upstream.tracking_permit()?;
         if self.pin.is_none() {
-            let ded =
-                self.shared
-                    .upstream
-                    .dedicated_to(None, self.session.proto, self.session.db)?;
-            self.pin = Some(Pin::new(ded));
+            self.pin_new(None)?;
         }
         let own = Arc::new(OwnPushes {
             inbox: Inbox::new(self.wake.clone(), self.kill.clone()),

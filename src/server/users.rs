@@ -13,7 +13,6 @@ use bytes::{Bytes, BytesMut};
 
 use super::client::Conn;
 use super::pending::{PendingReply, Then};
-use super::pin::Pin;
 use super::user_auth::UserAuth;
 use crate::error::replies;
 use crate::upstream::Dedicated;
@@ -70,11 +69,9 @@ impl Conn {
         match ded {
             // Never reused by another client: `dirty` keeps it out of the idle pool.
             Some(ded) => {
-                self.pin = Some(Pin {
-                    user: Some(auth.user.clone()),
-                    dirty: true,
-                    ..Pin::new(ded)
-                });
+                let pin = self.pin_to(ded);
+                pin.user = Some(auth.user.clone());
+                pin.dirty = true;
             }
             None => {
                 if let Some(pin) = &mut self.pin {
