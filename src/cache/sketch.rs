@@ -70,9 +70,12 @@ impl FrequencySketch {
             let (w, shift) = Self::slot(hash, row);
             let cell = &block.0[w];
             let cur = cell.load(Ordering::Relaxed);
-            // A saturated counter needs no write: hot keys cost reads only.
+            // A saturated counter needs no write: hot keys cost reads only. A plain store,
+            // not a locked add: two threads counting in one word at once may lose one count,
+            // which only blurs an estimate, and an unlocked store lets the CPU overlap this
+            // key's sketch miss with its store lookup.
             if (cur >> shift) & 0xf < 15 {
-                cell.fetch_add(1 << shift, Ordering::Relaxed);
+                cell.store(cur + (1 << shift), Ordering::Relaxed);
                 added = true;
             }
         }
