@@ -113,8 +113,10 @@ impl Admission {
             return false;
         }
         // Far from expiry no draw can make it early enough: skip the draw and the log.
+        // Compared in seconds: building a `Duration` from a float costs more than the rest
+        // of this check, and it runs on every hit.
         let most = (e.delta.as_secs_f64() * self.beta * MAX_EARLY_FACTOR).min(3600.0);
-        if now + Duration::from_secs_f64(most) < e.expires {
+        if e.expires.saturating_duration_since(now).as_secs_f64() > most {
             return false;
         }
         let r: f64 = rand::rng().random_range(f64::MIN_POSITIVE..1.0);
