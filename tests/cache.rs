@@ -1083,9 +1083,6 @@ async fn without_tracking_entries_live_fallback_ttl_at_most() {
     proxy.stop().await;
 }
 
-/// A write earlier in the same pipeline keeps later GETs of *its* keys away from the cache
-/// (they must see it), but not GETs of other keys.
-
 /// Hits are written as soon as nothing is pending before them: in a pipeline mixing hits,
 /// forwarded requests and CLIENT REPLY OFF/SKIP, the replies are Redis's, in order.
 #[tokio::test]
@@ -1109,6 +1106,9 @@ async fn hits_in_a_pipeline_keep_order_and_client_reply_modes() {
     assert!(Stats::of(&mut c).await.n("cache_hits") >= before + 5);
     proxy.stop().await;
 }
+
+/// A write earlier in the same pipeline keeps later GETs of *its* keys away from the cache
+/// (they must see it), but not GETs of other keys.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_keys_written_earlier_in_a_pipeline_bypass_the_cache() {
     let redis = RedisServer::start();
