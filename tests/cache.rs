@@ -1083,6 +1083,30 @@ async fn without_tracking_entries_live_fallback_ttl_at_most() {
     proxy.stop().await;
 }
 
+/// Hits are written as soon as nothing is pending before them: in a pipeline mixing hits,
+/// forwarded requests and CLIENT REPLY OFF/SKIP, the replies are Redis's, in order.
+#[tokio::test]
+async fn hits_in_a_pipeline_keep_order_and_client_reply_modes() {
+    let (_redis, proxy, mut direct, mut c) = start().await;
+    assert_eq!(c.cmd("SET ord:hot v").await, OK);
+    make_cached(&mut c, "ord:hot", b"$1\r\nv\r\n").await;
+    let before = Stats::of(&mut c).await.n("cache_hits");
+    let pipeline: &[u8] = b"GET ord:hot\r\nCLIENT REPLY SKIP\r\nGET ord:hot\r\nGET ord:cold\r\n\
+        GET ord:hot\r\nCLIENT REPLY OFF\r\nGET ord:hot\r\nCLIENT REPLY ON\r\nGET ord:hot\r\n";
+    // Replies: GET, (skipped), GET cold, GET, (off), +OK of ON, GET.
+    let n = 5;
+    c.send(pipeline).await;
+    direct.send(pipeline).await;
+    for _ in 0..n {
+        assert_eq!(c.read_reply().await, direct.read_reply().await);
+    }
+    c.send(b"PING\r\n").await;
+    assert_eq!(c.read_reply().await, b"+PONG\r\n");
+    // Served locally (the GETs of ord:hot, not counting the skipped or silenced ones' replies).
+    assert!(Stats::of(&mut c).await.n("cache_hits") >= before + 5);
+    proxy.stop().await;
+}
+
 /// A write earlier in the same pipeline keeps later GETs of *its* keys away from the cache
 /// (they must see it), but not GETs of other keys.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -84,12 +84,21 @@ impl Admission {
 
     /// Hot enough to keep, and not one whose recent entries were invalidated before they
     /// served anything (written about as often as read).
+    ///
+    /// Hot means read `hot_threshold` times more than the sketch's noise floor: over a key
+    /// space far larger than the sketch every counter is shared, and a key read once would
+    /// otherwise often look hot and cost a tracked fill (four commands) for nothing. With few
+    /// keys the floor is 0 and the threshold is what it says.
     pub(super) fn admit(&self, hash: u64, lane: &LaneState) -> bool {
         if lane.tracking() == Tracking::Down {
             return false;
         }
         let reads = self.reads.estimate(hash);
-        reads >= self.hot_threshold && self.wasted.estimate(hash) < MAX_WASTED_FILLS
+        let threshold = self
+            .hot_threshold
+            .saturating_add(self.reads.noise_floor())
+            .min(15);
+        reads >= threshold && self.wasted.estimate(hash) < MAX_WASTED_FILLS
     }
 
     /// An entry of `key` was invalidated before it served a hit.
@@ -104,8 +113,10 @@ impl Admission {
             return false;
         }
         // Far from expiry no draw can make it early enough: skip the draw and the log.
+        // Compared in seconds: building a `Duration` from a float costs more than the rest
+        // of this check, and it runs on every hit.
         let most = (e.delta.as_secs_f64() * self.beta * MAX_EARLY_FACTOR).min(3600.0);
-        if now + Duration::from_secs_f64(most) < e.expires {
+        if e.expires.saturating_duration_since(now).as_secs_f64() > most {
             return false;
         }
         let r: f64 = rand::rng().random_range(f64::MIN_POSITIVE..1.0);
@@ -141,6 +152,32 @@ mod tests {
     fn sampling_takes_about_one_in_n() {
         let hits = (0..16_000).filter(|_| one_in(16)).count();
         assert!((700..1300).contains(&hits), "{hits} of 16000");
+    }
+
+    #[test]
+    fn keys_read_once_over_a_big_key_space_are_not_admitted_but_repeated_ones_are() {
+        let a = Admission::new(1024, 4, 1.0);
+        let lane = LaneState::new("test", Tracking::On);
+        let mut x = 1u64;
+        let (mut admitted, mut misses) = (0, 0);
+        for i in 0..200_000u64 {
+            // Uniform over a million keys, with one key read every tenth GET.
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let key = if i % 10 == 0 { 7 } else { x % 1_000_000 };
+            let hash = a.hash(&key.to_le_bytes());
+            a.record_get(hash, &key.to_le_bytes());
+            if key != 7 {
+                misses += 1;
+                admitted += usize::from(a.admit(hash, &lane));
+            }
+        }
+        assert!(
+            admitted * 100 < misses,
+            "{admitted} of {misses} cold keys admitted"
+        );
+        assert!(a.admit(a.hash(&7u64.to_le_bytes()), &lane));
     }
 
     #[test]

@@ -34,6 +34,9 @@ pub async fn run(
             if c.is_gone() {
                 return Ok(());
             }
+        }
+        // Cache hits with nothing pending before them were encoded during the round.
+        if !c.wbuf.is_empty() {
             stream.write_all(&c.wbuf).await?;
             c.wbuf.clear();
         }

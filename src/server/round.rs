@@ -145,6 +145,9 @@ impl Conn {
                 }));
                 self.push_ready(replies::READ_NOT_SENT.to_bytes()).await;
             }
+            Plan::Reply(PendingReply::Value(v)) if self.may_write_now(v.size()) => {
+                v.encode(self.session.proto, &mut self.wbuf);
+            }
             Plan::Reply(reply) => {
                 self.flush_batch().await;
                 self.push_reply(reply);
@@ -283,6 +286,23 @@ impl Conn {
         self.push_reply(PendingReply::Ready(bytes));
     }
 
+    /// Whether a local reply of about `size` bytes may be encoded into the write buffer now
+    /// rather than queued: nothing is pending before it (no batch, no queued reply), replies
+    /// are on, and the buffer stays far below the output limit that `collect` enforces. A
+    /// cache hit then costs no pending-reply slot.
+    fn may_write_now(&self, size: usize) -> bool {
+        const MOST: usize = 64 * 1024;
+        let limit = match self.shared.cfg.limits.client_output_buffer_limit {
+            0 => MOST,
+            l => l.min(MOST),
+        };
+        self.batch.is_empty()
+            && self.replies.is_empty()
+            && !self.silent_now
+            && self.reply_mode != ReplyMode::Off
+            && self.wbuf.len() + size + 32 <= limit
+    }
+
     /// Queues a pending reply, silenced if CLIENT REPLY says so. (Un)subscribe confirmations never
     /// are: Redis sends them as pushes, which CLIENT REPLY OFF/SKIP does not silence, in
     /// either protocol (a client waiting for them would hang).
@@ -370,21 +390,26 @@ impl Conn {
     }
 }
 
-/// Completes the leading GETs of a batch from its replies (frame `i` answers request `i`).
+/// Completes the leading GETs of a batch from its replies (frame `i` answers request `i`;
+/// leads are in batch order). Frames are only scanned, never collected: most batches of
+/// cold GETs have a lead for every request.
 fn share_leads(leads: Vec<(u32, crate::cache::Lead)>, replies: &crate::upstream::JobResult) {
-    let frames: Vec<Bytes> = match replies {
-        Ok(b) => crate::resp::frames(b)
-            .map(|f| b.slice(f.start..f.end()))
-            .collect(),
-        Err(_) => Vec::new(),
-    };
+    let mut frames = crate::resp::frames(replies.as_ref().map_or(&[][..], |b| &b[..]));
+    let mut next = 0;
     for (i, lead) in leads {
-        let r = match (replies, frames.get(i as usize)) {
-            (Ok(_), Some(frame)) => Ok(frame.clone()),
-            (Err(e), _) => Err(e.clone()),
-            (Ok(_), None) => Err(crate::error::UpstreamError::BadReply {
-                cause: "missing reply in batch".into(),
-            }),
+        let r = match replies {
+            Ok(b) => {
+                let frame = i
+                    .checked_sub(next)
+                    .and_then(|skip| frames.nth(skip as usize));
+                next = i + 1;
+                frame.map(|f| b.slice(f.start..f.end())).ok_or_else(|| {
+                    crate::error::UpstreamError::BadReply {
+                        cause: "missing reply in batch".into(),
+                    }
+                })
+            }
+            Err(e) => Err(e.clone()),
         };
         lead.complete(r);
     }
