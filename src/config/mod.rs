@@ -9,12 +9,13 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::error::ConfigError;
+use crate::tls::ListenTls;
 
 mod upstream;
 mod url;
 
 pub use upstream::{ClusterConfig, Health, ReadFrom, UpstreamConfig, UpstreamTarget};
-pub use url::UpstreamUrl;
+pub use url::{UpstreamUrl, host_of};
 
 /// The whole configuration of one corral process.
 #[derive(Debug, Clone, Deserialize)]
@@ -44,6 +45,8 @@ pub struct Config {
     pub cache: CacheConfig,
     /// Redis Cluster upstream (instead of `upstream.url`).
     pub cluster: ClusterConfig,
+    /// The TLS listener for clients, beside the plain one (`[tls]`, `--tls-listen`).
+    pub tls: ListenTls,
 }
 
 /// Per-client limits, named after the Redis settings they mirror.
@@ -123,6 +126,7 @@ impl Default for Config {
             limits: LimitsConfig::default(),
             cache: CacheConfig::default(),
             cluster: ClusterConfig::default(),
+            tls: ListenTls::default(),
         }
     }
 }
@@ -198,6 +202,7 @@ impl Config {
         }
         let target = UpstreamTarget::parse(&self.upstream, &self.cluster)?;
         self.upstream.validate()?;
+        self.tls.validate().map_err(|e| tls_invalid("tls", &e))?;
         if self.max_clients == 0 {
             return Err(invalid("max_clients", "must be positive"));
         }
@@ -282,6 +287,21 @@ impl Config {
     }
 }
 
+/// A TLS settings error as a config error naming `field`, without the field repeated (the
+/// TLS module's messages start with their section).
+fn tls_invalid(field: &'static str, e: &crate::tls::TlsError) -> ConfigError {
+    let text = e.to_string();
+    let why = text
+        .strip_prefix(field)
+        .or_else(|| text.strip_prefix("tls"))
+        .and_then(|t| t.strip_prefix(": "))
+        .unwrap_or(&text);
+    ConfigError::Invalid {
+        field,
+        why: why.to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -290,6 +310,9 @@ mod tests {
     fn empty_document_gives_defaults() {
         let cfg = Config::from_toml("").unwrap();
         let target = cfg.validate().unwrap();
+        assert!(!target.tls && !cfg.tls.enabled());
+        // The admin endpoint is off unless configured (and then on the address given).
+        assert_eq!(cfg.admin, "");
         assert_eq!(target.primary.addr, "127.0.0.1:6379");
         assert_eq!(cfg.listen, "127.0.0.1:6380");
         assert_eq!(cfg.upstream.url, "redis://127.0.0.1:6379");
@@ -313,6 +336,22 @@ mod tests {
         let cfg = Config::from_toml("requirepass = \"hunter2\"").unwrap();
         assert!(!format!("{cfg:?}").contains("hunter2"));
         assert_eq!(cfg.requirepass.get(), Some("hunter2"));
+    }
+
+    #[test]
+    fn tls_sections_parse_and_are_checked() {
+        let cfg = Config::from_toml(
+            "[upstream]\nurl = \"rediss://db:6380\"\n[upstream.tls]\nca_file = \"ca.pem\"\n\
+             [tls]\nlisten = \"127.0.0.1:6381\"\ncert_file = \"s.pem\"\nkey_file = \"s.key\"",
+        )
+        .unwrap();
+        assert!(cfg.validate().unwrap().tls);
+        assert!(cfg.tls.enabled());
+        let err = Config::from_toml("[tls]\nlisten = \"127.0.0.1:6381\"").unwrap_err();
+        assert!(err.to_string().contains("cert_file"), "{err}");
+        let mixed = "[cluster]\nseeds = [\"rediss://a:1\", \"redis://b:2\"]";
+        let err = Config::from_toml(mixed).unwrap_err();
+        assert!(err.to_string().contains("cluster.seeds"), "{err}");
     }
 
     #[test]

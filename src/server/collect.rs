@@ -4,7 +4,6 @@
 
 use bytes::Bytes;
 use tokio::io::AsyncReadExt;
-use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 use tokio::time::timeout;
 use tracing::warn;
@@ -15,6 +14,7 @@ use super::{info, mget};
 use crate::cache::{FillResult, FillRx, Value};
 use crate::cluster::{Redirect, SplitKind};
 use crate::error::UpstreamError;
+use crate::tls::Stream;
 use crate::upstream::{JobResult, UpstreamConn};
 
 /// The database the client is in after an EXEC whose reply is the last one in `replies`,
@@ -55,7 +55,7 @@ async fn wait_each(waits: Vec<oneshot::Receiver<()>>) {
 impl Conn {
     /// Waits for every pending reply in order and appends its bytes to the write buffer. `client` is
     /// watched while a blocking command waits, to notice a client that goes away.
-    pub(super) async fn collect(&mut self, client: &mut TcpStream) {
+    pub(super) async fn collect(&mut self, client: &mut Stream) {
         let mut replies = std::mem::take(&mut self.replies);
         for Queued { reply, silent } in replies.drain(..) {
             let mark = self.wbuf.len();
@@ -79,7 +79,7 @@ impl Conn {
         self.replies.clear();
     }
 
-    async fn resolve(&mut self, reply: PendingReply, client: &mut TcpStream) {
+    async fn resolve(&mut self, reply: PendingReply, client: &mut Stream) {
         match reply {
             PendingReply::Ready(b) => self.wbuf.extend_from_slice(&b),
             PendingReply::Value(v) => v.encode(self.session.proto, &mut self.wbuf),
@@ -161,7 +161,7 @@ impl Conn {
         rx: oneshot::Receiver<JobResult>,
         conn: &UpstreamConn,
         blocking: Option<Blocking>,
-        client: &mut TcpStream,
+        client: &mut Stream,
     ) -> Option<JobResult> {
         Some(match blocking {
             // A pinned connection serves this client alone: wait as long as Redis
@@ -403,7 +403,7 @@ impl Conn {
     async fn wait_blocking(
         &mut self,
         mut rx: oneshot::Receiver<JobResult>,
-        client: &mut TcpStream,
+        client: &mut Stream,
         blocked: bool,
         conn: &UpstreamConn,
     ) -> Option<JobResult> {

@@ -71,6 +71,17 @@ pub fn proxy_section(shared: &Shared) -> String {
             .unwrap_or_default()
             .replace(['\r', '\n'], " "),
     );
+    line(
+        "upstream_refused",
+        &status
+            .refused()
+            .unwrap_or_default()
+            .replace(['\r', '\n'], " "),
+    );
+    line(
+        "upstream_tls",
+        &u8::from(shared.cfg.upstream_url().is_ok_and(|u| u.tls)),
+    );
     line("cache_enabled", &u8::from(shared.cache.is_some()));
     s
 }

@@ -7,13 +7,13 @@
 
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 use super::client::Conn;
 use super::pending::{AfterAck, Blocking, PendingReply, Then};
 use super::pin::Pin;
 use crate::commands::Tx;
 use crate::resp::request::encode_request;
+use crate::tls::Stream;
 
 impl Conn {
     /// MULTI/EXEC/DISCARD/WATCH/UNWATCH. MULTI and WATCH pin the client first; the others
@@ -220,7 +220,15 @@ impl Conn {
     /// Releases (or drops) a dedicated connection once no transaction, tracking or user is
     /// left on it.
     pub(super) fn release_pin_if_done(&mut self) {
+        // A connection that died, or never came up (the client got the error for its MULTI
+        // or WATCH), holds no transaction or watch any more: Redis forgot them with it. (A
+        // user's connection closes the client instead: `user_connection_lost`.)
+        let dead = self
+            .pin
+            .as_ref()
+            .is_some_and(|p| p.user.is_none() && p.tracking.is_none() && p.ded.conn.is_dead());
         let done = self.pin_reset
+            || dead
             || self.pin.as_ref().is_some_and(|p| {
                 !p.in_multi && !p.watching && p.tracking.is_none() && p.user.is_none()
             });
@@ -234,7 +242,7 @@ impl Conn {
             self.info_changed = true;
             // After RESET the connection may still be in MULTI or watching, or authenticated
             // as a user: close it.
-            if !pin.dirty && !reset {
+            if !pin.dirty && !reset && !dead {
                 self.shared.upstream.release(pin.ded);
             }
         }
@@ -242,7 +250,7 @@ impl Conn {
 
     /// MONITOR: the client's connection becomes a byte relay to a dedicated upstream
     /// connection that ran MONITOR, until either side closes.
-    pub(super) async fn relay_monitor(&mut self, mut client: TcpStream) -> std::io::Result<()> {
+    pub(super) async fn relay_monitor(&mut self, mut client: Stream) -> std::io::Result<()> {
         let mut upstream = match self
             .shared
             .upstream
@@ -252,7 +260,7 @@ impl Conn {
             Ok(s) => s,
             Err(e) => {
                 let msg = format!("-ERR upstream unavailable for MONITOR: {e}\r\n");
-                client.write_all(msg.as_bytes()).await?;
+                super::connection::send(&mut client, msg.as_bytes()).await?;
                 return Ok(());
             }
         };
@@ -261,7 +269,7 @@ impl Conn {
         // Requests the client sent after MONITOR go to Redis in order.
         first.extend_from_slice(&self.rbuf);
         self.rbuf.clear();
-        upstream.write_all(&first).await?;
+        super::connection::send(&mut upstream, &first).await?;
         let status = self.shared.upstream.status.clone();
         let (mut up_rd, mut up_wr) = upstream.split();
         let (mut cl_rd, mut cl_wr) = client.split();
@@ -276,6 +284,7 @@ impl Conn {
                 filter_monitor(&mut buf, &mut out, &|a, cmd| status.monitor_hides(a, cmd));
                 if !out.is_empty() {
                     cl_wr.write_all(&out).await?;
+                    cl_wr.flush().await?;
                     out.clear();
                 }
             }

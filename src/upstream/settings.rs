@@ -1,7 +1,10 @@
 //! What one connection task needs to know: where to connect, how to authenticate, what to set
 //! up after the handshake, how to reconnect and how to check the connection for life.
 
+use std::sync::Arc;
 use std::time::Duration;
+
+use super::access::UpstreamAccess;
 
 pub use crate::config::Health;
 use crate::config::{Config, UpstreamUrl};
@@ -12,9 +15,14 @@ use crate::resp::Proto;
 pub struct ConnSettings {
     /// `host:port`.
     pub addr: String,
-    /// ACL user for AUTH/HELLO.
+    /// Credentials and TLS shared by every connection to the upstream, replaced on reload:
+    /// read at each connect.
+    pub access: Arc<UpstreamAccess>,
+    /// ACL user for AUTH/HELLO, for a connection that authenticates as someone other than the
+    /// upstream URL's user (with `password`); `None` in the base settings.
     pub user: Option<String>,
-    /// Password for AUTH/HELLO.
+    /// Password for AUTH/HELLO overriding `access`'s when set; `None` in the base settings,
+    /// so the current (reloadable) credentials are used.
     pub password: Option<String>,
     /// Protocol spoken on this connection.
     pub proto: Proto,
@@ -47,13 +55,15 @@ pub struct ConnSettings {
 }
 
 impl ConnSettings {
-    /// The base settings for every connection to the upstream `url` names: RESP2, database
-    /// 0, reconnecting, no tracking; callers change what differs with struct update syntax.
-    pub fn new(cfg: &Config, url: &UpstreamUrl) -> ConnSettings {
+    /// The base settings for every connection to the upstream `url` names, with `access`'s
+    /// credentials and TLS: RESP2, database 0, reconnecting, no tracking; callers change what
+    /// differs with struct update syntax.
+    pub fn new(cfg: &Config, url: &UpstreamUrl, access: Arc<UpstreamAccess>) -> ConnSettings {
         ConnSettings {
             addr: url.addr.clone(),
-            user: url.user.clone(),
-            password: url.password.clone(),
+            access,
+            user: None,
+            password: None,
             proto: Proto::Resp2,
             connect_timeout: cfg.connect_timeout(),
             backoff_min: Duration::from_millis(cfg.upstream.reconnect_min_ms),

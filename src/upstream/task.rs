@@ -42,7 +42,7 @@ impl Task {
     /// Runs until shut down or, for a dedicated connection, until it fails; then marks the
     /// connection `dead`.
     pub(super) async fn run(mut self, dead: Arc<AtomicBool>) {
-        self.keep_connected().await;
+        self.keep_connected(&dead).await;
         dead.store(true, Ordering::Relaxed);
         if !self.s.reconnect {
             // Answer whatever is still sent until every handle is gone.
@@ -56,7 +56,7 @@ impl Task {
         }
     }
 
-    async fn keep_connected(&mut self) {
+    async fn keep_connected(&mut self, dead: &AtomicBool) {
         let mut backoff = self.s.backoff_min;
         loop {
             let attempt = tokio::select! {
@@ -78,10 +78,18 @@ impl Task {
             };
             self.status.disconnected(&cause);
             if !self.s.reconnect {
+                // Dead before the queued jobs learn it, so that whoever reads their error
+                // already sees the connection as dead (and unpins from it).
+                dead.store(true, Ordering::Relaxed);
                 self.fail_queued(&cause);
                 return;
             }
-            warn!(upstream = %self.s.addr, %cause, retry_ms = backoff.as_millis() as u64, "upstream unavailable");
+            if self.status.refused().is_some() {
+                // Logged once by `connect_failed`, as an error; not again each retry.
+                debug!(upstream = %self.s.addr, %cause, retry_ms = backoff.as_millis() as u64, "upstream unavailable");
+            } else {
+                warn!(upstream = %self.s.addr, %cause, retry_ms = backoff.as_millis() as u64, "upstream unavailable");
+            }
             let jitter = rand::rng().random_range(0.5..1.0);
             let deadline = Instant::now() + backoff.mul_f64(jitter);
             backoff = (backoff * 2).min(self.s.backoff_max);
