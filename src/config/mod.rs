@@ -165,7 +165,8 @@ impl Config {
     /// # Errors
     /// A syntax error, an unknown field, or a value that fails [`Config::validate`].
     pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
-        let cfg: Config = toml::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
+        let cfg: Config =
+            toml::from_str(text).map_err(|e| ConfigError::Parse(parse_error(text, &e)))?;
         cfg.validate()?;
         Ok(cfg)
     }
@@ -287,6 +288,19 @@ impl Config {
     }
 }
 
+/// A TOML error as its message and line, without the excerpt of the file `toml` would quote:
+/// the line may hold a password (`upstream.url`, `requirepass`), and the error is logged.
+fn parse_error(text: &str, e: &toml::de::Error) -> String {
+    let message = e.message().trim_end();
+    match e.span() {
+        Some(span) => {
+            let line = text[..span.start.min(text.len())].matches('\n').count() + 1;
+            format!("line {line}: {message}")
+        }
+        None => message.to_string(),
+    }
+}
+
 /// A TLS settings error as a config error naming `field`, without the field repeated (the
 /// TLS module's messages start with their section).
 fn tls_invalid(field: &'static str, e: &crate::tls::TlsError) -> ConfigError {
@@ -329,6 +343,16 @@ mod tests {
     fn invalid_value_names_the_field() {
         let err = Config::from_toml("[upstream]\nconnections = 0").unwrap_err();
         assert!(err.to_string().contains("upstream.connections"), "{err}");
+    }
+
+    #[test]
+    fn parse_errors_name_the_line_but_never_quote_it() {
+        let err = Config::from_toml("log_level = \"info\"\nrequirepass = \"hunter2").unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("line 2") && !text.contains("hunter2"),
+            "{text}"
+        );
     }
 
     #[test]
