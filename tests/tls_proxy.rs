@@ -387,3 +387,101 @@ fn said(r: &[u8]) -> String {
         .trim_end()
         .to_string()
 }
+
+/// A TLS cluster node (`tls-cluster yes`): TLS only, or with a plain port too (`plain`), so
+/// that `CLUSTER SHARDS` reports both and corral must pick `tls-port`.
+fn tls_cluster_node(pki: &Pki, cert: &CertFiles, plain: bool) -> TlsRedis {
+    let mut args: Vec<String> = [
+        "--cluster-enabled",
+        "yes",
+        "--cluster-config-file",
+        "nodes.conf",
+        "--cluster-node-timeout",
+        "5000",
+        "--tls-cluster",
+        "yes",
+        "--tls-auth-clients",
+        "no",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    args.extend(["--cluster-port".into(), unused_port().to_string()]);
+    if plain {
+        // After the starter's `--port 0`: the last one wins.
+        args.extend(["--port".into(), unused_port().to_string()]);
+    }
+    for (flag, file) in [
+        ("--tls-cert-file", &cert.cert),
+        ("--tls-key-file", &cert.key),
+        ("--tls-ca-cert-file", &pki.ca_file()),
+    ] {
+        args.extend([flag.to_string(), file.display().to_string()]);
+    }
+    TlsRedis::start_with(&args)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_cluster_behind_corral() {
+    let pki = Pki::new();
+    let cert = pki.issue("node", &["127.0.0.1"]);
+    let ca = pki.ca_file();
+    let nodes: Vec<TlsRedis> = [false, false, true]
+        .into_iter()
+        .map(|plain| tls_cluster_node(&pki, &cert, plain))
+        .collect();
+    let addrs: Vec<String> = nodes
+        .iter()
+        .map(|n| format!("127.0.0.1:{}", n.port))
+        .collect();
+    let create = std::process::Command::new("redis-cli")
+        .args(["--tls", "--cacert"])
+        .arg(&ca)
+        .args(["--cluster", "create"])
+        .args(&addrs)
+        .args(["--cluster-replicas", "0", "--cluster-yes"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("redis-cli --cluster create");
+    assert!(create.status.success(), "{}", cli_says(&create));
+    for n in &nodes {
+        poll_until(
+            Duration::from_secs(30),
+            "cluster_state:ok on every node",
+            || async {
+                let out = redis_cli_tls(n.port, &ca, None, &["CLUSTER", "INFO"]);
+                cli_says(&out).contains("cluster_state:ok").then_some(())
+            },
+        )
+        .await;
+    }
+    let seeds: Vec<String> = addrs.iter().map(|a| format!("rediss://{a}")).collect();
+    let proxy = TestProxy::start_with(&seeds[0], |c| {
+        c.cluster.seeds = seeds.clone();
+        c.upstream.tls = tls_trusting(&ca, None);
+    })
+    .await;
+    let mut c = RawClient::connect(proxy.addr).await.expect("connect");
+    poll_until(WAIT, "corral to see the whole cluster", || async {
+        let mut c = RawClient::connect(proxy.addr).await.ok()?;
+        reply_text(&c.cmd("CLUSTER INFO").await)
+            .contains("cluster_state:ok")
+            .then_some(())
+    })
+    .await;
+    // Keys on every master (one of which has a plain port too).
+    for i in 0..60 {
+        let key = format!("k{i}");
+        assert_eq!(c.cmd(&format!("SET {key} v{i}")).await, b"+OK\r\n");
+    }
+    for i in 0..60 {
+        assert_eq!(c.cmd(&format!("GET k{i}")).await, bulk(format!("v{i}")));
+    }
+    // Each master holds some of them: corral reached all three over TLS.
+    for n in &nodes {
+        let out = redis_cli_tls(n.port, &ca, None, &["DBSIZE"]);
+        let keys: u64 = cli_says(&out).parse().unwrap_or(0);
+        assert!(keys > 0, "node {} has no keys: {}", n.port, cli_says(&out));
+    }
+    proxy.stop().await;
+}
