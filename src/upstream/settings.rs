@@ -11,7 +11,7 @@ use crate::config::{Config, UpstreamUrl};
 use crate::resp::Proto;
 
 /// Settings one connection task needs.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ConnSettings {
     /// `host:port`.
     pub addr: String,
@@ -54,6 +54,24 @@ pub struct ConnSettings {
     pub gather: bool,
 }
 
+/// By hand, so that a password never reaches a log line that prints the settings.
+impl std::fmt::Debug for ConnSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConnSettings")
+            .field("addr", &self.addr)
+            .field("access", &self.access)
+            .field("user", &self.user)
+            .field("password", &self.password.as_ref().map(|_| "MASKED"))
+            .field("proto", &self.proto)
+            .field("tracking", &self.tracking)
+            .field("db", &self.db)
+            .field("reconnect", &self.reconnect)
+            .field("readonly", &self.readonly)
+            .field("internal", &self.internal)
+            .finish_non_exhaustive()
+    }
+}
+
 impl ConnSettings {
     /// The base settings for every connection to the upstream `url` names, with `access`'s
     /// credentials and TLS: RESP2, database 0, reconnecting, no tracking; callers change what
@@ -76,5 +94,34 @@ impl ConnSettings {
             internal: false,
             gather: true,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::upstream::access::Access;
+
+    #[test]
+    fn debug_output_masks_every_password() {
+        let cfg = Config::default();
+        let url = UpstreamUrl::parse("redis://app:url-secret@127.0.0.1:6379").unwrap();
+        let access = Access {
+            user: url.user.clone(),
+            password: url.password.clone(),
+            tls: None,
+        };
+        let s = ConnSettings {
+            user: Some("other".into()),
+            password: Some("own-secret".into()),
+            ..ConnSettings::new(&cfg, &url, Arc::new(UpstreamAccess::new(access)))
+        };
+        let shown = format!("{s:?}");
+        assert!(
+            !shown.contains("secret") && shown.contains("MASKED"),
+            "{shown}"
+        );
     }
 }
