@@ -90,7 +90,8 @@ fn main() -> ExitCode {
 
 fn load(args: &Args) -> Result<Config, corral::error::ConfigError> {
     let mut cfg = match &args.config {
-        Some(path) => Config::load(path)?,
+        // Validated once the flags are applied: `--tls-listen` may complete a `[tls]` section.
+        Some(path) => Config::read(path)?,
         None => Config::default(),
     };
     if let Some(v) = &args.listen {

@@ -176,11 +176,22 @@ impl Config {
     /// # Errors
     /// The file cannot be read, or [`Config::from_toml`] fails.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let cfg = Config::read(path)?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Reads and parses a TOML file without [`Config::validate`]: for a caller that applies
+    /// overrides (command-line flags) first and validates the result.
+    ///
+    /// # Errors
+    /// The file cannot be read, does not parse, or has unknown fields.
+    pub fn read(path: &Path) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
             path: path.display().to_string(),
             cause: e.to_string(),
         })?;
-        Config::from_toml(&text)
+        toml::from_str(&text).map_err(|e| ConfigError::Parse(parse_error(&text, &e)))
     }
 
     /// Checks values that parse but make no sense, and returns the upstream the config
@@ -305,11 +316,14 @@ fn parse_error(text: &str, e: &toml::de::Error) -> String {
 /// TLS module's messages start with their section).
 fn tls_invalid(field: &'static str, e: &crate::tls::TlsError) -> ConfigError {
     let text = e.to_string();
-    let why = text
-        .strip_prefix(field)
-        .or_else(|| text.strip_prefix("tls"))
-        .and_then(|t| t.strip_prefix(": "))
-        .unwrap_or(&text);
+    let mut why = text.as_str();
+    // `tls: tls.listen: ...`, `tls: upstream.tls: ...`: every leading section name goes.
+    while let Some(rest) = [field, "tls"]
+        .iter()
+        .find_map(|p| why.strip_prefix(p).and_then(|t| t.strip_prefix(": ")))
+    {
+        why = rest;
+    }
     ConfigError::Invalid {
         field,
         why: why.to_string(),
@@ -373,6 +387,13 @@ mod tests {
         assert!(cfg.tls.enabled());
         let err = Config::from_toml("[tls]\nlisten = \"127.0.0.1:6381\"").unwrap_err();
         assert!(err.to_string().contains("cert_file"), "{err}");
+        let err =
+            Config::from_toml("[tls]\ncert_file = \"s.pem\"\nkey_file = \"s.key\"").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "invalid config: tls: certificates are set but no listen address \
+             (tls.listen or --tls-listen)"
+        );
         let mixed = "[cluster]\nseeds = [\"rediss://a:1\", \"redis://b:2\"]";
         let err = Config::from_toml(mixed).unwrap_err();
         assert!(err.to_string().contains("cluster.seeds"), "{err}");
