@@ -4,13 +4,19 @@
 //! the admin endpoint, through failures and reloads alike.
 
 mod common;
+#[path = "common/tls.rs"]
+mod tls_fixtures;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command};
 use std::time::Duration;
 
-use common::{Deadline, RawClient, RedisServer, bulk, http_get, poll_until, unused_port};
+use common::{
+    Deadline, RawClient, RedisServer, bulk, encode, http_get, poll_until, tls_dial, tls_relay,
+    tls_trusting, unused_port,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const BIN: &str = env!("CARGO_BIN_EXE_corral");
 const WAIT: Duration = Duration::from_secs(10);
@@ -70,7 +76,14 @@ impl Drop for Corral {
 }
 
 async fn start(redis: &RedisServer) -> Corral {
-    let dir = std::env::temp_dir().join(format!("corral-reload-{}", std::process::id()));
+    start_with(redis, "", &[]).await
+}
+
+/// corral with `extra` appended to its config file and `args` on its command line.
+async fn start_with(redis: &RedisServer, extra: &str, args: &[&str]) -> Corral {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("corral-reload-{}-{n}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");
     let log = std::fs::File::create(dir.join("corral.log")).expect("log file");
     let addr = SocketAddr::from(([127, 0, 0, 1], unused_port()));
@@ -82,10 +95,11 @@ async fn start(redis: &RedisServer) -> Corral {
         addr,
         admin,
     };
-    corral.config(redis, UP_OLD, "");
+    corral.config(redis, UP_OLD, extra);
     corral.child = Command::new(BIN)
         .arg("--config")
         .arg(corral.dir.join("corral.toml"))
+        .args(args)
         .env_remove("RUST_LOG")
         .stdout(log.try_clone().expect("log"))
         .stderr(log)
@@ -209,4 +223,49 @@ async fn sighup_applies_a_new_upstream_password_and_no_secret_is_ever_shown() {
             assert!(!text.contains(secret), "{secret} shown: {text}");
         }
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_swaps_the_tls_listener_certificate_keeping_clients() {
+    let redis = RedisServer::start_with(&["--requirepass", UP_OLD]);
+    let (old_ca, new_ca) = (tls_fixtures::Pki::new(), tls_fixtures::Pki::new());
+    let (cert, key) = (old_ca.dir.join("live.pem"), old_ca.dir.join("live.key"));
+    let install = |from: &tls_fixtures::CertFiles| {
+        std::fs::copy(&from.cert, &cert).expect("copy cert");
+        std::fs::copy(&from.key, &key).expect("copy key");
+    };
+    install(&old_ca.issue("old", &["127.0.0.1"]));
+    let tls_addr = SocketAddr::from(([127, 0, 0, 1], unused_port()));
+    // The listen address from the flag, the certificates from the file.
+    let section = format!("[tls]\ncert_file = {cert:?}\nkey_file = {key:?}\n");
+    let corral = start_with(&redis, &section, &["--tls-listen", &tls_addr.to_string()]).await;
+    let trusting_old = tls_trusting(&old_ca.ca_file(), None);
+    let auth = encode(&[b"AUTH", CLIENT_PASS.as_bytes()]);
+    // A client kept across the reload, through a plain-to-TLS relay.
+    let relay = tls_relay(tls_addr, trusting_old).await;
+    let mut c = RawClient::connect(relay).await.expect("through the relay");
+    assert_eq!(
+        c.request(&[b"AUTH", CLIENT_PASS.as_bytes()]).await,
+        b"+OK\r\n"
+    );
+    assert_eq!(c.cmd("SET t 1").await, b"+OK\r\n");
+
+    install(&new_ca.issue("new", &["127.0.0.1"]));
+    corral.signal("-HUP");
+    corral.log_until("configuration reloaded").await;
+    let trusting_new = tls_trusting(&new_ca.ca_file(), None);
+    let mut fresh = tls_dial(tls_addr, &trusting_new)
+        .await
+        .expect("new certificate");
+    fresh.write_all(&auth).await.expect("write");
+    fresh.flush().await.expect("flush");
+    let mut buf = [0u8; 5];
+    fresh.read_exact(&mut buf).await.expect("AUTH reply");
+    assert_eq!(&buf, b"+OK\r\n");
+    // The client connected before the reload is still served; one trusting only the old CA
+    // is refused now.
+    assert_eq!(c.cmd("GET t").await, bulk("1"));
+    let refused = tls_dial(tls_addr, &tls_trusting(&old_ca.ca_file(), None)).await;
+    assert!(refused.is_err_and(|e| e.contains("UnknownIssuer")));
+    corral.signal("-TERM");
 }
