@@ -28,6 +28,8 @@ pub(super) struct Task {
     pub(super) reset: Arc<Notify>,
     /// The server's client id for the live connection.
     pub(super) client_id: Arc<AtomicU64>,
+    /// Set when a connection that does not reconnect fails to connect.
+    pub(super) never_up: Arc<AtomicBool>,
     pub(super) observer: Option<Arc<dyn LinkObserver>>,
     pub(super) shutdown: CancellationToken,
 }
@@ -42,7 +44,7 @@ impl Task {
     /// Runs until shut down or, for a dedicated connection, until it fails; then marks the
     /// connection `dead`.
     pub(super) async fn run(mut self, dead: Arc<AtomicBool>) {
-        self.keep_connected(&dead).await;
+        self.keep_connected().await;
         dead.store(true, Ordering::Relaxed);
         if !self.s.reconnect {
             // Answer whatever is still sent until every handle is gone.
@@ -56,7 +58,7 @@ impl Task {
         }
     }
 
-    async fn keep_connected(&mut self, dead: &AtomicBool) {
+    async fn keep_connected(&mut self) {
         let mut backoff = self.s.backoff_min;
         loop {
             let attempt = tokio::select! {
@@ -78,9 +80,9 @@ impl Task {
             };
             self.status.disconnected(&cause);
             if !self.s.reconnect {
-                // Dead before the queued jobs learn it, so that whoever reads their error
-                // already sees the connection as dead (and unpins from it).
-                dead.store(true, Ordering::Relaxed);
+                // Known before the queued jobs learn it, so that whoever reads their error
+                // already sees it (and unpins from a connection that never was).
+                self.never_up.store(true, Ordering::Relaxed);
                 self.fail_queued(&cause);
                 return;
             }
