@@ -63,6 +63,8 @@ impl Access {
 pub struct UpstreamAccess {
     /// Read once per connect; written only on reload.
     now: RwLock<Arc<Access>>,
+    /// Woken on replace: connections waiting out a backoff retry at once with the new access.
+    changed: tokio::sync::Notify,
 }
 
 impl UpstreamAccess {
@@ -70,6 +72,7 @@ impl UpstreamAccess {
     pub fn new(access: Access) -> UpstreamAccess {
         UpstreamAccess {
             now: RwLock::new(Arc::new(access)),
+            changed: tokio::sync::Notify::new(),
         }
     }
 
@@ -84,5 +87,11 @@ impl UpstreamAccess {
     /// Replaces it for connections made from now on.
     pub fn replace(&self, access: Access) {
         *self.now.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(access);
+        self.changed.notify_waiters();
+    }
+
+    /// Completes at the next [`UpstreamAccess::replace`].
+    pub async fn changed(&self) {
+        self.changed.notified().await;
     }
 }

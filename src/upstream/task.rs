@@ -153,11 +153,14 @@ impl Task {
     }
 
     /// Waits until `deadline` before the next attempt, failing jobs at once meanwhile: a client
-    /// should learn at once that the upstream is down.
+    /// should learn at once that the upstream is down. New credentials (a reload) end the
+    /// wait: they may be what the upstream was waiting for.
     async fn fail_fast_until(&mut self, deadline: Instant, cause: &str) -> After {
+        let access = self.s.access.clone();
         loop {
             tokio::select! {
                 _ = sleep_until(deadline) => return After::Reconnect,
+                () = access.changed() => return After::Reconnect,
                 job = self.rx.recv() => match job {
                     Some(job) => job.reply.send(Err(self.unavailable(cause))),
                     None => return After::Stop,
