@@ -22,6 +22,11 @@
 #   cluster  corral --cluster in front of a 3-master Redis Cluster (started here) against the
 #            standalone redis-server and standalone corral: redis-benchmark -c 50 -t set,get
 #            -r 100000 (keys key:NNN spread over every slot) at -P 1 (-n N) and -P 16 (--n16)
+#   tls      TLS on both sides (not in the default list; --scenarios tls): one redis-server
+#            with a plain and a TLS port (certificates made here with openssl), redis-benchmark
+#            -c 50 -t set,get at -P 1 and -P 16 against Redis plain ("rplain"), Redis TLS
+#            ("rtls", redis-benchmark --tls), corral plain to plain ("cplain", --no-cache) and
+#            corral TLS listener to rediss:// ("ctls", --no-cache)
 # To add one (say a cache-on hot-key run), start what it needs in a start_* function, register
 # the target with add_target, and write scenario_NAME calling record_rb or measure.
 #
@@ -403,6 +408,82 @@ scenario_hot() {
   echo "  cached corral: $(redis-cli -p "${PORT[cached]}" corral cache stats | paste -sd' ' | cut -c1-300)"
 }
 
+# The tls scenario's own servers, started when it runs: a CA and one certificate for
+# 127.0.0.1 (openssl), a redis-server with both a plain and a TLS port, and two corrals
+# (--no-cache) in front of it: plain to plain, and TLS listener to rediss://.
+start_tls() {
+  local d=$WORK/tls port tport pid cpid cport ctport t
+  mkdir -p "$d"
+  openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=corral bench CA" \
+    -keyout "$d/ca.key" -out "$d/ca.pem" >/dev/null 2>&1
+  openssl req -newkey rsa:2048 -nodes -subj "/CN=127.0.0.1" \
+    -keyout "$d/server.key" -out "$d/server.csr" >/dev/null 2>&1
+  printf 'subjectAltName=IP:127.0.0.1\n' >"$d/ext.cnf"
+  openssl x509 -req -in "$d/server.csr" -CA "$d/ca.pem" -CAkey "$d/ca.key" -CAcreateserial \
+    -days 2 -extfile "$d/ext.cnf" -out "$d/server.pem" >/dev/null 2>&1
+  port=$(free_port)
+  tport=$(free_port)
+  redis-server --port "$port" --tls-port "$tport" --bind 127.0.0.1 --save "" --appendonly no \
+    --tls-cert-file "$d/server.pem" --tls-key-file "$d/server.key" \
+    --tls-ca-cert-file "$d/ca.pem" --tls-auth-clients no \
+    --daemonize no --logfile "$WORK/redis-tls.log" &
+  pid=$!
+  PIDS+=("$pid")
+  wait_ready "$port" redis-tls "$pid"
+  add_target rplain "$port" ""
+  add_target rtls "$tport" ""
+  cport=$(free_port)
+  "$CORRAL" --no-cache --listen "127.0.0.1:$cport" --upstream "redis://127.0.0.1:$port" \
+    --log-level warn >"$WORK/cplain.log" 2>&1 &
+  cpid=$!
+  PIDS+=("$cpid")
+  wait_ready "$cport" cplain "$cpid"
+  add_target cplain "$cport" "$cpid"
+  cport=$(free_port)
+  ctport=$(free_port)
+  printf '[upstream.tls]\nca_file = "%s"\n[tls]\ncert_file = "%s"\nkey_file = "%s"\n' \
+    "$d/ca.pem" "$d/server.pem" "$d/server.key" >"$d/corral.toml"
+  "$CORRAL" --config "$d/corral.toml" --no-cache --listen "127.0.0.1:$cport" \
+    --tls-listen "127.0.0.1:$ctport" --upstream "rediss://127.0.0.1:$tport" \
+    --log-level warn >"$WORK/ctls.log" 2>&1 &
+  cpid=$!
+  PIDS+=("$cpid")
+  wait_ready "$cport" ctls "$cpid"
+  add_target ctls "$ctport" "$cpid"
+  for t in rplain rtls cplain ctls; do REDIS_PIDS_OF[$t]=$pid; done
+  TLS_ARGS="--tls --cacert $d/ca.pem"
+}
+
+# TLS on both sides against plain, and against Redis's own TLS; every target of a round back
+# to back, as in the other scenarios.
+scenario_tls() {
+  local r pipe n test target extra
+  start_tls
+  for target in rplain rtls cplain ctls; do
+    extra=""
+    case "$target" in rtls|ctls) extra=$TLS_ARGS ;; esac
+    # shellcheck disable=SC2086
+    timeout "$RUN_TIMEOUT" redis-benchmark -h 127.0.0.1 -p "${PORT[$target]}" $extra \
+      -c "$CLIENTS" -n 20000 -t set,get -P 16 -q >/dev/null 2>&1
+  done
+  for r in $(seq 1 "$ROUNDS"); do
+    for pipe in 1 16; do
+      n=$N
+      [ "$pipe" = 16 ] && n=$N16
+      for test in set get; do
+        for target in rplain rtls cplain ctls; do
+          extra=""
+          case "$target" in rtls|ctls) extra=$TLS_ARGS ;; esac
+          # shellcheck disable=SC2086
+          measure "tls-p$pipe" "${test^^}" "$target" "$r" "parse_rb $n" -- \
+            redis-benchmark -h 127.0.0.1 -p "${PORT[$target]}" $extra -c "$CLIENTS" -n "$n" \
+            -t "$test" -P "$pipe" --csv
+        done
+      done
+    done
+  done
+}
+
 start_redis
 start_nutcracker
 start_corral corral "$CORRAL" --no-cache
@@ -477,6 +558,9 @@ titles = {
     **{f"rb{t}-p{p}": f"redis-benchmark -c 50 -t {t} -P {p} -r {load_keys} -d 64 (cold keys);"
        " corral = --no-cache, cached = cache on"
        for t in ("get", "set") for p in (1, 16)},
+    **{f"tls-p{p}": f"TLS: redis-benchmark -c 50 -n {n if p == 1 else n16} -P {p}; rplain/rtls ="
+       " Redis plain/TLS port, cplain = corral plain to plain, ctls = corral TLS to rediss://"
+       " (both --no-cache)" for p in (1, 16)},
     "hot-p1": f"one hot key: redis-benchmark -c 50 -n {n} -t get -P 1; cached = corral, cache on",
     "hot-p16": f"one hot key: redis-benchmark -c 50 -n {n16} -t get -P 16; cached = corral, cache on",
 }
@@ -488,7 +572,8 @@ for sc, test in order:
         print(f"{'test':<5}{'target':<12}{'req/s':>12}{'p99 ms':>9}{'proxy us/req':>14}{'redis us/req':>14}")
         last = sc
     m = {}
-    for target in ("direct", "nutcracker", "corral", "cached", "cluster", "base", "basecached"):
+    for target in ("direct", "nutcracker", "corral", "cached", "cluster", "base", "basecached",
+                   "rplain", "rtls", "cplain", "ctls"):
         key = (sc, test, target)
         if key not in runs:
             continue
@@ -538,6 +623,12 @@ for sc, test in order:
             checks.append((f"p16 {test} corral CPU us/request", m["corral"][2], "<=", 1.0))
         if sc in ("p1", "p16"):
             checks.append((f"{sc:<3} {test} corral p99 / nutcracker p99", m["corral"][1] / m["nutcracker"][1], "<=", 1.0))
+
+    if {"rplain", "rtls", "cplain", "ctls"} <= m.keys():
+        print(f"     throughput ratios (median of per-round ratios): ctls/cplain"
+              f" {ratio(sc, test, 'ctls', 'cplain'):.2f}  ctls/rtls {ratio(sc, test, 'ctls', 'rtls'):.2f}"
+              f"  rtls/rplain {ratio(sc, test, 'rtls', 'rplain'):.2f};  proxy CPU ctls/cplain"
+              f" {m['ctls'][2] / m['cplain'][2]:.2f}")
 
     for new, old in (("corral", "base"), ("cached", "basecached")):
         if {new, old} <= m.keys():

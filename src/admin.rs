@@ -86,7 +86,12 @@ async fn respond(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> 
             .await
         }
         b"/healthz" => {
-            if shared.upstream.status.connected_count() > 0 {
+            // Refused (credentials, TLS): unhealthy even while connections made before still
+            // work, since no new one can be made.
+            if let Some(why) = shared.upstream.status.refused() {
+                let body = format!("upstream refuses corral: {why}\n");
+                write(&mut stream, "503 Service Unavailable", "text/plain", &body).await
+            } else if shared.upstream.status.connected_count() > 0 {
                 write(&mut stream, "200 OK", "text/plain", "ok\n").await
             } else {
                 let why = shared

@@ -21,6 +21,7 @@ pub mod config;
 pub mod error;
 pub mod metrics;
 pub mod pubsub;
+pub mod reload;
 pub mod resp;
 pub mod server;
 pub mod tls;
@@ -36,6 +37,7 @@ use tracing::{info, warn};
 
 pub use config::Config;
 pub use error::{Error, Result};
+pub use reload::Reloader;
 
 /// corral's version.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -47,21 +49,50 @@ pub struct Listeners {
     pub client: TcpListener,
     /// Admin HTTP listener, if enabled.
     pub admin: Option<TcpListener>,
+    /// TLS client listener; `None` with `[tls]` set binds `tls.listen` itself.
+    pub tls: Option<TcpListener>,
 }
 
 /// Runs corral until `shutdown` is cancelled, then stops accepting, lets connections finish
 /// the request they are on within `shutdown_grace_ms`, and returns.
 ///
 /// # Errors
-/// The configuration is invalid.
+/// The configuration is invalid, or a file it names (certificates) cannot be used.
 pub async fn run(
     cfg: Arc<Config>,
     listeners: Listeners,
     shutdown: CancellationToken,
 ) -> Result<()> {
+    run_with(cfg, listeners, shutdown, Reloader::default()).await
+}
+
+/// [`run`], reloadable through `reloader` (see [`reload`]).
+///
+/// # Errors
+/// As [`run`].
+pub async fn run_with(
+    cfg: Arc<Config>,
+    listeners: Listeners,
+    shutdown: CancellationToken,
+    reloader: Reloader,
+) -> Result<()> {
     let target = cfg.validate()?;
+    let access = Arc::new(upstream::UpstreamAccess::new(
+        upstream::Access::from_config(&cfg, &target)?,
+    ));
+    let acceptor = tls_acceptor(&cfg)?;
+    let tls_listener = match (listeners.tls, &acceptor) {
+        (Some(l), Some(_)) => Some(l),
+        (None, Some(_)) => Some(bind(&cfg.tls.listen).await?),
+        (_, None) => None,
+    };
+    reloader.attach(reload::Live {
+        started: cfg.clone(),
+        access: access.clone(),
+        acceptor: acceptor.clone(),
+    });
     // Every upstream connection (shared, dedicated, cache lanes, pub/sub) starts from these.
-    let base = upstream::ConnSettings::new(&cfg, &target.primary);
+    let base = upstream::ConnSettings::new(&cfg, &target.primary, access);
     // Upstream connections outlive client connections during the drain, so in-flight requests
     // can complete; they get their own token, cancelled last.
     let upstream_token = CancellationToken::new();
@@ -100,9 +131,12 @@ pub async fn run(
     }
     let tracker = TaskTracker::new();
     if let Ok(addr) = listeners.client.local_addr() {
-        info!(listen = %addr, upstream = %target.primary.addr, "corral ready");
+        let tls_listen = tls_listener.as_ref().and_then(|l| l.local_addr().ok());
+        info!(listen = %addr, tls_listen = ?tls_listen, upstream = %target.primary.addr,
+              upstream_tls = target.tls, "corral ready");
     }
-    server::serve(listeners.client, shared, shutdown, tracker.clone()).await;
+    let tls = tls_listener.zip(acceptor);
+    accept_all(listeners.client, tls, shared, shutdown, tracker.clone()).await;
     tracker.close();
     let grace = Duration::from_millis(cfg.shutdown_grace_ms);
     if tokio::time::timeout(grace, tracker.wait()).await.is_err() {
@@ -114,4 +148,49 @@ pub async fn run(
     upstream_token.cancel();
     info!("corral stopped");
     Ok(())
+}
+
+/// Runs the accept loops, plain and TLS, until `shutdown`.
+async fn accept_all(
+    plain: TcpListener,
+    tls: Option<(TcpListener, Arc<tls::TlsAcceptorHandle>)>,
+    shared: Arc<server::Shared>,
+    shutdown: CancellationToken,
+    tracker: TaskTracker,
+) {
+    let plain_loop = server::serve(
+        plain,
+        None,
+        shared.clone(),
+        shutdown.clone(),
+        tracker.clone(),
+    );
+    match tls {
+        Some((listener, acceptor)) => {
+            let tls_loop = server::serve(listener, Some(acceptor), shared, shutdown, tracker);
+            tokio::join!(plain_loop, tls_loop);
+        }
+        None => plain_loop.await,
+    }
+}
+
+/// The TLS listener's certificates, read now, when `[tls]` is set.
+fn tls_acceptor(cfg: &Config) -> Result<Option<Arc<tls::TlsAcceptorHandle>>> {
+    if !cfg.tls.enabled() {
+        return Ok(None);
+    }
+    let handle = tls::TlsAcceptorHandle::try_new(&cfg.tls).map_err(|e| {
+        Error::Config(error::ConfigError::Invalid {
+            field: "tls",
+            why: e.to_string(),
+        })
+    })?;
+    Ok(Some(Arc::new(handle)))
+}
+
+async fn bind(addr: &str) -> Result<TcpListener> {
+    TcpListener::bind(addr).await.map_err(|cause| Error::Io {
+        what: format!("cannot listen on {addr}"),
+        cause,
+    })
 }

@@ -6,13 +6,13 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Parser;
-use corral::{Config, Listeners};
+use corral::{Config, Listeners, Reloader};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
 
 /// A drop-in caching proxy for Redis.
-#[derive(Debug, Parser)]
+#[derive(Debug, Clone, Parser)]
 #[command(version, about)]
 struct Args {
     /// TOML config file; flags override its values.
@@ -21,10 +21,14 @@ struct Args {
     /// Address clients connect to [default: 127.0.0.1:6380].
     #[arg(long, value_name = "ADDR")]
     listen: Option<String>,
-    /// Upstream Redis, redis://[user[:pass]@]HOST:PORT [default: redis://127.0.0.1:6379].
+    /// TLS listener for clients, beside the plain one (certificates in the config's [tls]).
+    #[arg(long, value_name = "ADDR")]
+    tls_listen: Option<String>,
+    /// Upstream Redis, redis[s]://[user[:pass]@]HOST:PORT (rediss: TLS, see [upstream.tls])
+    /// [default: redis://127.0.0.1:6379].
     #[arg(long, value_name = "URL")]
     upstream: Option<String>,
-    /// Front a Redis Cluster: comma-separated seed nodes, redis://HOST:PORT[,redis://...].
+    /// Front a Redis Cluster: comma-separated seed nodes, redis[s]://HOST:PORT[,...].
     #[arg(long, value_name = "URLS", value_delimiter = ',')]
     cluster: Vec<String>,
     /// Address of the HTTP admin endpoint (/healthz, /metrics).
@@ -75,7 +79,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(serve(cfg)) {
+    match runtime.block_on(serve(cfg, args)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e}");
@@ -86,11 +90,15 @@ fn main() -> ExitCode {
 
 fn load(args: &Args) -> Result<Config, corral::error::ConfigError> {
     let mut cfg = match &args.config {
-        Some(path) => Config::load(path)?,
+        // Validated once the flags are applied: `--tls-listen` may complete a `[tls]` section.
+        Some(path) => Config::read(path)?,
         None => Config::default(),
     };
     if let Some(v) = &args.listen {
         cfg.listen.clone_from(v);
+    }
+    if let Some(v) = &args.tls_listen {
+        cfg.tls.listen.clone_from(v);
     }
     if let Some(v) = &args.upstream {
         cfg.upstream.url.clone_from(v);
@@ -114,7 +122,7 @@ fn load(args: &Args) -> Result<Config, corral::error::ConfigError> {
     Ok(cfg)
 }
 
-async fn serve(cfg: Config) -> Result<(), corral::Error> {
+async fn serve(cfg: Config, args: Args) -> Result<(), corral::Error> {
     let bind = |addr: String| async move {
         TcpListener::bind(&addr)
             .await
@@ -128,25 +136,57 @@ async fn serve(cfg: Config) -> Result<(), corral::Error> {
         "" => None,
         a => Some(bind(a.to_string()).await?),
     };
+    let tls = match cfg.tls.enabled() {
+        true => Some(bind(cfg.tls.listen.clone()).await?),
+        false => None,
+    };
     let shutdown = CancellationToken::new();
-    tokio::spawn(signals(shutdown.clone()));
-    corral::run(Arc::new(cfg), Listeners { client, admin }, shutdown).await
+    let reloader = Reloader::default();
+    tokio::spawn(signals(shutdown.clone(), reloader.clone(), args));
+    let listeners = Listeners { client, admin, tls };
+    corral::run_with(Arc::new(cfg), listeners, shutdown, reloader).await
 }
 
-/// SIGTERM or SIGINT starts a graceful shutdown.
-async fn signals(shutdown: CancellationToken) {
+/// SIGTERM or SIGINT starts a graceful shutdown; SIGHUP reloads the config file.
+async fn signals(shutdown: CancellationToken, reloader: Reloader, args: Args) {
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (
+    let (Ok(mut term), Ok(mut int), Ok(mut hup)) = (
         signal(SignalKind::terminate()),
         signal(SignalKind::interrupt()),
+        signal(SignalKind::hangup()),
     ) else {
         tracing::error!("cannot install signal handlers");
         return;
     };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
+    loop {
+        tokio::select! {
+            _ = term.recv() => break,
+            _ = int.recv() => break,
+            _ = hup.recv() => reload(&reloader, &args),
+        }
     }
     tracing::info!("shutdown requested");
     shutdown.cancel();
+}
+
+/// Re-reads the config file (flags still override it) and applies what can change while
+/// running (see `corral::reload`); on any error the running settings stay as they were.
+fn reload(reloader: &Reloader, args: &Args) {
+    let result = load(args)
+        .map_err(|e| e.to_string())
+        .and_then(|cfg| reloader.reload(&cfg));
+    match result {
+        Ok(done) => {
+            tracing::info!(applied = ?done.applied, "configuration reloaded");
+            if !done.need_restart.is_empty() {
+                tracing::warn!(
+                    settings = ?done.need_restart,
+                    "changed settings that only take effect after a restart were not applied"
+                );
+            }
+        }
+        Err(e) => {
+            tracing::error!(cause = %e, "configuration reload failed; keeping the running settings")
+        }
+    }
 }

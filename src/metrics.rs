@@ -26,6 +26,8 @@ pub struct Metrics {
     pub protocol_errors: Counter,
     /// Live upstream connections (set when scraped).
     pub upstream_connections: Gauge,
+    /// Client connections to the TLS listener whose handshake failed or timed out.
+    pub tls_handshake_failures: Counter,
 }
 
 impl Default for Metrics {
@@ -40,6 +42,7 @@ impl Default for Metrics {
             upstream_errors: Counter::default(),
             protocol_errors: Counter::default(),
             upstream_connections: Gauge::default(),
+            tls_handshake_failures: Counter::default(),
             registry: Registry::default(),
         };
         // Counter names get `_total` appended by the encoder.
@@ -82,6 +85,11 @@ impl Default for Metrics {
             "upstream_connections",
             "Live upstream connections",
             m.upstream_connections.clone(),
+        );
+        registry.register(
+            "tls_handshake_failures",
+            "Client connections whose TLS handshake failed or timed out",
+            m.tls_handshake_failures.clone(),
         );
         Metrics { registry, ..m }
     }

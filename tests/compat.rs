@@ -22,9 +22,12 @@
 //!   (`DEBUG PROTOCOL push`).
 
 mod common;
+#[path = "common/tls.rs"]
+mod tls_fixtures;
 
 use common::{
-    Mode, Options, RedisPair, Step, connect, frames, parse_commands, send_until_closed, show,
+    Mode, Options, RedisPair, RedisServer, Side, Step, TestProxy, connect, frames, parse_commands,
+    send_until_closed, show, tls_relay, tls_trusting, unused_port,
 };
 
 /// Both servers get DEBUG so that `DEBUG PROTOCOL <type>` can produce every RESP3 type
@@ -814,6 +817,12 @@ async fn start() -> RedisPair {
 /// forwarded mixed, and protocol switches in the middle of a batch).
 async fn run_corpus(resp3: bool, mode: Mode) {
     let pair = start().await;
+    run_corpus_on(pair.sides(), resp3, mode).await;
+    pair.proxy.stop().await;
+}
+
+/// [`run_corpus`] on given sides.
+async fn run_corpus_on(sides: [Side; 2], resp3: bool, mode: Mode) {
     let corpus = corpus(resp3);
     assert!(
         corpus.len() >= 300,
@@ -831,7 +840,7 @@ async fn run_corpus(resp3: bool, mode: Mode) {
         mode,
         ..Options::resp(resp3 && !hello_in_script)
     };
-    let [direct, _] = common::compare(pair.sides(), "corpus", &steps, opts).await;
+    let [direct, _] = common::compare(sides, "corpus", &steps, opts).await;
     if resp3 {
         let hello = &direct[0].bytes;
         assert!(
@@ -843,7 +852,54 @@ async fn run_corpus(resp3: bool, mode: Mode) {
     // The corpus ends with QUIT: Redis (and so corral) closed with nothing more to read.
     let end = &direct.last().expect("replies").bytes;
     assert_eq!(show(end), show(b"<closed>"), "redis after QUIT");
-    pair.proxy.stop().await;
+}
+
+/// The corpus with TLS on both sides of corral: its clients come in through its TLS listener,
+/// and it forwards to a TLS-only Redis (`rediss://`). The harness's plain clients reach both
+/// TLS ends through plain-to-TLS relays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn corpus_over_tls_on_both_sides_matches_redis_byte_for_byte() {
+    let pki = tls_fixtures::Pki::new();
+    let cert = pki.issue("both", &["127.0.0.1"]);
+    let mut args: Vec<String> = SERVER_ARGS.iter().map(|a| a.to_string()).collect();
+    for (flag, file) in [
+        ("--tls-cert-file", &cert.cert),
+        ("--tls-key-file", &cert.key),
+        ("--tls-ca-cert-file", &pki.ca_file()),
+    ] {
+        args.push(flag.to_string());
+        args.push(file.display().to_string());
+    }
+    args.extend(["--tls-auth-clients".to_string(), "no".to_string()]);
+    let behind = tls_fixtures::TlsRedis::start_with(&args);
+    let direct = RedisServer::start_with(SERVER_ARGS);
+    let tls_listen = std::net::SocketAddr::from(([127, 0, 0, 1], unused_port()));
+    let ca = pki.ca_file();
+    let url = format!("rediss://127.0.0.1:{}", behind.port);
+    let proxy = TestProxy::start_with(&url, |c| {
+        c.upstream.tls = tls_trusting(&ca, None);
+        c.tls.listen = tls_listen.to_string();
+        c.tls.cert_file = Some(cert.cert.clone());
+        c.tls.key_file = Some(cert.key.clone());
+    })
+    .await;
+    let behind_addr = std::net::SocketAddr::from(([127, 0, 0, 1], behind.port));
+    let sides = [
+        Side {
+            name: "redis",
+            entry: direct.addr(),
+            server: direct.addr(),
+        },
+        Side {
+            name: "corral",
+            entry: tls_relay(tls_listen, tls_trusting(&ca, None)).await,
+            server: tls_relay(behind_addr, tls_trusting(&ca, None)).await,
+        },
+    ];
+    for resp3 in [false, true] {
+        run_corpus_on(sides, resp3, Mode::Pipelined).await;
+    }
+    proxy.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

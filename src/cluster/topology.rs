@@ -92,6 +92,17 @@ impl SlotMap {
     /// the host the command was sent to: it stands in for nodes whose endpoint Redis does not
     /// know (reported as `?`).
     pub fn from_shards_reply(reply: &[u8], origin_host: &str) -> Result<SlotMap, TopologyError> {
+        Self::from_shards_reply_for(reply, origin_host, false)
+    }
+
+    /// [`SlotMap::from_shards_reply`] for a client connecting with TLS (`tls`): a node's
+    /// `tls-port` is then preferred to its `port` (a cluster with `tls-cluster yes` and both
+    /// ports open reports both).
+    pub fn from_shards_reply_for(
+        reply: &[u8],
+        origin_host: &str,
+        tls: bool,
+    ) -> Result<SlotMap, TopologyError> {
         let value = decode_reply(reply)?;
         let shards = value
             .as_list()
@@ -109,7 +120,7 @@ impl SlotMap {
             let mut master = None;
             let mut replicas = Vec::new();
             for n in nodes {
-                let Some((node, is_master)) = shards_node(n, origin_host)? else {
+                let Some((node, is_master)) = shards_node(n, origin_host, tls)? else {
                     continue;
                 };
                 if is_master && master.is_none() {
@@ -291,7 +302,11 @@ fn decode_reply(reply: &[u8]) -> Result<Value, TopologyError> {
 }
 
 /// A node of a `CLUSTER SHARDS` reply and whether it is the master; `None` for failed nodes.
-fn shards_node(n: &Value, origin_host: &str) -> Result<Option<(Node, bool)>, TopologyError> {
+fn shards_node(
+    n: &Value,
+    origin_host: &str,
+    tls: bool,
+) -> Result<Option<(Node, bool)>, TopologyError> {
     let health = match n.field("health").and_then(Value::as_str) {
         Some("online") | None => Health::Online,
         Some("loading") => Health::Loading,
@@ -299,10 +314,15 @@ fn shards_node(n: &Value, origin_host: &str) -> Result<Option<(Node, bool)>, Top
         // unknown is treated as not serving too.
         Some(_) => return Ok(None),
     };
-    // A TLS-only node has no `port`, only `tls-port`.
+    // A TLS-only node has no `port`, only `tls-port`; a plain-only one no `tls-port`.
+    let (first, then) = if tls {
+        ("tls-port", "port")
+    } else {
+        ("port", "tls-port")
+    };
     let port = n
-        .field("port")
-        .or_else(|| n.field("tls-port"))
+        .field(first)
+        .or_else(|| n.field(then))
         .and_then(Value::as_int)
         .and_then(|p| u16::try_from(p).ok())
         .ok_or(TopologyError::Shape("node without a port"))?;

@@ -9,12 +9,13 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::error::ConfigError;
+use crate::tls::ListenTls;
 
 mod upstream;
 mod url;
 
 pub use upstream::{ClusterConfig, Health, ReadFrom, UpstreamConfig, UpstreamTarget};
-pub use url::UpstreamUrl;
+pub use url::{UpstreamUrl, host_of};
 
 /// The whole configuration of one corral process.
 #[derive(Debug, Clone, Deserialize)]
@@ -44,6 +45,8 @@ pub struct Config {
     pub cache: CacheConfig,
     /// Redis Cluster upstream (instead of `upstream.url`).
     pub cluster: ClusterConfig,
+    /// The TLS listener for clients, beside the plain one (`[tls]`, `--tls-listen`).
+    pub tls: ListenTls,
 }
 
 /// Per-client limits, named after the Redis settings they mirror.
@@ -123,6 +126,7 @@ impl Default for Config {
             limits: LimitsConfig::default(),
             cache: CacheConfig::default(),
             cluster: ClusterConfig::default(),
+            tls: ListenTls::default(),
         }
     }
 }
@@ -163,7 +167,8 @@ impl Config {
     /// # Errors
     /// A syntax error, an unknown field, or a value that fails [`Config::validate`].
     pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
-        let cfg: Config = toml::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
+        let cfg: Config =
+            toml::from_str(text).map_err(|e| ConfigError::Parse(parse_error(text, &e)))?;
         cfg.validate()?;
         Ok(cfg)
     }
@@ -173,11 +178,22 @@ impl Config {
     /// # Errors
     /// The file cannot be read, or [`Config::from_toml`] fails.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let cfg = Config::read(path)?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Reads and parses a TOML file without [`Config::validate`]: for a caller that applies
+    /// overrides (command-line flags) first and validates the result.
+    ///
+    /// # Errors
+    /// The file cannot be read, does not parse, or has unknown fields.
+    pub fn read(path: &Path) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
             path: path.display().to_string(),
             cause: e.to_string(),
         })?;
-        Config::from_toml(&text)
+        toml::from_str(&text).map_err(|e| ConfigError::Parse(parse_error(&text, &e)))
     }
 
     /// Checks values that parse but make no sense, and returns the upstream the config
@@ -200,6 +216,7 @@ impl Config {
         }
         let target = UpstreamTarget::parse(&self.upstream, &self.cluster)?;
         self.upstream.validate()?;
+        self.tls.validate().map_err(|e| tls_invalid("tls", &e))?;
         if self.max_clients == 0 {
             return Err(invalid("max_clients", "must be positive"));
         }
@@ -275,6 +292,37 @@ impl Config {
     }
 }
 
+/// A TOML error as its message and line, without the excerpt of the file `toml` would quote:
+/// the line may hold a password (`upstream.url`, `requirepass`), and the error is logged.
+fn parse_error(text: &str, e: &toml::de::Error) -> String {
+    let message = e.message().trim_end();
+    match e.span() {
+        Some(span) => {
+            let line = text[..span.start.min(text.len())].matches('\n').count() + 1;
+            format!("line {line}: {message}")
+        }
+        None => message.to_string(),
+    }
+}
+
+/// A TLS settings error as a config error naming `field`, without the field repeated (the
+/// TLS module's messages start with their section).
+fn tls_invalid(field: &'static str, e: &crate::tls::TlsError) -> ConfigError {
+    let text = e.to_string();
+    let mut why = text.as_str();
+    // `tls: tls.listen: ...`, `tls: upstream.tls: ...`: every leading section name goes.
+    while let Some(rest) = [field, "tls"]
+        .iter()
+        .find_map(|p| why.strip_prefix(p).and_then(|t| t.strip_prefix(": ")))
+    {
+        why = rest;
+    }
+    ConfigError::Invalid {
+        field,
+        why: why.to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -283,6 +331,9 @@ mod tests {
     fn empty_document_gives_defaults() {
         let cfg = Config::from_toml("").unwrap();
         let target = cfg.validate().unwrap();
+        assert!(!target.tls && !cfg.tls.enabled());
+        // The admin endpoint is off unless configured (and then on the address given).
+        assert_eq!(cfg.admin, "");
         assert_eq!(target.primary.addr, "127.0.0.1:6379");
         assert_eq!(cfg.listen, "127.0.0.1:6380");
         assert_eq!(cfg.upstream.url, "redis://127.0.0.1:6379");
@@ -302,10 +353,43 @@ mod tests {
     }
 
     #[test]
+    fn parse_errors_name_the_line_but_never_quote_it() {
+        let err = Config::from_toml("log_level = \"info\"\nrequirepass = \"hunter2").unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("line 2") && !text.contains("hunter2"),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn secret_is_masked_in_debug() {
         let cfg = Config::from_toml("requirepass = \"hunter2\"").unwrap();
         assert!(!format!("{cfg:?}").contains("hunter2"));
         assert_eq!(cfg.requirepass.get(), Some("hunter2"));
+    }
+
+    #[test]
+    fn tls_sections_parse_and_are_checked() {
+        let cfg = Config::from_toml(
+            "[upstream]\nurl = \"rediss://db:6380\"\n[upstream.tls]\nca_file = \"ca.pem\"\n\
+             [tls]\nlisten = \"127.0.0.1:6381\"\ncert_file = \"s.pem\"\nkey_file = \"s.key\"",
+        )
+        .unwrap();
+        assert!(cfg.validate().unwrap().tls);
+        assert!(cfg.tls.enabled());
+        let err = Config::from_toml("[tls]\nlisten = \"127.0.0.1:6381\"").unwrap_err();
+        assert!(err.to_string().contains("cert_file"), "{err}");
+        let err =
+            Config::from_toml("[tls]\ncert_file = \"s.pem\"\nkey_file = \"s.key\"").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "invalid config: tls: certificates are set but no listen address \
+             (tls.listen or --tls-listen)"
+        );
+        let mixed = "[cluster]\nseeds = [\"rediss://a:1\", \"redis://b:2\"]";
+        let err = Config::from_toml(mixed).unwrap_err();
+        assert!(err.to_string().contains("cluster.seeds"), "{err}");
     }
 
     #[test]

@@ -7,6 +7,7 @@ use serde::Deserialize;
 
 use super::url::UpstreamUrl;
 use crate::error::ConfigError;
+use crate::tls::UpstreamTls;
 
 /// A Redis Cluster upstream.
 #[derive(Debug, Clone, Deserialize)]
@@ -80,6 +81,8 @@ pub struct UpstreamConfig {
     /// Most clients with CLIENT TRACKING on at once, each holding a dedicated connection
     /// (counted in `max_dedicated` too), plus the REDIRECT targets' connections.
     pub max_tracking_clients: usize,
+    /// How TLS connections to a `rediss://` upstream (and every cluster node) are verified.
+    pub tls: UpstreamTls,
 }
 
 impl Default for UpstreamConfig {
@@ -94,6 +97,7 @@ impl Default for UpstreamConfig {
             max_dedicated: 1024,
             isolate_scripts: true,
             max_tracking_clients: 256,
+            tls: UpstreamTls::default(),
         }
     }
 }
@@ -129,6 +133,8 @@ pub struct UpstreamTarget {
     pub primary: UpstreamUrl,
     /// The cluster seed nodes; empty unless in cluster mode.
     pub seeds: Vec<UpstreamUrl>,
+    /// Connections use TLS: the URL (or, in cluster mode, every seed) is `rediss://`.
+    pub tls: bool,
 }
 
 impl UpstreamTarget {
@@ -151,8 +157,18 @@ impl UpstreamTarget {
                 why: "must be positive".into(),
             });
         }
+        // One connector and one scheme for every node: a cluster is TLS throughout or not.
+        if seeds.iter().any(|s| s.tls != seeds[0].tls) {
+            return Err(ConfigError::Invalid {
+                field: "cluster.seeds",
+                why: "mixes redis:// and rediss:// seeds; a cluster is TLS throughout or not"
+                    .into(),
+            });
+        }
+        let primary = seeds.first().cloned().unwrap_or(url);
         Ok(UpstreamTarget {
-            primary: seeds.first().cloned().unwrap_or(url),
+            tls: primary.tls,
+            primary,
             seeds,
         })
     }
@@ -168,6 +184,9 @@ impl UpstreamConfig {
             field,
             why: why.to_string(),
         };
+        self.tls
+            .validate()
+            .map_err(|e| super::tls_invalid("upstream.tls", &e))?;
         if self.connections == 0 || self.connections > 64 {
             return Err(invalid("upstream.connections", "must be 1 to 64"));
         }

@@ -1,4 +1,4 @@
-//! `redis://[user[:password]@]host:port` upstream addresses.
+//! `redis://[user[:password]@]host:port` upstream addresses (`rediss://` for TLS).
 
 use std::fmt;
 
@@ -11,6 +11,8 @@ pub struct UpstreamUrl {
     pub user: Option<String>,
     /// Password, if any.
     pub password: Option<String>,
+    /// `rediss://`: connect with TLS (`[upstream.tls]` says how to verify the server).
+    pub tls: bool,
 }
 
 impl fmt::Debug for UpstreamUrl {
@@ -19,20 +21,28 @@ impl fmt::Debug for UpstreamUrl {
             .field("addr", &self.addr)
             .field("user", &self.user)
             .field("password", &self.password.as_ref().map(|_| "MASKED"))
+            .field("tls", &self.tls)
             .finish()
     }
 }
 
 impl UpstreamUrl {
-    /// Parses `redis://[user[:password]@]host[:port][/0]`; the port defaults to 6379.
-    /// User and password may be percent-encoded.
+    /// Parses `redis://[user[:password]@]host[:port][/0]`, or `rediss://` (TLS); the port
+    /// defaults to 6379 for both, as redis-cli has it. User and password may be
+    /// percent-encoded.
     ///
     /// # Errors
     /// A description of what is wrong with the URL.
     pub fn parse(url: &str) -> Result<UpstreamUrl, String> {
-        let rest = url
-            .strip_prefix("redis://")
-            .ok_or_else(|| format!("{url:?} must start with redis://"))?;
+        let (tls, rest) = match url.strip_prefix("rediss://") {
+            Some(rest) => (true, rest),
+            None => (
+                false,
+                url.strip_prefix("redis://").ok_or_else(|| {
+                    format!("{:?} must start with redis:// or rediss://", redact(url))
+                })?,
+            ),
+        };
         let (auth, hostport) = match rest.rsplit_once('@') {
             Some((a, h)) => (Some(a), h),
             None => (None, rest),
@@ -43,14 +53,14 @@ impl UpstreamUrl {
             None => hostport,
         };
         if hostport.is_empty() {
-            return Err(format!("{url:?} has no host"));
+            return Err(format!("{:?} has no host", redact(url)));
         }
         let addr = if hostport.ends_with(']') || !hostport.contains(':') {
             format!("{hostport}:6379")
         } else {
             let (_, port) = hostport.rsplit_once(':').unwrap_or_default();
             port.parse::<u16>()
-                .map_err(|_| format!("{url:?} has an invalid port"))?;
+                .map_err(|_| format!("{:?} has an invalid port", redact(url)))?;
             hostport.to_string()
         };
         let (user, password) = match auth {
@@ -65,7 +75,33 @@ impl UpstreamUrl {
             addr,
             user,
             password,
+            tls,
         })
+    }
+
+    /// The host part of `addr` (brackets of an IPv6 address kept): the name a TLS server
+    /// certificate is checked against unless `upstream.tls.server_name` says otherwise.
+    pub fn host(&self) -> &str {
+        host_of(&self.addr)
+    }
+}
+
+/// The host of a `host:port` address.
+pub fn host_of(addr: &str) -> &str {
+    addr.rsplit_once(':').map_or(addr, |(h, _)| h)
+}
+
+/// The URL with any credentials replaced by `MASKED`: error messages quote the URL, and a
+/// config error is printed and logged.
+fn redact(url: &str) -> String {
+    match url.split_once("://") {
+        Some((scheme, rest)) => match rest.rsplit_once('@') {
+            Some((_, hostport)) => format!("{scheme}://MASKED@{hostport}"),
+            None => url.to_string(),
+        },
+        None => url
+            .split_once('@')
+            .map_or(url.to_string(), |(_, h)| format!("MASKED@{h}")),
     }
 }
 
@@ -118,5 +154,32 @@ mod tests {
         assert!(UpstreamUrl::parse("redis://x:99999").is_err());
         assert!(UpstreamUrl::parse("redis://x/3").is_err());
         assert!(UpstreamUrl::parse("redis://").is_err());
+    }
+
+    #[test]
+    fn rediss_is_tls_with_the_same_default_port() {
+        let u = UpstreamUrl::parse("rediss://u:p@db.internal").unwrap();
+        assert!(u.tls);
+        assert_eq!(
+            (u.addr.as_str(), u.host()),
+            ("db.internal:6379", "db.internal")
+        );
+        assert!(!UpstreamUrl::parse("redis://db").unwrap().tls);
+        assert_eq!(
+            UpstreamUrl::parse("rediss://[::1]:7000").unwrap().host(),
+            "[::1]"
+        );
+    }
+
+    #[test]
+    fn errors_never_quote_the_password() {
+        for bad in [
+            "rediss://u:hunter2@db:99999",
+            "http://u:hunter2@db",
+            "rediss://u:hunter2@",
+        ] {
+            let e = UpstreamUrl::parse(bad).unwrap_err();
+            assert!(!e.contains("hunter2"), "{e}");
+        }
     }
 }

@@ -223,7 +223,15 @@ impl Conn {
     /// Releases (or drops) a dedicated connection once no transaction, tracking or user is
     /// left on it.
     fn release_pin_if_done(&mut self) {
+        // A connection that died, or never came up (the client got the error for its MULTI
+        // or WATCH), holds no transaction or watch any more: Redis forgot them with it. (A
+        // user's connection closes the client instead: `user_connection_lost`.)
+        let dead = self
+            .pin
+            .as_ref()
+            .is_some_and(|p| p.user.is_none() && p.tracking.is_none() && p.ded.conn.is_dead());
         let done = self.pin_reset
+            || dead
             || self.pin.as_ref().is_some_and(|p| {
                 !p.in_multi && !p.watching && p.tracking.is_none() && p.user.is_none()
             });
@@ -237,7 +245,7 @@ impl Conn {
             self.info_changed = true;
             // After RESET the connection may still be in MULTI or watching, or authenticated
             // as a user: close it.
-            if !pin.dirty && !reset {
+            if !pin.dirty && !reset && !dead {
                 self.shared.upstream.release(pin.ded);
             }
         }

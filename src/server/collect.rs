@@ -7,7 +7,6 @@
 
 use bytes::Bytes;
 use tokio::io::AsyncReadExt;
-use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 use tokio::time::timeout;
 use tracing::warn;
@@ -18,6 +17,7 @@ use super::{info, mget};
 use crate::cache::{FillResult, FillRx, Value};
 use crate::cluster::{Redirect, SplitKind};
 use crate::error::UpstreamError;
+use crate::tls::Stream;
 use crate::upstream::{JobResult, UpstreamConn};
 
 /// The database the client is in after an EXEC whose reply is the last one in `replies`,
@@ -58,7 +58,7 @@ async fn wait_each(waits: Vec<oneshot::Receiver<()>>) {
 impl Conn {
     /// Waits for every pending reply in order and appends its bytes to the write buffer. `client` is
     /// watched while a blocking command waits, to notice a client that goes away.
-    pub(super) async fn collect(&mut self, client: &mut TcpStream) {
+    pub(super) async fn collect(&mut self, client: &mut Stream) {
         let mut replies = std::mem::take(&mut self.replies);
         for Queued { reply, silent } in replies.drain(..) {
             let mark = self.wbuf.len();
@@ -87,7 +87,7 @@ impl Conn {
 
     /// Waits for one pending reply and writes it; returns what it changes in the client's
     /// state.
-    async fn resolve(&mut self, reply: PendingReply, client: &mut TcpStream) -> Option<Effect> {
+    async fn resolve(&mut self, reply: PendingReply, client: &mut Stream) -> Option<Effect> {
         match reply {
             PendingReply::Ready(b) => self.wbuf.extend_from_slice(&b),
             PendingReply::Value(v) => v.encode(self.session.proto, &mut self.wbuf),
@@ -169,7 +169,7 @@ impl Conn {
         rx: oneshot::Receiver<JobResult>,
         conn: &UpstreamConn,
         blocking: Option<Blocking>,
-        client: &mut TcpStream,
+        client: &mut Stream,
     ) -> Option<JobResult> {
         Some(match blocking {
             // A pinned connection serves this client alone: wait as long as Redis
@@ -409,7 +409,7 @@ impl Conn {
     async fn wait_blocking(
         &mut self,
         mut rx: oneshot::Receiver<JobResult>,
-        client: &mut TcpStream,
+        client: &mut Stream,
         blocked: bool,
         conn: &UpstreamConn,
     ) -> Option<JobResult> {

@@ -5,20 +5,20 @@
 use std::sync::Arc;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 use super::client::{Conn, READ_CHUNK};
 use super::shared::Shared;
 use super::subscriber::encode_message;
+use crate::tls::Stream;
 
 /// Serves one client until it disconnects, sends QUIT, breaks the protocol, or shutdown.
 ///
 /// # Errors
 /// An I/O error on the client socket.
 pub async fn run(
-    mut stream: TcpStream,
+    mut stream: Stream,
     id: u64,
     shared: Arc<Shared>,
     kill: CancellationToken,
@@ -37,7 +37,7 @@ pub async fn run(
         }
         // Cache hits with nothing pending before them were encoded during the round.
         if !c.wbuf.is_empty() {
-            stream.write_all(&c.wbuf).await?;
+            send(&mut stream, &c.wbuf).await?;
             c.wbuf.clear();
         }
         c.after_round();
@@ -64,6 +64,13 @@ pub async fn run(
     }
 }
 
+/// Writes `buf` whole and flushes it: TLS may otherwise keep encrypted bytes it could not
+/// write yet until the next write, which may never come (plain TCP has nothing to flush).
+pub(super) async fn send(stream: &mut Stream, buf: &[u8]) -> std::io::Result<()> {
+    stream.write_all(buf).await?;
+    stream.flush().await
+}
+
 /// Removes the client from the registry when its task ends, however it ends.
 struct Registered(Arc<Shared>, u64);
 
@@ -81,7 +88,7 @@ impl Conn {
     /// False when the client is gone (closed its side, or `kill` was cancelled).
     async fn wait_input(
         &mut self,
-        stream: &mut TcpStream,
+        stream: &mut Stream,
         kill: &CancellationToken,
     ) -> std::io::Result<bool> {
         let want = self
@@ -115,7 +122,7 @@ impl Conn {
                     // A subscriber that stops reading must not pin this task: the hub
                     // cancels `kill` once its queue is full.
                     tokio::select! {
-                        r = stream.write_all(&self.wbuf) => r?,
+                        r = send(stream, &self.wbuf) => r?,
                         _ = kill.cancelled() => return Ok(false),
                     }
                     self.wbuf.clear();
@@ -133,7 +140,7 @@ impl Conn {
 
     /// Writes the pushes waiting in this client's inboxes (CLIENT TRACKING), between
     /// requests.
-    async fn write_inbox(&mut self, stream: &mut TcpStream) -> std::io::Result<()> {
+    async fn write_inbox(&mut self, stream: &mut Stream) -> std::io::Result<()> {
         self.take_inbox();
         if self.wbuf.is_empty() {
             return Ok(());
@@ -141,7 +148,7 @@ impl Conn {
         // A client that stops reading must not pin this task: its inbox is bounded and
         // cancels `kill` when full.
         tokio::select! {
-            r = stream.write_all(&self.wbuf) => r?,
+            r = send(stream, &self.wbuf) => r?,
             _ = self.kill.cancelled() => {}
         }
         self.wbuf.clear();

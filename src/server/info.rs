@@ -64,6 +64,14 @@ pub fn proxy_section(shared: &Shared) -> String {
             .unwrap_or_default()
             .replace(['\r', '\n'], " "),
     );
+    line(
+        "upstream_refused",
+        &status
+            .refused()
+            .unwrap_or_default()
+            .replace(['\r', '\n'], " "),
+    );
+    line("upstream_tls", &u8::from(shared.upstream.is_tls()));
     line("cache_enabled", &u8::from(shared.cache.is_some()));
     s
 }

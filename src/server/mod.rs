@@ -1,4 +1,5 @@
-//! The client-facing server: accept loop, client limit, one task per connection.
+//! The client-facing server: accept loops (plain and TLS), client limit, one task per
+//! connection.
 
 mod batch;
 mod cached;
@@ -38,10 +39,12 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::io::AsyncWriteExt;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{Instrument, debug, debug_span, error, warn};
+use tracing::{Instrument, debug, debug_span, error, info, warn};
+
+use crate::tls::{Stream, TlsAcceptorHandle};
 
 /// Decrements the client count when a connection task ends, however it ends.
 struct ClientSlot(Arc<Shared>);
@@ -53,10 +56,15 @@ impl Drop for ClientSlot {
     }
 }
 
-/// Accepts clients until `shutdown` is cancelled. Connection tasks are spawned on `tracker`
-/// so the caller can wait for them to finish.
+/// How long a client of the TLS listener has to complete its handshake.
+const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Accepts clients until `shutdown` is cancelled; with `tls`, each client's TLS handshake runs
+/// first, in its own task. Connection tasks are spawned on `tracker` so the caller can wait for
+/// them to finish. The plain and the TLS listener each run this loop and share `max_clients`.
 pub async fn serve(
     listener: TcpListener,
+    tls: Option<Arc<TlsAcceptorHandle>>,
     shared: Arc<Shared>,
     shutdown: CancellationToken,
     tracker: TaskTracker,
@@ -79,11 +87,14 @@ pub async fn serve(
             shared.client_count.fetch_sub(1, Ordering::Relaxed);
             shared.metrics.rejected_connections.inc();
             warn!(client.addr = %addr, "max clients reached, refusing connection");
-            tracker.spawn(async move {
-                let _ = stream
-                    .write_all(crate::error::replies::MAX_CLIENTS.wire())
-                    .await;
-            });
+            // A TLS client could not read a clear-text error: it is just closed.
+            if tls.is_none() {
+                tracker.spawn(async move {
+                    let _ = stream
+                        .write_all(crate::error::replies::MAX_CLIENTS.wire())
+                        .await;
+                });
+            }
             continue;
         }
         shared.metrics.connections.inc();
@@ -94,9 +105,17 @@ pub async fn serve(
         let span = debug_span!("client", id, client.addr = %addr);
         let token = shutdown.child_token();
         let conn_shared = shared.clone();
+        let tls = tls.clone();
         tracker.spawn(
             async move {
                 let _slot = slot;
+                let stream = match tls {
+                    None => Stream::Plain(stream),
+                    Some(tls) => match handshake(&tls, stream, &conn_shared, &token).await {
+                        Some(s) => s,
+                        None => return,
+                    },
+                };
                 if let Err(e) = connection::run(stream, id, conn_shared, token).await {
                     debug!(cause = %e, "connection closed with error");
                 }
@@ -104,4 +123,27 @@ pub async fn serve(
             .instrument(span),
         );
     }
+}
+
+/// Runs a client's TLS handshake under [`TLS_HANDSHAKE_TIMEOUT`]; a failure is logged with
+/// the peer's address and counted.
+async fn handshake(
+    tls: &TlsAcceptorHandle,
+    tcp: TcpStream,
+    shared: &Shared,
+    shutdown: &CancellationToken,
+) -> Option<Stream> {
+    let peer = tcp.peer_addr().ok();
+    let cause = tokio::select! {
+        r = tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, tls.accept(tcp)) => match r {
+            Ok(Ok(stream)) => return Some(stream),
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => "tls handshake timed out".to_string(),
+        },
+        _ = shutdown.cancelled() => return None,
+    };
+    shared.metrics.tls_handshake_failures.inc();
+    // INFO, not WARN: anyone can connect and fail, and the count is in the metrics.
+    info!(client.addr = ?peer, %cause, "client TLS handshake failed");
+    None
 }

@@ -7,13 +7,13 @@
 
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 use super::client::Conn;
 use super::pending::{AfterAck, Blocking, PendingReply, Then};
 use crate::commands::Tx;
 use crate::error::replies;
 use crate::resp::request::encode_request;
+use crate::tls::Stream;
 
 impl Conn {
     /// MULTI/EXEC/DISCARD/WATCH/UNWATCH. MULTI and WATCH pin the client first; the others
@@ -196,7 +196,7 @@ impl Conn {
 
     /// MONITOR: the client's connection becomes a byte relay to a dedicated upstream
     /// connection that ran MONITOR, until either side closes.
-    pub(super) async fn relay_monitor(&mut self, mut client: TcpStream) -> std::io::Result<()> {
+    pub(super) async fn relay_monitor(&mut self, mut client: Stream) -> std::io::Result<()> {
         let mut upstream = match self
             .shared
             .upstream
@@ -215,7 +215,7 @@ impl Conn {
         // Requests the client sent after MONITOR go to Redis in order.
         first.extend_from_slice(&self.rbuf);
         self.rbuf.clear();
-        upstream.write_all(&first).await?;
+        super::connection::send(&mut upstream, &first).await?;
         let status = self.shared.upstream.status.clone();
         let (mut up_rd, mut up_wr) = upstream.split();
         let (mut cl_rd, mut cl_wr) = client.split();
@@ -230,6 +230,7 @@ impl Conn {
                 filter_monitor(&mut buf, &mut out, &|a, cmd| status.monitor_hides(a, cmd));
                 if !out.is_empty() {
                     cl_wr.write_all(&out).await?;
+                    cl_wr.flush().await?;
                     out.clear();
                 }
             }

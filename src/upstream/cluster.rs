@@ -243,7 +243,8 @@ impl ClusterUpstream {
         let shards = tokio::time::timeout(deadline, ask(&mut stream, &[b"CLUSTER", b"SHARDS"]))
             .await
             .map_err(|_| "CLUSTER SHARDS timed out".to_string())??;
-        match SlotMap::from_shards_reply(&shards, &addr.host) {
+        let tls = self.base.access.current().tls.is_some();
+        match SlotMap::from_shards_reply_for(&shards, &addr.host, tls) {
             Ok(map) => Ok(map),
             // Before Redis 7.0 there is no CLUSTER SHARDS.
             Err(crate::cluster::TopologyError::ErrorReply(_)) => {
@@ -296,6 +297,7 @@ async fn ask(stream: &mut Stream, args: &[&[u8]]) -> Result<Bytes, String> {
     let mut req = BytesMut::new();
     encode_request(args, &mut req);
     stream.write_all(&req).await.map_err(|e| e.to_string())?;
+    stream.flush().await.map_err(|e| e.to_string())?;
     let mut buf = BytesMut::with_capacity(16 * 1024);
     let mut scanner = ReplyScanner::new();
     loop {

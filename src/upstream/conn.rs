@@ -27,6 +27,9 @@ pub struct UpstreamConn {
     reset: Arc<Notify>,
     addr: Arc<str>,
     dead: Arc<AtomicBool>,
+    /// A connection that does not reconnect failed to connect at all: nothing sent to it ever
+    /// reached Redis.
+    never_up: Arc<AtomicBool>,
     /// Serves one client at a time (does not reconnect).
     dedicated: bool,
     /// The server's client id for the live connection (0: none, or not reported).
@@ -47,12 +50,14 @@ impl UpstreamConn {
         let (tx, rx) = mpsc::channel(QUEUE);
         let reset = Arc::new(Notify::new());
         let dead = Arc::new(AtomicBool::new(false));
+        let never_up = Arc::new(AtomicBool::new(false));
         let client_id = Arc::new(AtomicU64::new(0));
         let handle = UpstreamConn {
             tx,
             reset: reset.clone(),
             addr: settings.addr.clone().into(),
             dead: dead.clone(),
+            never_up: never_up.clone(),
             dedicated: !settings.reconnect,
             client_id: client_id.clone(),
         };
@@ -62,6 +67,7 @@ impl UpstreamConn {
             rx,
             reset,
             client_id,
+            never_up,
             observer,
             shutdown,
         };
@@ -134,6 +140,12 @@ impl UpstreamConn {
     /// True once a connection that does not reconnect has failed or closed.
     pub fn is_dead(&self) -> bool {
         self.dead.load(Ordering::Relaxed)
+    }
+
+    /// True once a connection that does not reconnect failed to connect at all (then it is
+    /// dead too): no request sent to it reached Redis.
+    pub fn never_connected(&self) -> bool {
+        self.never_up.load(Ordering::Relaxed)
     }
 
     /// The server's client id for this connection (from HELLO), 0 while unknown.

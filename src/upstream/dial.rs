@@ -1,7 +1,6 @@
-//! Making one upstream connection: dial the node, run the handshake (HELLO, AUTH, SELECT,
-//! READONLY, CLIENT TRACKING), and register its local address for MONITOR. [`dial`] is the
-//! only place a socket to a node is opened, so a TLS layer (issue 12) goes there and in
-//! [`Stream`].
+//! Making one upstream connection: dial the node (TCP, then TLS for a `rediss://` upstream),
+//! run the handshake (HELLO, AUTH, SELECT, READONLY, CLIENT TRACKING), and register its local
+//! address for MONITOR. [`dial`] is the only place a socket to a node is opened.
 
 use tokio::net::TcpStream;
 use tokio::time::timeout;
@@ -9,19 +8,28 @@ use tokio::time::timeout;
 use super::handshake;
 use super::settings::ConnSettings;
 use super::status::UpstreamStatus;
+use crate::config::host_of;
+use crate::tls::{self, UpstreamTlsConnector};
 
-/// A connection to an upstream node, as `dial` makes it.
-pub type Stream = TcpStream;
+/// A connection to an upstream node, as `dial` makes it: plain TCP or TLS.
+pub use crate::tls::Stream;
 
-/// Opens a socket to the node at `addr` (`host:port`), set up for request/reply traffic.
+/// Opens a socket to the node at `addr` (`host:port`), set up for request/reply traffic, and
+/// runs the TLS handshake over it when `tls` is given (the certificate checked against the
+/// host of `addr` unless `upstream.tls.server_name` is set). The caller's deadline covers both.
 ///
 /// # Errors
-/// The connect failed.
-pub async fn dial(addr: &str) -> Result<Stream, String> {
+/// The connect or the TLS handshake failed.
+pub async fn dial(addr: &str, tls: Option<&UpstreamTlsConnector>) -> Result<Stream, String> {
     let stream = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
     // Pipelined requests are written in batches already; Nagle would only add latency.
     stream.set_nodelay(true).map_err(|e| e.to_string())?;
-    Ok(stream)
+    match tls {
+        None => Ok(Stream::Plain(stream)),
+        Some(tls) => tls::connect(stream, tls, host_of(addr))
+            .await
+            .map_err(|e| e.to_string()),
+    }
 }
 
 /// Connects and runs the handshake within the connect timeout.
@@ -41,26 +49,41 @@ pub async fn open(s: &ConnSettings, status: &UpstreamStatus) -> Result<Stream, S
 }
 
 /// Connects and runs the handshake; returns the stream, whether tracking is on, and the
-/// server's client id for the connection.
+/// server's client id for the connection. A refusal (credentials, TLS) is recorded in
+/// `status` and its cause says what to fix.
 pub(super) async fn connect(
     s: &ConnSettings,
     status: &UpstreamStatus,
 ) -> Result<(Stream, bool, Option<u64>), String> {
-    let mut stream = dial(&s.addr).await?;
+    match connect_once(s, status).await {
+        Ok(up) => {
+            status.connect_succeeded();
+            Ok(up)
+        }
+        Err(e) => Err(status.connect_failed(e)),
+    }
+}
+
+async fn connect_once(
+    s: &ConnSettings,
+    status: &UpstreamStatus,
+) -> Result<(Stream, bool, Option<u64>), String> {
+    let access = s.access.current();
+    let mut stream = dial(&s.addr, access.tls.as_ref()).await?;
     // Known to MONITOR from before the handshake, whose commands are corral's own; the
     // guard forgets it if the handshake fails or is abandoned (connect timeout).
     let mut registered = stream.local_addr().ok().map(|a| {
         status.add_conn(a, s.internal);
         ConnRegistration { status, addr: a }
     });
-    let greeting = handshake::hello(
-        &mut stream,
-        s.proto,
-        s.user.as_deref(),
-        s.password.as_deref(),
-    )
-    .await?
-    .unwrap_or_default();
+    // Credentials of this connection's own, else the upstream's current ones.
+    let (user, password) = match &s.password {
+        Some(p) => (s.user.as_deref(), Some(p.as_str())),
+        None => (access.user.as_deref(), access.password.as_deref()),
+    };
+    let greeting = handshake::hello(&mut stream, s.proto, user, password)
+        .await?
+        .unwrap_or_default();
     if let Some(v) = &greeting.version {
         status.set_version(v);
     }

@@ -116,6 +116,8 @@ async fn command(
     let mut out = BytesMut::new();
     encode_request(args, &mut out);
     stream.write_all(&out).await.map_err(|e| e.to_string())?;
+    // TLS may hold back what it could not write yet; plain TCP has nothing to flush.
+    stream.flush().await.map_err(|e| e.to_string())?;
     let mut buf = BytesMut::with_capacity(1024);
     let mut scanner = ReplyScanner::new();
     loop {

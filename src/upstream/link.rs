@@ -20,6 +20,7 @@ use super::settings::Health;
 use super::status::UpstreamStatus;
 use crate::error::UpstreamError;
 use crate::resp::ReplyScanner;
+use crate::tls::WriteHalf;
 
 /// Stop gathering more jobs into one write once this much is buffered.
 const WRITE_BATCH: usize = 64 * 1024;
@@ -27,6 +28,16 @@ const WRITE_BATCH: usize = 64 * 1024;
 const READ_CHUNK: usize = 16 * 1024;
 /// Timer period of a connection without health checks (the timer is then never polled).
 const NO_CHECKS: Duration = Duration::from_secs(86_400);
+
+/// Writes some of `wbuf`, or, when it is empty, flushes what TLS held back. True when it
+/// flushed.
+async fn write_or_flush(wr: &mut WriteHalf<'_>, wbuf: &mut BytesMut) -> std::io::Result<bool> {
+    if wbuf.is_empty() {
+        wr.flush().await.map(|()| true)
+    } else {
+        wr.write_buf(wbuf).await.map(|_| false)
+    }
+}
 
 /// A job whose replies are still arriving.
 pub(super) struct Waiter {
@@ -128,6 +139,10 @@ impl Link {
     }
 
     pub(super) async fn serve(&mut self, mut stream: Stream, rx: &mut mpsc::Receiver<Job>) -> End {
+        // TLS may keep encrypted bytes it could not write yet (the socket was full) after
+        // reporting the plaintext written: they go out on a flush, owed after every write.
+        let tls = stream.is_tls();
+        let mut unflushed = false;
         let (mut rd, mut wr) = stream.split();
         let checked = self.liveness.is_some();
         // Without health checks the timer branch is disabled and never polled.
@@ -155,9 +170,10 @@ impl Link {
                     }
                     Err(e) => return End::lost(e.to_string()),
                 },
-                r = wr.write_buf(&mut self.wbuf), if !self.wbuf.is_empty() => {
-                    if let Err(e) = r {
-                        return End::lost(e.to_string());
+                r = write_or_flush(&mut wr, &mut self.wbuf), if !self.wbuf.is_empty() || unflushed => {
+                    match r {
+                        Ok(flushed) => unflushed = tls && !flushed,
+                        Err(e) => return End::lost(e.to_string()),
                     }
                 }
                 () = &mut timer, if checked => {

@@ -6,9 +6,12 @@
 //! Files: `conn.rs` the handle clients send jobs through, `task.rs` the task that keeps one
 //! connection up (connect, backoff), `link.rs` the live connection (write jobs, hand replies
 //! back), `health.rs` its liveness checks, `dial.rs` opening one connection (socket and
-//! handshake), `job.rs` what is sent and where replies go, `settings.rs` per-connection
-//! settings, `status.rs` what is known about the upstream, `cluster.rs` the cluster.
+//! handshake, TLS included), `job.rs` what is sent and where replies go, `settings.rs`
+//! per-connection settings, `access.rs` the credentials and TLS setup every connection shares
+//! (replaced on reload), `status.rs` what is known about the upstream, `cluster.rs` the
+//! cluster.
 
+mod access;
 pub mod cluster;
 mod conn;
 mod dial;
@@ -27,6 +30,7 @@ use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
+pub use access::{Access, UpstreamAccess};
 pub use conn::UpstreamConn;
 pub use dial::Stream;
 pub use job::{Job, JobResult, LinkObserver, ReplyTo};
@@ -177,6 +181,11 @@ impl Upstream {
     /// The address of the upstream (the first seed in cluster mode), for INFO and logs.
     pub fn addr(&self) -> &str {
         &self.base.addr
+    }
+
+    /// Whether connections to the upstream use TLS (`rediss://`).
+    pub fn is_tls(&self) -> bool {
+        self.base.access.current().tls.is_some()
     }
 
     fn pool(&self, proto: Proto, db: u32) -> Vec<UpstreamConn> {

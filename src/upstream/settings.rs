@@ -1,20 +1,28 @@
 //! What one connection task needs to know: where to connect, how to authenticate, what to set
 //! up after the handshake, how to reconnect and how to check the connection for life.
 
+use std::sync::Arc;
 use std::time::Duration;
+
+use super::access::UpstreamAccess;
 
 pub use crate::config::Health;
 use crate::config::{Config, UpstreamUrl};
 use crate::resp::Proto;
 
 /// Settings one connection task needs.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ConnSettings {
     /// `host:port`.
     pub addr: String,
-    /// ACL user for AUTH/HELLO.
+    /// Credentials and TLS shared by every connection to the upstream, replaced on reload:
+    /// read at each connect.
+    pub access: Arc<UpstreamAccess>,
+    /// ACL user for AUTH/HELLO, for a connection that authenticates as someone other than the
+    /// upstream URL's user (with `password`); `None` in the base settings.
     pub user: Option<String>,
-    /// Password for AUTH/HELLO.
+    /// Password for AUTH/HELLO overriding `access`'s when set; `None` in the base settings,
+    /// so the current (reloadable) credentials are used.
     pub password: Option<String>,
     /// Protocol spoken on this connection.
     pub proto: Proto,
@@ -46,14 +54,34 @@ pub struct ConnSettings {
     pub gather: bool,
 }
 
+/// By hand, so that a password never reaches a log line that prints the settings.
+impl std::fmt::Debug for ConnSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConnSettings")
+            .field("addr", &self.addr)
+            .field("access", &self.access)
+            .field("user", &self.user)
+            .field("password", &self.password.as_ref().map(|_| "MASKED"))
+            .field("proto", &self.proto)
+            .field("tracking", &self.tracking)
+            .field("db", &self.db)
+            .field("reconnect", &self.reconnect)
+            .field("readonly", &self.readonly)
+            .field("internal", &self.internal)
+            .finish_non_exhaustive()
+    }
+}
+
 impl ConnSettings {
-    /// The base settings for every connection to the upstream `url` names: RESP2, database
-    /// 0, reconnecting, no tracking; callers change what differs with struct update syntax.
-    pub fn new(cfg: &Config, url: &UpstreamUrl) -> ConnSettings {
+    /// The base settings for every connection to the upstream `url` names, with `access`'s
+    /// credentials and TLS: RESP2, database 0, reconnecting, no tracking; callers change what
+    /// differs with struct update syntax.
+    pub fn new(cfg: &Config, url: &UpstreamUrl, access: Arc<UpstreamAccess>) -> ConnSettings {
         ConnSettings {
             addr: url.addr.clone(),
-            user: url.user.clone(),
-            password: url.password.clone(),
+            access,
+            user: None,
+            password: None,
             proto: Proto::Resp2,
             connect_timeout: cfg.connect_timeout(),
             backoff_min: Duration::from_millis(cfg.upstream.reconnect_min_ms),
@@ -66,5 +94,34 @@ impl ConnSettings {
             internal: false,
             gather: true,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::upstream::access::Access;
+
+    #[test]
+    fn debug_output_masks_every_password() {
+        let cfg = Config::default();
+        let url = UpstreamUrl::parse("redis://app:url-secret@127.0.0.1:6379").unwrap();
+        let access = Access {
+            user: url.user.clone(),
+            password: url.password.clone(),
+            tls: None,
+        };
+        let s = ConnSettings {
+            user: Some("other".into()),
+            password: Some("own-secret".into()),
+            ..ConnSettings::new(&cfg, &url, Arc::new(UpstreamAccess::new(access)))
+        };
+        let shown = format!("{s:?}");
+        assert!(
+            !shown.contains("secret") && shown.contains("MASKED"),
+            "{shown}"
+        );
     }
 }

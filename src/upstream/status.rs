@@ -20,6 +20,9 @@ pub struct UpstreamStatus {
     connects: Counter,
     version: Mutex<Option<String>>,
     last_error: Mutex<Option<String>>,
+    /// Why the upstream refuses corral's new connections (credentials or TLS), while it does:
+    /// set by a failed connect, cleared by the next successful one.
+    refusal: Mutex<Option<String>>,
     /// Scripts and functions sent through corral and not answered yet.
     scripts: Arc<AtomicUsize>,
     /// When Redis last answered `-BUSY` or `-LOADING`, in ms since [`epoch`] (plus one, so
@@ -156,6 +159,40 @@ impl UpstreamStatus {
     pub fn connected(&self) {
         self.connected.fetch_add(1, Ordering::Relaxed);
         self.connects.inc();
+    }
+
+    /// Classifies a failed connect: a refusal (see [`refusal`]) is recorded, and logged once
+    /// per change rather than per retry. Returns the cause to report: for a refusal, the
+    /// server's or TLS's words prefixed with what to fix.
+    pub fn connect_failed(&self, cause: String) -> String {
+        let Some(what) = refusal(&cause) else {
+            return cause;
+        };
+        let text = format!("{what}: {cause}");
+        let mut cur = self.refusal.lock().unwrap_or_else(|p| p.into_inner());
+        if cur.as_deref() != Some(text.as_str()) {
+            tracing::error!(cause = %text, "upstream refuses corral's connections");
+            *cur = Some(text.clone());
+        }
+        text
+    }
+
+    /// A connect (handshake included) succeeded: any refusal is over.
+    pub fn connect_succeeded(&self) {
+        let mut cur = self.refusal.lock().unwrap_or_else(|p| p.into_inner());
+        if cur.take().is_some() {
+            tracing::info!("upstream accepts corral's connections again");
+        }
+    }
+
+    /// Why the upstream refuses corral's new connections (wrong or missing credentials, a
+    /// TLS failure), while it does. Live connections may still work meanwhile: Redis keeps
+    /// connections authenticated before a password change.
+    pub fn refused(&self) -> Option<String> {
+        self.refusal
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Records why a connection attempt failed or a live connection was lost.
@@ -296,6 +333,24 @@ impl UpstreamStatus {
     }
 }
 
+/// What to fix when a connect failed because the upstream refuses corral (as opposed to being
+/// down): its credentials, or its TLS settings. `None` for other failures.
+fn refusal(cause: &str) -> Option<&'static str> {
+    // Redis's words: NOAUTH (no password sent), WRONGPASS (Redis 6+), `ERR invalid password`
+    // (AUTH before 6), `ERR AUTH <password> called without any password configured` (a
+    // password sent to a server without one: harmless for Redis, but not what was meant).
+    let auth = ["NOAUTH", "WRONGPASS", "ERR invalid password", "ERR AUTH"];
+    if auth.iter().any(|p| cause.starts_with(p)) {
+        Some("authentication failed (check the credentials in upstream.url, then reload)")
+    } else if cause.starts_with("tls") || cause.contains("fatal alert") {
+        // A handshake error names itself; a refusal of corral's client certificate under
+        // TLS 1.3 arrives as an alert on the first read, after the handshake.
+        Some("TLS failed (check [upstream.tls] and the rediss:// URL)")
+    } else {
+        None
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -331,6 +386,29 @@ mod tests {
         assert!(s.ping_goes_upstream());
         drop(b);
         assert!(!s.ping_goes_upstream());
+    }
+
+    #[test]
+    fn refusals_are_kept_until_a_connect_succeeds() {
+        let s = UpstreamStatus::default();
+        assert_eq!(
+            s.connect_failed("Connection refused".into()),
+            "Connection refused"
+        );
+        assert_eq!(s.refused(), None);
+        let said = s.connect_failed("WRONGPASS invalid username-password pair".into());
+        assert!(
+            said.starts_with("authentication failed") && said.ends_with("pair"),
+            "{said}"
+        );
+        assert_eq!(s.refused().as_deref(), Some(said.as_str()));
+        // A failure of another kind (Redis down meanwhile) does not hide the refusal.
+        s.connect_failed("Connection refused".into());
+        assert!(s.refused().is_some());
+        s.connect_succeeded();
+        assert_eq!(s.refused(), None);
+        let tls = s.connect_failed("tls handshake with 127.0.0.1:1 failed: bad cert".into());
+        assert!(tls.starts_with("TLS failed"), "{tls}");
     }
 
     #[test]

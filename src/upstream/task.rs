@@ -28,6 +28,8 @@ pub(super) struct Task {
     pub(super) reset: Arc<Notify>,
     /// The server's client id for the live connection.
     pub(super) client_id: Arc<AtomicU64>,
+    /// Set when a connection that does not reconnect fails to connect.
+    pub(super) never_up: Arc<AtomicBool>,
     pub(super) observer: Option<Arc<dyn LinkObserver>>,
     pub(super) shutdown: CancellationToken,
 }
@@ -78,10 +80,18 @@ impl Task {
             };
             self.status.disconnected(&cause);
             if !self.s.reconnect {
+                // Known before the queued jobs learn it, so that whoever reads their error
+                // already sees it (and unpins from a connection that never was).
+                self.never_up.store(true, Ordering::Relaxed);
                 self.fail_queued(&cause);
                 return;
             }
-            warn!(upstream = %self.s.addr, %cause, retry_ms = backoff.as_millis() as u64, "upstream unavailable");
+            if self.status.refused().is_some() {
+                // Logged once by `connect_failed`, as an error; not again each retry.
+                debug!(upstream = %self.s.addr, %cause, retry_ms = backoff.as_millis() as u64, "upstream unavailable");
+            } else {
+                warn!(upstream = %self.s.addr, %cause, retry_ms = backoff.as_millis() as u64, "upstream unavailable");
+            }
             let jitter = rand::rng().random_range(0.5..1.0);
             let deadline = Instant::now() + backoff.mul_f64(jitter);
             backoff = (backoff * 2).min(self.s.backoff_max);
@@ -143,11 +153,14 @@ impl Task {
     }
 
     /// Waits until `deadline` before the next attempt, failing jobs at once meanwhile: a client
-    /// should learn at once that the upstream is down.
+    /// should learn at once that the upstream is down. New credentials (a reload) end the
+    /// wait: they may be what the upstream was waiting for.
     async fn fail_fast_until(&mut self, deadline: Instant, cause: &str) -> After {
+        let access = self.s.access.clone();
         loop {
             tokio::select! {
                 _ = sleep_until(deadline) => return After::Reconnect,
+                () = access.changed() => return After::Reconnect,
                 job = self.rx.recv() => match job {
                     Some(job) => job.reply.send(Err(self.unavailable(cause))),
                     None => return After::Stop,

@@ -10,7 +10,7 @@
 //! - `script`, `runner`, `compare`: scripts run on both sides of a pair, every reply compared
 //!   byte for byte;
 //! - `client`, `resp`: raw clients and the one reply scanner, encoders and parsers;
-//! - `relay`: a fault-injecting TCP relay; `wait`: bounded polling; `tool`: external programs.
+//! - `relay`: a fault-injecting TCP relay; `tls_relay`: plain clients to TLS endpoints; `wait`: bounded polling; `tool`: external programs.
 #![allow(dead_code, unused_imports)]
 
 mod cache;
@@ -25,6 +25,7 @@ mod resp;
 mod runner;
 mod script;
 mod server;
+mod tls_relay;
 mod tool;
 mod wait;
 
@@ -40,5 +41,6 @@ pub use resp::*;
 pub use runner::blocked_clients;
 pub use script::*;
 pub use server::*;
+pub use tls_relay::*;
 pub use tool::*;
 pub use wait::*;

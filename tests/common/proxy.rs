@@ -16,6 +16,10 @@ use super::resp::show;
 pub struct TestProxy {
     pub addr: SocketAddr,
     pub admin: Option<SocketAddr>,
+    /// The config it started with (tests reload changed copies of it).
+    pub config: Arc<Config>,
+    /// Reloads the running proxy, as SIGHUP does the binary.
+    pub reloader: corral::Reloader,
     shutdown: CancellationToken,
     handle: tokio::task::JoinHandle<corral::Result<()>>,
 }
@@ -71,17 +75,23 @@ impl TestProxy {
         let admin_listener = TcpListener::bind("127.0.0.1:0").await.expect("bind admin");
         let admin = admin_listener.local_addr().ok();
         let shutdown = CancellationToken::new();
-        let handle = tokio::spawn(corral::run(
-            Arc::new(cfg),
+        let config = Arc::new(cfg);
+        let reloader = corral::Reloader::default();
+        let handle = tokio::spawn(corral::run_with(
+            config.clone(),
             Listeners {
                 client,
                 admin: Some(admin_listener),
+                tls: None,
             },
             shutdown.clone(),
+            reloader.clone(),
         ));
         TestProxy {
             addr,
             admin,
+            config,
+            reloader,
             shutdown,
             handle,
         }

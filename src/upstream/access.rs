@@ -1,0 +1,97 @@
+//! What every upstream connection authenticates and encrypts with: the credentials of the
+//! upstream URL and the TLS connector of `[upstream.tls]`. Held once, shared by every
+//! connection's settings, and replaced as a whole on reload (SIGHUP): each connect reads the
+//! current value, so connections made after a reload use the new credentials while live ones
+//! are left alone.
+
+use std::fmt;
+use std::sync::{Arc, PoisonError, RwLock};
+
+use crate::config::{Config, UpstreamTarget};
+use crate::error::ConfigError;
+use crate::tls::UpstreamTlsConnector;
+
+/// The credentials and TLS setup in force (see the module docs).
+#[derive(Clone, Default)]
+pub struct Access {
+    /// ACL user for HELLO AUTH.
+    pub user: Option<String>,
+    /// Password for HELLO AUTH (or AUTH before Redis 6).
+    pub password: Option<String>,
+    /// Set for a `rediss://` upstream: every connection, to every node, runs a TLS handshake.
+    pub tls: Option<UpstreamTlsConnector>,
+}
+
+impl fmt::Debug for Access {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Access")
+            .field("user", &self.user)
+            .field("password", &self.password.as_ref().map(|_| "MASKED"))
+            .field("tls", &self.tls)
+            .finish()
+    }
+}
+
+impl Access {
+    /// The access a valid config names: the primary URL's credentials, and a TLS connector
+    /// (its files read now) when the upstream is `rediss://`.
+    ///
+    /// # Errors
+    /// A file of `[upstream.tls]` cannot be read or used.
+    pub fn from_config(cfg: &Config, target: &UpstreamTarget) -> Result<Access, ConfigError> {
+        let tls = if target.tls {
+            let connector = UpstreamTlsConnector::try_new(&cfg.upstream.tls).map_err(|e| {
+                ConfigError::Invalid {
+                    field: "upstream.tls",
+                    why: e.to_string(),
+                }
+            })?;
+            Some(connector)
+        } else {
+            None
+        };
+        Ok(Access {
+            user: target.primary.user.clone(),
+            password: target.primary.password.clone(),
+            tls,
+        })
+    }
+}
+
+/// The shared, replaceable [`Access`].
+#[derive(Debug, Default)]
+pub struct UpstreamAccess {
+    /// Read once per connect; written only on reload.
+    now: RwLock<Arc<Access>>,
+    /// Woken on replace: connections waiting out a backoff retry at once with the new access.
+    changed: tokio::sync::Notify,
+}
+
+impl UpstreamAccess {
+    /// Starts with `access`.
+    pub fn new(access: Access) -> UpstreamAccess {
+        UpstreamAccess {
+            now: RwLock::new(Arc::new(access)),
+            changed: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// What the next connection uses.
+    pub fn current(&self) -> Arc<Access> {
+        self.now
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Replaces it for connections made from now on.
+    pub fn replace(&self, access: Access) {
+        *self.now.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(access);
+        self.changed.notify_waiters();
+    }
+
+    /// Completes at the next [`UpstreamAccess::replace`].
+    pub async fn changed(&self) {
+        self.changed.notified().await;
+    }
+}
