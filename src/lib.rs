@@ -58,6 +58,7 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> Result<()> {
     let target = cfg.validate()?;
+    let acl = cfg.acl()?;
     // Every upstream connection (shared, dedicated, cache lanes, pub/sub) starts from these.
     let base = upstream::ConnSettings::new(&cfg, &target.primary);
     // Upstream connections outlive client connections during the drain, so in-flight requests
@@ -92,6 +93,7 @@ pub async fn run(
         cache,
         hub,
         Arc::new(metrics),
+        acl,
     ));
     if let Some(admin) = listeners.admin {
         tokio::spawn(admin::serve(admin, shared.clone(), upstream_token.clone()));

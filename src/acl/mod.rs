@@ -66,6 +66,8 @@ pub struct User {
     digests: Vec<[u8; 32]>,
     nopass: bool,
     enabled: bool,
+    /// Some command, key or channel is not allowed: requests must be checked.
+    restricted: bool,
     perms: Perms,
 }
 
@@ -124,6 +126,7 @@ impl User {
             digests,
             nopass: words.nopass,
             enabled: words.enabled.unwrap_or(true),
+            restricted: !perms.is_everything(),
             perms,
         })
     }
@@ -135,6 +138,7 @@ impl User {
             digests: requirepass.map(sha256).into_iter().collect(),
             nopass: requirepass.is_none(),
             enabled: true,
+            restricted: false,
             perms: Perms::everything(),
         }
     }
@@ -142,6 +146,11 @@ impl User {
     /// The user's name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// Whether some command, key or channel is denied (else checks can be skipped).
+    pub fn restricted(&self) -> bool {
+        self.restricted
     }
 
     /// Whether `password` opens this user.

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::acl::{Guard, GuardConfig, UserSpec, Users};
 use crate::error::ConfigError;
 
 mod upstream;
@@ -44,6 +45,29 @@ pub struct Config {
     pub cache: CacheConfig,
     /// Redis Cluster upstream (instead of `upstream.url`).
     pub cluster: ClusterConfig,
+    /// corral's own users (`[[users]]`), checked by corral; `requirepass` is `default`.
+    pub users: Vec<UserSpec>,
+    /// What happens to AUTH for users corral does not know.
+    pub auth: AuthConfig,
+    /// Commands refused or renamed for every client (`[commands]`).
+    pub commands: GuardConfig,
+}
+
+/// `[auth]`: AUTH and HELLO AUTH for users not in `[[users]]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthConfig {
+    /// `true` (the default): AUTH as a user other than `default` and not in `[[users]]` is
+    /// checked by Redis, and the client's commands then run on upstream connections
+    /// authenticated as that user (Redis's own ACL users, passed through). `false`: such an
+    /// AUTH fails with WRONGPASS, as for a user Redis does not know.
+    pub passthrough: bool,
+}
+
+impl Default for AuthConfig {
+    fn default() -> Self {
+        AuthConfig { passthrough: true }
+    }
 }
 
 /// Per-client limits, named after the Redis settings they mirror.
@@ -123,6 +147,9 @@ impl Default for Config {
             limits: LimitsConfig::default(),
             cache: CacheConfig::default(),
             cluster: ClusterConfig::default(),
+            users: Vec::new(),
+            auth: AuthConfig::default(),
+            commands: GuardConfig::default(),
         }
     }
 }
@@ -242,7 +269,28 @@ impl Config {
         if c.lane_deadline_ms < 10 || c.lane_deadline_ms > 3_600_000 {
             return Err(invalid("cache.lane_deadline_ms", "must be 10 to 3600000"));
         }
+        self.acl()?;
         Ok(target)
+    }
+
+    /// corral's users and command guard, compiled from `[[users]]`, `requirepass` and
+    /// `[commands]`.
+    ///
+    /// # Errors
+    /// A user or a command entry that does not compile (the error names it, never a password).
+    pub fn acl(&self) -> Result<(Users, Guard), ConfigError> {
+        let invalid = |field: &'static str, why: String| ConfigError::Invalid { field, why };
+        if self.users.iter().any(|u| u.name == "default") {
+            // `requirepass` is the default user: one place for its password.
+            return Err(invalid(
+                "users",
+                "'default' is requirepass's user and cannot be a [[users]] entry".into(),
+            ));
+        }
+        let users =
+            Users::new(&self.users, self.requirepass.get()).map_err(|e| invalid("users", e))?;
+        let guard = Guard::new(&self.commands).map_err(|e| invalid("commands", e))?;
+        Ok((users, guard))
     }
 
     /// The parsed upstream URL (valid after [`Config::validate`]).
@@ -313,6 +361,31 @@ mod tests {
         let cfg = Config::from_toml("requirepass = \"hunter2\"").unwrap();
         assert!(!format!("{cfg:?}").contains("hunter2"));
         assert_eq!(cfg.requirepass.get(), Some("hunter2"));
+    }
+
+    #[test]
+    fn users_and_commands_are_checked_at_load() {
+        let ok = "[[users]]\nname = \"app\"\npassword = \"s3cret\"\nrules = \"+@read ~cache:*\"\n\
+                  [commands]\ndeny = [\"FLUSHALL\", \"SCRIPT FLUSH\"]\nrename = { CONFIG = \"CFG_X\" }\n\
+                  [auth]\npassthrough = false\n";
+        let cfg = Config::from_toml(ok).unwrap();
+        assert!(!cfg.auth.passthrough);
+        let (users, guard) = cfg.acl().unwrap();
+        assert!(users.authenticate(b"app", b"s3cret").is_some());
+        assert!(!guard.is_empty());
+        assert!(Config::from_toml("").unwrap().auth.passthrough);
+        let bad = [
+            "[[users]]\nname = \"app\"\npassword = \"s3cret\"\nrules = \"+nosuch|sub\"",
+            "[[users]]\nname = \"app\"\npassword = \"s3cret\"\nrules = \"%R~x\"",
+            "[[users]]\nname = \"default\"\npassword = \"s3cret\"",
+            "[commands]\ndeny = [\"NOSUCH\"]",
+            "[commands]\nrename = { CONFIG = \"GET\" }",
+        ];
+        for text in bad {
+            let err = Config::from_toml(text).unwrap_err().to_string();
+            assert!(!err.contains("s3cret"), "{err}");
+            assert!(err.contains("users") || err.contains("commands"), "{err}");
+        }
     }
 
     #[test]

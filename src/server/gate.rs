@@ -10,16 +10,27 @@ use crate::resp::Args;
 use crate::resp::reply::{self, Encoder};
 
 impl Conn {
-    /// The reply refusing the request before it is routed: not authenticated, or not
-    /// allowed in RESP2 subscribed mode.
-    pub(super) fn refusal(&mut self, cmd: &Command<'_>) -> Option<Plan> {
+    /// The reply refusing the request before it is routed, in Redis's order: refused by the
+    /// guard (`guarded`), not authenticated, denied to the user, or not allowed in RESP2
+    /// subscribed mode.
+    pub(super) fn refusal(&mut self, cmd: &Command<'_>, guarded: Option<&Bytes>) -> Option<Plan> {
         let (args, route) = (cmd.args, cmd.route());
+        if let Some(refused) = guarded {
+            return Some(Plan::ready(refused.clone()));
+        }
         let allowed_unauthenticated = matches!(
             route,
             Route::Local(Local::Auth | Local::Hello | Local::Quit | Local::Reset)
         );
         if !self.session.authenticated && !allowed_unauthenticated {
             return Some(Plan::ready(Bytes::from_static(reply::NOAUTH)));
+        }
+        // Only corral users with restrictions pay for a check.
+        if let Some(user) = &self.session.acl
+            && user.restricted()
+            && let Err(denied) = super::permit::check(user, cmd)
+        {
+            return Some(Plan::ready(denied));
         }
         if self.resp2_subscribed() {
             match route {
@@ -97,7 +108,7 @@ pub(super) fn is_admin(args: &crate::resp::Args<'_>) -> bool {
 }
 
 /// Redis's reply to an unknown command.
-fn unknown_command(args: &crate::resp::Args<'_>) -> Bytes {
+pub(super) fn unknown_command(args: &crate::resp::Args<'_>) -> Bytes {
     let clip = |a: &[u8]| String::from_utf8_lossy(&a[..a.len().min(128)]).into_owned();
     let mut text = format!(
         "ERR unknown command '{}', with args beginning with: ",

@@ -9,12 +9,13 @@ use super::batch::Taken;
 use super::client::Conn;
 use super::clients::ReplyMode;
 use super::pending::{AfterAck, PendingReply, Queued};
+use super::permit::{self, Guarded};
 use super::plan::Plan;
 use super::route::{Request, client_pause};
 use crate::commands::{self, Command, Exclusive, Route, Tx};
-use crate::resp::Parsed;
 use crate::resp::reply;
 use crate::resp::request::encode_request;
+use crate::resp::{Args, Parsed};
 
 /// Most requests handled in one round; bounds the replies buffered per client.
 const MAX_PER_ROUND: usize = 1024;
@@ -63,8 +64,20 @@ impl Conn {
                 Parsed::Multibulk { len } => (len, false),
                 Parsed::Inline { len } => (len, true),
             };
-            let frame = &rbuf[off..off + len];
-            let cmd = Command::new(parser.args(frame));
+            let guarded = match self.shared.guard.is_empty() {
+                true => Guarded::Pass,
+                false => permit::guard(&self.shared.guard, &parser.args(&rbuf[off..off + len])),
+            };
+            let (cmd, frame, inline) = match &guarded {
+                Guarded::Renamed { argv, bytes } => {
+                    (Command::new(Args::Owned(argv)), &bytes[..], false)
+                }
+                _ => (
+                    Command::new(parser.args(&rbuf[off..off + len])),
+                    &rbuf[off..off + len],
+                    inline,
+                ),
+            };
             if self.must_start_round(&cmd) {
                 // This request moves the client to another upstream connection: everything
                 // before it must complete first, so start it in a round of its own.
@@ -83,6 +96,10 @@ impl Conn {
                 frame,
                 inline,
                 queued: rbuf.len() - off,
+                refused: match &guarded {
+                    Guarded::Refused(r) => Some(r.clone()),
+                    _ => None,
+                },
             };
             let plan = self.route(&cmd, &req);
             off += len;
@@ -157,6 +174,7 @@ impl Conn {
                 self.push_reply(PendingReply::Reply { rx, conn, then });
             }
             Plan::Tx { tx, req, node } => return self.transaction(tx, req, node).await,
+            Plan::AbortExec => return self.abort_exec().await,
             Plan::Blocking { req, writes, node } => {
                 return self.blocking(req, writes, node).await;
             }
@@ -209,6 +227,22 @@ impl Conn {
             }
         }
         false
+    }
+
+    /// EXEC after a command refused inside MULTI: DISCARD goes to Redis in its place (its
+    /// `+OK` is not the client's), and the client gets Redis's EXECABORT.
+    async fn abort_exec(&mut self) -> bool {
+        self.tx_failed = false;
+        if self.pin.as_ref().is_some_and(|p| p.in_multi) {
+            self.flush_batch().await;
+            self.batch.skip_first = true;
+            let mut discard = BytesMut::new();
+            encode_request(&[b"DISCARD"], &mut discard);
+            self.transaction(Tx::Discard, discard.freeze(), None).await;
+        }
+        self.deferred_multi = false;
+        self.push_ready(Bytes::from_static(permit::EXECABORT)).await;
+        true
     }
 
     /// HELLO switched the protocol of a client with a pinned connection that must follow

@@ -88,6 +88,8 @@ impl Conn {
         }
         self.session.authenticated = true;
         self.session.user = Some(auth.user);
+        // Redis checks this user's permissions now, not corral.
+        self.session.acl = None;
         self.info_changed = true;
         match auth.hello {
             Some(h) => {
