@@ -71,6 +71,16 @@ impl Session {
         }
     }
 
+    /// The user the client is authenticated as: a Redis ACL user passed through, a corral
+    /// user, or `default`.
+    pub fn user_name(&self) -> std::borrow::Cow<'_, str> {
+        match (&self.user, &self.acl) {
+            (Some(u), _) => String::from_utf8_lossy(u),
+            (None, Some(u)) => u.name().into(),
+            (None, None) => "default".into(),
+        }
+    }
+
     /// The CLIENT INFO line for this client, in Redis's format; fields corral does not track
     /// are reported as Redis reports an idle client.
     pub fn info_line(&self, cmd: &str) -> String {
@@ -96,11 +106,7 @@ impl Session {
             self.subs.2,
             self.qbuf,
             cmd,
-            match (&self.user, &self.acl) {
-                (Some(u), _) => String::from_utf8_lossy(u),
-                (None, Some(u)) => u.name().into(),
-                (None, None) => "default".into(),
-            },
+            self.user_name(),
             self.proto.as_int(),
             text(&self.lib_name),
             text(&self.lib_ver),

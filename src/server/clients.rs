@@ -321,13 +321,13 @@ fn kill_filters(args: &Args<'_>, e: &mut Encoder<'_>) -> Option<(Vec<Filter>, bo
                 filters.push(Box::new(move |s| Some(s.laddr) == a));
                 None
             }
-            // Every client of corral is user `default` (the only user `requirepass` knows);
-            // Redis refuses a user it does not know.
-            b"USER" if val == b"default" => None,
-            b"USER" => Some(Err(format!(
-                "ERR No such user '{}'",
-                String::from_utf8_lossy(val)
-            ))),
+            // corral cannot tell which users exist on Redis (pass-through): a name no client
+            // uses matches nobody instead of Redis's "No such user".
+            b"USER" => {
+                let name = String::from_utf8_lossy(val).into_owned();
+                filters.push(Box::new(move |s| s.user_name() == name));
+                None
+            }
             b"TYPE" if type_matches_any(val).is_none() => Some(Err(format!(
                 "ERR Unknown client type '{}'",
                 String::from_utf8_lossy(val)
@@ -399,6 +399,22 @@ mod tests {
             run(&["CLIENT", "KILL", "127.0.0.1:9"], &a, &reg).0,
             b"-ERR No such client\r\n"
         );
+    }
+
+    #[test]
+    fn kill_by_user_matches_the_user_shown() {
+        let reg = Registry::default();
+        let (a, mut b) = (session(1, 1001), session(2, 1002));
+        b.user = Some(bytes::Bytes::from_static(b"bob"));
+        let (ta, tb) = (CancellationToken::new(), CancellationToken::new());
+        reg.add(&a, ta.clone());
+        reg.add(&b, tb.clone());
+        let kill = |user| run(&["CLIENT", "KILL", "USER", user, "SKIPME", "no"], &a, &reg).0;
+        assert_eq!(kill("nobody"), b":0\r\n");
+        assert_eq!(kill("bob"), b":1\r\n");
+        assert!(tb.is_cancelled() && !ta.is_cancelled());
+        assert_eq!(kill("default"), b":1\r\n");
+        assert!(ta.is_cancelled());
     }
 
     #[test]
