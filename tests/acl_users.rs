@@ -133,6 +133,14 @@ const WRITER: &[&str] = &[
     "A: EXEC",
     "A: PUBLISH any hi",
     "A: DEL w:1 w:3",
+    "A: RPUSH w:l 2 1",
+    "A: SORT w:l BY nosort",
+    "A: SORT w:l BY w:*",
+    "A: SORT w:l LIMIT 0 1 GET w:*",
+    "A: SORT_RO w:l BY w:*",
+    "A: SORT w:l DESC BY w:x STORE w:m",
+    "A: SORT w:l STORE other",
+    "A: DEL w:l w:m",
 ];
 
 const CHANNELS: &[&str] = &[
@@ -200,6 +208,9 @@ async fn a_restricted_user_never_reads_a_denied_key_from_the_cache() {
         )
     );
     assert_eq!(reader.cmd("GET cache:k").await, b"$1\r\nv\r\n");
+    // reader may not run CLIENT INFO (`@connection`): default sees it in CLIENT LIST.
+    let list = String::from_utf8_lossy(&default.cmd("CLIENT LIST").await).into_owned();
+    assert!(list.contains(" user=reader "), "{list}");
     assert!(
         reader
             .cmd("MGET cache:k secret")

@@ -153,6 +153,11 @@ impl User {
         self.restricted
     }
 
+    /// Whether every key is allowed (`allkeys`, `~*`).
+    pub fn all_keys(&self) -> bool {
+        self.perms.keys.is_none()
+    }
+
     /// Whether `password` opens this user.
     pub fn password_ok(&self, password: &[u8]) -> bool {
         if !self.enabled {

@@ -64,7 +64,11 @@ pub(super) fn check(user: &User, cmd: &Command<'_>) -> Result<(), Bytes> {
         .and_then(|()| user.check_keys(cmd.keys().keys(&cmd.args)))
         .and_then(|()| check_channels(user, cmd, &argv));
     match denied {
-        Ok(()) => Ok(()),
+        Ok(()) if user.all_keys() => Ok(()),
+        Ok(()) => match cmd.name() {
+            b"SORT" | b"SORT_RO" => sort_patterns(&argv),
+            _ => Ok(()),
+        },
         // A command Redis 7.0 does not know (a typo): Redis reports it as unknown before it
         // checks permissions. corral cannot tell a newer command from a typo, and must not
         // let a restricted user run the former: both get the unknown-command error.
@@ -86,4 +90,36 @@ fn check_channels(user: &User, cmd: &Command<'_>, argv: &[&[u8]]) -> Result<(), 
         b"PSUBSCRIBE" => user.check_channels(rest.iter().copied(), true),
         _ => Ok(()),
     }
+}
+
+/// SORT's BY and GET patterns read keys no key check sees: Redis refuses them (BY only with
+/// a `*` in it, GET always) to a user without access to every key, scanning the options left
+/// to right as it parses them. Anything it would reject as a syntax error is left to it.
+fn sort_patterns(argv: &[&[u8]]) -> Result<(), Bytes> {
+    let mut j = 2;
+    while let Some(opt) = argv.get(j) {
+        let left = argv.len() - j - 1;
+        let is = |w: &[u8]| opt.eq_ignore_ascii_case(w);
+        if is(b"ASC") || is(b"DESC") || is(b"ALPHA") {
+            j += 1;
+        } else if is(b"LIMIT") && left >= 2 {
+            j += 3;
+        } else if is(b"STORE") && left >= 1 {
+            j += 2;
+        } else if is(b"BY") && left >= 1 {
+            if argv[j + 1].contains(&b'*') {
+                return Err(Bytes::from_static(
+                    b"-ERR BY option of SORT denied due to insufficient ACL permissions.\r\n",
+                ));
+            }
+            j += 2;
+        } else if is(b"GET") && left >= 1 {
+            return Err(Bytes::from_static(
+                b"-ERR GET option of SORT denied due to insufficient ACL permissions.\r\n",
+            ));
+        } else {
+            break;
+        }
+    }
+    Ok(())
 }
