@@ -4,6 +4,7 @@
 
 use bytes::{Bytes, BytesMut};
 
+use super::client::Conn;
 use super::gate::unknown_command;
 use crate::acl::{self, Denied, Guard, User, Verdict};
 use crate::commands::Command;
@@ -29,8 +30,42 @@ pub(super) enum Guarded {
     Refused(Bytes),
 }
 
-/// Applies the guard to a request (`guard` not empty: callers skip it otherwise).
-pub(super) fn guard(guard: &Guard, args: &Args<'_>) -> Guarded {
+impl Guarded {
+    /// The request to route: the renamed one, or the one sent (`args`, `frame`, `inline`).
+    pub(super) fn request<'a>(
+        &'a self,
+        args: Args<'a>,
+        frame: &'a [u8],
+        inline: bool,
+    ) -> (Command<'a>, &'a [u8], bool) {
+        match self {
+            Guarded::Renamed { argv, bytes } => (Command::new(Args::Owned(argv)), bytes, false),
+            _ => (Command::new(args), frame, inline),
+        }
+    }
+
+    /// The guard's refusal, if it refused the request.
+    pub(super) fn refusal(&self) -> Option<Bytes> {
+        match self {
+            Guarded::Refused(reply) => Some(reply.clone()),
+            _ => None,
+        }
+    }
+}
+
+impl Conn {
+    /// What the guard makes of a request; nothing to do without `[commands]`.
+    pub(super) fn guarded(&self, args: &Args<'_>) -> Guarded {
+        if self.shared.guard.is_empty() {
+            Guarded::Pass
+        } else {
+            guard(&self.shared.guard, args)
+        }
+    }
+}
+
+/// Applies the guard to a request.
+fn guard(guard: &Guard, args: &Args<'_>) -> Guarded {
     let Some(name) = args.get(0) else {
         return Guarded::Pass;
     };

@@ -9,13 +9,13 @@ use super::batch::Taken;
 use super::client::Conn;
 use super::clients::ReplyMode;
 use super::pending::{AfterAck, PendingReply, Queued};
-use super::permit::{self, Guarded};
+use super::permit;
 use super::plan::Plan;
 use super::route::{Request, client_pause};
 use crate::commands::{self, Command, Exclusive, Route, Tx};
+use crate::resp::Parsed;
 use crate::resp::reply;
 use crate::resp::request::encode_request;
-use crate::resp::{Args, Parsed};
 
 /// Most requests handled in one round; bounds the replies buffered per client.
 const MAX_PER_ROUND: usize = 1024;
@@ -64,20 +64,10 @@ impl Conn {
                 Parsed::Multibulk { len } => (len, false),
                 Parsed::Inline { len } => (len, true),
             };
-            let guarded = match self.shared.guard.is_empty() {
-                true => Guarded::Pass,
-                false => permit::guard(&self.shared.guard, &parser.args(&rbuf[off..off + len])),
-            };
-            let (cmd, frame, inline) = match &guarded {
-                Guarded::Renamed { argv, bytes } => {
-                    (Command::new(Args::Owned(argv)), &bytes[..], false)
-                }
-                _ => (
-                    Command::new(parser.args(&rbuf[off..off + len])),
-                    &rbuf[off..off + len],
-                    inline,
-                ),
-            };
+            let frame = &rbuf[off..off + len];
+            // Renamed commands are routed by their real name; refused ones are replied to.
+            let guarded = self.guarded(&parser.args(frame));
+            let (cmd, frame, inline) = guarded.request(parser.args(frame), frame, inline);
             if self.must_start_round(&cmd) {
                 // This request moves the client to another upstream connection: everything
                 // before it must complete first, so start it in a round of its own.
@@ -96,10 +86,7 @@ impl Conn {
                 frame,
                 inline,
                 queued: rbuf.len() - off,
-                refused: match &guarded {
-                    Guarded::Refused(r) => Some(r.clone()),
-                    _ => None,
-                },
+                refused: guarded.refusal(),
             };
             let plan = self.route(&cmd, &req);
             off += len;
