@@ -91,6 +91,7 @@ pub async fn run_with(
         access: access.clone(),
         acceptor: acceptor.clone(),
     });
+    let acl = cfg.acl()?;
     // Every upstream connection (shared, dedicated, cache lanes, pub/sub) starts from these.
     let base = upstream::ConnSettings::new(&cfg, &target.primary, access);
     // Upstream connections outlive client connections during the drain, so in-flight requests
@@ -125,6 +126,7 @@ pub async fn run_with(
         cache,
         hub,
         Arc::new(metrics),
+        acl,
     ));
     if let Some(admin) = listeners.admin {
         tokio::spawn(admin::serve(admin, shared.clone(), upstream_token.clone()));

@@ -87,23 +87,39 @@ impl Guard {
 
     /// Decides for a request whose argument 0 is `name` and argument 1 `sub` (any case).
     pub fn check(&self, name: &[u8], sub: Option<&[u8]>) -> Verdict {
-        let lower = String::from_utf8_lossy(name).to_ascii_lowercase();
-        if let Some(real) = self.aliases.get(&lower) {
+        // Lower-cased on the stack: this runs for every request of every client.
+        let mut buf = [0u8; 64];
+        let owned;
+        let lower: &str = match buf.get_mut(..name.len()) {
+            Some(b) => {
+                b.copy_from_slice(name);
+                b.make_ascii_lowercase();
+                match std::str::from_utf8(b) {
+                    Ok(s) => s,
+                    // Not UTF-8: no configured name (TOML text) can match it.
+                    Err(_) => return Verdict::Pass,
+                }
+            }
+            None => {
+                owned = String::from_utf8_lossy(name).to_ascii_lowercase();
+                &owned
+            }
+        };
+        if let Some(real) = self.aliases.get(lower) {
             return Verdict::Rename(real.clone());
         }
-        if self.hidden.contains(&lower) {
+        if self.hidden.iter().any(|h| h == lower) {
             return Verdict::UnknownCommand;
         }
-        if let Some(sub) = sub
-            && !self.hidden_subs.is_empty()
-        {
-            let full = format!(
-                "{lower}|{}",
-                String::from_utf8_lossy(sub).to_ascii_lowercase()
-            );
-            if self.hidden_subs.contains(&full) {
-                return Verdict::UnknownSubcommand;
-            }
+        // `container|sub` entries, compared without building the full name.
+        let hidden_sub = |h: &String| {
+            h.strip_prefix(lower)
+                .and_then(|rest| rest.strip_prefix('|'))
+                .zip(sub)
+                .is_some_and(|(hs, sub)| hs.as_bytes().eq_ignore_ascii_case(sub))
+        };
+        if self.hidden_subs.iter().any(hidden_sub) {
+            return Verdict::UnknownSubcommand;
         }
         Verdict::Pass
     }
@@ -163,6 +179,19 @@ mod tests {
             &unknown_subcommand(b"script", b"FLUSH")[..],
             b"-ERR unknown subcommand 'FLUSH'. Try SCRIPT HELP.\r\n"
         );
+    }
+
+    #[test]
+    fn long_and_binary_names() {
+        let long = "n".repeat(70);
+        let g = guard(&[], &[("config", long.as_str())]).expect("valid");
+        let upper = long.to_ascii_uppercase();
+        assert_eq!(
+            g.check(upper.as_bytes(), None),
+            Verdict::Rename("CONFIG".into())
+        );
+        assert_eq!(g.check(&[0xff, b'x'], None), Verdict::Pass);
+        assert_eq!(g.check(b"CONFIG", Some(&[0xff])), Verdict::UnknownCommand);
     }
 
     #[test]

@@ -69,6 +69,8 @@ pub struct User {
     digests: Vec<[u8; 32]>,
     nopass: bool,
     enabled: bool,
+    /// Some command, key or channel is not allowed: requests must be checked.
+    restricted: bool,
     perms: Perms,
 }
 
@@ -125,6 +127,7 @@ impl User {
             digests,
             nopass: words.nopass,
             enabled: words.enabled.unwrap_or(true),
+            restricted: !perms.is_everything(),
             perms,
         })
     }
@@ -136,6 +139,7 @@ impl User {
             digests: requirepass.map(sha256).into_iter().collect(),
             nopass: requirepass.is_none(),
             enabled: true,
+            restricted: false,
             perms: Perms::everything(),
         }
     }
@@ -143,6 +147,16 @@ impl User {
     /// The user's name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// Whether some command, key or channel is denied (else checks can be skipped).
+    pub fn restricted(&self) -> bool {
+        self.restricted
+    }
+
+    /// Whether every key is allowed (`allkeys`, `~*`).
+    pub fn all_keys(&self) -> bool {
+        self.perms.keys.is_none()
     }
 
     /// Whether `password` opens this user.

@@ -159,6 +159,16 @@ impl Perms {
         Ok(())
     }
 
+    /// Whether these are all the permissions there are (`+@all allkeys allchannels`), so
+    /// that checking them can be skipped.
+    pub fn is_everything(&self) -> bool {
+        self.all_commands
+            && self.allowed.iter().all(|a| *a)
+            && self.unknown.iter().all(|(_, on)| *on)
+            && self.keys.is_none()
+            && self.channels.is_none()
+    }
+
     /// Whether `name` (lower case; `container|sub` for a subcommand) may run.
     pub fn command_allowed(&self, name: &str) -> bool {
         match COMMANDS.binary_search_by(|(cmd, _, _)| (*cmd).cmp(name)) {

@@ -16,6 +16,8 @@ pub struct LocalCtx<'a> {
     pub requirepass: Option<&'a str>,
     /// Version reported by HELLO: the upstream's when known.
     pub version: &'a str,
+    /// corral's own users (`[[users]]`), checked besides `default`.
+    pub users: Option<&'a crate::acl::Users>,
 }
 
 /// What the connection does after a local command.
@@ -63,6 +65,7 @@ pub fn execute(
                 s.name = None;
                 s.authenticated = ctx.requirepass.is_none();
                 s.user = None;
+                s.acl = None;
                 e.proto = Proto::Resp2;
                 e.simple("RESET");
             }
@@ -75,9 +78,10 @@ pub fn execute(
                     (Some(arg(1)), arg(2))
                 };
                 match check_password(ctx, user, pass) {
-                    Ok(()) => {
+                    Ok(acl) => {
                         s.authenticated = true;
                         s.user = None;
+                        s.acl = acl;
                         e.raw(reply::OK);
                     }
                     Err(err) => e.raw(err.wire()),
@@ -92,16 +96,27 @@ pub fn execute(
     Outcome::Continue
 }
 
-/// Checks AUTH/HELLO credentials the way Redis checks them for the `default` user.
-fn check_password(ctx: &LocalCtx<'_>, user: Option<&[u8]>, pass: &[u8]) -> Result<(), Canned> {
+/// Checks AUTH/HELLO credentials the way Redis checks them: `default` against
+/// `requirepass`, any other name against corral's users. `Ok(Some(user))` for a corral user.
+fn check_password(
+    ctx: &LocalCtx<'_>,
+    user: Option<&[u8]>,
+    pass: &[u8],
+) -> Result<Option<std::sync::Arc<crate::acl::User>>, Canned> {
     let default_user = user.is_none_or(|u| u == b"default");
     match ctx.requirepass {
         // Without a password the default user is "nopass": any password works for it, but
         // the one-argument form is reported as a configuration mistake.
         None if user.is_none() => Err(replies::AUTH_NOT_CONFIGURED),
-        None if default_user => Ok(()),
-        Some(p) if default_user && p.as_bytes() == pass => Ok(()),
-        _ => Err(replies::WRONGPASS),
+        None if default_user => Ok(None),
+        Some(p) if default_user && p.as_bytes() == pass => Ok(None),
+        _ => match (user, ctx.users) {
+            (Some(name), Some(users)) if !default_user => users
+                .authenticate(name, pass)
+                .map(Some)
+                .ok_or(replies::WRONGPASS),
+            _ => Err(replies::WRONGPASS),
+        },
     }
 }
 
@@ -134,8 +149,9 @@ fn hello(args: &Args<'_>, s: &mut Session, ctx: &LocalCtx<'_>, e: &mut Encoder<'
         }
     }
     if let Some((user, pass)) = auth {
-        if let Err(err) = check_password(ctx, Some(user), pass) {
-            return e.raw(err.wire());
+        match check_password(ctx, Some(user), pass) {
+            Ok(acl) => s.acl = acl,
+            Err(err) => return e.raw(err.wire()),
         }
         s.authenticated = true;
         s.user = None;
@@ -227,6 +243,7 @@ mod tests {
         let ctx = LocalCtx {
             requirepass: pass,
             version: "7.0.15",
+            users: None,
         };
         let mut out = BytesMut::new();
         let o = execute(cmd, &args, s, &ctx, &mut out);

@@ -37,6 +37,9 @@ pub struct Session {
     pub authenticated: bool,
     /// The Redis ACL user the client authenticated as through corral (`None`: `default`).
     pub user: Option<Bytes>,
+    /// The corral user (`[[users]]`) the client authenticated as (`None`: `default`, or a
+    /// Redis ACL user in `user`). Its permissions are checked before routing.
+    pub acl: Option<std::sync::Arc<crate::acl::User>>,
     /// Peer address.
     pub addr: SocketAddr,
     /// Local address the client connected to.
@@ -61,9 +64,20 @@ impl Session {
             lib_ver: None,
             authenticated,
             user: None,
+            acl: None,
             addr,
             laddr,
             created: Instant::now(),
+        }
+    }
+
+    /// The user the client is authenticated as: a Redis ACL user passed through, a corral
+    /// user, or `default`.
+    pub fn user_name(&self) -> std::borrow::Cow<'_, str> {
+        match (&self.user, &self.acl) {
+            (Some(u), _) => String::from_utf8_lossy(u),
+            (None, Some(u)) => u.name().into(),
+            (None, None) => "default".into(),
         }
     }
 
@@ -92,9 +106,7 @@ impl Session {
             self.subs.2,
             self.qbuf,
             cmd,
-            self.user
-                .as_ref()
-                .map_or_else(|| "default".into(), |u| String::from_utf8_lossy(u)),
+            self.user_name(),
             self.proto.as_int(),
             text(&self.lib_name),
             text(&self.lib_ver),

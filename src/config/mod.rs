@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::acl::{Guard, GuardConfig, UserSpec, Users};
 use crate::error::ConfigError;
 use crate::tls::ListenTls;
 
@@ -47,6 +48,29 @@ pub struct Config {
     pub cluster: ClusterConfig,
     /// The TLS listener for clients, beside the plain one (`[tls]`, `--tls-listen`).
     pub tls: ListenTls,
+    /// corral's own users (`[[users]]`), checked by corral; `requirepass` is `default`.
+    pub users: Vec<UserSpec>,
+    /// What happens to AUTH for users corral does not know.
+    pub auth: AuthConfig,
+    /// Commands refused or renamed for every client (`[commands]`).
+    pub commands: GuardConfig,
+}
+
+/// `[auth]`: AUTH and HELLO AUTH for users not in `[[users]]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthConfig {
+    /// `true` (the default): AUTH as a user other than `default` and not in `[[users]]` is
+    /// checked by Redis, and the client's commands then run on upstream connections
+    /// authenticated as that user (Redis's own ACL users, passed through). `false`: such an
+    /// AUTH fails with WRONGPASS, as for a user Redis does not know.
+    pub passthrough: bool,
+}
+
+impl Default for AuthConfig {
+    fn default() -> Self {
+        AuthConfig { passthrough: true }
+    }
 }
 
 /// Per-client limits, named after the Redis settings they mirror.
@@ -127,6 +151,9 @@ impl Default for Config {
             cache: CacheConfig::default(),
             cluster: ClusterConfig::default(),
             tls: ListenTls::default(),
+            users: Vec::new(),
+            auth: AuthConfig::default(),
+            commands: GuardConfig::default(),
         }
     }
 }
@@ -261,7 +288,28 @@ impl Config {
         if c.lane_deadline_ms < 10 || c.lane_deadline_ms > 3_600_000 {
             return Err(invalid("cache.lane_deadline_ms", "must be 10 to 3600000"));
         }
+        self.acl()?;
         Ok(target)
+    }
+
+    /// corral's users and command guard, compiled from `[[users]]`, `requirepass` and
+    /// `[commands]`.
+    ///
+    /// # Errors
+    /// A user or a command entry that does not compile (the error names it, never a password).
+    pub fn acl(&self) -> Result<(Users, Guard), ConfigError> {
+        let invalid = |field: &'static str, why: String| ConfigError::Invalid { field, why };
+        if self.users.iter().any(|u| u.name == "default") {
+            // `requirepass` is the default user: one place for its password.
+            return Err(invalid(
+                "users",
+                "'default' is requirepass's user and cannot be a [[users]] entry".into(),
+            ));
+        }
+        let users =
+            Users::new(&self.users, self.requirepass.get()).map_err(|e| invalid("users", e))?;
+        let guard = Guard::new(&self.commands).map_err(|e| invalid("commands", e))?;
+        Ok((users, guard))
     }
 
     /// Deadline for one upstream connect.
@@ -390,6 +438,31 @@ mod tests {
         let mixed = "[cluster]\nseeds = [\"rediss://a:1\", \"redis://b:2\"]";
         let err = Config::from_toml(mixed).unwrap_err();
         assert!(err.to_string().contains("cluster.seeds"), "{err}");
+    }
+
+    #[test]
+    fn users_and_commands_are_checked_at_load() {
+        let ok = "[[users]]\nname = \"app\"\npassword = \"s3cret\"\nrules = \"+@read ~cache:*\"\n\
+                  [commands]\ndeny = [\"FLUSHALL\", \"SCRIPT FLUSH\"]\nrename = { CONFIG = \"CFG_X\" }\n\
+                  [auth]\npassthrough = false\n";
+        let cfg = Config::from_toml(ok).unwrap();
+        assert!(!cfg.auth.passthrough);
+        let (users, guard) = cfg.acl().unwrap();
+        assert!(users.authenticate(b"app", b"s3cret").is_some());
+        assert!(!guard.is_empty());
+        assert!(Config::from_toml("").unwrap().auth.passthrough);
+        let bad = [
+            "[[users]]\nname = \"app\"\npassword = \"s3cret\"\nrules = \"+nosuch|sub\"",
+            "[[users]]\nname = \"app\"\npassword = \"s3cret\"\nrules = \"%R~x\"",
+            "[[users]]\nname = \"default\"\npassword = \"s3cret\"",
+            "[commands]\ndeny = [\"NOSUCH\"]",
+            "[commands]\nrename = { CONFIG = \"GET\" }",
+        ];
+        for text in bad {
+            let err = Config::from_toml(text).unwrap_err().to_string();
+            assert!(!err.contains("s3cret"), "{err}");
+            assert!(err.contains("users") || err.contains("commands"), "{err}");
+        }
     }
 
     #[test]

@@ -51,6 +51,12 @@ canned! {
         the default user. Are you sure your configuration is correct?";
     /// A client connecting past `max_clients`.
     MAX_CLIENTS = "ERR max number of clients reached";
+    /// EXEC after a command was refused inside the transaction.
+    EXECABORT = "EXECABORT Transaction discarded because of previous errors.";
+    /// SORT ... BY for a user without access to every key.
+    SORT_BY_DENIED = "ERR BY option of SORT denied due to insufficient ACL permissions.";
+    /// SORT ... GET for a user without access to every key.
+    SORT_GET_DENIED = "ERR GET option of SORT denied due to insufficient ACL permissions.";
     /// A syntax error.
     SYNTAX = "ERR syntax error";
     /// An out-of-range integer argument.

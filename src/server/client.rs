@@ -65,6 +65,8 @@ pub(super) struct Conn {
     pub(super) exec_select: Option<Vec<(u32, usize)>>,
     /// Cluster mode: MULTI was answered, no command queued yet.
     pub(super) deferred_multi: bool,
+    /// corral refused a command inside MULTI: EXEC fails with EXECABORT (`permit.rs`).
+    pub(super) tx_failed: bool,
     /// Requests were read from the client while waiting for a reply on a dedicated
     /// connection: parse them before waiting for more input.
     pub(super) read_ahead: bool,
@@ -119,6 +121,7 @@ impl Conn {
             subs: None,
             exec_select: None,
             deferred_multi: false,
+            tx_failed: false,
             read_ahead: false,
             wake,
             redirected,

@@ -276,6 +276,9 @@ fn kill(args: &Args<'_>, me: &Session, registry: &Registry, e: &mut Encoder<'_>)
     let Some((filters, skipme)) = kill_filters(args, e) else {
         return;
     };
+    if let Some(name) = unknown_user(args, registry) {
+        return e.error(&replies::no_such_user(name.as_bytes()));
+    }
     let mut killed = 0;
     for (s, token) in registry.snapshots() {
         if skipme && s.id == me.id {
@@ -287,6 +290,22 @@ fn kill(args: &Args<'_>, me: &Session, registry: &Registry, e: &mut Encoder<'_>)
         }
     }
     e.int(killed);
+}
+
+/// CLIENT KILL USER's name when no client of corral is authenticated as it (and it is not
+/// `default`): Redis refuses a user it does not know, and corral knows the users by their
+/// clients (a user of Redis's own exists for corral once a client has authenticated as it).
+fn unknown_user(args: &Args<'_>, registry: &Registry) -> Option<String> {
+    let at = (2..args.len())
+        .step_by(2)
+        .find(|&i| args.get(i).is_some_and(|a| a.eq_ignore_ascii_case(b"USER")))?;
+    let name = String::from_utf8_lossy(args.get(at + 1)?).into_owned();
+    let known = name == "default"
+        || registry
+            .snapshots()
+            .iter()
+            .any(|(s, _)| s.user_name() == name);
+    (!known).then_some(name)
 }
 
 /// The filters of CLIENT KILL's new form and its SKIPME, or `None` once the error is
@@ -319,10 +338,12 @@ fn kill_filters(args: &Args<'_>, e: &mut Encoder<'_>) -> Option<(Vec<Filter>, bo
                 filters.push(Box::new(move |s| Some(s.laddr) == a));
                 None
             }
-            // Every client of corral is user `default` (the only user `requirepass` knows);
-            // Redis refuses a user it does not know.
-            b"USER" if val == b"default" => None,
-            b"USER" => Some(Err(replies::no_such_user(val))),
+            // Names no client uses are refused by `unknown_user`.
+            b"USER" => {
+                let name = String::from_utf8_lossy(val).into_owned();
+                filters.push(Box::new(move |s| s.user_name() == name));
+                None
+            }
             b"TYPE" if type_matches_any(val).is_none() => {
                 Some(Err(replies::unknown_client_type(val)))
             }
@@ -393,6 +414,22 @@ mod tests {
             run(&["CLIENT", "KILL", "127.0.0.1:9"], &a, &reg).0,
             b"-ERR No such client\r\n"
         );
+    }
+
+    #[test]
+    fn kill_by_user_matches_the_user_shown() {
+        let reg = Registry::default();
+        let (a, mut b) = (session(1, 1001), session(2, 1002));
+        b.user = Some(bytes::Bytes::from_static(b"bob"));
+        let (ta, tb) = (CancellationToken::new(), CancellationToken::new());
+        reg.add(&a, ta.clone());
+        reg.add(&b, tb.clone());
+        let kill = |user| run(&["CLIENT", "KILL", "USER", user, "SKIPME", "no"], &a, &reg).0;
+        assert_eq!(kill("nobody"), b"-ERR No such user 'nobody'\r\n");
+        assert_eq!(kill("bob"), b":1\r\n");
+        assert!(tb.is_cancelled() && !ta.is_cancelled());
+        assert_eq!(kill("default"), b":1\r\n");
+        assert!(ta.is_cancelled());
     }
 
     #[test]

@@ -11,16 +11,27 @@ use crate::resp::Args;
 use crate::resp::reply::Encoder;
 
 impl Conn {
-    /// The reply refusing the request before it is routed: not authenticated, or not
-    /// allowed in RESP2 subscribed mode.
-    pub(super) fn refusal(&mut self, cmd: &Command<'_>) -> Option<Plan> {
+    /// The reply refusing the request before it is routed, in Redis's order: refused by the
+    /// guard (`guarded`), not authenticated, denied to the user, or not allowed in RESP2
+    /// subscribed mode.
+    pub(super) fn refusal(&mut self, cmd: &Command<'_>, guarded: Option<&Bytes>) -> Option<Plan> {
         let (args, route) = (cmd.args, cmd.route());
+        if let Some(refused) = guarded {
+            return Some(Plan::ready(refused.clone()));
+        }
         let allowed_unauthenticated = matches!(
             route,
             Route::Local(Local::Auth | Local::Hello | Local::Quit | Local::Reset)
         );
         if !self.session.authenticated && !allowed_unauthenticated {
             return Some(Plan::ready(replies::NOAUTH.to_bytes()));
+        }
+        // Only corral users with restrictions pay for a check.
+        if let Some(user) = &self.session.acl
+            && user.restricted()
+            && let Err(denied) = super::permit::check(user, cmd)
+        {
+            return Some(Plan::ready(denied));
         }
         if self.resp2_subscribed() {
             match route {
@@ -95,7 +106,7 @@ pub(super) fn is_admin(args: &crate::resp::Args<'_>) -> bool {
 }
 
 /// Redis's reply to an unknown command.
-fn unknown_command(args: &crate::resp::Args<'_>) -> Bytes {
+pub(super) fn unknown_command(args: &crate::resp::Args<'_>) -> Bytes {
     let text = replies::unknown_command(args.get(0).unwrap_or_default(), args.iter().skip(1));
     let mut out = BytesMut::new();
     Encoder {

@@ -15,6 +15,7 @@ mod info;
 mod merged;
 mod mget;
 mod pending;
+mod permit;
 mod pin;
 mod plan;
 mod pubcount;

@@ -23,6 +23,9 @@ pub(super) enum Plan {
         req: Bytes,
         then: Then,
     },
+    /// EXEC after corral refused a command inside MULTI: the transaction is discarded on
+    /// Redis and the client gets EXECABORT, as Redis does after a refused command.
+    AbortExec,
     /// A transaction command (the request bytes), which may pin or unpin the client.
     Tx {
         tx: Tx,

@@ -64,7 +64,9 @@ impl Conn {
                 Parsed::Inline { len } => (len, true),
             };
             let frame = &rbuf[off..off + len];
-            let cmd = Command::new(parser.args(frame));
+            // Renamed commands are routed by their real name; refused ones are replied to.
+            let guarded = self.guarded(&parser.args(frame));
+            let (cmd, frame, inline) = guarded.request(parser.args(frame), frame, inline);
             if self.must_start_round(&cmd) {
                 // This request moves the client to another upstream connection: everything
                 // before it must complete first, so start it in a round of its own.
@@ -83,6 +85,7 @@ impl Conn {
                 frame,
                 inline,
                 queued: rbuf.len() - off,
+                refused: guarded.refusal(),
             };
             let plan = self.route(&cmd, &req);
             off += len;
@@ -159,6 +162,7 @@ impl Conn {
                 self.push_reply(PendingReply::Reply { rx, conn, then });
             }
             Plan::Tx { tx, req, node } => return self.transaction(tx, req, node).await,
+            Plan::AbortExec => return self.abort_exec().await,
             Plan::Blocking { req, writes, node } => {
                 return self.blocking(req, writes, node).await;
             }
@@ -217,6 +221,22 @@ impl Conn {
                 true
             }
         }
+    }
+
+    /// EXEC after a command refused inside MULTI: DISCARD goes to Redis in its place (its
+    /// `+OK` is not the client's), and the client gets Redis's EXECABORT.
+    async fn abort_exec(&mut self) -> bool {
+        self.tx_failed = false;
+        if self.pin.as_ref().is_some_and(|p| p.in_multi) {
+            self.flush_batch().await;
+            self.batch.skip_first = true;
+            let mut discard = BytesMut::new();
+            encode_request(&[b"DISCARD"], &mut discard);
+            self.transaction(Tx::Discard, discard.freeze(), None).await;
+        }
+        self.deferred_multi = false;
+        self.push_ready(replies::EXECABORT.to_bytes()).await;
+        true
     }
 
     /// HELLO switched the protocol of a client with a pinned connection that must follow

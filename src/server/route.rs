@@ -27,6 +27,8 @@ pub(super) struct Request<'a> {
     /// Bytes of this request and those after it still in the read buffer (the query buffer
     /// CLIENT INFO and CLIENT LIST show).
     pub(super) queued: usize,
+    /// The guard's refusal of this request (`[commands]`), replied before anything else.
+    pub(super) refused: Option<Bytes>,
 }
 
 impl Request<'_> {
@@ -115,10 +117,18 @@ impl Conn {
     fn route_early(&mut self, cmd: &Command<'_>, req: &Request<'_>) -> Option<Plan> {
         let route = cmd.route();
         self.session.last_cmd.set(&cmd.args);
-        if let Some(refused) = self.refusal(cmd) {
+        let in_multi = self.pin.as_ref().is_some_and(|p| p.in_multi);
+        let in_tx = in_multi || self.deferred_multi;
+        if let Some(refused) = self.refusal(cmd, req.refused.as_ref()) {
+            // As in Redis, a command refused inside MULTI makes EXEC fail.
+            self.tx_failed |= in_tx;
             return Some(refused);
         }
-        let in_multi = self.pin.as_ref().is_some_and(|p| p.in_multi);
+        if !in_tx {
+            self.tx_failed = false;
+        } else if self.tx_failed && route == Route::Tx(Tx::Exec) {
+            return Some(Plan::AbortExec);
+        }
         if in_multi
             && !matches!(
                 route,
@@ -333,6 +343,10 @@ impl Conn {
         let args = cmd.args;
         if matches!(local, Local::Auth | Local::Hello)
             && let Some(auth) = super::user_auth::upstream_auth(local, &args)
+            // corral's own users are checked here; without pass-through, unknown names
+            // get WRONGPASS from corral too.
+            && !self.shared.users.knows(&auth.user)
+            && self.shared.cfg.auth.passthrough
         {
             return Plan::AuthUser {
                 auth,
@@ -345,6 +359,7 @@ impl Conn {
         let ctx = LocalCtx {
             requirepass: self.shared.cfg.requirepass.get(),
             version: version.as_deref().unwrap_or(crate::VERSION),
+            users: Some(&self.shared.users),
         };
         self.shared.metrics.local_commands.inc();
         // CLIENT INFO shows the query buffer: this request and any after it.

@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use super::clients;
 use super::track_state;
+use crate::acl::{Guard, Users};
 use crate::cache::Cache;
 use crate::config::Config;
 use crate::metrics::Metrics;
@@ -31,6 +32,10 @@ pub struct Shared {
     pub clients: clients::Registry,
     /// Inboxes and redirection sinks of client-side caching (CLIENT TRACKING).
     pub(super) tracking: track_state::Registry,
+    /// corral's own users (`[[users]]`) and `default`.
+    pub(super) users: Users,
+    /// Commands refused or renamed for every client (`[commands]`).
+    pub(super) guard: Guard,
     pub(super) next_id: AtomicU64,
     pub(super) client_count: AtomicUsize,
 }
@@ -43,6 +48,7 @@ impl Shared {
         cache: Option<Cache>,
         pubsub: Arc<Router>,
         metrics: Arc<Metrics>,
+        (users, guard): (Users, Guard),
     ) -> Self {
         Shared {
             cfg,
@@ -53,6 +59,8 @@ impl Shared {
             started: Instant::now(),
             clients: clients::Registry::default(),
             tracking: track_state::Registry::default(),
+            users,
+            guard,
             next_id: AtomicU64::new(1),
             client_count: AtomicUsize::new(0),
         }

@@ -82,6 +82,8 @@ impl Conn {
         }
         self.session.authenticated = true;
         self.session.user = Some(auth.user);
+        // Redis checks this user's permissions now, not corral.
+        self.session.acl = None;
         self.info_changed();
         match auth.hello {
             Some(h) => {
