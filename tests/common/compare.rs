@@ -3,8 +3,10 @@
 //! on one behind corral, and every reply, message and push each client receives must be the
 //! same bytes in the same order.
 
-use super::client::connect;
-use super::resp::{encode_line, show};
+use std::time::Duration;
+
+use super::client::{RawClient, connect};
+use super::resp::{encode_line, payload, show};
 use super::runner::Runner;
 use super::script::{Options, Reply, Side, Step, steps};
 
@@ -21,16 +23,48 @@ pub async fn compare(
         if opts.wipe {
             wipe(side).await;
         }
+        let mut watch = connect(side.entry).await;
+        let before = clients(&mut watch).await;
         let mut r = Runner::new(side, opts);
         r.run(steps).await;
         r.end().await;
-        results.push(r.replies);
+        results.push(std::mem::take(&mut r.replies));
+        // The script's clients leave before the next script starts: one still being torn
+        // down (a subscriber, say) would show in the next script's counts.
+        drop(r);
+        settle(side, &mut watch, before).await;
     }
     let proxied = results.pop().expect("corral's replies");
     let direct = results.pop().expect("redis's replies");
     let what = format!("script {name} ({}, {:?})", opts.proto(), opts.mode);
     assert_same(&what, &direct, &proxied);
     [direct, proxied]
+}
+
+/// The clients the side's entry serves, as its CLIENT LIST shows them.
+async fn clients(c: &mut RawClient) -> Vec<u8> {
+    let list = c.request(&[b"CLIENT", b"LIST"]).await;
+    payload(&list).unwrap_or_default()
+}
+
+/// Waits until the side's entry serves no more clients than `before` (the list taken before
+/// the script ran).
+async fn settle(side: Side, c: &mut RawClient, before: Vec<u8>) {
+    let count = |l: &[u8]| l.split(|&b| b == b'\n').filter(|l| !l.is_empty()).count();
+    let end = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let now = clients(c).await;
+        if count(&now) <= count(&before) {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < end,
+            "{}: clients still there after a script: {}",
+            side.name,
+            show(&now)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// Asserts that Redis's and corral's replies have the same labels and bytes, in order.
