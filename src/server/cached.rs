@@ -104,7 +104,7 @@ pub(super) fn invalidate_writes(cache: &Cache, cmd: &Command<'_>) -> Vec<Bytes> 
 fn invalidate_keys(cache: &Cache, cmd: &Command<'_>, positions: KeyPositions) -> Vec<Bytes> {
     let mut keys = Vec::new();
     let mut add = |k: &[u8]| {
-        cache.invalidate_for_write(k);
+        cache.write_coming(k);
         keys.push(Bytes::copy_from_slice(k));
     };
     if positions.is_known() {
