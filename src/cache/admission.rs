@@ -4,7 +4,6 @@
 use std::cell::Cell;
 use std::hash::BuildHasher;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use rand::Rng;
@@ -23,13 +22,6 @@ const MAX_WASTED_FILLS: u8 = 2;
 /// four times per write. Each write takes this much off the key's read counters, so a key
 /// read fewer times than that per write never climbs to the admission threshold.
 const WRITE_WEIGHT: u64 = 4;
-/// A key written less than this long ago gets no tracked fill: keys written that often
-/// would most likely have the fill invalidated before it serves anything (its GET is
-/// forwarded instead, still coalesced with concurrent reads of the key).
-const WRITE_QUIET_MS: u32 = 10;
-/// Slots of the recently-written table (a power of two): 128 KiB. Keys sharing a slot may
-/// see a write of the other, which only costs a forwarded GET in place of a fill.
-const RECENT_SLOTS: usize = 1 << 15;
 /// Longest an XFetch refresh can come early: `-ln r` for the smallest positive `r` drawn.
 const MAX_EARLY_FACTOR: f64 = 708.5;
 
@@ -60,10 +52,6 @@ pub(super) struct Admission {
     /// often as they are read. Halved every few seconds.
     wasted: FrequencySketch,
     hot: HotKeys,
-    /// Per slot (by key hash), when a key in it was last written, in milliseconds since
-    /// `epoch` plus one (0: never), wrapping.
-    recent: Box<[AtomicU32]>,
-    epoch: Instant,
     hasher: foldhash::fast::RandomState,
     hot_threshold: u8,
     beta: f64,
@@ -77,8 +65,6 @@ impl Admission {
             reads: FrequencySketch::new(candidates),
             wasted: FrequencySketch::new(candidates),
             hot: HotKeys::default(),
-            recent: (0..RECENT_SLOTS).map(|_| AtomicU32::new(0)).collect(),
-            epoch: Instant::now(),
             hasher: foldhash::fast::RandomState::default(),
             hot_threshold,
             beta,
@@ -98,32 +84,9 @@ impl Admission {
     }
 
     /// A write of `key` through corral is about to be forwarded: it weighs against the key's
-    /// reads, and the key gets no tracked fill for a moment.
+    /// reads.
     pub(super) fn record_write(&self, key: &[u8]) {
-        self.write_at(key, Instant::now());
-    }
-
-    fn write_at(&self, key: &[u8], now: Instant) {
-        let hash = self.hash(key);
-        self.reads.decrement(hash, WRITE_WEIGHT);
-        let stamp = self.millis(now).wrapping_add(1).max(1);
-        self.recent[Self::recent_slot(hash)].store(stamp, Ordering::Relaxed);
-    }
-
-    /// `now` in milliseconds since `epoch`, wrapping (compared with wrapping arithmetic).
-    fn millis(&self, now: Instant) -> u32 {
-        now.saturating_duration_since(self.epoch).as_millis() as u32
-    }
-
-    fn recent_slot(hash: u64) -> usize {
-        // The high bits: the sketch uses the low ones to pick its block.
-        (hash >> 40) as usize & (RECENT_SLOTS - 1)
-    }
-
-    /// Whether a key with this hash was written less than [`WRITE_QUIET_MS`] before `now`.
-    fn written_lately(&self, hash: u64, now: Instant) -> bool {
-        let stamp = self.recent[Self::recent_slot(hash)].load(Ordering::Relaxed);
-        stamp != 0 && self.millis(now).wrapping_add(1).wrapping_sub(stamp) < WRITE_QUIET_MS
+        self.reads.decrement(self.hash(key), WRITE_WEIGHT);
     }
 
     /// Counts a read of `key` for hotness only (MGET).
@@ -131,16 +94,15 @@ impl Admission {
         self.reads.increment(self.hash(key));
     }
 
-    /// Hot enough to keep (reads net of [`WRITE_WEIGHT`] per write), not written in the last
-    /// [`WRITE_QUIET_MS`], and not one whose recent entries were invalidated before they
+    /// Hot enough to keep (reads net of [`WRITE_WEIGHT`] per write), and not one whose recent entries were invalidated before they
     /// served anything (written about as often as read).
     ///
     /// Hot means read `hot_threshold` times more than the sketch's noise floor: over a key
     /// space far larger than the sketch every counter is shared, and a key read once would
     /// otherwise often look hot and cost a tracked fill (four commands) for nothing. With few
     /// keys the floor is 0 and the threshold is what it says.
-    pub(super) fn admit(&self, hash: u64, lane: &LaneState, now: Instant) -> bool {
-        if lane.tracking() == Tracking::Down || self.written_lately(hash, now) {
+    pub(super) fn admit(&self, hash: u64, lane: &LaneState) -> bool {
+        if lane.tracking() == Tracking::Down {
             return false;
         }
         let reads = self.reads.estimate(hash);
@@ -220,14 +182,14 @@ mod tests {
             a.record_get(hash, &key.to_le_bytes());
             if key != 7 {
                 misses += 1;
-                admitted += usize::from(a.admit(hash, &lane, Instant::now()));
+                admitted += usize::from(a.admit(hash, &lane));
             }
         }
         assert!(
             admitted * 100 < misses,
             "{admitted} of {misses} cold keys admitted"
         );
-        assert!(a.admit(a.hash(&7u64.to_le_bytes()), &lane, Instant::now()));
+        assert!(a.admit(a.hash(&7u64.to_le_bytes()), &lane));
     }
 
     #[test]
@@ -246,19 +208,8 @@ mod tests {
             }
             a.record_write(calm);
         }
-        // Long enough after the writes for them to no longer hold fills back.
-        let later = Instant::now() + Duration::from_millis(u64::from(WRITE_QUIET_MS) * 5);
-        assert!(!a.admit(a.hash(busy), &lane, later));
-        assert!(a.admit(a.hash(calm), &lane, later));
-        // Right after a write even the well-read key gets no fill.
-        let t = later + Duration::from_secs(1);
-        a.write_at(calm, t);
-        for _ in 0..12 {
-            a.record_get(a.hash(calm), calm);
-        }
-        assert!(!a.admit(a.hash(calm), &lane, t));
-        let quiet = Duration::from_millis(u64::from(WRITE_QUIET_MS));
-        assert!(a.admit(a.hash(calm), &lane, t + quiet));
+        assert!(!a.admit(a.hash(busy), &lane));
+        assert!(a.admit(a.hash(calm), &lane));
     }
 
     #[test]

@@ -157,7 +157,7 @@ impl Core {
         L: Fn() -> Option<Arc<LaneHandle>>,
     {
         let key = o.key().clone();
-        let lane = (route.lane)().filter(|l| self.admission.admit(hash, &l.info, now));
+        let lane = (route.lane)().filter(|l| self.admission.admit(hash, &l.info));
         if let Some(lane) = lane {
             let fill = Fill::new(now, Some(lane.info.clone()), Some(lane.conn.clone()));
             o.insert(Flight::Fill(fill.clone()));
