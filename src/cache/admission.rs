@@ -16,6 +16,12 @@ use super::tracking::{LaneState, Tracking};
 
 /// A key whose last fills were invalidated unused this many times is not cached for a while.
 const MAX_WASTED_FILLS: u8 = 2;
+/// What a write weighs against a key's reads, in reads: a write ends the key's entry, and the
+/// tracked fill that replaces it costs about four upstream commands (MULTI, PTTL, GET, EXEC)
+/// where forwarding costs one per read, so caching pays only for a key read more than about
+/// four times per write. Each write takes this much off the key's read counters, so a key
+/// read fewer times than that per write never climbs to the admission threshold.
+const WRITE_WEIGHT: u64 = 4;
 /// Longest an XFetch refresh can come early: `-ln r` for the smallest positive `r` drawn.
 const MAX_EARLY_FACTOR: f64 = 708.5;
 
@@ -77,12 +83,18 @@ impl Admission {
         }
     }
 
+    /// A write of `key` through corral is about to be forwarded: it weighs against the key's
+    /// reads.
+    pub(super) fn record_write(&self, key: &[u8]) {
+        self.reads.decrement(self.hash(key), WRITE_WEIGHT);
+    }
+
     /// Counts a read of `key` for hotness only (MGET).
     pub(super) fn record_read(&self, key: &[u8]) {
         self.reads.increment(self.hash(key));
     }
 
-    /// Hot enough to keep, and not one whose recent entries were invalidated before they
+    /// Hot enough to keep (reads net of [`WRITE_WEIGHT`] per write), and not one whose recent entries were invalidated before they
     /// served anything (written about as often as read).
     ///
     /// Hot means read `hot_threshold` times more than the sketch's noise floor: over a key
@@ -178,6 +190,26 @@ mod tests {
             "{admitted} of {misses} cold keys admitted"
         );
         assert!(a.admit(a.hash(&7u64.to_le_bytes()), &lane));
+    }
+
+    #[test]
+    fn keys_written_often_for_their_reads_are_not_admitted_and_those_read_far_more_are() {
+        let a = Admission::new(1024, 2, 1.0);
+        let lane = LaneState::new("test", Tracking::On);
+        let (busy, calm) = (b"busy".as_slice(), b"calm".as_slice());
+        for _ in 0..100 {
+            // "busy": 3 reads per write, less than a fill's cost; "calm": 12.
+            for _ in 0..3 {
+                a.record_get(a.hash(busy), busy);
+            }
+            a.record_write(busy);
+            for _ in 0..12 {
+                a.record_get(a.hash(calm), calm);
+            }
+            a.record_write(calm);
+        }
+        assert!(!a.admit(a.hash(busy), &lane));
+        assert!(a.admit(a.hash(calm), &lane));
     }
 
     #[test]

@@ -169,6 +169,13 @@ impl Cache {
         self.core.get_many(keys)
     }
 
+    /// A write through corral to `key` is about to be forwarded: counted against the key's
+    /// admission (see `Admission::record_write`), and the key invalidated.
+    pub fn write_coming(&self, key: &[u8]) {
+        self.core.admission.record_write(key);
+        self.invalidate_for_write(key);
+    }
+
     /// A write through corral to `key` is about to be forwarded, or was acknowledged.
     pub fn invalidate_for_write(&self, key: &[u8]) {
         let core = &self.core;

@@ -84,6 +84,23 @@ impl FrequencySketch {
         }
     }
 
+    /// Takes `by` off the key's counters (not below 0): a write weighs against the key's
+    /// reads (see `Admission::record_write`). Other keys sharing a counter lose a little too,
+    /// which only makes admission more cautious.
+    pub fn decrement(&self, hash: u64, by: u64) {
+        let block = self.block(hash);
+        for row in 0..4 {
+            let (w, shift) = Self::slot(hash, row);
+            let cell = &block.0[w];
+            let cur = cell.load(Ordering::Relaxed);
+            let take = ((cur >> shift) & 0xf).min(by);
+            if take > 0 {
+                // A plain store, as in `increment`: a lost update only blurs an estimate.
+                cell.store(cur - (take << shift), Ordering::Relaxed);
+            }
+        }
+    }
+
     /// The estimated count (0..=15): the minimum over the rows.
     pub fn estimate(&self, hash: u64) -> u8 {
         let block = self.block(hash);

@@ -3,7 +3,7 @@
 use bytes::{Bytes, BytesMut};
 
 use super::pending::{PendingReply, Then};
-use super::plan::Plan;
+use super::plan::{AloneReq, Plan};
 use super::writes::Writes;
 use crate::cache::{Cache, Lookup};
 use crate::commands::{self, Access, Command, KeyPositions};
@@ -63,11 +63,11 @@ pub(super) fn cache_step(
             argv.push(b"MGET");
             argv.extend(missing);
             encode_request(&argv, &mut req);
-            Some(Plan::Alone {
+            Some(Plan::Alone(Box::new(AloneReq {
                 conn: None,
                 req: req.freeze(),
                 then: Then::MGet(parts),
-            })
+            })))
         }
         Access::Get | Access::MGet | Access::Read => None,
         Access::Write => {
@@ -104,7 +104,7 @@ pub(super) fn invalidate_writes(cache: &Cache, cmd: &Command<'_>) -> Vec<Bytes> 
 fn invalidate_keys(cache: &Cache, cmd: &Command<'_>, positions: KeyPositions) -> Vec<Bytes> {
     let mut keys = Vec::new();
     let mut add = |k: &[u8]| {
-        cache.invalidate_for_write(k);
+        cache.write_coming(k);
         keys.push(Bytes::copy_from_slice(k));
     };
     if positions.is_known() {

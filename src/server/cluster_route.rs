@@ -6,7 +6,7 @@ use bytes::{Bytes, BytesMut};
 
 use super::client::Conn;
 use super::cluster_view;
-use super::plan::Plan;
+use super::plan::{BlockingReq, NodeReq, Plan};
 use super::route::Request;
 use super::routed;
 use crate::commands::{Command, Local, Route, Tx};
@@ -57,11 +57,11 @@ impl Conn {
                             let addr = cluster
                                 .master_of(slot)
                                 .unwrap_or_else(|| cluster.any_node());
-                            Some(Plan::Node {
+                            Some(Plan::Node(Box::new(NodeReq {
                                 conn: cluster.conn_for(&addr, proto, self.session.id),
                                 req: req.bytes(cmd),
                                 slot: Some(slot),
-                            })
+                            })))
                         }
                     }
                 }
@@ -82,11 +82,11 @@ impl Conn {
             },
             Route::Tx(tx) => self.cluster_tx(cluster, tx, cmd, req),
             Route::Blocking if self.pin.is_none() => match self.node_of(cluster, cmd) {
-                Ok(node) => Some(Plan::Blocking {
+                Ok(node) => Some(Plan::Blocking(Box::new(BlockingReq {
                     req: req.bytes(cmd),
                     writes: Vec::new(),
                     node: Some(node),
-                }),
+                }))),
                 Err(e) => Some(Plan::ready(e)),
             },
             Route::Monitor => error(&replies::unsupported_in_cluster(name)),

@@ -12,7 +12,9 @@ use tokio::time::timeout;
 use tracing::warn;
 
 use super::client::Conn;
-use super::pending::{AfterAck, Blocking, Effect, Fan, Part, PendingReply, Queued, Then};
+use super::pending::{
+    AfterAck, AloneReply, Blocking, Effect, Fan, Forwarded, Part, PendingReply, Queued, Then,
+};
 use super::{info, mget};
 use crate::cache::{FillResult, FillRx, Value};
 use crate::cluster::{Redirect, SplitKind};
@@ -95,13 +97,14 @@ impl Conn {
                 mget::merge(&parts, None, self.session.proto, &mut self.wbuf);
             }
             PendingReply::Fill { rx, key } => self.resolve_fill(rx, key).await,
-            PendingReply::Upstream {
-                rx,
-                count,
-                conn,
-                after,
-                blocking,
-            } => {
+            PendingReply::Upstream(up) => {
+                let Forwarded {
+                    rx,
+                    count,
+                    conn,
+                    after,
+                    blocking,
+                } = *up;
                 let Some(result) = self.wait_upstream(rx, &conn, blocking, client).await else {
                     return Some(Effect::Gone);
                 };
@@ -125,15 +128,18 @@ impl Conn {
                 }
                 self.wbuf.extend_from_slice(&reply);
             }
-            PendingReply::Reply { rx, conn, then } => match self.wait(rx, &conn).await {
-                Ok(b) => return self.reply_arrived(b, then),
-                Err(e) => {
-                    if let Then::Tracking(change) = then {
-                        self.tracking_answered(false, change);
+            PendingReply::Reply(alone) => {
+                let AloneReply { rx, conn, then } = *alone;
+                match self.wait(rx, &conn).await {
+                    Ok(b) => return self.reply_arrived(b, then),
+                    Err(e) => {
+                        if let Then::Tracking(change) = then {
+                            self.tracking_answered(false, change);
+                        }
+                        self.upstream_error(&e, 1);
                     }
-                    self.upstream_error(&e, 1);
                 }
-            },
+            }
         }
         None
     }

@@ -59,37 +59,45 @@ pub(super) enum PendingReply {
     Values(Vec<Option<Value>>),
     /// A coalesced or cache-filling read of `key` to wait for.
     Fill { rx: FillRx, key: Bytes },
-    /// `count` replies from `conn`.
-    Upstream {
-        rx: oneshot::Receiver<JobResult>,
-        count: u32,
-        conn: UpstreamConn,
-        after: AfterAck,
-        blocking: Option<Blocking>,
-    },
+    /// `count` replies from `conn` (boxed, as the other large variants: one per batch, while
+    /// every request of a round moves its own pending reply around).
+    Upstream(Box<Forwarded>),
     /// Cluster mode: a multi-key request split per slot, merged in key order.
     Split {
         kind: SplitKind,
         parts: Vec<(oneshot::Receiver<JobResult>, Part)>,
-        after: AfterAck,
+        after: Box<AfterAck>,
     },
     /// Cluster mode: the same request to every master, replies combined.
     Fanout {
         how: Fan,
         parts: Vec<(oneshot::Receiver<JobResult>, UpstreamConn, Bytes)>,
-        after: AfterAck,
+        after: Box<AfterAck>,
     },
-    /// The one reply of a request sent on its own, then handled as `then` says.
-    Reply {
-        rx: oneshot::Receiver<JobResult>,
-        conn: UpstreamConn,
-        then: Then,
-    },
+    /// The one reply of a request sent on its own (rare: boxed).
+    Reply(Box<AloneReply>),
     /// (Un)subscribe confirmations, written once the new upstream subscriptions are in place.
     Subscribed {
         reply: Bytes,
         waits: Vec<oneshot::Receiver<()>>,
     },
+}
+
+/// `count` replies from `conn` to a forwarded batch ([`PendingReply::Upstream`]).
+pub(super) struct Forwarded {
+    pub(super) rx: oneshot::Receiver<JobResult>,
+    pub(super) count: u32,
+    pub(super) conn: UpstreamConn,
+    pub(super) after: AfterAck,
+    pub(super) blocking: Option<Blocking>,
+}
+
+/// The one reply of a request sent on its own, then handled as `then` says
+/// ([`PendingReply::Reply`]).
+pub(super) struct AloneReply {
+    pub(super) rx: oneshot::Receiver<JobResult>,
+    pub(super) conn: UpstreamConn,
+    pub(super) then: Then,
 }
 
 /// What is done with the one reply of a request sent on its own ([`PendingReply::Reply`]).
@@ -150,4 +158,25 @@ pub(super) enum Effect {
     /// The client went away or went over its output limit: close at once, writing nothing
     /// more.
     Gone,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::plan::Plan;
+    use super::{PendingReply, Queued};
+    use std::mem::size_of;
+
+    /// Every request of a round moves its plan and its pending reply several times
+    /// (route -> handle -> queue -> collect): the large, rare variants are boxed so these stay
+    /// small. A new inline variant that grows them fails here rather than in a profile.
+    #[test]
+    fn per_request_enums_stay_small() {
+        assert!(
+            size_of::<PendingReply>() <= 64,
+            "{}",
+            size_of::<PendingReply>()
+        );
+        assert!(size_of::<Queued>() <= 64, "{}", size_of::<Queued>());
+        assert!(size_of::<Plan>() <= 64, "{}", size_of::<Plan>());
+    }
 }

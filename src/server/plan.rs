@@ -16,13 +16,10 @@ pub(super) enum Plan {
     Reply(PendingReply),
     /// A GET that others may join: forwarded in the batch, its reply shared when it arrives.
     Lead(crate::cache::Lead),
-    /// A request sent on its own after the batch so far, on `conn` (the client's usual
-    /// connection if `None`); its one reply is handled as `then` says.
-    Alone {
-        conn: Option<UpstreamConn>,
-        req: Bytes,
-        then: Then,
-    },
+    /// A request sent on its own after the batch so far. The large, rarer variants are
+    /// boxed: a plan is moved for every request, and the common ones (batched, a hit) are
+    /// small.
+    Alone(Box<AloneReq>),
     /// EXEC after corral refused a command inside MULTI: the transaction is discarded on
     /// Redis and the client gets EXECABORT, as Redis does after a refused command.
     AbortExec,
@@ -33,13 +30,8 @@ pub(super) enum Plan {
         /// Cluster mode: the node to pin to.
         node: Option<String>,
     },
-    /// A command that may block, with the keys it may write.
-    Blocking {
-        req: Bytes,
-        writes: Vec<Bytes>,
-        /// Cluster mode: the node serving the keys.
-        node: Option<String>,
-    },
+    /// A command that may block.
+    Blocking(Box<BlockingReq>),
     /// Cluster mode: MULTI answered locally until the first queued command says which node
     /// the transaction runs on (`open`), or EXEC/DISCARD of such a MULTI with nothing queued
     /// (`!open`); `reply` is corral's answer.
@@ -58,19 +50,11 @@ pub(super) enum Plan {
     /// must be: `change` says how.
     Repin { reply: Bytes, change: Repin },
     /// AUTH or HELLO AUTH as a Redis user, checked by Redis (`users.rs`).
-    AuthUser {
-        auth: super::user_auth::UserAuth,
-        req: Bytes,
-    },
+    AuthUser(Box<AuthReq>),
     /// CLIENT TRACKING/CACHING/GETREDIR/TRACKINGINFO (arguments, request bytes).
     Tracking { argv: Vec<Bytes>, req: Bytes },
-    /// Cluster mode: a request for one node (`slot`: its keys' slot, to retry after a
-    /// redirection).
-    Node {
-        conn: UpstreamConn,
-        req: Bytes,
-        slot: Option<u16>,
-    },
+    /// Cluster mode: a request for one node.
+    Node(Box<NodeReq>),
     /// Cluster mode: a multi-key request split per slot.
     Split {
         kind: crate::cluster::SplitKind,
@@ -81,6 +65,36 @@ pub(super) enum Plan {
         how: Fan,
         parts: Vec<(UpstreamConn, Bytes)>,
     },
+}
+
+/// A request sent on its own after the batch so far, on `conn` (the client's usual
+/// connection if `None`); its one reply is handled as `then` says ([`Plan::Alone`]).
+pub(super) struct AloneReq {
+    pub(super) conn: Option<UpstreamConn>,
+    pub(super) req: Bytes,
+    pub(super) then: Then,
+}
+
+/// A command that may block, with the keys it may write ([`Plan::Blocking`]).
+pub(super) struct BlockingReq {
+    pub(super) req: Bytes,
+    pub(super) writes: Vec<Bytes>,
+    /// Cluster mode: the node serving the keys.
+    pub(super) node: Option<String>,
+}
+
+/// Cluster mode: a request for one node (`slot`: its keys' slot, to retry after a
+/// redirection) ([`Plan::Node`]).
+pub(super) struct NodeReq {
+    pub(super) conn: UpstreamConn,
+    pub(super) req: Bytes,
+    pub(super) slot: Option<u16>,
+}
+
+/// AUTH or HELLO AUTH as a Redis user ([`Plan::AuthUser`]).
+pub(super) struct AuthReq {
+    pub(super) auth: super::user_auth::UserAuth,
+    pub(super) req: Bytes,
 }
 
 /// How a local reply changes the client's pinned connection.

@@ -8,8 +8,8 @@ use tracing::debug;
 use super::batch::Taken;
 use super::client::Conn;
 use super::clients::ReplyMode;
-use super::pending::{AfterAck, PendingReply, Queued};
-use super::plan::{Plan, Repin};
+use super::pending::{AfterAck, AloneReply, Forwarded, PendingReply, Queued};
+use super::plan::{AloneReq, BlockingReq, NodeReq, Plan, Repin};
 use super::route::{Request, client_pause};
 use crate::commands::{self, Command, Exclusive, Route, Tx};
 use crate::error::replies;
@@ -155,15 +155,17 @@ impl Conn {
                 self.flush_batch().await;
                 self.push_reply(reply);
             }
-            Plan::Alone { conn, req, then } => {
+            Plan::Alone(alone) => {
+                let AloneReq { conn, req, then } = *alone;
                 self.flush_batch().await;
                 let conn = conn.unwrap_or_else(|| self.target());
                 let rx = conn.send(req, 1).await;
-                self.push_reply(PendingReply::Reply { rx, conn, then });
+                self.push_reply(PendingReply::Reply(Box::new(AloneReply { rx, conn, then })));
             }
             Plan::Tx { tx, req, node } => return self.transaction(tx, req, node).await,
             Plan::AbortExec => return self.abort_exec().await,
-            Plan::Blocking { req, writes, node } => {
+            Plan::Blocking(b) => {
+                let BlockingReq { req, writes, node } = *b;
                 return self.blocking(req, writes, node).await;
             }
             Plan::Deferred { open, reply } => {
@@ -188,11 +190,11 @@ impl Conn {
                 }
                 self.push_ready(reply).await;
             }
-            Plan::Node { .. } | Plan::Split { .. } | Plan::Fanout { .. } => {
+            Plan::Node(_) | Plan::Split { .. } | Plan::Fanout { .. } => {
                 self.send_routed(plan).await;
             }
             Plan::Tracking { argv, req } => return self.client_tracking(argv, req).await,
-            Plan::AuthUser { auth, req } => return self.auth_user(auth, req).await,
+            Plan::AuthUser(a) => return self.auth_user(a.auth, a.req).await,
             Plan::Repin { reply, change } => return self.repin(reply, change).await,
         }
         false
@@ -256,7 +258,8 @@ impl Conn {
     /// fanned-out one is sent in parts, after the batch so far.
     async fn send_routed(&mut self, plan: Plan) {
         match plan {
-            Plan::Node { conn, req, slot } => {
+            Plan::Node(node) => {
+                let NodeReq { conn, req, slot } = *node;
                 if !self.batch.fits(&conn) {
                     self.flush_batch().await;
                 }
@@ -273,7 +276,7 @@ impl Conn {
                 self.push_reply(PendingReply::Split {
                     kind,
                     parts: sent,
-                    after,
+                    after: Box::new(after),
                 });
             }
             Plan::Fanout { how, parts } => {
@@ -287,7 +290,7 @@ impl Conn {
                 self.push_reply(PendingReply::Fanout {
                     how,
                     parts: sent,
-                    after,
+                    after: Box::new(after),
                 });
             }
             _ => {}
@@ -383,7 +386,7 @@ impl Conn {
                 .status
                 .script_started(script_keys, conn.is_dedicated())
         });
-        self.push_reply(PendingReply::Upstream {
+        self.push_reply(PendingReply::Upstream(Box::new(Forwarded {
             rx,
             count,
             conn,
@@ -397,7 +400,7 @@ impl Conn {
                 script,
             },
             blocking: None,
-        });
+        })));
     }
 
     /// The cache work pending for writes routed so far, to run once they are acknowledged.

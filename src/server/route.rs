@@ -9,7 +9,7 @@ use super::client::Conn;
 use super::clients::{self};
 use super::gate::{is_admin, no_permission};
 use super::pending::{PendingReply, Then};
-use super::plan::{Plan, Repin};
+use super::plan::{AloneReq, AuthReq, BlockingReq, NodeReq, Plan, Repin};
 use super::{corral, info};
 use crate::commands::{
     self, Access, Command, Exclusive, Local, LocalCtx, Outcome, PubSub, Route, Tx,
@@ -64,13 +64,13 @@ impl Conn {
                 self.shared.metrics.local_commands.inc();
                 Plan::ready(corral::execute(&args, &self.shared, self.session.proto))
             }
-            Route::Info => Plan::Alone {
+            Route::Info => Plan::Alone(Box::new(AloneReq {
                 conn: None,
                 req: req.bytes(cmd),
                 then: Then::Info {
                     with_proxy: info::wants_proxy_section(&args),
                 },
-            },
+            })),
             Route::Select => Plan::Select {
                 db: args
                     .get(1)
@@ -84,11 +84,11 @@ impl Conn {
                     Some(cache) => invalidate_writes(cache, cmd),
                     None => Vec::new(),
                 };
-                Plan::Blocking {
+                Plan::Blocking(Box::new(BlockingReq {
                     req: req.bytes(cmd),
                     writes,
                     node: None,
-                }
+                }))
             }
             Route::Monitor if self.user_pinned() => {
                 Plan::ready(replies::MONITOR_AS_ACL_USER.to_bytes())
@@ -269,11 +269,11 @@ impl Conn {
                 Some(cache) if access == Access::Write => invalidate_writes(cache, cmd),
                 _ => Vec::new(),
             };
-            return Plan::Blocking {
+            return Plan::Blocking(Box::new(BlockingReq {
                 req: req.bytes(cmd),
                 writes,
                 node: None,
-            };
+            }));
         }
         if let Some(p) = self.exclusive_step(cmd, req) {
             return p;
@@ -281,11 +281,11 @@ impl Conn {
         if let Some(count) = super::pubcount::count_of(&args)
             && !self.shared.pubsub.counts_exact()
         {
-            return Plan::Alone {
+            return Plan::Alone(Box::new(AloneReq {
                 conn: None,
                 req: req.bytes(cmd),
                 then: Then::Counted(count),
-            };
+            }));
         }
         if let Some(cache) = &self.shared.cache {
             let may_serve = self.pin.is_none() && self.session.db == 0;
@@ -348,10 +348,10 @@ impl Conn {
             && !self.shared.users.knows(&auth.user)
             && self.shared.cfg.auth.passthrough
         {
-            return Plan::AuthUser {
+            return Plan::AuthUser(Box::new(AuthReq {
                 auth,
                 req: req.bytes(cmd),
-            };
+            }));
         }
         let user_before = self.session.user.is_some();
         let proto_before = self.session.proto;
@@ -423,11 +423,11 @@ impl Conn {
             return match (&self.shared.upstream.cluster, addr) {
                 // Cluster mode: to the node the blocked client's connection is on.
                 (Some(cluster), Some(addr)) => match crate::cluster::Addr::parse(&addr) {
-                    Some(node) => Plan::Node {
+                    Some(node) => Plan::Node(Box::new(NodeReq {
                         conn: cluster.conn_for(&node, self.session.proto, self.session.id),
                         req,
                         slot: None,
-                    },
+                    })),
                     None => {
                         self.append(&req);
                         Plan::Batched

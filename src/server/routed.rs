@@ -7,7 +7,7 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 
 use super::pending::{Fan, Part, Then};
-use super::plan::Plan;
+use super::plan::{AloneReq, NodeReq, Plan};
 use crate::cluster::keys::split_by_slot;
 use crate::cluster::{Addr, KeySlot, MultiKey, SplitKind, classify_multi};
 use crate::commands::{Access, Command};
@@ -37,11 +37,11 @@ pub(super) fn route(
     }
     match crate::cluster::keys::keys_slot(&positions, args) {
         KeySlot::One(slot) => match node_for(cluster, cmd.access(), slot, client) {
-            Some(addr) => Plan::Node {
+            Some(addr) => Plan::Node(Box::new(NodeReq {
                 conn: cluster.conn_for(&addr, proto, client),
                 req,
                 slot: Some(slot),
-            },
+            })),
             None => {
                 cluster.request_refresh();
                 Plan::ready(replies::SLOT_NOT_SERVED.to_bytes())
@@ -70,11 +70,11 @@ fn node_for(
 }
 
 fn any_node(cluster: &ClusterUpstream, req: Bytes, proto: Proto, client: u64) -> Plan {
-    Plan::Node {
+    Plan::Node(Box::new(NodeReq {
         conn: cluster.conn_for(&cluster.any_node(), proto, client),
         req,
         slot: None,
-    }
+    }))
 }
 
 /// Commands that name no key: whole-keyspace ones go to every master, SCAN walks them one
@@ -131,14 +131,14 @@ fn scan(cluster: &ClusterUpstream, args: &Args<'_>, proto: Proto, client: u64) -
     argv[1] = inner.as_bytes();
     let mut req = BytesMut::new();
     encode_request(&argv, &mut req);
-    Plan::Alone {
+    Plan::Alone(Box::new(AloneReq {
         conn: Some(cluster.conn_for(addr, proto, client)),
         req: req.freeze(),
         then: Then::Scan {
             node,
             nodes: masters.len(),
         },
-    }
+    }))
 }
 
 /// MGET/MSET/DEL/UNLINK/EXISTS/TOUCH across slots: one request per slot.

@@ -9,7 +9,7 @@ use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::client::Conn;
-use super::pending::{AfterAck, Blocking, PendingReply, Then};
+use super::pending::{AfterAck, AloneReply, Blocking, Forwarded, PendingReply, Then};
 use crate::commands::Tx;
 use crate::error::replies;
 use crate::resp::request::encode_request;
@@ -99,7 +99,7 @@ impl Conn {
             None => self.target(),
         };
         let rx = conn.send(req, 1).await;
-        self.push_reply(PendingReply::Upstream {
+        self.push_reply(PendingReply::Upstream(Box::new(Forwarded {
             rx,
             count: 1,
             conn,
@@ -112,7 +112,7 @@ impl Conn {
                 blocked: true,
                 closes_client: false,
             }),
-        });
+        })));
         true
     }
 
@@ -127,7 +127,7 @@ impl Conn {
             .out_of_band(self.session.proto, self.session.db);
         let conn = ded.conn.clone();
         let rx = conn.send(req, 1).await;
-        self.push_reply(PendingReply::Upstream {
+        self.push_reply(PendingReply::Upstream(Box::new(Forwarded {
             rx,
             count: 1,
             conn,
@@ -137,7 +137,7 @@ impl Conn {
                 blocked: false,
                 closes_client: shutdown,
             }),
-        });
+        })));
         true
     }
 
@@ -163,11 +163,11 @@ impl Conn {
             }
         };
         let rx = conn.send(bytes, count).await;
-        self.push_reply(PendingReply::Reply {
+        self.push_reply(PendingReply::Reply(Box::new(AloneReply {
             rx,
             conn,
             then: Then::Select(db),
-        });
+        })));
         true
     }
 

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use bytes::{Bytes, BytesMut};
 
 use super::client::Conn;
-use super::pending::{PendingReply, Then};
+use super::pending::{AloneReply, PendingReply, Then};
 use super::track_state::{Change, Inbox, OwnPushes, Tracking};
 use crate::error::replies;
 use crate::resp::Proto;
@@ -40,11 +40,11 @@ impl Conn {
                 self.flush_batch().await;
                 let conn = self.target();
                 let rx = conn.send(req, 1).await;
-                self.push_reply(PendingReply::Reply {
+                self.push_reply(PendingReply::Reply(Box::new(AloneReply {
                     rx,
                     conn,
                     then: Then::Redir { from: up, to: mine },
-                });
+                })));
             }
             // Without tracking they go to a shared connection, which never tracks: Redis's
             // replies for a client without tracking (CACHING's error included).
@@ -105,7 +105,7 @@ impl Conn {
         }
         let conn = self.target();
         let rx = conn.send(bytes.freeze(), 1).await;
-        self.push_reply(PendingReply::Reply {
+        self.push_reply(PendingReply::Reply(Box::new(AloneReply {
             rx,
             conn,
             then: Then::Tracking(Change {
@@ -113,7 +113,7 @@ impl Conn {
                 redirect,
                 bcast,
             }),
-        });
+        })));
         false
     }
 

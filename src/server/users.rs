@@ -12,7 +12,7 @@
 use bytes::{Bytes, BytesMut};
 
 use super::client::Conn;
-use super::pending::{PendingReply, Then};
+use super::pending::{AloneReply, PendingReply, Then};
 use super::user_auth::UserAuth;
 use crate::error::replies;
 use crate::upstream::Dedicated;
@@ -44,11 +44,11 @@ impl Conn {
                 },
             };
         let rx = conn.send(req, 1).await;
-        self.push_reply(PendingReply::Reply {
+        self.push_reply(PendingReply::Reply(Box::new(AloneReply {
             rx,
             conn,
             then: Then::Auth { auth, ded },
-        });
+        })));
         true
     }
 
