@@ -1127,3 +1127,38 @@ async fn only_keys_written_earlier_in_a_pipeline_bypass_the_cache() {
     assert_eq!(Stats::of(&mut c).await.n("cache_hits"), before + 1);
     proxy.stop().await;
 }
+
+/// Hits between forwarded requests ride in their batch and are written between its replies:
+/// in a pipeline alternating hits, misses, errors and writes, every reply is Redis's, in
+/// order, in RESP2 and RESP3.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hits_between_forwarded_requests_are_written_in_order() {
+    let (_redis, proxy, mut direct, mut c) = start().await;
+    assert_eq!(c.cmd("SET il:hot v").await, OK);
+    assert_eq!(c.cmd(&format!("SET il:hot2 {}", "w".repeat(300))).await, OK);
+    assert_eq!(c.cmd("RPUSH il:list a").await, b":1\r\n");
+    make_cached(&mut c, "il:hot", b"$1\r\nv\r\n").await;
+    make_cached(&mut c, "il:hot2", &bulk(&"w".repeat(300))).await;
+    for hello in ["HELLO 2\r\n", "HELLO 3\r\n"] {
+        c.send(hello.as_bytes()).await;
+        direct.send(hello.as_bytes()).await;
+        c.read_reply().await;
+        direct.read_reply().await;
+        let before = Stats::of(&mut c).await.n("cache_hits");
+        let pipeline: &[u8] = b"GET il:cold1\r\nGET il:hot\r\nGET il:list\r\nGET il:hot2\r\n\
+            SET il:n 1\r\nGET il:hot\r\nGET il:hot\r\nSET il:cold2 x\r\nGET il:cold2\r\n\
+            GET il:hot2\r\nGET il:missing\r\nGET il:hot\r\nPING\r\n";
+        c.send(pipeline).await;
+        direct.send(pipeline).await;
+        for i in 0..13 {
+            assert_eq!(
+                show(&c.read_reply().await),
+                show(&direct.read_reply().await),
+                "reply {i} after {hello:?}"
+            );
+        }
+        // The hot keys' GETs were hits, each after a forwarded request.
+        assert!(Stats::of(&mut c).await.n("cache_hits") >= before + 6);
+    }
+    proxy.stop().await;
+}

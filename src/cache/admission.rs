@@ -75,12 +75,22 @@ impl Admission {
         self.hasher.hash_one(key)
     }
 
-    /// Counts a GET of `key` (hash `hash`), and samples it for the top keys.
-    pub(super) fn record_get(&self, hash: u64, key: &[u8]) {
-        self.reads.increment(hash);
+    /// Counts a GET of `key` (hash `hash`), and samples it for the top keys. Returns the
+    /// key's read estimate, for [`Admission::may_be_cached`] and [`Admission::admit`].
+    pub(super) fn record_get(&self, hash: u64, key: &[u8]) -> u8 {
         if one_in(hotkeys::SAMPLE_EVERY) {
             self.hot.record(key);
         }
+        self.reads.increment(hash)
+    }
+
+    /// Whether a key read `reads` times (its estimate) can be in the store at all: a key is
+    /// admitted only once read `hot_threshold` times above the noise floor, so one at or
+    /// below the floor is a cold key, and its GET skips the store lookup (on a large key
+    /// space, a miss in a large table). An entry whose key has cooled off since is then
+    /// not served but read from Redis, which is always correct.
+    pub(super) fn may_be_cached(&self, reads: u8) -> bool {
+        reads > self.reads.noise_floor()
     }
 
     /// A write of `key` through corral is about to be forwarded: it weighs against the key's
@@ -101,11 +111,10 @@ impl Admission {
     /// space far larger than the sketch every counter is shared, and a key read once would
     /// otherwise often look hot and cost a tracked fill (four commands) for nothing. With few
     /// keys the floor is 0 and the threshold is what it says.
-    pub(super) fn admit(&self, hash: u64, lane: &LaneState) -> bool {
+    pub(super) fn admit(&self, hash: u64, reads: u8, lane: &LaneState) -> bool {
         if lane.tracking() == Tracking::Down {
             return false;
         }
-        let reads = self.reads.estimate(hash);
         let threshold = self
             .hot_threshold
             .saturating_add(self.reads.noise_floor())
@@ -182,14 +191,15 @@ mod tests {
             a.record_get(hash, &key.to_le_bytes());
             if key != 7 {
                 misses += 1;
-                admitted += usize::from(a.admit(hash, &lane));
+                admitted += usize::from(a.admit(hash, a.reads.estimate(hash), &lane));
             }
         }
         assert!(
             admitted * 100 < misses,
             "{admitted} of {misses} cold keys admitted"
         );
-        assert!(a.admit(a.hash(&7u64.to_le_bytes()), &lane));
+        let hot = a.hash(&7u64.to_le_bytes());
+        assert!(a.admit(hot, a.reads.estimate(hot), &lane));
     }
 
     #[test]
@@ -208,8 +218,9 @@ mod tests {
             }
             a.record_write(calm);
         }
-        assert!(!a.admit(a.hash(busy), &lane));
-        assert!(a.admit(a.hash(calm), &lane));
+        let (busy, calm) = (a.hash(busy), a.hash(calm));
+        assert!(!a.admit(busy, a.reads.estimate(busy), &lane));
+        assert!(a.admit(calm, a.reads.estimate(calm), &lane));
     }
 
     #[test]

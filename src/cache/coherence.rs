@@ -92,7 +92,7 @@ impl Core {
     /// A lead's plain GET finished. Unjoined (the common case) it only leaves the map: no
     /// waiter, so its reply is not even parsed. Joined, its waiters get the reply.
     pub(super) fn complete_lead(&self, key: &[u8], id: u64, r: JobResult) {
-        if self.fills.remove_if(key, |_, f| f.is_lead(id)).is_some() {
+        if self.unlink_lead(key, id) {
             return;
         }
         // A joiner turned the lead into a `Fill` under the map's lock, after putting it in
@@ -101,6 +101,11 @@ impl Core {
         if let Some((_, fill)) = self.joined.remove(&id) {
             self.complete_read(key, &fill, r);
         }
+    }
+
+    /// Removes the lead `id` of `key` if nobody joined it: then nobody waits for its reply.
+    pub(super) fn unlink_lead(&self, key: &[u8], id: u64) -> bool {
+        self.fills.remove_if(key, |_, f| f.is_lead(id)).is_some()
     }
 
     /// A coalesced plain GET finished: share it, keep nothing.

@@ -272,9 +272,11 @@ impl Cache {
 /// The shared core, sized from the configuration.
 fn new_core(cfg: &Config) -> Core {
     let c = &cfg.cache;
-    // 1M four-bit counters (512 KiB) at most: the sketch is touched on every GET and must
-    // stay in cache; collisions only blur estimates.
-    let candidates = (c.max_bytes / 1024).clamp(4096, 1 << 16) as usize;
+    // 128k four-bit counters (64 KiB) at most: the sketch is touched on every GET and must
+    // stay in the CPU's cache. At 512 KiB every cold GET missed it, which cost more than the
+    // rest of the GET's bookkeeping; collisions only blur estimates, and the noise floor
+    // (`Admission::admit`) discounts them.
+    let candidates = (c.max_bytes / 1024).clamp(4096, 1 << 13) as usize;
     Core {
         store: Store::new(c.max_bytes),
         fills: DashMap::default(),

@@ -44,6 +44,16 @@ impl Lead {
         self.done = true;
         self.core.complete_lead(&self.key, self.id, reply);
     }
+
+    /// Ends a lead nobody joined (the common case), whose reply is then not needed: `None`.
+    /// A joined lead is returned, to be [`Lead::complete`]d with its reply.
+    pub fn finish_unjoined(mut self) -> Option<Lead> {
+        if self.core.unlink_lead(&self.key, self.id) {
+            self.done = true;
+            return None;
+        }
+        Some(self)
+    }
 }
 
 impl Drop for Lead {
@@ -99,8 +109,9 @@ impl Core {
     {
         let now = Instant::now();
         let hash = self.admission.hash(key);
-        self.admission.record_get(hash, key);
-        if let Some(e) = self.store.get(key, now) {
+        let reads = self.admission.record_get(hash, key);
+        let resident = self.admission.may_be_cached(reads);
+        if let Some(e) = resident.then(|| self.store.get(key, now)).flatten() {
             self.stats.hits.inc();
             e.mark_hit();
             if self.admission.should_refresh(&e, now)
@@ -126,7 +137,7 @@ impl Core {
                 started: now,
             }),
         };
-        self.start_read(&mut o, hash, now, route)
+        self.start_read(&mut o, (hash, reads), now, route)
     }
 
     /// Waits for the read in flight in `o`; a lead nobody joined yet becomes a `Fill` here.
@@ -149,7 +160,7 @@ impl Core {
     fn start_read<L>(
         self: &Arc<Self>,
         o: &mut Occupied<'_>,
-        hash: u64,
+        (hash, reads): (u64, u8),
         now: Instant,
         route: Route<'_, L>,
     ) -> Lookup
@@ -157,7 +168,7 @@ impl Core {
         L: Fn() -> Option<Arc<LaneHandle>>,
     {
         let key = o.key().clone();
-        let lane = (route.lane)().filter(|l| self.admission.admit(hash, &l.info));
+        let lane = (route.lane)().filter(|l| self.admission.admit(hash, reads, &l.info));
         if let Some(lane) = lane {
             let fill = Fill::new(now, Some(lane.info.clone()), Some(lane.conn.clone()));
             o.insert(Flight::Fill(fill.clone()));

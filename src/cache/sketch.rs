@@ -62,26 +62,31 @@ impl FrequencySketch {
         (word, nibble)
     }
 
-    /// Counts one occurrence of the key with this hash.
-    pub fn increment(&self, hash: u64) {
+    /// Counts one occurrence of the key with this hash, and returns its estimate after it:
+    /// the counters are in hand, so this costs no second look.
+    pub fn increment(&self, hash: u64) -> u8 {
         let mut added = false;
+        let mut estimate = 15;
         let block = self.block(hash);
         for row in 0..4 {
             let (w, shift) = Self::slot(hash, row);
             let cell = &block.0[w];
             let cur = cell.load(Ordering::Relaxed);
+            let count = (cur >> shift) & 0xf;
             // A saturated counter needs no write: hot keys cost reads only. A plain store,
             // not a locked add: two threads counting in one word at once may lose one count,
             // which only blurs an estimate, and an unlocked store lets the CPU overlap this
             // key's sketch miss with its store lookup.
-            if (cur >> shift) & 0xf < 15 {
+            if count < 15 {
                 cell.store(cur + (1 << shift), Ordering::Relaxed);
                 added = true;
             }
+            estimate = estimate.min((count + u64::from(count < 15)) as u8);
         }
         if added && self.additions.fetch_add(1, Ordering::Relaxed) + 1 >= self.sample_size {
             self.halve();
         }
+        estimate
     }
 
     /// Takes `by` off the key's counters (not below 0): a write weighs against the key's

@@ -3,6 +3,7 @@
 
 use bytes::{Bytes, BytesMut};
 
+use super::pending::Interleaved;
 use crate::cache::Lead;
 use crate::upstream::UpstreamConn;
 
@@ -16,6 +17,8 @@ pub(super) struct Batch {
     cmds: Vec<(Bytes, Option<u16>)>,
     /// GETs in the batch that other clients' GETs wait for: (position in the batch, lead).
     leads: Vec<(u32, Lead)>,
+    /// Cache replies between its requests: (forwarded requests before it, reply).
+    interleaved: Vec<(u32, Interleaved)>,
     /// The batch runs a script or function (or an EXEC that does).
     pub(super) script: bool,
     /// The batch's scripts ([`crate::commands::busy::script_key`]), to learn how long they
@@ -34,6 +37,7 @@ pub(super) struct Taken {
     pub(super) conn: Option<UpstreamConn>,
     pub(super) cmds: Vec<(Bytes, Option<u16>)>,
     pub(super) leads: Vec<(u32, Lead)>,
+    pub(super) interleaved: Vec<(u32, Interleaved)>,
     pub(super) script: bool,
     pub(super) script_keys: Vec<u64>,
     pub(super) skip_first: bool,
@@ -81,6 +85,18 @@ impl Batch {
         self.leads.push((self.count, lead));
     }
 
+    /// A cache reply to the request after the batch's requests so far: written between
+    /// their replies and those of requests added later.
+    pub(super) fn interleave(&mut self, reply: Interleaved) {
+        self.interleaved.push((self.count, reply));
+    }
+
+    /// Whether a reply can be interleaved: the batch has requests, and its replies are
+    /// exactly one frame per request (no reply skipped).
+    pub(super) fn takes_interleaved(&self) -> bool {
+        self.count > 0 && !self.skip_first
+    }
+
     /// Empties the batch; `None` if there was nothing to send.
     pub(super) fn take(&mut self) -> Option<Taken> {
         if self.count == 0 {
@@ -92,6 +108,7 @@ impl Batch {
             conn: self.conn.take(),
             cmds: std::mem::take(&mut self.cmds),
             leads: std::mem::take(&mut self.leads),
+            interleaved: std::mem::take(&mut self.interleaved),
             script: std::mem::take(&mut self.script),
             script_keys: std::mem::take(&mut self.script_keys),
             skip_first: std::mem::take(&mut self.skip_first),

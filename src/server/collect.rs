@@ -13,7 +13,8 @@ use tracing::warn;
 
 use super::client::Conn;
 use super::pending::{
-    AfterAck, AloneReply, Blocking, Effect, Fan, Forwarded, Part, PendingReply, Queued, Then,
+    AfterAck, AloneReply, Blocking, Effect, Fan, Forwarded, Interleaved, Part, PendingReply,
+    Queued, Then,
 };
 use super::{info, mget};
 use crate::cache::{FillResult, FillRx, Value};
@@ -104,11 +105,14 @@ impl Conn {
                     conn,
                     after,
                     blocking,
+                    interleaved,
                 } = *up;
                 let Some(result) = self.wait_upstream(rx, &conn, blocking, client).await else {
                     return Some(Effect::Gone);
                 };
-                return self.upstream_answered(result, count, &conn, after).await;
+                return self
+                    .upstream_answered(result, count, &conn, after, interleaved)
+                    .await;
             }
             PendingReply::Split { kind, parts, after } => {
                 self.resolve_split(kind, parts).await;
@@ -215,6 +219,7 @@ impl Conn {
         count: u32,
         conn: &UpstreamConn,
         mut after: AfterAck,
+        interleaved: Vec<(u32, Interleaved)>,
     ) -> Option<Effect> {
         // The batch's scripts are over (or nobody waits for them any more).
         if let Some(mut run) = after.script.take()
@@ -257,6 +262,7 @@ impl Conn {
             _ => None,
         };
         match result {
+            r if !interleaved.is_empty() => self.write_interleaved(r, count, interleaved).await,
             Ok(b) => self.wbuf.extend_from_slice(&b),
             Err(e) => self.upstream_error(&e, count),
         }
@@ -477,6 +483,51 @@ impl Conn {
                 self.shared.metrics.upstream_errors.inc();
                 e.to_reply()
             }
+        }
+    }
+
+    /// A batch's replies with the cache replies that came between its requests, in request
+    /// order. Such a batch went on a shared connection in standalone mode (see
+    /// `Conn::may_interleave`): one reply frame per request, nothing to skip or redirect.
+    async fn write_interleaved(
+        &mut self,
+        result: JobResult,
+        count: u32,
+        interleaved: Vec<(u32, Interleaved)>,
+    ) {
+        let mut done = 0;
+        match result {
+            Ok(b) => {
+                let mut frames = crate::resp::frames(&b).filter(|f| !f.push);
+                let mut written = 0;
+                for (before, reply) in interleaved {
+                    let mut upto = written;
+                    while done < before {
+                        let Some(f) = frames.next() else { break };
+                        upto = f.end();
+                        done += 1;
+                    }
+                    self.wbuf.extend_from_slice(&b[written..upto]);
+                    written = upto;
+                    self.write_cached(reply).await;
+                }
+                self.wbuf.extend_from_slice(&b[written..]);
+            }
+            Err(e) => {
+                for (before, reply) in interleaved {
+                    self.upstream_error(&e, before - done);
+                    done = before;
+                    self.write_cached(reply).await;
+                }
+                self.upstream_error(&e, count - done);
+            }
+        }
+    }
+
+    async fn write_cached(&mut self, reply: Interleaved) {
+        match reply {
+            Interleaved::Value(v) => v.encode(self.session.proto, &mut self.wbuf),
+            Interleaved::Fill { rx, key } => self.resolve_fill(rx, key).await,
         }
     }
 

@@ -90,6 +90,21 @@ pub(super) struct Forwarded {
     pub(super) conn: UpstreamConn,
     pub(super) after: AfterAck,
     pub(super) blocking: Option<Blocking>,
+    /// Cache replies to requests between the batch's forwarded ones: (how many forwarded
+    /// replies come before it, the reply). Empty but for batches of GETs partly served
+    /// from the cache.
+    pub(super) interleaved: Vec<(u32, Interleaved)>,
+}
+
+/// A cache reply answering a request that came between two forwarded requests of a batch.
+/// It is written between their replies, so the batch still goes to Redis as one job: a hit
+/// queued on its own would cut the batch in two, and with hits and misses alternating, a
+/// pipeline of GETs would become one upstream job per miss.
+pub(super) enum Interleaved {
+    /// A cache hit.
+    Value(Value),
+    /// A read of `key` shared with another client's.
+    Fill { rx: FillRx, key: Bytes },
 }
 
 /// The one reply of a request sent on its own, then handled as `then` says

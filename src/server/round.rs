@@ -8,7 +8,7 @@ use tracing::debug;
 use super::batch::Taken;
 use super::client::Conn;
 use super::clients::ReplyMode;
-use super::pending::{AfterAck, AloneReply, Forwarded, PendingReply, Queued};
+use super::pending::{AfterAck, AloneReply, Forwarded, Interleaved, PendingReply, Queued};
 use super::plan::{AloneReq, BlockingReq, NodeReq, Plan, Repin};
 use super::route::{Request, client_pause};
 use crate::commands::{self, Command, Exclusive, Route, Tx};
@@ -150,6 +150,12 @@ impl Conn {
             }
             Plan::Reply(PendingReply::Value(v)) if self.may_write_now(v.size()) => {
                 v.encode(self.session.proto, &mut self.wbuf);
+            }
+            Plan::Reply(PendingReply::Value(v)) if self.may_interleave() => {
+                self.batch.interleave(Interleaved::Value(v));
+            }
+            Plan::Reply(PendingReply::Fill { rx, key }) if self.may_interleave() => {
+                self.batch.interleave(Interleaved::Fill { rx, key });
             }
             Plan::Reply(reply) => {
                 self.flush_batch().await;
@@ -326,6 +332,15 @@ impl Conn {
             && self.wbuf.len() + size + 32 <= limit
     }
 
+    /// Whether a cache reply can ride in the batch, between its forwarded requests' replies
+    /// (see [`Interleaved`]): on corral's shared connections in standalone mode, where the
+    /// batch's replies are one frame per request, never redirected.
+    fn may_interleave(&self) -> bool {
+        self.batch.takes_interleaved()
+            && self.pin.is_none()
+            && self.shared.upstream.cluster.is_none()
+    }
+
     /// Queues a pending reply, silenced if CLIENT REPLY says so. (Un)subscribe confirmations never
     /// are: Redis sends them as pushes, which CLIENT REPLY OFF/SKIP does not silence, in
     /// either protocol (a client waiting for them would hang).
@@ -343,6 +358,7 @@ impl Conn {
             conn,
             cmds,
             leads,
+            interleaved,
             script,
             script_keys,
             skip_first,
@@ -400,6 +416,7 @@ impl Conn {
                 script,
             },
             blocking: None,
+            interleaved,
         })));
     }
 
@@ -414,12 +431,19 @@ impl Conn {
 }
 
 /// Completes the leading GETs of a batch from its replies (frame `i` answers request `i`;
-/// leads are in batch order). Frames are only scanned, never collected: most batches of
-/// cold GETs have a lead for every request.
+/// leads are in batch order). Leads nobody joined, nearly all of them, end without their
+/// reply; the frames are scanned only for the others.
 fn share_leads(leads: Vec<(u32, crate::cache::Lead)>, replies: &crate::upstream::JobResult) {
+    let mut joined = leads
+        .into_iter()
+        .filter_map(|(i, lead)| lead.finish_unjoined().map(|l| (i, l)))
+        .peekable();
+    if joined.peek().is_none() {
+        return;
+    }
     let mut frames = crate::resp::frames(replies.as_ref().map_or(&[][..], |b| &b[..]));
     let mut next = 0;
-    for (i, lead) in leads {
+    for (i, lead) in joined {
         let r = match replies {
             Ok(b) => {
                 let frame = i

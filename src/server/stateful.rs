@@ -107,6 +107,7 @@ impl Conn {
                 writes,
                 ..AfterAck::default()
             },
+            interleaved: Vec::new(),
             blocking: Some(Blocking {
                 dedicated,
                 blocked: true,
@@ -132,6 +133,7 @@ impl Conn {
             count: 1,
             conn,
             after: AfterAck::default(),
+            interleaved: Vec::new(),
             blocking: Some(Blocking {
                 dedicated: Some(ded),
                 blocked: false,
