@@ -105,6 +105,12 @@ canned! {
     /// `upstream.max_dedicated` connections are in use.
     TOO_MANY_DEDICATED =
         "ERR too many dedicated upstream connections in use (upstream.max_dedicated)";
+    /// AUTH as a Redis ACL user needing a new pool while `auth.max_user_pools` are open.
+    TOO_MANY_USER_POOLS = "ERR too many Redis ACL user pools in use (auth.max_user_pools)";
+    /// AUTH as a Redis ACL user whose name or password is not UTF-8 (corral's handshake
+    /// cannot send it).
+    USER_NOT_UTF8 = "ERR corral cannot pass through an ACL user name or password that is not \
+        valid UTF-8";
     /// `upstream.max_tracking_clients` clients have CLIENT TRACKING on.
     TOO_MANY_TRACKING = "ERR too many clients with CLIENT TRACKING on through corral \
         (upstream.max_tracking_clients)";
@@ -250,6 +256,11 @@ pub fn cluster_subcommand_unsupported(sub: &[u8]) -> String {
         lossy(sub)
     )
 }
+
+/// Why a Redis ACL user's connection is not made or used any more (the cause in an upstream
+/// error: `-ERR upstream <addr> unavailable: <this>`).
+pub const USER_REVOKED: &str = "Redis dropped or refused this ACL user's connections (user \
+    deleted, password changed, client killed): AUTH again";
 
 /// A connection made for one purpose (`MONITOR`, `CLIENT TRACKING REDIRECT`) could not be
 /// made.

@@ -463,11 +463,7 @@ impl Conn {
     /// A GET of `key` over the client's own (database 0) connection: the reply bytes, or the
     /// error reply.
     async fn plain_get(&mut self, key: &[u8]) -> Bytes {
-        let conn = self
-            .shared
-            .upstream
-            .conn(self.session.proto, self.session.id)
-            .clone();
+        let conn = self.shared_conn(0);
         let mut req = bytes::BytesMut::new();
         crate::resp::request::encode_request(&[b"GET", key], &mut req);
         let rx = conn.send(req.freeze(), 1).await;

@@ -102,11 +102,12 @@ pub(super) struct AuthReq {
 pub(super) enum Repin {
     /// RESET: pinning and reply mode are reset too.
     Reset,
-    /// A successful AUTH back to `default` of a client authenticated as a Redis user: the
-    /// user's connection is dropped after this round.
+    /// A successful AUTH back to `default` (or to one of corral's users) of a client
+    /// authenticated as a user: the client leaves its Redis user's pool, and any pinned
+    /// connection is dropped after this round.
     Unpin,
-    /// HELLO switched the protocol of a client whose pinned connection it keeps (tracking,
-    /// a Redis user): that connection switches too.
+    /// HELLO switched the protocol of a client whose pinned connection it keeps (tracking):
+    /// that connection switches too.
     Hello,
 }
 

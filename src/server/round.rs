@@ -208,6 +208,7 @@ impl Conn {
                 // Dropped, not released, at the end of the round (see `release_pin_if_done`);
                 // later requests start a new round, on corral's own connections.
                 self.drop_pin_after_round();
+                self.leave_user();
                 true
             }
             Repin::Hello => {
