@@ -330,3 +330,55 @@ async fn a_deleted_user_or_changed_password_closes_its_clients() {
     assert_eq!(other.cmd("ACL WHOAMI").await, b"$7\r\ndefault\r\n");
     pair.proxy.stop().await;
 }
+
+#[tokio::test]
+async fn subscriptions_are_made_as_the_user() {
+    let pair = start_with(|_| {}).await;
+    for resp3 in [false, true] {
+        let script = [
+            "A: AUTH alice a-pass",
+            "A: SUBSCRIBE b:ch",
+            "A: SUBSCRIBE a:ch a:ch2",
+            "A: PSUBSCRIBE b:*",
+            "A: PSUBSCRIBE a:*",
+            "B: AUTH bob b-pass",
+            "B: PUBLISH a:ch hi",
+            "C: PUBLISH a:ch hello",
+            "A<",
+            "A<",
+            "C: PUBSUB NUMSUB a:ch a:ch2",
+            "A: PING",
+            "A: UNSUBSCRIBE a:ch",
+            "A: PUNSUBSCRIBE",
+            "A: UNSUBSCRIBE",
+            "A: ACL WHOAMI",
+        ];
+        let opts = Options::resp(resp3);
+        common::compare(pair.sides(), "user-pubsub", &steps(&script), opts).await;
+    }
+    // The subscriptions were made upstream on a connection authenticated as alice.
+    let mut alice = as_user(&pair, "alice", "a-pass").await;
+    assert_eq!(
+        alice.cmd("SUBSCRIBE a:x").await,
+        b"*3\r\n$9\r\nsubscribe\r\n$3\r\na:x\r\n:1\r\n"
+    );
+    let list = client_list(pair.behind).await;
+    assert!(
+        list.iter()
+            .any(|l| field(l, "user") == Some("alice") && field(l, "sub") == Some("1")),
+        "{list:#?}"
+    );
+    // A RESP3 client subscribed as default keeps those subscriptions apart after an AUTH.
+    let mut c = common::client_in(pair.proxy.addr, true).await;
+    assert!(c.cmd("SUBSCRIBE a:y").await.starts_with(b">3"));
+    assert_eq!(c.cmd("AUTH alice a-pass").await, b"+OK\r\n");
+    let r = c.cmd("SUBSCRIBE a:z").await;
+    assert!(
+        r.starts_with(b"-ERR this client has subscriptions made as another user"),
+        "{}",
+        show(&r)
+    );
+    assert!(c.cmd("UNSUBSCRIBE").await.starts_with(b">3"));
+    assert!(c.cmd("SUBSCRIBE a:z").await.starts_with(b">3"));
+    pair.proxy.stop().await;
+}

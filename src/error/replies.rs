@@ -131,9 +131,10 @@ canned! {
     /// MONITOR from a client authenticated as a Redis ACL user.
     MONITOR_AS_ACL_USER =
         "ERR MONITOR is not supported by corral for a client authenticated as a Redis ACL user";
-    /// SUBSCRIBE from a client authenticated as a Redis ACL user.
-    SUBSCRIBE_AS_ACL_USER = "ERR SUBSCRIBE is not supported by corral for a client \
-        authenticated as a Redis ACL user";
+    /// A subscription as one user from a client still subscribed as another (RESP3: it
+    /// subscribed, then authenticated as someone else).
+    SUBSCRIBED_AS_OTHER_USER = "ERR this client has subscriptions made as another user: \
+        unsubscribe from them first (corral keeps each user's subscriptions apart)";
     /// A redirection reply outside cluster mode.
     REDIRECT_OUTSIDE_CLUSTER = "ERR redirection outside cluster mode";
     /// A cluster-only path taken outside cluster mode.
@@ -292,11 +293,6 @@ mod tests {
             MONITOR_AS_ACL_USER.wire(),
             b"-ERR MONITOR is not supported by corral for a client authenticated as a Redis \
               ACL user\r\n"
-        );
-        assert_eq!(
-            SUBSCRIBE_AS_ACL_USER.wire(),
-            b"-ERR SUBSCRIBE is not supported by corral for a client authenticated as \
-              a Redis ACL user\r\n"
         );
         assert_eq!(
             ACL_USER_IN_CLUSTER.text(),

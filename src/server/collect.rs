@@ -131,7 +131,10 @@ impl Conn {
             PendingReply::Reply(alone) => {
                 let AloneReply { rx, conn, then } = *alone;
                 match self.wait(rx, &conn).await {
-                    Ok(b) => return self.reply_arrived(b, then),
+                    Ok(b) => match then {
+                        Then::PubSub(s) => self.user_pubsub_answered(b, *s).await,
+                        then => return self.reply_arrived(b, then),
+                    },
                     Err(e) => {
                         if let Then::Tracking(change) = then {
                             self.tracking_answered(false, change);
@@ -321,7 +324,7 @@ impl Conn {
             }
             Then::Scan { node, nodes } => self.scan_reply(&b, node, nodes),
             Then::Counted(count) => {
-                let b = super::pubcount::correct(&count, b, &self.shared.pubsub);
+                let b = super::pubcount::correct(&count, b, &self.all_hubs());
                 self.wbuf.extend_from_slice(&b);
             }
             Then::Tracking(change) => {
@@ -337,6 +340,8 @@ impl Conn {
                 let b = super::tracking::rewrite_redirect(&b, from, to);
                 self.wbuf.extend_from_slice(&b);
             }
+            // Applied in `resolve`, which can wait for the upstream subscriptions.
+            Then::PubSub(_) => self.wbuf.extend_from_slice(&b),
             Then::Select(db) => {
                 // The SELECT's reply, after any invalidation pushes that came before it
                 // (tracking connection), without the `SELECT 0` that followed it.

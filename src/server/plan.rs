@@ -51,6 +51,8 @@ pub(super) enum Plan {
     Repin { reply: Bytes, change: Repin },
     /// AUTH or HELLO AUTH as a Redis user, checked by Redis (`users.rs`).
     AuthUser(Box<AuthReq>),
+    /// (P|S)(UN)SUBSCRIBE of a Redis user's client, asked of Redis first (`user_pubsub.rs`).
+    UserPubSub(Box<super::user_pubsub::UserSub>),
     /// CLIENT TRACKING/CACHING/GETREDIR/TRACKINGINFO (arguments, request bytes).
     Tracking { argv: Vec<Bytes>, req: Bytes },
     /// Cluster mode: a request for one node.

@@ -195,6 +195,11 @@ impl Conn {
             }
             Plan::Tracking { argv, req } => return self.client_tracking(argv, req).await,
             Plan::AuthUser(a) => return self.auth_user(a.auth, a.req).await,
+            Plan::UserPubSub(s) => {
+                // Later requests wait: RESP2's subscribed mode may start with this one.
+                self.user_pubsub(s.sub, s.args).await;
+                return true;
+            }
             Plan::Repin { reply, change } => return self.repin(reply, change).await,
         }
         false

@@ -148,11 +148,13 @@ impl Conn {
         }
         if let Route::Local(Local::Ping | Local::Echo) = route
             && self.shared.upstream.cluster.is_none()
-            && (self.shared.upstream.status.ping_goes_upstream() || self.redis_user())
+            && (self.shared.upstream.status.ping_goes_upstream()
+                || (self.redis_user() && !self.resp2_subscribed()))
         {
             // Redis may be busy with a script (or loading): it would answer -BUSY (-LOADING)
             // rather than PONG, so ask it. Otherwise PING checks corral itself. A Redis user's
-            // ACL may deny PING or ECHO: Redis answers for it.
+            // ACL may deny PING or ECHO: Redis answers for it (but not in RESP2 subscribed
+            // mode, whose PING reply only corral's subscriptions can give).
             self.append_request(cmd, req);
             return Some(Plan::Batched);
         }
@@ -280,7 +282,7 @@ impl Conn {
             return p;
         }
         if let Some(count) = super::pubcount::count_of(&args)
-            && !self.shared.pubsub.counts_exact()
+            && !self.all_hubs().iter().all(|h| h.counts_exact())
         {
             return Plan::Alone(Box::new(AloneReq {
                 conn: None,
@@ -456,17 +458,12 @@ impl Conn {
     /// (P|S)(UN)SUBSCRIBE, answered from corral's shared subscriptions.
     fn subscriptions(&mut self, cmd: &Command<'_>, sub: PubSub) -> Plan {
         let args = cmd.args;
-        let subscribing = matches!(
-            sub,
-            PubSub::Subscribe | PubSub::PSubscribe | PubSub::SSubscribe
-        );
-        if subscribing && self.redis_user() {
-            // corral's shared pub/sub connection is authenticated as corral's upstream
-            // user: the user's channel permissions would not apply.
-            return Plan::ready(replies::SUBSCRIBE_AS_ACL_USER.to_bytes());
+        let owned: Vec<Vec<u8>> = args.iter().map(<[u8]>::to_vec).collect();
+        if self.redis_user() {
+            // Redis checks the user's permissions for it first (`user_pubsub.rs`).
+            return Plan::UserPubSub(Box::new(super::user_pubsub::UserSub { sub, args: owned }));
         }
         self.shared.metrics.local_commands.inc();
-        let owned: Vec<Vec<u8>> = args.iter().map(<[u8]>::to_vec).collect();
         let (reply, waits) = self.pubsub(sub, &crate::resp::Args::Owned(&owned));
         Plan::Reply(PendingReply::Subscribed { reply, waits })
     }

@@ -9,8 +9,9 @@
 //! authenticate a new one (`ACL DELUSER`, `CLIENT KILL USER`, a changed password, a restart):
 //! their clients are then closed, as Redis closes a killed client, and must AUTH again.
 
+use std::any::Any;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -169,9 +170,18 @@ impl UserPools {
             idle_since: Mutex::new(Instant::now()),
             revoked: revoked.clone(),
             shutdown: shutdown.clone(),
+            hub: OnceLock::new(),
         });
         tokio::spawn(kill_on_revoke(Arc::downgrade(&pool), revoked, shutdown));
         pool
+    }
+
+    /// The pub/sub hubs of the pools that have one (see [`UserPool::hub`]).
+    pub fn hubs(&self) -> Vec<Arc<dyn Any + Send + Sync>> {
+        self.lock()
+            .values()
+            .filter_map(|p| p.hub.get().cloned())
+            .collect()
     }
 
     /// Pools open now, and the clients they serve (INFO).
@@ -264,6 +274,8 @@ pub struct UserPool {
     revoked: CancellationToken,
     /// Cancelled when the pool is closed: every connection of it stops.
     shutdown: CancellationToken,
+    /// The user's pub/sub hub (a `pubsub::Router`, a layer above), made on first use.
+    hub: OnceLock<Arc<dyn Any + Send + Sync>>,
 }
 
 impl UserPool {
@@ -342,6 +354,28 @@ impl UserPool {
             pushes.set(None);
             list.push((conn, pushes));
         }
+    }
+
+    /// The user's pub/sub hub, made by `start` on first use from the user's RESP3 settings and
+    /// a token cancelled when the pool closes: subscriptions of the user's clients are made
+    /// upstream as the user, on connections of its own (the hub type lives in a layer above).
+    pub fn hub(
+        &self,
+        start: impl FnOnce(
+            ConnSettings,
+            Arc<UpstreamStatus>,
+            CancellationToken,
+        ) -> Arc<dyn Any + Send + Sync>,
+    ) -> Arc<dyn Any + Send + Sync> {
+        self.hub
+            .get_or_init(|| {
+                start(
+                    self.settings(Proto::Resp3, 0),
+                    self.status.clone(),
+                    self.shutdown.child_token(),
+                )
+            })
+            .clone()
     }
 
     /// This user's settings for a connection in `proto` and `db`.
