@@ -368,6 +368,23 @@ async fn subscriptions_are_made_as_the_user() {
             .any(|l| field(l, "user") == Some("alice") && field(l, "sub") == Some("1")),
         "{list:#?}"
     );
+    // A user who may not run MULTI cannot have its subscriptions checked: a clear error, and
+    // nothing of the check is left on the user's connections.
+    let setuser = [
+        "ACL", "SETUSER", "nomulti", "on", ">n-pass", "+@all", "-multi", "~*", "&*",
+    ];
+    assert_eq!(sync_cmd(pair.behind.port(), &setuser), b"+OK\r\n");
+    let mut nomulti = as_user(&pair, "nomulti", "n-pass").await;
+    for _ in 0..2 {
+        assert_eq!(
+            show(&nomulti.cmd("SUBSCRIBE ch").await),
+            show(
+                b"-ERR corral has Redis check a Redis ACL user's (un)subscribe inside \
+                MULTI/DISCARD, which this user may not run\r\n"
+            )
+        );
+        assert_eq!(nomulti.cmd("SET k v").await, b"+OK\r\n");
+    }
     // A RESP3 client subscribed as default keeps those subscriptions apart after an AUTH.
     let mut c = common::client_in(pair.proxy.addr, true).await;
     assert!(c.cmd("SUBSCRIBE a:y").await.starts_with(b">3"));

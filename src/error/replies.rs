@@ -131,6 +131,10 @@ canned! {
     /// MONITOR from a client authenticated as a Redis ACL user.
     MONITOR_AS_ACL_USER =
         "ERR MONITOR is not supported by corral for a client authenticated as a Redis ACL user";
+    /// A Redis user's (un)subscribe that corral could not have Redis check (the user may not
+    /// run MULTI).
+    USER_PUBSUB_UNCHECKED = "ERR corral has Redis check a Redis ACL user's (un)subscribe \
+        inside MULTI/DISCARD, which this user may not run";
     /// A subscription as one user from a client still subscribed as another (RESP3: it
     /// subscribed, then authenticated as someone else).
     SUBSCRIBED_AS_OTHER_USER = "ERR this client has subscriptions made as another user: \

@@ -197,7 +197,7 @@ impl Conn {
             Plan::AuthUser(a) => return self.auth_user(a.auth, a.req).await,
             Plan::UserPubSub(s) => {
                 // Later requests wait: RESP2's subscribed mode may start with this one.
-                self.user_pubsub(s.sub, s.args).await;
+                self.user_pubsub(*s).await;
                 return true;
             }
             Plan::Repin { reply, change } => return self.repin(reply, change).await,

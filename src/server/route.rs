@@ -461,7 +461,11 @@ impl Conn {
         let owned: Vec<Vec<u8>> = args.iter().map(<[u8]>::to_vec).collect();
         if self.redis_user() {
             // Redis checks the user's permissions for it first (`user_pubsub.rs`).
-            return Plan::UserPubSub(Box::new(super::user_pubsub::UserSub { sub, args: owned }));
+            return Plan::UserPubSub(Box::new(super::user_pubsub::UserSub {
+                sub,
+                args: owned,
+                ded: None,
+            }));
         }
         self.shared.metrics.local_commands.inc();
         let (reply, waits) = self.pubsub(sub, &crate::resp::Args::Owned(&owned));

@@ -1,10 +1,13 @@
 //! Pub/sub for a client authenticated as a Redis ACL user (`users.rs`). Its subscriptions
 //! are made upstream on the user's own hub (connections authenticated as the user, shared by
 //! its clients), never on corral's. Redis decides whether the user may run each
-//! (P|S)(UN)SUBSCRIBE first: corral asks it as `MULTI`, the command, `DISCARD` on the user's
-//! shared connection, where Redis checks the command and its channels at queue time without
-//! running it (`+QUEUED`, or its own `-NOPERM` error, which the client gets as it is). Only
-//! then does corral apply the command to the client's subscriptions, as for any client.
+//! (P|S)(UN)SUBSCRIBE first: corral asks it as `MULTI`, the command, `DISCARD` on a RESP2
+//! connection of the user's own, where Redis checks the command and its channels at queue
+//! time without running it (`+QUEUED`, or its own `-NOPERM` error, which the client gets as it
+//! is). Only then does corral apply the command to the client's subscriptions, as for any
+//! client. The connection is private to the check because a user may lack MULTI or DISCARD:
+//! the command would then run for real, or the transaction stay open; such a connection is
+//! closed, never reused (in RESP2 every outcome gives at least the three replies awaited).
 
 use std::any::Any;
 use std::sync::Arc;
@@ -15,14 +18,19 @@ use tokio::time::timeout;
 use super::client::Conn;
 use super::pending::{AloneReply, PendingReply, Then};
 use crate::commands::PubSub;
+use crate::error::replies;
 use crate::pubsub::Router;
+use crate::resp::Proto;
 use crate::resp::request::encode_request;
+use crate::upstream::Dedicated;
 
 /// A user's (P|S)(UN)SUBSCRIBE waiting for Redis's verdict.
 #[derive(Debug)]
 pub(super) struct UserSub {
     pub(super) sub: PubSub,
     pub(super) args: Vec<Vec<u8>>,
+    /// The connection the check runs on.
+    pub(super) ded: Option<Dedicated>,
 }
 
 impl Conn {
@@ -56,20 +64,31 @@ impl Conn {
 
     /// Asks Redis, as the client's user, whether it may run this (un)subscribe (see the
     /// module docs); the answer is applied by [`Conn::user_pubsub_answered`].
-    pub(super) async fn user_pubsub(&mut self, sub: PubSub, args: Vec<Vec<u8>>) {
+    pub(super) async fn user_pubsub(&mut self, mut s: UserSub) {
         self.flush_batch().await;
+        let ded = match self
+            .shared
+            .upstream
+            .dedicated_to(self.user_pool(), None, Proto::Resp2, 0)
+        {
+            Ok(d) => d,
+            Err(msg) => {
+                self.push_ready(replies::line(msg)).await;
+                return;
+            }
+        };
         let mut probe = BytesMut::new();
         encode_request(&[b"MULTI"], &mut probe);
-        let argv: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+        let argv: Vec<&[u8]> = s.args.iter().map(Vec::as_slice).collect();
         encode_request(&argv, &mut probe);
         encode_request(&[b"DISCARD"], &mut probe);
-        // One job: nothing of another client runs between MULTI and DISCARD.
-        let conn = self.shared_conn(self.session.db);
+        let conn = ded.conn.clone();
         let rx = conn.send(probe.freeze(), 3).await;
+        s.ded = Some(ded);
         self.push_reply(PendingReply::Reply(Box::new(AloneReply {
             rx,
             conn,
-            then: Then::PubSub(Box::new(UserSub { sub, args })),
+            then: Then::PubSub(Box::new(s)),
         })));
     }
 
@@ -77,8 +96,22 @@ impl Conn {
     /// DISCARD's): queued, the command is applied to the client's subscriptions and its
     /// confirmations written once the upstream ones are in place; refused, Redis's error is
     /// written.
-    pub(super) async fn user_pubsub_answered(&mut self, replies: Bytes, s: UserSub) {
-        let verdict = crate::resp::frames(&replies).nth(1).map(|f| f.bytes);
+    pub(super) async fn user_pubsub_answered(&mut self, answer: Bytes, mut s: UserSub) {
+        let mut frames = crate::resp::frames(&answer).map(|f| f.bytes);
+        let (multi, verdict, discard) = (frames.next(), frames.next(), frames.next());
+        if let Some(ded) = s.ded.take()
+            && multi == Some(&b"+OK\r\n"[..])
+            && discard == Some(&b"+OK\r\n"[..])
+        {
+            // No transaction left open, nothing run: as clean as it was taken.
+            self.shared.upstream.release(ded);
+        }
+        if multi != Some(&b"+OK\r\n"[..]) {
+            // The command may have run outside a transaction: its reply says nothing.
+            let text = replies::USER_PUBSUB_UNCHECKED.text();
+            self.wbuf.extend_from_slice(&replies::line(text));
+            return;
+        }
         match verdict {
             Some(b"+QUEUED\r\n") => {
                 let args = crate::resp::Args::Owned(&s.args);
@@ -95,7 +128,7 @@ impl Conn {
                 self.wbuf.extend_from_slice(&reply);
             }
             Some(refused) => self.wbuf.extend_from_slice(refused),
-            None => self.wbuf.extend_from_slice(&replies),
+            None => self.wbuf.extend_from_slice(&answer),
         }
     }
 }
