@@ -236,6 +236,13 @@ impl Conn {
     async fn abort_exec(&mut self) -> bool {
         self.tx_failed = false;
         if self.pin.as_ref().is_some_and(|p| p.in_multi) {
+            if self.redis_user()
+                && let Some(pin) = &mut self.pin
+            {
+                // The user may not be allowed DISCARD: its transaction may stay open on
+                // Redis, so the connection is closed rather than reused.
+                pin.dirty = true;
+            }
             self.flush_batch().await;
             self.batch.skip_first = true;
             let mut discard = BytesMut::new();
