@@ -84,19 +84,28 @@ impl UserPools {
         status: Arc<UpstreamStatus>,
         shutdown: CancellationToken,
     ) -> Arc<UserPools> {
-        let pools = Arc::new(UserPools {
-            pools: Mutex::new(HashMap::new()),
-            base,
-            status,
-            shutdown: shutdown.clone(),
-            max: cfg.max_user_pools,
-            connections: cfg.user_connections.max(1),
-            idle_after: Duration::from_millis(cfg.user_pool_idle_ms),
-        });
+        let pools = Arc::new(UserPools::new(cfg, base, status, shutdown.clone()));
         // Often enough that a pool outlives its timeout by a small fraction of it.
         let every = (pools.idle_after / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
         tokio::spawn(reap(Arc::downgrade(&pools), every, shutdown));
         pools
+    }
+
+    fn new(
+        cfg: &AuthConfig,
+        base: ConnSettings,
+        status: Arc<UpstreamStatus>,
+        shutdown: CancellationToken,
+    ) -> UserPools {
+        UserPools {
+            pools: Mutex::new(HashMap::new()),
+            base,
+            status,
+            shutdown,
+            max: cfg.max_user_pools,
+            connections: cfg.user_connections.max(1),
+            idle_after: Duration::from_millis(cfg.user_pool_idle_ms),
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<Key, Arc<UserPool>>> {
@@ -448,6 +457,65 @@ mod tests {
         assert_ne!(a, Key::new(b"bob", &Secret::new(b"pw-1")));
         let shown = format!("{a:?} {:?}", Secret::new(b"pw-1"));
         assert!(!shown.contains("pw-1"), "{shown}");
+    }
+
+    /// Pools reaped as soon as they have no client (`reap_idle` is called by hand).
+    fn pools(max: usize) -> UserPools {
+        let cfg = crate::config::Config::default();
+        let url = crate::config::UpstreamUrl::parse("redis://127.0.0.1:1").unwrap();
+        let access = super::super::access::UpstreamAccess::new(Default::default());
+        let base = ConnSettings::new(&cfg, &url, Arc::new(access));
+        let auth = AuthConfig {
+            max_user_pools: max,
+            user_pool_idle_ms: 0,
+            ..AuthConfig::default()
+        };
+        UserPools::new(&auth, base, Default::default(), CancellationToken::new())
+    }
+
+    #[tokio::test]
+    async fn pools_are_shared_bounded_and_reaped_once_idle() {
+        let pools = pools(1);
+        let pw = Secret::new(b"pw");
+        let kill = CancellationToken::new();
+        let a1 = pools.lease(b"alice", &pw, 1, kill.clone()).unwrap();
+        let a2 = pools.lease(b"alice", &pw, 2, kill.clone()).unwrap();
+        assert!(Arc::ptr_eq(a1.pool(), a2.pool()));
+        assert_eq!(pools.counts(), (1, 2));
+        let refused = pools.lease(b"bob", &pw, 3, kill.clone()).map(|_| ());
+        assert_eq!(refused, Err(replies::TOO_MANY_USER_POOLS.text()));
+        // Another password is another pool.
+        assert!(
+            pools
+                .lease(b"alice", &Secret::new(b"other"), 4, kill.clone())
+                .is_err()
+        );
+        pools.reap_idle();
+        assert_eq!(pools.counts(), (1, 2), "a pool with clients is kept");
+        drop((a1, a2));
+        pools.reap_idle();
+        assert_eq!(pools.counts(), (0, 0));
+        assert!(pools.lease(b"bob", &pw, 3, kill).is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_revoked_pool_kills_its_clients_and_is_replaced() {
+        let pools = pools(1);
+        let pw = Secret::new(b"pw");
+        let (k1, k2) = (CancellationToken::new(), CancellationToken::new());
+        let a = pools.lease(b"alice", &pw, 1, k1.clone()).unwrap();
+        let other = pools.lease(b"alice", &pw, 2, k2.clone()).unwrap();
+        drop(other);
+        a.pool().revoked.cancel();
+        tokio::time::timeout(Duration::from_secs(10), k1.cancelled())
+            .await
+            .unwrap();
+        assert!(!k2.is_cancelled(), "a client that left is not killed");
+        // A new AUTH gets a new pool even at the limit: the revoked one does not count.
+        let b = pools
+            .lease(b"alice", &pw, 3, CancellationToken::new())
+            .unwrap();
+        assert!(!Arc::ptr_eq(a.pool(), b.pool()) && !b.pool().is_revoked());
     }
 
     #[test]
