@@ -158,9 +158,21 @@ async fn two_users_pipelining_at_once_keep_their_own_permissions() {
             "{key}"
         );
     }
-    // One shared connection per user, each authenticated as its user.
-    assert_eq!(upstream_conns_of(&pair, "alice").await, 1);
-    assert_eq!(upstream_conns_of(&pair, "bob").await, 1);
+    // One shared connection per user, each authenticated as its user (once the connections
+    // the AUTHs were checked on are closed).
+    let p = &pair;
+    poll_until(
+        Duration::from_secs(10),
+        "one connection per user",
+        || async move {
+            let n = (
+                upstream_conns_of(p, "alice").await,
+                upstream_conns_of(p, "bob").await,
+            );
+            (n == (1, 1)).then_some(())
+        },
+    )
+    .await;
     pair.proxy.stop().await;
 }
 
@@ -385,6 +397,21 @@ async fn subscriptions_are_made_as_the_user() {
         );
         assert_eq!(nomulti.cmd("SET k v").await, b"+OK\r\n");
     }
+    // Subscriptions made as alice outlive the client's stay as alice (as in Redis), and
+    // keep alice's pool open for it.
+    let mut r3 = common::client_in(pair.proxy.addr, true).await;
+    assert_eq!(r3.cmd("AUTH alice a-pass").await, b"+OK\r\n");
+    assert!(r3.cmd("SUBSCRIBE a:kept").await.starts_with(b">3"));
+    assert_eq!(r3.cmd("AUTH default x").await, b"+OK\r\n");
+    assert_eq!(r3.cmd("ACL WHOAMI").await, b"$7\r\ndefault\r\n");
+    // alice, nomulti, and r3 through its subscriptions.
+    let mut admin = connect(pair.proxy.addr).await;
+    assert_eq!(info_n(&mut admin, "upstream_user_pool_clients").await, 3);
+    assert_eq!(admin.cmd("PUBLISH a:kept m").await, b":1\r\n");
+    assert_eq!(
+        show(&r3.read_reply().await),
+        show(b">3\r\n$7\r\nmessage\r\n$6\r\na:kept\r\n$1\r\nm\r\n")
+    );
     // A RESP3 client subscribed as default keeps those subscriptions apart after an AUTH.
     let mut c = common::client_in(pair.proxy.addr, true).await;
     assert!(c.cmd("SUBSCRIBE a:y").await.starts_with(b">3"));

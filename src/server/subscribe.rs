@@ -59,7 +59,9 @@ impl Conn {
         let subs = self.subs.get_or_insert_with(|| {
             let (tx, rx) = tokio::sync::mpsc::channel(pubsub::QUEUE);
             hub.register(id, tx, self.kill.clone());
-            Subscriptions::new(rx, hub, id)
+            // On a Redis user's hub (`hub` is the current user's): the pool stays open for it.
+            let lease = self.lease.as_ref().map(crate::upstream::UserLease::share);
+            Subscriptions::new(rx, hub, id, lease)
         });
         let hub = subs.hub.clone();
         let names: Vec<Bytes> = if args.len() > 1 {

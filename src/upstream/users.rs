@@ -151,12 +151,9 @@ impl UserPools {
             }
         };
         // Counted before the map's lock is let go, so the reaper never closes it meanwhile.
-        pool.clients
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(id, kill);
+        let lease = UserLease::new(pool, id, kill);
         drop(pools);
-        Ok(UserLease { pool, id })
+        Ok(lease)
     }
 
     fn new_pool(&self, user: &str, password: &str) -> Arc<UserPool> {
@@ -254,7 +251,7 @@ async fn kill_on_revoke(
     if let Some(pool) = pool.upgrade() {
         tracing::info!(user = %String::from_utf8_lossy(&pool.user), "Redis dropped or refused \
             a connection of this ACL user: closing its clients");
-        for kill in pool
+        for (kill, _) in pool
             .clients
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -277,7 +274,8 @@ pub struct UserPool {
     shared: Mutex<HashMap<PoolKey, Arc<[UpstreamConn]>>>,
     idle: Mutex<HashMap<PoolKey, Vec<IdleConn>>>,
     /// Each client's kill token, by client id.
-    clients: Mutex<HashMap<u64, CancellationToken>>,
+    /// Each client's kill token and how many leases it holds, by client id.
+    clients: Mutex<HashMap<u64, (CancellationToken, usize)>>,
     /// When the last client left (or the pool was made).
     idle_since: Mutex<Instant>,
     revoked: CancellationToken,
@@ -425,16 +423,38 @@ pub struct UserLease {
 }
 
 impl UserLease {
+    fn new(pool: Arc<UserPool>, id: u64, kill: CancellationToken) -> UserLease {
+        let mut clients = pool.clients.lock().unwrap_or_else(|e| e.into_inner());
+        clients.entry(id).or_insert((kill, 0)).1 += 1;
+        drop(clients);
+        UserLease { pool, id }
+    }
+
     /// The pool this client is served from.
     pub fn pool(&self) -> &Arc<UserPool> {
         &self.pool
+    }
+
+    /// Another lease of the same client on the same pool, for what outlives the client's
+    /// stay as the user (its subscriptions on the user's hub, after an AUTH as someone else):
+    /// the pool stays open, and a revocation still closes the client.
+    pub fn share(&self) -> UserLease {
+        let clients = self.pool.clients.lock().unwrap_or_else(|e| e.into_inner());
+        let kill = clients.get(&self.id).map(|(k, _)| k.clone());
+        drop(clients);
+        UserLease::new(self.pool.clone(), self.id, kill.unwrap_or_default())
     }
 }
 
 impl Drop for UserLease {
     fn drop(&mut self) {
         let mut clients = self.pool.clients.lock().unwrap_or_else(|e| e.into_inner());
-        clients.remove(&self.id);
+        if let Some((_, n)) = clients.get_mut(&self.id) {
+            *n -= 1;
+            if *n == 0 {
+                clients.remove(&self.id);
+            }
+        }
         if clients.is_empty() {
             *self
                 .pool
@@ -492,7 +512,14 @@ mod tests {
         );
         pools.reap_idle();
         assert_eq!(pools.counts(), (1, 2), "a pool with clients is kept");
+        // A shared lease (subscriptions kept after an AUTH as someone else) counts the same
+        // client once, and keeps the pool open after the client's own lease is gone.
+        let kept = a1.share();
+        assert_eq!(pools.counts(), (1, 2));
         drop((a1, a2));
+        pools.reap_idle();
+        assert_eq!(pools.counts(), (1, 1));
+        drop(kept);
         pools.reap_idle();
         assert_eq!(pools.counts(), (0, 0));
         assert!(pools.lease(b"bob", &pw, 3, kill).is_ok());
