@@ -5,8 +5,8 @@
 //! clients, keyed by user and password digest), so that Redis applies the user's ACLs to every
 //! command exactly; on failure the client gets Redis's own error and stays as it was.
 //!
-//! The connection the AUTH ran on is authenticated as the user and was taken for someone
-//! else: it is closed, never reused. A pinned one (WATCH, tracking) keeps serving the client
+//! The connection the AUTH ran on is then authenticated as the user and was taken for
+//! someone else: it is closed, never reused (after a refusal it is still corral's own). A pinned one (WATCH, tracking) keeps serving the client
 //! until its state ends, as in Redis, and is closed then.
 
 use bytes::{Bytes, BytesMut};
@@ -60,7 +60,8 @@ impl Conn {
     /// Applies Redis's answer to an AUTH or HELLO AUTH for a user and returns the replies to
     /// write (`answer`; `start`: where Redis's reply begins, after any tracking pushes). On success the
     /// client is served from the user's pool from its next request on; on an error nothing
-    /// changes. `ded`, the connection the check ran on, is closed either way.
+    /// changes. `ded`, the connection the check ran on, is closed on success and kept for
+    /// reuse on an error.
     pub(super) fn auth_answered(
         &mut self,
         answer: Bytes,
@@ -68,10 +69,15 @@ impl Conn {
         auth: UserAuth,
         ded: Option<Dedicated>,
     ) -> Bytes {
-        drop(ded);
         if answer.get(start).is_none_or(|&b| b == b'-') {
+            // A refused AUTH leaves the connection as it was: still corral's own.
+            if let Some(d) = ded {
+                self.shared.upstream.release(d);
+            }
             return answer;
         }
+        // Now authenticated as the user, and taken for someone else: closed.
+        drop(ded);
         if let Some(pin) = &mut self.pin {
             // Now authenticated as the user, it must never go back to anyone's idle pool.
             pin.dirty = true;
