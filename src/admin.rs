@@ -73,6 +73,7 @@ async fn respond(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> 
             let status = &shared.upstream.status;
             let m = &shared.metrics;
             m.upstream_connections.set(status.connected_count() as i64);
+            m.user_pools.set(shared.upstream.users.counts().0 as i64);
             if let Some(cache) = &shared.cache {
                 cache.update_gauges();
             }

@@ -26,6 +26,8 @@ pub struct Metrics {
     pub protocol_errors: Counter,
     /// Live upstream connections (set when scraped).
     pub upstream_connections: Gauge,
+    /// Pools of Redis ACL users' connections open (set when scraped).
+    pub user_pools: Gauge,
     /// Client connections to the TLS listener whose handshake failed or timed out.
     pub tls_handshake_failures: Counter,
 }
@@ -42,6 +44,7 @@ impl Default for Metrics {
             upstream_errors: Counter::default(),
             protocol_errors: Counter::default(),
             upstream_connections: Gauge::default(),
+            user_pools: Gauge::default(),
             tls_handshake_failures: Counter::default(),
             registry: Registry::default(),
         };
@@ -85,6 +88,11 @@ impl Default for Metrics {
             "upstream_connections",
             "Live upstream connections",
             m.upstream_connections.clone(),
+        );
+        registry.register(
+            "user_pools",
+            "Pools of connections authenticated as Redis ACL users (pass-through)",
+            m.user_pools.clone(),
         );
         registry.register(
             "tls_handshake_failures",

@@ -23,6 +23,8 @@ const WAIT: Duration = Duration::from_secs(10);
 const UP_OLD: &str = "up-Old-s3cret";
 const UP_NEW: &str = "up-New-s3cret";
 const CLIENT_PASS: &str = "cl1ent-s3cret";
+/// A Redis ACL user's password, passed through corral.
+const USER_PASS: &str = "us3r-pass-s3cret";
 
 /// A scratch directory with the config file and corral's log, removed on drop; the process is
 /// killed on drop too.
@@ -141,6 +143,27 @@ async fn sighup_applies_a_new_upstream_password_and_no_secret_is_ever_shown() {
         b"+OK\r\n"
     );
     assert_eq!(seen.add(&c.cmd("SET s 1").await), b"+OK\r\n");
+    // A Redis ACL user, passed through: its password is never shown either.
+    let mut made = RawClient::connect(redis.addr()).await.expect("redis");
+    assert_eq!(made.cmd(&format!("AUTH {UP_OLD}")).await, b"+OK\r\n");
+    let setuser = format!("ACL SETUSER pt on >{USER_PASS} +@all ~pt:*");
+    assert_eq!(made.cmd(&setuser).await, b"+OK\r\n");
+    let mut user = RawClient::connect(corral.addr).await.expect("connect");
+    seen.add(&user.cmd("AUTH pt not-it").await);
+    let auth = format!("AUTH pt {USER_PASS}");
+    assert_eq!(seen.add(&user.cmd(&auth).await), b"+OK\r\n");
+    let hello = format!("HELLO 3 AUTH pt {USER_PASS}");
+    seen.add(&user.cmd(&hello).await);
+    for line in [
+        "GET s",
+        "SET pt:1 v",
+        "MULTI",
+        "EXEC",
+        "CLIENT INFO",
+        "INFO",
+    ] {
+        seen.add(&user.cmd(line).await);
+    }
     for line in [
         "INFO",
         "INFO everything",
@@ -217,7 +240,7 @@ async fn sighup_applies_a_new_upstream_password_and_no_secret_is_ever_shown() {
         1,
         "{log}"
     );
-    for secret in [UP_OLD, UP_NEW, CLIENT_PASS] {
+    for secret in [UP_OLD, UP_NEW, CLIENT_PASS, USER_PASS] {
         assert!(!log.contains(secret), "{secret} in the log:\n{log}");
         for text in &seen.0 {
             assert!(!text.contains(secret), "{secret} shown: {text}");

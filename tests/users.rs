@@ -159,8 +159,13 @@ async fn a_lost_user_connection_closes_the_client() {
     let mut bob = connect(pair.proxy.addr).await;
     assert_eq!(bob.cmd("AUTH bob 123").await, b"+OK\r\n");
     assert_eq!(bob.cmd("SET x1 v").await, b"+OK\r\n");
+    // bob's pool connection (and maybe the one his AUTH was checked on, still closing).
     let killed = sync_cmd(pair.behind.port(), &["CLIENT", "KILL", "USER", "bob"]);
-    assert_eq!(killed, b":1\r\n", "{}", show(&killed));
+    assert!(
+        killed.starts_with(b":") && killed != b":0\r\n",
+        "{}",
+        show(&killed)
+    );
     // Requests already on their way may get an upstream error; none runs as another user,
     // and the client is closed.
     for _ in 0..50 {
@@ -344,53 +349,25 @@ async fn back_to_default_and_reset_close_the_users_connection() {
 }
 
 #[tokio::test]
-async fn users_count_against_max_dedicated() {
-    let pair = start_with(|cfg| cfg.upstream.max_dedicated = 1).await;
-    let mut first = connect(pair.proxy.addr).await;
-    assert_eq!(first.cmd("AUTH bob 123").await, b"+OK\r\n");
-    let mut second = connect(pair.proxy.addr).await;
-    let refused = second.cmd("AUTH alice a-pass").await;
-    assert_eq!(
-        show(&refused),
-        show(b"-ERR too many dedicated upstream connections in use (upstream.max_dedicated)\r\n")
-    );
-    // The refused client is still the default user; the first keeps its user.
-    assert_eq!(second.cmd("ACL WHOAMI").await, b"$7\r\ndefault\r\n");
-    assert_eq!(first.cmd("ACL WHOAMI").await, b"$3\r\nbob\r\n");
-    // Once the first leaves, its place is free.
-    drop(first);
-    let addr = pair.proxy.addr;
-    common::poll_until(
-        std::time::Duration::from_secs(10),
-        "a dedicated connection freed",
-        || async move {
-            let mut c = connect(addr).await;
-            (c.cmd("AUTH alice a-pass").await == b"+OK\r\n").then_some(())
-        },
+async fn subscribe_as_a_user_gets_redis_own_channel_errors() {
+    let pair = start().await;
+    // alice has no channel permissions (Redis 7's `acl-pubsub-default resetchannels`).
+    same(
+        &pair,
+        &[
+            &[b"AUTH", b"alice", b"a-pass"],
+            &[b"SUBSCRIBE", b"ch"],
+            &[b"PSUBSCRIBE", b"c*"],
+            &[b"PUBLISH", b"ch", b"m"],
+            &[b"ACL", b"WHOAMI"],
+            // bob may not even run SUBSCRIBE (nor DISCARD, which corral's check uses).
+            &[b"AUTH", b"bob", b"123"],
+            &[b"SUBSCRIBE", b"ch"],
+            &[b"UNSUBSCRIBE"],
+            &[b"SET", b"x1", b"v"],
+        ],
     )
     .await;
-    pair.proxy.stop().await;
-}
-
-#[tokio::test]
-async fn subscribe_as_a_user_is_refused() {
-    let pair = start().await;
-    let mut c = connect(pair.proxy.addr).await;
-    assert_eq!(c.cmd("AUTH alice a-pass").await, b"+OK\r\n");
-    let r = c.cmd("SUBSCRIBE ch").await;
-    assert!(
-        r.starts_with(b"-ERR SUBSCRIBE is not supported by corral for a client authenticated"),
-        "{}",
-        show(&r)
-    );
-    // PUBLISH is a plain command: Redis checks the user's channel permissions (alice has
-    // none: Redis 7's `acl-pubsub-default resetchannels`).
-    let mut direct = connect(pair.direct).await;
-    assert_eq!(direct.cmd("AUTH alice a-pass").await, b"+OK\r\n");
-    assert_eq!(
-        show(&c.cmd("PUBLISH ch m").await),
-        show(&direct.cmd("PUBLISH ch m").await)
-    );
     pair.proxy.stop().await;
 }
 

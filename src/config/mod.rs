@@ -65,11 +65,23 @@ pub struct AuthConfig {
     /// authenticated as that user (Redis's own ACL users, passed through). `false`: such an
     /// AUTH fails with WRONGPASS, as for a user Redis does not know.
     pub passthrough: bool,
+    /// Most pools of Redis ACL users open at once: one per user and password that clients
+    /// authenticated with. An AUTH needing one more gets an error.
+    pub max_user_pools: usize,
+    /// Shared pipelined connections of a user's pool per protocol and database in use.
+    pub user_connections: usize,
+    /// A user's pool is closed once it had no client for this long.
+    pub user_pool_idle_ms: u64,
 }
 
 impl Default for AuthConfig {
     fn default() -> Self {
-        AuthConfig { passthrough: true }
+        AuthConfig {
+            passthrough: true,
+            max_user_pools: 64,
+            user_connections: 2,
+            user_pool_idle_ms: 60_000,
+        }
     }
 }
 
@@ -265,6 +277,13 @@ impl Config {
                 "limits.client_query_buffer_limit",
                 "must be at least max_inline_len",
             ));
+        }
+        let a = &self.auth;
+        if a.user_connections == 0 || a.user_connections > 64 {
+            return Err(invalid("auth.user_connections", "must be 1 to 64"));
+        }
+        if a.user_pool_idle_ms == 0 {
+            return Err(invalid("auth.user_pool_idle_ms", "must be positive"));
         }
         let c = &self.cache;
         if c.hot_threshold == 0 || c.hot_threshold > 15 {

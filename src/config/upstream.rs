@@ -71,7 +71,8 @@ pub struct UpstreamConfig {
     /// Largest delay between reconnection attempts.
     pub reconnect_max_ms: u64,
     /// Most connections reserved for single clients at once (transactions, blocking
-    /// commands, scripts, clients authenticated as a Redis ACL user); further transactions and blocking commands get an error, further
+    /// commands, scripts, an AUTH as a Redis ACL user while Redis checks it, including those of
+    /// Redis users' pools); further transactions and blocking commands get an error, further
     /// scripts use the shared connections.
     pub max_dedicated: usize,
     /// Run a script or function on a dedicated connection (for the rest of its client's

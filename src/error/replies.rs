@@ -105,6 +105,12 @@ canned! {
     /// `upstream.max_dedicated` connections are in use.
     TOO_MANY_DEDICATED =
         "ERR too many dedicated upstream connections in use (upstream.max_dedicated)";
+    /// AUTH as a Redis ACL user needing a new pool while `auth.max_user_pools` are open.
+    TOO_MANY_USER_POOLS = "ERR too many Redis ACL user pools in use (auth.max_user_pools)";
+    /// AUTH as a Redis ACL user whose name or password is not UTF-8 (corral's handshake
+    /// cannot send it).
+    USER_NOT_UTF8 = "ERR corral cannot pass through an ACL user name or password that is not \
+        valid UTF-8";
     /// `upstream.max_tracking_clients` clients have CLIENT TRACKING on.
     TOO_MANY_TRACKING = "ERR too many clients with CLIENT TRACKING on through corral \
         (upstream.max_tracking_clients)";
@@ -125,9 +131,14 @@ canned! {
     /// MONITOR from a client authenticated as a Redis ACL user.
     MONITOR_AS_ACL_USER =
         "ERR MONITOR is not supported by corral for a client authenticated as a Redis ACL user";
-    /// SUBSCRIBE from a client authenticated as a Redis ACL user.
-    SUBSCRIBE_AS_ACL_USER = "ERR SUBSCRIBE is not supported by corral for a client \
-        authenticated as a Redis ACL user";
+    /// A Redis user's (un)subscribe that corral could not have Redis check (the user may not
+    /// run MULTI).
+    USER_PUBSUB_UNCHECKED = "ERR corral has Redis check a Redis ACL user's (un)subscribe \
+        inside MULTI/DISCARD, which this user may not run";
+    /// A subscription as one user from a client still subscribed as another (RESP3: it
+    /// subscribed, then authenticated as someone else).
+    SUBSCRIBED_AS_OTHER_USER = "ERR this client has subscriptions made as another user: \
+        unsubscribe from them first (corral keeps each user's subscriptions apart)";
     /// A redirection reply outside cluster mode.
     REDIRECT_OUTSIDE_CLUSTER = "ERR redirection outside cluster mode";
     /// A cluster-only path taken outside cluster mode.
@@ -251,6 +262,11 @@ pub fn cluster_subcommand_unsupported(sub: &[u8]) -> String {
     )
 }
 
+/// Why a Redis ACL user's connection is not made or used any more (the cause in an upstream
+/// error: `-ERR upstream <addr> unavailable: <this>`).
+pub const USER_REVOKED: &str = "Redis dropped or refused this ACL user's connections (user \
+    deleted, password changed, client killed): AUTH again";
+
 /// A connection made for one purpose (`MONITOR`, `CLIENT TRACKING REDIRECT`) could not be
 /// made.
 pub fn upstream_unavailable_for(what: &str, cause: &str) -> String {
@@ -281,11 +297,6 @@ mod tests {
             MONITOR_AS_ACL_USER.wire(),
             b"-ERR MONITOR is not supported by corral for a client authenticated as a Redis \
               ACL user\r\n"
-        );
-        assert_eq!(
-            SUBSCRIBE_AS_ACL_USER.wire(),
-            b"-ERR SUBSCRIBE is not supported by corral for a client authenticated as \
-              a Redis ACL user\r\n"
         );
         assert_eq!(
             ACL_USER_IN_CLUSTER.text(),

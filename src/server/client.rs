@@ -19,7 +19,7 @@ use super::track_state::Inbox;
 use super::writes::Writes;
 use crate::commands::{self, Session};
 use crate::resp::{Limits, RequestParser};
-use crate::upstream::{Dedicated, UpstreamConn};
+use crate::upstream::{Dedicated, UpstreamConn, UserLease, UserPool};
 
 /// Bytes read from a client at a time (and the buffers' initial size).
 pub(super) const READ_CHUNK: usize = 16 * 1024;
@@ -48,6 +48,9 @@ pub(super) struct Conn {
     gone: bool,
     /// A dedicated connection this client is pinned to (MULTI/WATCH).
     pub(super) pin: Option<Pin>,
+    /// The pool of the Redis ACL user the client authenticated as (`users.rs`): every
+    /// upstream connection it uses is that user's.
+    pub(super) lease: Option<UserLease>,
     pub(super) reply_mode: ReplyMode,
     /// Replies to the request being routed are dropped (CLIENT REPLY OFF/SKIP).
     pub(super) silent_now: bool,
@@ -112,6 +115,7 @@ impl Conn {
             closing: false,
             gone: false,
             pin: None,
+            lease: None,
             reply_mode: ReplyMode::On,
             silent_now: false,
             monitor: false,
@@ -137,9 +141,22 @@ impl Conn {
         if let Some(cluster) = &self.shared.upstream.cluster {
             return cluster.conn_for(&cluster.any_node(), self.session.proto, self.session.id);
         }
+        self.shared_conn(self.session.db)
+    }
+
+    /// The shared connection this client uses in database `db`: its Redis user's, or
+    /// corral's own.
+    pub(super) fn shared_conn(&self, db: u32) -> UpstreamConn {
+        let user = self.user_pool().map(|p| &**p);
         self.shared
             .upstream
-            .conn_db(self.session.proto, self.session.db, self.session.id)
+            .conn_db(user, self.session.proto, db, self.session.id)
+    }
+
+    /// The pool of the Redis ACL user the client is authenticated as, if any: every
+    /// connection taken for the client comes from it.
+    pub(super) fn user_pool(&self) -> Option<&Arc<UserPool>> {
+        self.lease.as_ref().map(UserLease::pool)
     }
 
     /// RESET: besides the session (reset by the local handler), drop any pinned connection
@@ -149,6 +166,8 @@ impl Conn {
         self.session.db = 0;
         self.reply_mode = ReplyMode::On;
         self.pin_reset = true;
+        // RESET makes the client `default` again: its user's pool is left after this round.
+        self.lease = None;
         waits
     }
 
@@ -158,10 +177,12 @@ impl Conn {
     /// # Errors
     /// Every dedicated connection is in use: corral's refusal text.
     pub(super) fn pin_new(&mut self, node: Option<&str>) -> Result<&mut Pin, &'static str> {
-        let ded = self
-            .shared
-            .upstream
-            .dedicated_to(node, self.session.proto, self.session.db)?;
+        let ded = self.shared.upstream.dedicated_to(
+            self.user_pool(),
+            node,
+            self.session.proto,
+            self.session.db,
+        )?;
         Ok(self.pin_to(ded))
     }
 
@@ -223,21 +244,21 @@ impl Conn {
         }
     }
 
-    /// Releases (or drops) a dedicated connection once no transaction, tracking or user is
-    /// left on it.
+    /// Releases (or drops) a dedicated connection once no transaction or tracking is left on
+    /// it; it goes back to the idle connections of the user it is authenticated as.
     fn release_pin_if_done(&mut self) {
         // A connection that died, or never came up (the client got the error for its MULTI
-        // or WATCH), holds no transaction or watch any more: Redis forgot them with it. (A
-        // user's connection closes the client instead: `user_connection_lost`.)
+        // or WATCH), holds no transaction or watch any more: Redis forgot them with it.
         let dead = self
             .pin
             .as_ref()
-            .is_some_and(|p| p.user.is_none() && p.tracking.is_none() && p.ded.conn.is_dead());
+            .is_some_and(|p| p.tracking.is_none() && p.ded.conn.is_dead());
         let done = self.pin_reset
             || dead
-            || self.pin.as_ref().is_some_and(|p| {
-                !p.in_multi && !p.watching && p.tracking.is_none() && p.user.is_none()
-            });
+            || self
+                .pin
+                .as_ref()
+                .is_some_and(|p| !p.in_multi && !p.watching && p.tracking.is_none());
         if !done {
             return;
         }
@@ -247,7 +268,7 @@ impl Conn {
             pin.stop_tracking();
             self.info_changed = true;
             // After RESET the connection may still be in MULTI or watching, or authenticated
-            // as a user: close it.
+            // as a user it was not taken for (`dirty`): close it.
             if !pin.dirty && !reset && !dead {
                 self.shared.upstream.release(pin.ded);
             }

@@ -135,7 +135,10 @@ impl Conn {
             PendingReply::Reply(alone) => {
                 let AloneReply { rx, conn, then } = *alone;
                 match self.wait(rx, &conn).await {
-                    Ok(b) => return self.reply_arrived(b, then),
+                    Ok(b) => match then {
+                        Then::PubSub(s) => self.user_pubsub_answered(b, *s).await,
+                        then => return self.reply_arrived(b, then),
+                    },
                     Err(e) => {
                         if let Then::Tracking(change) = then {
                             self.tracking_answered(false, change);
@@ -327,7 +330,7 @@ impl Conn {
             }
             Then::Scan { node, nodes } => self.scan_reply(&b, node, nodes),
             Then::Counted(count) => {
-                let b = super::pubcount::correct(&count, b, &self.shared.pubsub);
+                let b = super::pubcount::correct(&count, b, &self.all_hubs());
                 self.wbuf.extend_from_slice(&b);
             }
             Then::Tracking(change) => {
@@ -343,6 +346,8 @@ impl Conn {
                 let b = super::tracking::rewrite_redirect(&b, from, to);
                 self.wbuf.extend_from_slice(&b);
             }
+            // Applied in `resolve`, which can wait for the upstream subscriptions.
+            Then::PubSub(_) => self.wbuf.extend_from_slice(&b),
             Then::Select(db) => {
                 // The SELECT's reply, after any invalidation pushes that came before it
                 // (tracking connection), without the `SELECT 0` that followed it.
@@ -469,11 +474,7 @@ impl Conn {
     /// A GET of `key` over the client's own (database 0) connection: the reply bytes, or the
     /// error reply.
     async fn plain_get(&mut self, key: &[u8]) -> Bytes {
-        let conn = self
-            .shared
-            .upstream
-            .conn(self.session.proto, self.session.id)
-            .clone();
+        let conn = self.shared_conn(0);
         let mut req = bytes::BytesMut::new();
         crate::resp::request::encode_request(&[b"GET", key], &mut req);
         let rx = conn.send(req.freeze(), 1).await;

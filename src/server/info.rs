@@ -72,6 +72,9 @@ pub fn proxy_section(shared: &Shared) -> String {
             .replace(['\r', '\n'], " "),
     );
     line("upstream_tls", &u8::from(shared.upstream.is_tls()));
+    let (pools, clients) = shared.upstream.users.counts();
+    line("upstream_user_pools", &pools);
+    line("upstream_user_pool_clients", &clients);
     line("cache_enabled", &u8::from(shared.cache.is_some()));
     s
 }

@@ -30,6 +30,7 @@ mod subscriber;
 mod track_state;
 mod tracking;
 mod user_auth;
+mod user_pubsub;
 mod users;
 mod writes;
 

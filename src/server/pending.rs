@@ -128,8 +128,8 @@ pub(super) enum Then {
     Scan { node: usize, nodes: usize },
     /// CLIENT TRACKING ON/OFF: on `+OK` the change applies.
     Tracking(super::track_state::Change),
-    /// AUTH or HELLO AUTH for a Redis user (`users.rs`): on success the client is pinned to
-    /// the connection as the user; `ded` is the connection taken for it when not pinned yet.
+    /// AUTH or HELLO AUTH for a Redis user (`users.rs`): on success the client is served
+    /// from the user's pool; `ded` is the connection taken for the check when not pinned.
     Auth {
         auth: super::user_auth::UserAuth,
         ded: Option<Dedicated>,
@@ -139,6 +139,8 @@ pub(super) enum Then {
     Redir { from: u64, to: u64 },
     /// SELECT (the first of the replies); on `+OK` the client moves to the database.
     Select(Option<u32>),
+    /// A Redis user's (un)subscribe, asked of Redis in MULTI/DISCARD (`user_pubsub.rs`).
+    PubSub(Box<super::user_pubsub::UserSub>),
 }
 
 /// How replies from every master are combined.

@@ -1,5 +1,5 @@
-//! A client pinned to a dedicated upstream connection (transaction, tracking, a Redis user,
-//! a script), and what corral knows of that connection's state.
+//! A client pinned to a dedicated upstream connection (transaction, tracking, a script),
+//! and what corral knows of that connection's state.
 
 use super::track_state::Tracking;
 use super::writes::TxWrites;
@@ -13,7 +13,8 @@ pub(super) struct Pin {
     pub(super) in_multi: bool,
     /// WATCH was sent outside MULTI and not yet cleared.
     pub(super) watching: bool,
-    /// Something changed the connection's state beyond a transaction: do not reuse it.
+    /// Something changed the connection's state beyond a transaction (an AUTH as a Redis
+    /// user ran on it, say): do not reuse it.
     pub(super) dirty: bool,
     /// Keys written by commands queued in MULTI, invalidated again after EXEC.
     pub(super) tx_writes: TxWrites,
@@ -26,10 +27,6 @@ pub(super) struct Pin {
     pub(super) script_queued: bool,
     /// CLIENT TRACKING is on (or on its way): the pin stays until it is turned off.
     pub(super) tracking: Option<Tracking>,
-    /// The Redis ACL user the connection is authenticated as (`users.rs`): the pin stays
-    /// until RESET, an AUTH back to `default`, or the client leaves, and the connection is
-    /// then closed, never reused.
-    pub(super) user: Option<bytes::Bytes>,
 }
 
 impl Pin {
@@ -46,7 +43,6 @@ impl Pin {
             queued_selects: Vec::new(),
             script_queued: false,
             tracking: None,
-            user: None,
         }
     }
 }

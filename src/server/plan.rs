@@ -51,6 +51,8 @@ pub(super) enum Plan {
     Repin { reply: Bytes, change: Repin },
     /// AUTH or HELLO AUTH as a Redis user, checked by Redis (`users.rs`).
     AuthUser(Box<AuthReq>),
+    /// (P|S)(UN)SUBSCRIBE of a Redis user's client, asked of Redis first (`user_pubsub.rs`).
+    UserPubSub(Box<super::user_pubsub::UserSub>),
     /// CLIENT TRACKING/CACHING/GETREDIR/TRACKINGINFO (arguments, request bytes).
     Tracking { argv: Vec<Bytes>, req: Bytes },
     /// Cluster mode: a request for one node.
@@ -102,11 +104,12 @@ pub(super) struct AuthReq {
 pub(super) enum Repin {
     /// RESET: pinning and reply mode are reset too.
     Reset,
-    /// A successful AUTH back to `default` of a client authenticated as a Redis user: the
-    /// user's connection is dropped after this round.
+    /// A successful AUTH back to `default` (or to one of corral's users) of a client
+    /// authenticated as a user: the client leaves its Redis user's pool, and any pinned
+    /// connection is dropped after this round.
     Unpin,
-    /// HELLO switched the protocol of a client whose pinned connection it keeps (tracking,
-    /// a Redis user): that connection switches too.
+    /// HELLO switched the protocol of a client whose pinned connection it keeps (tracking):
+    /// that connection switches too.
     Hello,
 }
 

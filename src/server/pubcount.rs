@@ -7,6 +7,8 @@
 //! are exactly the union of its clients' ones, and Redis counts distinct patterns and lists
 //! distinct channels.
 
+use std::sync::Arc;
+
 use bytes::{Bytes, BytesMut};
 
 use crate::pubsub::{Kind, Router};
@@ -51,22 +53,25 @@ pub(super) fn count_of(args: &Args<'_>) -> Option<Count> {
     None
 }
 
-/// Corrects `reply` (one reply frame from Redis) for corral's subscribers; anything that is
+/// Corrects `reply` (one reply frame from Redis) for corral's subscribers on `hubs` (corral's
+/// and each Redis user's: Redis counts one upstream subscription of each); anything that is
 /// not the expected shape (an error) is returned unchanged.
-pub(super) fn correct(count: &Count, reply: Bytes, hub: &Router) -> Bytes {
+pub(super) fn correct(count: &Count, reply: Bytes, hubs: &[Arc<Router>]) -> Bytes {
+    let delta = |kind: Kind, name: &[u8], patterns: bool| {
+        hubs.iter()
+            .filter_map(|h| h.count_delta(kind, name, patterns))
+            .reduce(|a, b| a + b)
+    };
     match count {
-        Count::Publish { kind, channel } => match hub.count_delta(*kind, channel, true) {
+        Count::Publish { kind, channel } => match delta(*kind, channel, true) {
             Some(delta) => adjust_int(&reply, delta).unwrap_or(reply),
             None => reply,
         },
         Count::NumSub { kind } => {
-            if hub.counts_exact() {
+            if hubs.iter().all(|h| h.counts_exact()) {
                 return reply;
             }
-            numsub(&reply, |name| {
-                hub.count_delta(*kind, name, false).unwrap_or(0)
-            })
-            .unwrap_or(reply)
+            numsub(&reply, |name| delta(*kind, name, false).unwrap_or(0)).unwrap_or(reply)
         }
     }
 }

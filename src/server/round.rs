@@ -201,6 +201,11 @@ impl Conn {
             }
             Plan::Tracking { argv, req } => return self.client_tracking(argv, req).await,
             Plan::AuthUser(a) => return self.auth_user(a.auth, a.req).await,
+            Plan::UserPubSub(s) => {
+                // Later requests wait: RESP2's subscribed mode may start with this one.
+                self.user_pubsub(*s).await;
+                return true;
+            }
             Plan::Repin { reply, change } => return self.repin(reply, change).await,
         }
         false
@@ -214,6 +219,7 @@ impl Conn {
                 // Dropped, not released, at the end of the round (see `release_pin_if_done`);
                 // later requests start a new round, on corral's own connections.
                 self.drop_pin_after_round();
+                self.leave_user();
                 true
             }
             Repin::Hello => {
@@ -236,6 +242,13 @@ impl Conn {
     async fn abort_exec(&mut self) -> bool {
         self.tx_failed = false;
         if self.pin.as_ref().is_some_and(|p| p.in_multi) {
+            if self.redis_user()
+                && let Some(pin) = &mut self.pin
+            {
+                // The user may not be allowed DISCARD: its transaction may stay open on
+                // Redis, so the connection is closed rather than reused.
+                pin.dirty = true;
+            }
             self.flush_batch().await;
             self.batch.skip_first = true;
             let mut discard = BytesMut::new();

@@ -90,7 +90,7 @@ impl Conn {
                     node: None,
                 }))
             }
-            Route::Monitor if self.user_pinned() => {
+            Route::Monitor if self.redis_user() => {
                 Plan::ready(replies::MONITOR_AS_ACL_USER.to_bytes())
             }
             Route::Monitor => Plan::Monitor,
@@ -148,11 +148,13 @@ impl Conn {
         }
         if let Route::Local(Local::Ping | Local::Echo) = route
             && self.shared.upstream.cluster.is_none()
-            && (self.shared.upstream.status.ping_goes_upstream() || self.user_pinned())
+            && (self.shared.upstream.status.ping_goes_upstream()
+                || (self.redis_user() && !self.resp2_subscribed()))
         {
             // Redis may be busy with a script (or loading): it would answer -BUSY (-LOADING)
             // rather than PONG, so ask it. Otherwise PING checks corral itself. A Redis user's
-            // ACL may deny PING or ECHO: Redis answers for it.
+            // ACL may deny PING or ECHO: Redis answers for it (but not in RESP2 subscribed
+            // mode, whose PING reply only corral's subscriptions can give).
             self.append_request(cmd, req);
             return Some(Plan::Batched);
         }
@@ -227,6 +229,7 @@ impl Conn {
         if let (Some(cluster), Some(cache), Route::Forward(access)) =
             (&self.shared.upstream.cluster, &self.shared.cache, route)
             && self.pin.is_none()
+            && !self.redis_user()
             && !self.deferred_multi
             && cluster.reads_from_masters()
         {
@@ -279,7 +282,7 @@ impl Conn {
             return p;
         }
         if let Some(count) = super::pubcount::count_of(&args)
-            && !self.shared.pubsub.counts_exact()
+            && !self.all_hubs().iter().all(|h| h.counts_exact())
         {
             return Plan::Alone(Box::new(AloneReq {
                 conn: None,
@@ -288,7 +291,10 @@ impl Conn {
             }));
         }
         if let Some(cache) = &self.shared.cache {
-            let may_serve = self.pin.is_none() && self.session.db == 0;
+            // Never for a Redis user's client: a cached value, or a read coalesced with
+            // another client's, would bypass Redis's check of the user's key permissions.
+            let may_serve = self.pin.is_none() && self.session.db == 0 && !self.redis_user();
+            // Only used with `may_serve` (a leading GET rides on it): corral's own.
             let conn = self
                 .shared
                 .upstream
@@ -377,18 +383,17 @@ impl Conn {
                 change: Repin::Reset,
             };
         }
-        if user_before && self.session.user.is_none() {
+        let left_user = self
+            .user_pool()
+            .is_some_and(|p| self.session.user.as_ref() != Some(p.user()));
+        if (user_before && self.session.user.is_none()) || left_user {
             return Plan::Repin {
                 reply,
                 change: Repin::Unpin,
             };
         }
-        // The pinned connection of a tracking client or a Redis user must speak the
-        // client's protocol too.
-        let tracking = self
-            .pin
-            .as_ref()
-            .is_some_and(|p| p.tracking.is_some() || p.user.is_some());
+        // The pinned connection of a tracking client must speak the client's protocol too.
+        let tracking = self.pin.as_ref().is_some_and(|p| p.tracking.is_some());
         if local == Local::Hello && tracking && self.session.proto != proto_before {
             return Plan::Repin {
                 reply,
@@ -453,17 +458,16 @@ impl Conn {
     /// (P|S)(UN)SUBSCRIBE, answered from corral's shared subscriptions.
     fn subscriptions(&mut self, cmd: &Command<'_>, sub: PubSub) -> Plan {
         let args = cmd.args;
-        let subscribing = matches!(
-            sub,
-            PubSub::Subscribe | PubSub::PSubscribe | PubSub::SSubscribe
-        );
-        if subscribing && self.user_pinned() {
-            // corral's shared pub/sub connection is authenticated as corral's upstream
-            // user: the user's channel permissions would not apply.
-            return Plan::ready(replies::SUBSCRIBE_AS_ACL_USER.to_bytes());
+        let owned: Vec<Vec<u8>> = args.iter().map(<[u8]>::to_vec).collect();
+        if self.redis_user() {
+            // Redis checks the user's permissions for it first (`user_pubsub.rs`).
+            return Plan::UserPubSub(Box::new(super::user_pubsub::UserSub {
+                sub,
+                args: owned,
+                ded: None,
+            }));
         }
         self.shared.metrics.local_commands.inc();
-        let owned: Vec<Vec<u8>> = args.iter().map(<[u8]>::to_vec).collect();
         let (reply, waits) = self.pubsub(sub, &crate::resp::Args::Owned(&owned));
         Plan::Reply(PendingReply::Subscribed { reply, waits })
     }

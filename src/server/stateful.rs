@@ -83,6 +83,7 @@ impl Conn {
         let dedicated = match &self.pin {
             Some(_) => None,
             None => match self.shared.upstream.dedicated_to(
+                self.user_pool(),
                 node.as_deref(),
                 self.session.proto,
                 self.session.db,
@@ -122,10 +123,10 @@ impl Conn {
     /// the round: what follows must not overtake it.
     pub(super) async fn out_of_band(&mut self, req: Bytes, shutdown: bool) -> bool {
         self.flush_batch().await;
-        let ded = self
-            .shared
-            .upstream
-            .out_of_band(self.session.proto, self.session.db);
+        let ded =
+            self.shared
+                .upstream
+                .out_of_band(self.user_pool(), self.session.proto, self.session.db);
         let conn = ded.conn.clone();
         let rx = conn.send(req, 1).await;
         self.push_reply(PendingReply::Upstream(Box::new(Forwarded {
@@ -157,11 +158,8 @@ impl Conn {
             None => {
                 let mut both = BytesMut::from(&req[..]);
                 encode_request(&[b"SELECT", b"0"], &mut both);
-                let conn = self
-                    .shared
-                    .upstream
-                    .conn(self.session.proto, self.session.id);
-                (conn.clone(), both.freeze(), 2)
+                // As the client's user: Redis checks its permission for SELECT.
+                (self.shared_conn(0), both.freeze(), 2)
             }
         };
         let rx = conn.send(bytes, count).await;
@@ -202,7 +200,11 @@ impl Conn {
         let mut upstream = match self
             .shared
             .upstream
-            .raw(self.session.proto, self.session.db)
+            .raw(
+                self.user_pool().map(|p| &**p),
+                self.session.proto,
+                self.session.db,
+            )
             .await
         {
             Ok(s) => s,

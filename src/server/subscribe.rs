@@ -1,6 +1,8 @@
 //! (P|S)(UN)SUBSCRIBE for one client, answered from corral's shared subscriptions, and the
 //! RESP2 subscribed-mode rule.
 
+use std::sync::Arc;
+
 use bytes::{Bytes, BytesMut};
 use tokio::sync::oneshot;
 
@@ -33,12 +35,35 @@ impl Conn {
             return (out.freeze(), waits);
         }
         let id = self.session.id;
-        let hub = &self.shared.pubsub;
+        let hub = self.hub();
+        if self
+            .subs
+            .as_ref()
+            .is_some_and(|s| !Arc::ptr_eq(&s.hub, &hub))
+        {
+            if subscribing && self.subs.as_ref().is_some_and(Subscriptions::active) {
+                // Made as another user (before an AUTH): they stay where they are, and new
+                // ones cannot join them (`users.rs`).
+                let text = crate::error::replies::SUBSCRIBED_AS_OTHER_USER.text();
+                Encoder {
+                    proto,
+                    out: &mut out,
+                }
+                .error(text);
+                return (out.freeze(), waits);
+            }
+            if !self.subs.as_ref().is_some_and(Subscriptions::active) {
+                self.subs = None;
+            }
+        }
         let subs = self.subs.get_or_insert_with(|| {
             let (tx, rx) = tokio::sync::mpsc::channel(pubsub::QUEUE);
             hub.register(id, tx, self.kill.clone());
-            Subscriptions::new(rx)
+            // On a Redis user's hub (`hub` is the current user's): the pool stays open for it.
+            let lease = self.lease.as_ref().map(crate::upstream::UserLease::share);
+            Subscriptions::new(rx, hub, id, lease)
         });
+        let hub = subs.hub.clone();
         let names: Vec<Bytes> = if args.len() > 1 {
             args.iter().skip(1).map(Bytes::copy_from_slice).collect()
         } else {
@@ -77,10 +102,10 @@ impl Conn {
     /// Drops every subscription (RESET, disconnect). Returns the confirmations of the
     /// upstream unsubscribes this ended.
     pub(super) fn unsubscribe_all(&mut self) -> Vec<oneshot::Receiver<()>> {
-        if self.subs.take().is_none() {
+        let Some(subs) = self.subs.take() else {
             return Vec::new();
-        }
+        };
         self.session.subs = (0, 0, 0);
-        self.shared.pubsub.remove(self.session.id)
+        subs.hub.remove(self.session.id)
     }
 }

@@ -8,23 +8,40 @@ use bytes::{Bytes, BytesMut};
 use tokio::sync::mpsc;
 
 use crate::commands::PubSub;
-use crate::pubsub::{Kind, Message};
+use crate::pubsub::{Kind, Message, Router};
 use crate::resp::{Encoder, Proto};
+use crate::upstream::UserLease;
 
-/// A client's subscriptions and its message queue.
+/// A client's subscriptions and its message queue, registered with one hub (corral's, or a
+/// Redis user's) until dropped.
 #[derive(Debug)]
 pub(super) struct Subscriptions {
     pub(super) rx: mpsc::Receiver<Arc<Message>>,
+    /// The hub the subscriptions are made on, and the client's id there.
+    pub(super) hub: Arc<Router>,
+    id: u64,
+    /// A Redis user's hub: the client's place in that user's pool, kept while subscribed there
+    /// whoever the client authenticates as meanwhile.
+    _lease: Option<UserLease>,
     channels: HashSet<Bytes>,
     patterns: HashSet<Bytes>,
     shards: HashSet<Bytes>,
 }
 
 impl Subscriptions {
-    /// No subscriptions yet; messages arrive on `rx`.
-    pub(super) fn new(rx: mpsc::Receiver<Arc<Message>>) -> Subscriptions {
+    /// No subscriptions yet; messages arrive on `rx` from `hub`, where the client is `id`
+    /// (holding `lease` on a Redis user's hub).
+    pub(super) fn new(
+        rx: mpsc::Receiver<Arc<Message>>,
+        hub: Arc<Router>,
+        id: u64,
+        lease: Option<UserLease>,
+    ) -> Subscriptions {
         Subscriptions {
             rx,
+            hub,
+            id,
+            _lease: lease,
             channels: HashSet::new(),
             patterns: HashSet::new(),
             shards: HashSet::new(),
@@ -56,6 +73,13 @@ impl Subscriptions {
     /// Any subscription at all.
     pub(super) fn active(&self) -> bool {
         !(self.channels.is_empty() && self.patterns.is_empty() && self.shards.is_empty())
+    }
+}
+
+impl Drop for Subscriptions {
+    /// The client leaves its hub (a second removal, after RESET's, finds nothing).
+    fn drop(&mut self) {
+        drop(self.hub.remove(self.id));
     }
 }
 

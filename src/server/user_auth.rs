@@ -6,12 +6,15 @@ use bytes::Bytes;
 use crate::commands::Local;
 use crate::resp::request::parse_int;
 use crate::resp::{Args, Proto};
+use crate::upstream::Secret;
 
 /// An AUTH or HELLO AUTH that Redis must check: its user, and what a HELLO changes.
 #[derive(Debug)]
 pub(super) struct UserAuth {
     /// The user name, as the client sent it.
     pub(super) user: Bytes,
+    /// The password, to authenticate the user's pool connections (never shown).
+    pub(super) password: Secret,
     /// HELLO: the protocol and name to take once Redis accepted it.
     pub(super) hello: Option<HelloSet>,
 }
@@ -32,9 +35,10 @@ pub(super) fn upstream_auth(cmd: Local, args: &Args<'_>) -> Option<UserAuth> {
     let other = |u: &[u8]| u != b"default";
     match cmd {
         Local::Auth if args.len() == 3 => {
-            let user = args.get(1)?;
+            let (user, pass) = (args.get(1)?, args.get(2)?);
             other(user).then(|| UserAuth {
                 user: Bytes::copy_from_slice(user),
+                password: Secret::new(pass),
                 hello: None,
             })
         }
@@ -44,12 +48,13 @@ pub(super) fn upstream_auth(cmd: Local, args: &Args<'_>) -> Option<UserAuth> {
                 3 => Proto::Resp3,
                 _ => return None,
             };
-            let (mut user, mut name) = (None, None);
+            let (mut user, mut pass, mut name) = (None, None, None);
             let mut i = 2;
             while let Some(opt) = args.get(i) {
                 let more = args.len() - i - 1;
                 if opt.eq_ignore_ascii_case(b"AUTH") && more >= 2 {
                     user = args.get(i + 1);
+                    pass = args.get(i + 2);
                     i += 3;
                 } else if opt.eq_ignore_ascii_case(b"SETNAME") && more >= 1 {
                     name = args.get(i + 1).map(Bytes::copy_from_slice);
@@ -61,6 +66,7 @@ pub(super) fn upstream_auth(cmd: Local, args: &Args<'_>) -> Option<UserAuth> {
             let user = user.filter(|u| other(u))?;
             Some(UserAuth {
                 user: Bytes::copy_from_slice(user),
+                password: Secret::new(pass?),
                 hello: Some(HelloSet { proto, name }),
             })
         }

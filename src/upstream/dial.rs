@@ -55,6 +55,9 @@ pub(super) async fn connect(
     s: &ConnSettings,
     status: &UpstreamStatus,
 ) -> Result<(Stream, bool, Option<u64>), String> {
+    if let Some(revoked) = &s.revoked {
+        return user_connect(s, status, revoked).await;
+    }
     match connect_once(s, status).await {
         Ok(up) => {
             status.connect_succeeded();
@@ -62,6 +65,26 @@ pub(super) async fn connect(
         }
         Err(e) => Err(status.connect_failed(e)),
     }
+}
+
+/// [`connect`] for a Redis ACL user's connection: never after the user's connections were
+/// revoked, and a refusal revokes them (Redis no longer accepts the password the client
+/// gave: it changed, or the user was deleted or disabled).
+async fn user_connect(
+    s: &ConnSettings,
+    status: &UpstreamStatus,
+    revoked: &tokio_util::sync::CancellationToken,
+) -> Result<(Stream, bool, Option<u64>), String> {
+    if revoked.is_cancelled() {
+        return Err(crate::error::replies::USER_REVOKED.into());
+    }
+    let r = connect_once(s, status).await;
+    if let Err(e) = &r
+        && super::status::refusal(e).is_some_and(|what| what.starts_with("authentication"))
+    {
+        revoked.cancel();
+    }
+    r
 }
 
 async fn connect_once(

@@ -9,7 +9,7 @@
 //! handshake, TLS included), `job.rs` what is sent and where replies go, `settings.rs`
 //! per-connection settings, `access.rs` the credentials and TLS setup every connection shares
 //! (replaced on reload), `status.rs` what is known about the upstream, `cluster.rs` the
-//! cluster.
+//! cluster, `users.rs` the pools of Redis's own ACL users (pass-through).
 
 mod access;
 pub mod cluster;
@@ -22,6 +22,7 @@ mod link;
 mod settings;
 mod status;
 mod task;
+mod users;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -36,6 +37,7 @@ pub use dial::Stream;
 pub use job::{Job, JobResult, LinkObserver, ReplyTo};
 pub use settings::{ConnSettings, Health};
 pub use status::{ScriptRun, UpstreamStatus};
+pub use users::{Secret, UserLease, UserPool, UserPools};
 
 use crate::config::{Config, UpstreamTarget};
 use crate::error::replies;
@@ -73,6 +75,8 @@ pub struct Upstream {
     /// The cluster, in cluster mode. The shared pools above then point at the first seed and
     /// serve only requests that cannot be routed by slot.
     pub cluster: Option<Arc<cluster::ClusterUpstream>>,
+    /// Pools of connections authenticated as Redis's own ACL users (pass-through).
+    pub users: Arc<UserPools>,
 }
 
 /// A connection reserved for one client; it counts against `max_dedicated` until dropped.
@@ -87,6 +91,9 @@ pub struct Dedicated {
     pub pushes: Arc<PushRoute>,
     /// `None` for an out-of-band connection, which does not count against the limit.
     _permit: Option<OwnedSemaphorePermit>,
+    /// The Redis ACL user's pool it was taken from (and goes back to); `None`: corral's own
+    /// upstream user.
+    owner: Option<Arc<UserPool>>,
 }
 
 /// A dedicated connection's push frames go to the observer set here, if any: its client's
@@ -143,6 +150,12 @@ impl Upstream {
         shutdown: &CancellationToken,
     ) -> Upstream {
         let status = Arc::new(UpstreamStatus::default());
+        let users = UserPools::start(
+            &cfg.auth,
+            base.clone(),
+            status.clone(),
+            shutdown.child_token(),
+        );
         let mut up = Upstream {
             base,
             connections: cfg.upstream.connections,
@@ -156,6 +169,7 @@ impl Upstream {
             status,
             request_timeout: cfg.request_timeout(),
             cluster: None,
+            users,
         };
         if cfg.cluster.enabled() {
             let seeds = target
@@ -249,8 +263,18 @@ impl Upstream {
         &pool[(client_id % pool.len() as u64) as usize]
     }
 
-    /// The shared connection for a client in database `db`.
-    pub fn conn_db(&self, proto: Proto, db: u32, client_id: u64) -> UpstreamConn {
+    /// The shared connection for a client in database `db`, authenticated as `user`'s pool
+    /// (a Redis ACL user) or as corral's upstream user.
+    pub fn conn_db(
+        &self,
+        user: Option<&UserPool>,
+        proto: Proto,
+        db: u32,
+        client_id: u64,
+    ) -> UpstreamConn {
+        if let Some(user) = user {
+            return user.conn_db(proto, db, client_id);
+        }
         if db == 0 {
             return self.conn(proto, client_id).clone();
         }
@@ -264,12 +288,14 @@ impl Upstream {
     }
 
     /// A connection for one client alone, to the node at `addr` (cluster mode) or the
-    /// configured upstream, reused from the idle ones when possible.
+    /// configured upstream, authenticated as `user` (a Redis ACL user's pool) or as corral's
+    /// upstream user, reused from that user's idle ones when possible.
     ///
     /// # Errors
     /// `upstream.max_dedicated` connections are in use.
     pub fn dedicated_to(
         &self,
+        user: Option<&Arc<UserPool>>,
         addr: Option<&str>,
         proto: Proto,
         db: u32,
@@ -279,25 +305,39 @@ impl Upstream {
             .clone()
             .try_acquire_owned()
             .map_err(|_| replies::TOO_MANY_DEDICATED.text())?;
-        Ok(self.take_dedicated(addr, proto, db, Some(permit)))
+        Ok(self.take_dedicated(user, addr, proto, db, Some(permit)))
     }
 
     /// A connection for one request that must reach Redis at once whatever the other
     /// connections wait for (SCRIPT KILL, FUNCTION KILL, SHUTDOWN). It does not count against
     /// `upstream.max_dedicated`: a kill is most needed when scripts hold every dedicated
     /// connection. Each client has at most one in flight, so `max_clients` bounds them.
-    pub fn out_of_band(&self, proto: Proto, db: u32) -> Dedicated {
-        self.take_dedicated(None, proto, db, None)
+    pub fn out_of_band(&self, user: Option<&Arc<UserPool>>, proto: Proto, db: u32) -> Dedicated {
+        self.take_dedicated(user, None, proto, db, None)
     }
 
-    /// An idle dedicated connection to `addr` (default: the upstream), or a new one.
+    /// An idle dedicated connection to `addr` (default: the upstream) of `user`, or a new one.
     fn take_dedicated(
         &self,
+        user: Option<&Arc<UserPool>>,
         addr: Option<&str>,
         proto: Proto,
         db: u32,
         permit: Option<OwnedSemaphorePermit>,
     ) -> Dedicated {
+        if let Some(user) = user {
+            // User pools exist in standalone mode only: `addr` is the upstream's.
+            let (conn, pushes) = user.take_dedicated(proto, db);
+            return Dedicated {
+                conn,
+                addr: self.base.addr.clone(),
+                proto,
+                db,
+                pushes,
+                _permit: permit,
+                owner: Some(user.clone()),
+            };
+        }
         let addr = addr.unwrap_or(&self.base.addr).to_string();
         let key = (addr.clone(), proto, db);
         let reused = {
@@ -318,19 +358,28 @@ impl Upstream {
             db,
             pushes,
             _permit: permit,
+            owner: None,
         }
     }
 
-    /// A plain connection, handshaken (HELLO, AUTH, SELECT) but not managed: for MONITOR,
-    /// whose stream of replies is relayed as it is.
+    /// A plain connection, handshaken (HELLO, AUTH, SELECT) as `user` or corral's upstream
+    /// user, but not managed: for MONITOR, whose stream of replies is relayed as it is.
     ///
     /// # Errors
     /// The connection or handshake failed or timed out.
-    pub async fn raw(&self, proto: Proto, db: u32) -> Result<Stream, String> {
-        let settings = ConnSettings {
-            proto,
-            db,
-            ..self.base.clone()
+    pub async fn raw(
+        &self,
+        user: Option<&UserPool>,
+        proto: Proto,
+        db: u32,
+    ) -> Result<Stream, String> {
+        let settings = match user {
+            Some(user) => user.settings(proto, db),
+            None => ConnSettings {
+                proto,
+                db,
+                ..self.base.clone()
+            },
         };
         dial::open(&settings, &self.status).await
     }
@@ -339,6 +388,12 @@ impl Upstream {
     /// not blocked) for reuse; anything else should simply be dropped, which closes it.
     pub fn release(&self, d: Dedicated) {
         if d.conn.is_dead() {
+            return;
+        }
+        // Back to its own user's pool: a connection authenticated as a Redis ACL user never
+        // serves anyone else.
+        if let Some(owner) = &d.owner {
+            owner.release(d.proto, d.db, d.conn, d.pushes);
             return;
         }
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());

@@ -4,6 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio_util::sync::CancellationToken;
+
 use super::access::UpstreamAccess;
 
 pub use crate::config::Health;
@@ -52,6 +54,11 @@ pub struct ConnSettings {
     /// the pub/sub connection (an UNSUBSCRIBE must not fall behind a PUBLISH a client sends
     /// next) and dedicated connections (always off: see `Link::gather`).
     pub gather: bool,
+    /// A Redis ACL user's connection (`users.rs`): cancelled once Redis dropped a live
+    /// connection of that user or refused to authenticate a new one; from then on no
+    /// connection of the user is made again and a lost one is not reconnected. Its
+    /// refusals are the user's, not corral's: they are not recorded as the upstream's.
+    pub revoked: Option<CancellationToken>,
 }
 
 /// By hand, so that a password never reaches a log line that prints the settings.
@@ -93,6 +100,7 @@ impl ConnSettings {
             health: Some(cfg.health()),
             internal: false,
             gather: true,
+            revoked: None,
         }
     }
 }

@@ -335,7 +335,7 @@ impl UpstreamStatus {
 
 /// What to fix when a connect failed because the upstream refuses corral (as opposed to being
 /// down): its credentials, or its TLS settings. `None` for other failures.
-fn refusal(cause: &str) -> Option<&'static str> {
+pub(super) fn refusal(cause: &str) -> Option<&'static str> {
     // Redis's words: NOAUTH (no password sent), WRONGPASS (Redis 6+), `ERR invalid password`
     // (AUTH before 6), `ERR AUTH <password> called without any password configured` (a
     // password sent to a server without one: harmless for Redis, but not what was meant).

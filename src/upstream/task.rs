@@ -46,13 +46,17 @@ impl Task {
     pub(super) async fn run(mut self, dead: Arc<AtomicBool>) {
         self.keep_connected().await;
         dead.store(true, Ordering::Relaxed);
-        if !self.s.reconnect {
+        if !self.s.reconnect || self.revoked() {
             // Answer whatever is still sent until every handle is gone.
             self.rx.close();
+            let cause = match self.revoked() {
+                true => crate::error::replies::USER_REVOKED,
+                false => "dedicated connection closed",
+            };
             while let Some(job) = self.rx.recv().await {
                 job.reply.send(Err(UpstreamError::ConnectionLost {
                     addr: self.s.addr.clone(),
-                    cause: "dedicated connection closed".into(),
+                    cause: cause.into(),
                 }));
             }
         }
@@ -79,7 +83,7 @@ impl Task {
                 Err(_) => "connect timed out".to_string(),
             };
             self.status.disconnected(&cause);
-            if !self.s.reconnect {
+            if !self.s.reconnect || self.revoked() {
                 // Known before the queued jobs learn it, so that whoever reads their error
                 // already sees it (and unpins from a connection that never was).
                 self.never_up.store(true, Ordering::Relaxed);
@@ -123,7 +127,7 @@ impl Task {
             _ = self.shutdown.cancelled() => End::lost("shutting down"),
         };
         link.fail_all(&end);
-        let cause = end.cause;
+        let cause = end.cause.clone();
         self.client_id.store(0, Ordering::Relaxed);
         if let Some(a) = local {
             self.status.remove_conn(a);
@@ -141,8 +145,23 @@ impl Task {
             debug!(upstream = %s.addr, %cause, "dedicated connection closed");
             return After::Stop;
         }
+        if let Some(revoked) = &s.revoked
+            && !end.timed_out
+        {
+            // A Redis ACL user's shared connection: Redis dropped it (CLIENT KILL, ACL
+            // DELUSER, a restart) or the network did; it is not made again with the password
+            // a client once gave (`users.rs`). A reset after a timeout is corral's own doing.
+            revoked.cancel();
+            debug!(upstream = %s.addr, %cause, "ACL user's connection lost");
+            return After::Stop;
+        }
         warn!(upstream = %s.addr, %cause, "upstream connection lost");
         After::Reconnect
+    }
+
+    /// Whether this is a Redis ACL user's connection that must not be made again.
+    fn revoked(&self) -> bool {
+        self.s.revoked.as_ref().is_some_and(|r| r.is_cancelled())
     }
 
     /// Fails what is queued now: the connection will not be made.
