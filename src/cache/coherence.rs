@@ -20,7 +20,8 @@ use dashmap::DashMap;
 use dashmap::mapref::entry::Entry as MapEntry;
 
 use super::admission::Admission;
-use super::flight::{Fill, Flight};
+use super::flight::Fill;
+use super::leads::Leads;
 use super::stats::Stats;
 use super::store::{Entry, Store};
 use super::tracking::Tracking;
@@ -36,10 +37,13 @@ pub(super) type Key = Arc<[u8]>;
 #[derive(Debug)]
 pub(super) struct Core {
     pub(super) store: Store,
-    /// The singleflight map: the read each key's GETs join.
-    pub(super) fills: DashMap<Key, Flight, foldhash::fast::RandomState>,
-    /// Joined plain reads by lead id: where a lead finds its waiters even after an
-    /// invalidation unlinked them from `fills` (they are still owed the result).
+    /// Tracked fills, and plain reads sent from here, in flight: the read each key's GETs
+    /// join.
+    pub(super) fills: DashMap<Key, Arc<Fill>, foldhash::fast::RandomState>,
+    /// Bare plain reads in flight (`leads.rs`), by the key's hash.
+    pub(super) leads: Leads,
+    /// Joined bare reads by lead id: where a lead finds its waiters even after an
+    /// invalidation unlinked it from `leads` (they are still owed the result).
     pub(super) joined: DashMap<u64, Arc<Fill>, foldhash::fast::RandomState>,
     pub(super) admission: Arc<Admission>,
     pub(super) stats: Stats,
@@ -51,10 +55,12 @@ pub(super) struct Core {
 }
 
 impl Core {
-    /// Removes `key` and its in-flight read. Order matters: the read is unlinked first, so it
-    /// cannot insert after the store removal.
+    /// Removes `key` and its in-flight reads. Order matters: the reads are unlinked first, so
+    /// they cannot insert after the store removal.
     pub(super) fn invalidate(&self, key: &[u8]) -> bool {
-        let unlinked = self.fills.remove(key).is_some();
+        let hash = self.admission.hash(key);
+        let lead = self.leads.remove_if(&hash, |_, s| s.is_for(key)).is_some();
+        let unlinked = self.fills.remove(key).is_some() || lead;
         let removed = self.store.remove(key);
         if let Some(e) = &removed
             && !e.hit.load(Ordering::Relaxed)
@@ -67,6 +73,7 @@ impl Core {
     /// Drops every entry and in-flight read.
     pub(super) fn flush(&self) {
         self.fills.clear();
+        self.leads.clear();
         self.store.clear();
         self.stats.flushes.inc();
     }
@@ -82,7 +89,7 @@ impl Core {
                 Ok(value)
             }
             Err(e) => {
-                self.fills.remove_if(key, |_, f| f.is(fill));
+                self.fills.remove_if(key, |_, f| Arc::ptr_eq(f, fill));
                 Err(e)
             }
         };
@@ -91,35 +98,29 @@ impl Core {
 
     /// A lead's plain GET finished. Unjoined (the common case) it only leaves the map: no
     /// waiter, so its reply is not even parsed. Joined, its waiters get the reply.
-    pub(super) fn complete_lead(&self, key: &[u8], id: u64, r: JobResult) {
-        if self.unlink_lead(key, id) {
-            return;
-        }
-        // A joiner turned the lead into a `Fill` under the map's lock, after putting it in
-        // `joined`; or an invalidation unlinked the lead before anyone joined (then nobody
-        // is waiting).
-        if let Some((_, fill)) = self.joined.remove(&id) {
-            self.complete_read(key, &fill, r);
+    pub(super) fn complete_lead(&self, hash: u64, id: u64, r: JobResult) {
+        let joined = match self.leads.remove_if(&hash, |_, s| s.id == id) {
+            Some((_, slot)) => slot.joined.is_some(),
+            // Unlinked by an invalidation, a flush or a newer read: its waiters, if any, are
+            // in `joined`.
+            None => true,
+        };
+        if joined && let Some((_, fill)) = self.joined.remove(&id) {
+            share(&fill, r);
         }
     }
 
-    /// Removes the lead `id` of `key` if nobody joined it: then nobody waits for its reply.
-    pub(super) fn unlink_lead(&self, key: &[u8], id: u64) -> bool {
-        self.fills.remove_if(key, |_, f| f.is_lead(id)).is_some()
+    /// Removes the lead `id` if nobody joined it: then nobody waits for its reply.
+    pub(super) fn unlink_lead(&self, hash: u64, id: u64) -> bool {
+        self.leads
+            .remove_if(&hash, |_, s| s.id == id && s.joined.is_none())
+            .is_some()
     }
 
-    /// A coalesced plain GET finished: share it, keep nothing.
+    /// A plain GET sent from here finished: share it, keep nothing.
     pub(super) fn complete_read(&self, key: &[u8], fill: &Arc<Fill>, r: JobResult) {
-        self.fills.remove_if(key, |_, f| f.is(fill));
-        let result = r.and_then(|bytes| {
-            Value::from_get_reply(&bytes).ok_or_else(|| UpstreamError::BadReply {
-                cause: format!(
-                    "unexpected GET reply {:?}",
-                    String::from_utf8_lossy(&bytes[..bytes.len().min(64)])
-                ),
-            })
-        });
-        fill.publish(result);
+        self.fills.remove_if(key, |_, f| Arc::ptr_eq(f, fill));
+        share(fill, r);
     }
 
     /// Stores the value if `fill` is still the key's current read, i.e. no invalidation came
@@ -143,7 +144,7 @@ impl Core {
             life = life.min(self.fallback_ttl);
         }
         if let MapEntry::Occupied(o) = self.fills.entry(key.clone()) {
-            if !o.get().is(fill) {
+            if !Arc::ptr_eq(o.get(), fill) {
                 return;
             }
             if cacheable && !life.is_zero() {
@@ -161,6 +162,7 @@ impl Core {
         Core {
             store: Store::new(1 << 20),
             fills: DashMap::default(),
+            leads: Leads::default(),
             joined: DashMap::default(),
             admission: Arc::new(Admission::new(1024, 2, 1.0)),
             stats: Stats::default(),
@@ -172,10 +174,25 @@ impl Core {
     }
 }
 
+/// Gives a plain GET's reply, or its failure, to the read's waiters.
+fn share(fill: &Fill, r: JobResult) {
+    let result = r.and_then(|bytes| {
+        Value::from_get_reply(&bytes).ok_or_else(|| UpstreamError::BadReply {
+            cause: format!(
+                "unexpected GET reply {:?}",
+                String::from_utf8_lossy(&bytes[..bytes.len().min(64)])
+            ),
+        })
+    });
+    fill.publish(result);
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Instant;
 
+    use super::super::flight::FillRx;
+    use super::super::leads::Slot;
     use super::super::tracking::LaneState;
     use super::*;
 
@@ -189,7 +206,7 @@ mod tests {
 
     fn fill_on(c: &Core, key: &'static [u8], lane: Arc<LaneState>) -> Arc<Fill> {
         let f = Fill::new(Instant::now(), Some(lane), None);
-        c.fills.insert(Key::from(key), Flight::Fill(f.clone()));
+        c.fills.insert(Key::from(key), f.clone());
         f
     }
 
@@ -225,7 +242,7 @@ mod tests {
         let new = fill(&c, b"k");
         c.complete_fill(&Key::from(&b"k"[..]), &old, Ok(Bytes::from_static(REPLY)));
         assert!(c.store.get(b"k", Instant::now()).is_none());
-        assert!(c.fills.get(&b"k"[..]).unwrap().is(&new));
+        assert!(Arc::ptr_eq(&c.fills.get(&b"k"[..]).unwrap(), &new));
     }
 
     #[test]
@@ -249,49 +266,67 @@ mod tests {
 
     const GET_REPLY: &[u8] = b"$1\r\nv\r\n";
 
-    fn lead(c: &Core, key: &'static [u8], id: u64) {
-        let started = Instant::now();
-        c.fills.insert(Key::from(key), Flight::Lead { id, started });
+    /// A bare read of `key`, as `lookup` registers it; returns the key's hash.
+    fn lead(c: &Core, key: &'static [u8], id: u64) -> u64 {
+        let hash = c.admission.hash(key);
+        c.leads.insert(hash, Slot::new(id, Instant::now(), key));
+        hash
     }
 
     /// What a second GET does to a lead: the `Fill` its waiters share.
-    fn join(c: &Core, key: &'static [u8], id: u64) -> Arc<Fill> {
-        let f = Fill::new(Instant::now(), None, None);
-        c.joined.insert(id, f.clone());
-        c.fills.insert(Key::from(key), Flight::Fill(f.clone()));
-        f
+    fn join(c: &Core, key: &'static [u8]) -> FillRx {
+        let hash = c.admission.hash(key);
+        let mut slot = c.leads.get_mut(&hash).expect("a lead in flight");
+        c.join_lead(&mut slot, None)
     }
 
     #[test]
     fn an_unjoined_lead_leaves_nothing_behind() {
         let c = Core::for_test();
-        lead(&c, b"k", 7);
-        c.complete_lead(b"k", 7, Ok(Bytes::from_static(GET_REPLY)));
-        assert!(c.fills.is_empty() && c.joined.is_empty());
+        let hash = lead(&c, b"k", 7);
+        assert!(c.unlink_lead(hash, 7));
+        assert!(c.leads.is_empty() && c.joined.is_empty());
     }
 
     #[test]
     fn a_joined_lead_answers_its_waiters_even_after_an_invalidation() {
         let c = Core::for_test();
-        lead(&c, b"k", 7);
-        let rx = join(&c, b"k", 7).waiter();
+        let hash = lead(&c, b"k", 7);
+        let rx = join(&c, b"k");
+        // Joined: it needs its reply.
+        assert!(!c.unlink_lead(hash, 7));
         c.invalidate(b"k");
+        assert!(c.leads.is_empty());
         // A GET after the write starts its own read, which the old one must not answer.
         lead(&c, b"k", 8);
-        c.complete_lead(b"k", 7, Ok(Bytes::from_static(GET_REPLY)));
+        c.complete_lead(hash, 7, Ok(Bytes::from_static(GET_REPLY)));
         assert_eq!(rx.peek(), Some(Ok(Value::Bulk(Bytes::from_static(b"v")))));
-        assert!(c.fills.get(&b"k"[..]).unwrap().is_lead(8));
+        assert_eq!(c.leads.get(&hash).map(|s| s.id), Some(8));
         assert!(c.joined.is_empty());
     }
 
     #[test]
     fn a_lead_that_fails_passes_the_failure_to_its_waiters() {
         let c = Core::for_test();
-        lead(&c, b"k", 7);
-        let rx = join(&c, b"k", 7).waiter();
-        c.complete_lead(b"k", 7, Err(UpstreamError::ShuttingDown));
+        let hash = lead(&c, b"k", 7);
+        let rx = join(&c, b"k");
+        c.complete_lead(hash, 7, Err(UpstreamError::ShuttingDown));
         assert!(matches!(rx.peek(), Some(Err(UpstreamError::ShuttingDown))));
-        assert!(c.fills.is_empty() && c.joined.is_empty());
+        assert!(c.leads.is_empty() && c.joined.is_empty());
+    }
+
+    #[test]
+    fn an_invalidation_unlinks_only_a_read_of_its_own_key() {
+        let c = Core::for_test();
+        // A read of "k" in the slot of "other"'s hash, as if the two hashes were equal.
+        let hash = c.admission.hash(b"other");
+        c.leads.insert(hash, Slot::new(7, Instant::now(), b"k"));
+        c.invalidate(b"other");
+        assert!(c.leads.contains_key(&hash));
+        c.invalidate(b"k");
+        lead(&c, b"k", 8);
+        c.invalidate(b"k");
+        assert!(!c.leads.contains_key(&c.admission.hash(b"k")));
     }
 
     #[test]

@@ -1,10 +1,6 @@
 //! One in-flight upstream read that concurrent GETs of a key share (singleflight), and the
-//! waiter's side of it.
-//!
-//! Most plain reads are never joined (a key read once), so a plain read starts as a bare
-//! [`Flight::Lead`] in the singleflight map: no waiter state, no result kept. Only when a
-//! second GET of the key arrives while it is in flight does that GET create the [`Fill`] the
-//! others wait on, and hand it to the lead through the `joined` map of [`super::coherence`].
+//! waiter's side of it. A plain read starts bare (`leads.rs`): a [`Fill`] exists only once a
+//! second GET joins it, or for a tracked fill.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -20,40 +16,6 @@ use crate::upstream::UpstreamConn;
 
 /// What a waiter eventually receives: the GET result or why there is none.
 pub type FillResult = Result<Value, UpstreamError>;
-
-/// What the singleflight map holds for a key being read.
-#[derive(Debug, Clone)]
-pub(super) enum Flight {
-    /// A plain GET nobody has joined yet, named by an id unique in the process.
-    Lead { id: u64, started: Instant },
-    /// A read with waiters: a joined plain GET, or a tracked fill.
-    Fill(Arc<Fill>),
-}
-
-impl Flight {
-    fn started(&self) -> Instant {
-        match self {
-            Flight::Lead { started, .. } => *started,
-            Flight::Fill(f) => f.started,
-        }
-    }
-
-    /// Whether a GET arriving `now` may wait for this read rather than start its own: not
-    /// if it was sent `bound` or longer ago (stuck behind a dead connection, say).
-    pub(super) fn joinable(&self, now: Instant, bound: Duration) -> bool {
-        now.saturating_duration_since(self.started()) < bound
-    }
-
-    /// Whether this is the read `fill`.
-    pub(super) fn is(&self, fill: &Arc<Fill>) -> bool {
-        matches!(self, Flight::Fill(f) if Arc::ptr_eq(f, fill))
-    }
-
-    /// Whether this is the lead `id`, still unjoined.
-    pub(super) fn is_lead(&self, id: u64) -> bool {
-        matches!(self, Flight::Lead { id: i, .. } if *i == id)
-    }
-}
 
 // From 1: no lead has id 0.
 static THREADS: AtomicU64 = AtomicU64::new(1);
@@ -107,6 +69,12 @@ impl Fill {
         if self.result.set(r).is_ok() {
             self.notify.notify_waiters();
         }
+    }
+
+    /// Whether a GET arriving `now` may wait for this read rather than start its own: not
+    /// if it was sent `bound` or longer ago (stuck behind a dead connection, say).
+    pub(super) fn joinable(&self, now: Instant, bound: Duration) -> bool {
+        now.saturating_duration_since(self.started) < bound
     }
 
     pub(super) fn waiter(self: &Arc<Self>) -> FillRx {
@@ -165,16 +133,10 @@ mod tests {
     #[test]
     fn reads_older_than_the_bound_are_not_joined() {
         let bound = Duration::from_secs(5);
-        let fresh = Flight::Fill(Fill::new(Instant::now(), None, None));
+        let fresh = Fill::new(Instant::now(), None, None);
         assert!(fresh.joinable(Instant::now(), bound));
         let later = Instant::now() + Duration::from_secs(6);
         assert!(!fresh.joinable(later, bound));
-        let lead = Flight::Lead {
-            id: lead_id(),
-            started: Instant::now(),
-        };
-        assert!(lead.joinable(Instant::now(), bound));
-        assert!(!lead.joinable(later, bound));
     }
 
     #[test]

@@ -11,8 +11,8 @@
 //! - `read.rs`: read-through and singleflight ([`Lookup`], [`Lead`]) → coherence, lane.
 //! - `lane.rs`: tracking lanes and their observer (invalidation pushes) → coherence.
 //! - `coherence.rs`: the store and the in-flight reads kept coherent (`Core`).
-//! - `flight.rs`: one in-flight read: a bare lead until a second GET joins, then a `Fill`
-//!   its waiters share ([`FillRx`]).
+//! - `leads.rs`: bare plain reads in flight, by key hash, joined by concurrent GETs.
+//! - `flight.rs`: one in-flight read that waiters share: a `Fill` ([`FillRx`]).
 //! - `admission.rs`: which keys are worth keeping (sketches, hot keys, early refresh).
 //! - `stats.rs`: counters and their INFO / Prometheus forms.
 //! - `store.rs`, `value.rs`, `sketch.rs`, `hotkeys.rs`, `tracking.rs`: leaves.
@@ -22,6 +22,7 @@ mod coherence;
 mod flight;
 mod hotkeys;
 mod lane;
+mod leads;
 mod read;
 mod sketch;
 mod stats;
@@ -264,7 +265,7 @@ impl Cache {
             store: &self.core.store,
             health: &self.health,
             lanes,
-            inflight: self.core.fills.len(),
+            inflight: self.core.fills.len() + self.core.leads.len(),
         }
     }
 }
@@ -280,6 +281,7 @@ fn new_core(cfg: &Config) -> Core {
     Core {
         store: Store::new(c.max_bytes),
         fills: DashMap::default(),
+        leads: leads::Leads::default(),
         joined: DashMap::default(),
         admission: Arc::new(Admission::new(candidates, c.hot_threshold, c.refresh_beta)),
         stats: Stats::default(),

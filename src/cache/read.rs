@@ -6,11 +6,13 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::BytesMut;
-use dashmap::mapref::entry::{Entry as MapEntry, OccupiedEntry};
+use dashmap::mapref::entry::Entry as MapEntry;
+use dashmap::mapref::entry::Entry as LeadEntry;
 
 use super::coherence::{Core, Key};
-use super::flight::{self, Fill, FillRx, Flight};
+use super::flight::{self, Fill, FillRx};
 use super::lane::LaneHandle;
+use super::leads::Slot;
 use super::value::Value;
 use crate::error::UpstreamError;
 use crate::resp::request::encode_request;
@@ -33,7 +35,8 @@ pub enum Lookup {
 #[derive(Debug)]
 pub struct Lead {
     core: Arc<Core>,
-    key: Key,
+    /// The key's hash, which names its slot in `leads`.
+    hash: u64,
     id: u64,
     done: bool,
 }
@@ -42,13 +45,13 @@ impl Lead {
     /// Shares the GET's reply (one RESP frame), or its failure, with the waiters.
     pub fn complete(mut self, reply: JobResult) {
         self.done = true;
-        self.core.complete_lead(&self.key, self.id, reply);
+        self.core.complete_lead(self.hash, self.id, reply);
     }
 
     /// Ends a lead nobody joined (the common case), whose reply is then not needed: `None`.
     /// A joined lead is returned, to be [`Lead::complete`]d with its reply.
     pub fn finish_unjoined(mut self) -> Option<Lead> {
-        if self.core.unlink_lead(&self.key, self.id) {
+        if self.core.unlink_lead(self.hash, self.id) {
             self.done = true;
             return None;
         }
@@ -61,7 +64,7 @@ impl Drop for Lead {
     fn drop(&mut self) {
         if !self.done {
             let r = Err(UpstreamError::ShuttingDown);
-            self.core.complete_lead(&self.key, self.id, r);
+            self.core.complete_lead(self.hash, self.id, r);
         }
     }
 }
@@ -99,8 +102,6 @@ pub(super) struct Route<'a, L: Fn() -> Option<Arc<LaneHandle>>> {
     pub(super) lead: bool,
 }
 
-type Occupied<'a> = OccupiedEntry<'a, Key, Flight>;
-
 impl Core {
     /// A GET of `key`: see [`super::Cache::get`].
     pub(super) fn lookup<L>(self: &Arc<Self>, key: &[u8], route: Route<'_, L>) -> Lookup
@@ -122,78 +123,97 @@ impl Core {
             return Lookup::Hit(e.value.clone());
         }
         self.stats.misses.inc();
-        let key = Key::from(key);
-        let mut o = match self.fills.entry(key.clone()) {
-            // Another client's read is in flight: wait for it.
-            MapEntry::Occupied(o) if o.get().joinable(now, self.join_bound) => {
-                self.stats.coalesced.inc();
-                return Lookup::Wait(self.join(o, route.conn));
-            }
-            // A read sent too long ago (stuck behind a dead connection, say) is not joined:
-            // a new one takes its place, and the old one can no longer insert.
-            MapEntry::Occupied(o) => o,
-            MapEntry::Vacant(v) => v.insert_entry(Flight::Lead {
-                id: 0,
-                started: now,
-            }),
-        };
-        self.start_read(&mut o, (hash, reads), now, route)
-    }
-
-    /// Waits for the read in flight in `o`; a lead nobody joined yet becomes a `Fill` here.
-    fn join(&self, mut o: Occupied<'_>, conn: &UpstreamConn) -> FillRx {
-        match o.get() {
-            Flight::Fill(f) => f.waiter(),
-            &Flight::Lead { id, started } => {
-                let fill = Fill::new(started, None, Some(conn.clone()));
-                // Under the map's lock: the lead either finds this in `joined` or completed
-                // before, and then this GET found no lead.
-                self.joined.insert(id, fill.clone());
-                o.insert(Flight::Fill(fill.clone()));
-                fill.waiter()
-            }
+        // Another client's read is in flight: wait for it.
+        if let Some(f) = self.fills.get(key)
+            && f.joinable(now, self.join_bound)
+        {
+            self.stats.coalesced.inc();
+            return Lookup::Wait(f.waiter());
         }
-    }
-
-    /// Starts the key's read in `o` (which holds a placeholder or a stale read): a tracked
-    /// fill if the key is admitted to its lane, else a plain GET.
-    fn start_read<L>(
-        self: &Arc<Self>,
-        o: &mut Occupied<'_>,
-        (hash, reads): (u64, u8),
-        now: Instant,
-        route: Route<'_, L>,
-    ) -> Lookup
-    where
-        L: Fn() -> Option<Arc<LaneHandle>>,
-    {
-        let key = o.key().clone();
+        let bare = match self.leads.entry(hash) {
+            LeadEntry::Occupied(mut o) if o.get().is_for(key) => {
+                if o.get().joinable(now, self.join_bound) {
+                    self.stats.coalesced.inc();
+                    return Lookup::Wait(self.join_lead(o.get_mut(), Some(route.conn)));
+                }
+                // A read sent too long ago (stuck behind a dead connection, say) is not
+                // joined: a new one takes its place (its waiters stay in `joined`).
+                o.remove();
+                true
+            }
+            // A read of another key with the same hash is in flight.
+            LeadEntry::Occupied(_) => false,
+            LeadEntry::Vacant(_) => true,
+        };
         let lane = (route.lane)().filter(|l| self.admission.admit(hash, reads, &l.info));
         if let Some(lane) = lane {
-            let fill = Fill::new(now, Some(lane.info.clone()), Some(lane.conn.clone()));
-            o.insert(Flight::Fill(fill.clone()));
-            let rx = fill.waiter();
-            self.start_fill(key, fill, &lane);
-            return Lookup::Wait(rx);
+            return self.start_tracked(key, now, &lane);
         }
         self.stats.reads.inc();
         if route.lead {
             let id = flight::lead_id();
-            o.insert(Flight::Lead { id, started: now });
+            if bare {
+                // Another GET of the key may have registered since: that one is joinable,
+                // this one is sent unregistered.
+                self.leads
+                    .entry(hash)
+                    .or_insert_with(|| Slot::new(id, now, key));
+            }
             return Lookup::Lead(Lead {
                 core: self.clone(),
-                key,
+                hash,
                 id,
                 done: false,
             });
         }
         // Sent from here: the caller waits on a `Fill` from the start.
+        let key = Key::from(key);
         let fill = Fill::new(now, None, Some(route.conn.clone()));
-        o.insert(Flight::Fill(fill.clone()));
+        self.fills.insert(key.clone(), fill.clone());
         let rx = fill.waiter();
         let mut req = BytesMut::new();
         encode_request(&[b"GET", &key], &mut req);
         self.send(route.conn, req, 1, key, fill, false);
+        Lookup::Wait(rx)
+    }
+
+    /// Waits for the bare read in `slot`: the first GET to join creates the `Fill` the
+    /// waiters share and hands it to the read through `joined`.
+    pub(super) fn join_lead(&self, slot: &mut Slot, conn: Option<&UpstreamConn>) -> FillRx {
+        if let Some(f) = &slot.joined {
+            return f.waiter();
+        }
+        let fill = Fill::new(slot.started, None, conn.cloned());
+        // Under the map's lock: the read either finds this in `joined` or completed before,
+        // and then this GET found no slot.
+        self.joined.insert(slot.id, fill.clone());
+        slot.joined = Some(fill.clone());
+        fill.waiter()
+    }
+
+    /// Starts a tracked fill of `key` over the lane, or joins the one a concurrent GET just
+    /// started.
+    fn start_tracked(self: &Arc<Self>, key: &[u8], now: Instant, lane: &LaneHandle) -> Lookup {
+        let key = Key::from(key);
+        let fill = match self.fills.entry(key.clone()) {
+            MapEntry::Occupied(o) if o.get().joinable(now, self.join_bound) => {
+                self.stats.coalesced.inc();
+                return Lookup::Wait(o.get().waiter());
+            }
+            // A stale read is replaced: it can no longer insert.
+            MapEntry::Occupied(mut o) => {
+                let fill = Fill::new(now, Some(lane.info.clone()), Some(lane.conn.clone()));
+                o.insert(fill.clone());
+                fill
+            }
+            MapEntry::Vacant(v) => {
+                let fill = Fill::new(now, Some(lane.info.clone()), Some(lane.conn.clone()));
+                v.insert(fill.clone());
+                fill
+            }
+        };
+        let rx = fill.waiter();
+        self.start_fill(key, fill, lane);
         Lookup::Wait(rx)
     }
 
@@ -241,7 +261,7 @@ impl Core {
                     Some(lane.info.clone()),
                     Some(lane.conn.clone()),
                 );
-                v.insert(Flight::Fill(fill.clone()));
+                v.insert(fill.clone());
                 fill
             }
         };
