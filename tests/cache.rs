@@ -1138,7 +1138,7 @@ async fn hits_between_forwarded_requests_are_written_in_order() {
     assert_eq!(c.cmd(&format!("SET il:hot2 {}", "w".repeat(300))).await, OK);
     assert_eq!(c.cmd("RPUSH il:list a").await, b":1\r\n");
     make_cached(&mut c, "il:hot", b"$1\r\nv\r\n").await;
-    make_cached(&mut c, "il:hot2", &bulk(&"w".repeat(300))).await;
+    make_cached(&mut c, "il:hot2", &bulk("w".repeat(300))).await;
     for hello in ["HELLO 2\r\n", "HELLO 3\r\n"] {
         c.send(hello.as_bytes()).await;
         direct.send(hello.as_bytes()).await;
