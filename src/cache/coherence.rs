@@ -5,8 +5,8 @@
 //!    lane's own task, in wire order: a fill inserts before the push that invalidates it is
 //!    applied, never after.
 //! 2. An invalidation (a push, or a write through corral before it is forwarded and again when
-//!    it is acknowledged) removes the key's in-flight read from the singleflight map: that read
-//!    can no longer insert, and later GETs cannot join it ([`Core::invalidate`],
+//!    it is acknowledged) removes the key's in-flight reads (`fills`, `leads`): a fill can no
+//!    longer insert, and later GETs cannot join either ([`Core::invalidate`],
 //!    [`Core::insert_if_current`]).
 //! 3. Losing the lane, or (re)connecting it, flushes everything: invalidations may have been
 //!    missed. A lane that goes silent counts as lost within `lane_check_ms + lane_deadline_ms`.
@@ -29,7 +29,7 @@ use super::value::{self, Value};
 use crate::error::UpstreamError;
 use crate::upstream::JobResult;
 
-/// A key of the singleflight map: one allocation, and clones only count references (a fresh
+/// A key of `fills` (and of the store's entries): one allocation, and clones only count references (a fresh
 /// `Bytes` copy allocates again on its first clone).
 pub(super) type Key = Arc<[u8]>;
 
