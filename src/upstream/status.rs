@@ -161,7 +161,7 @@ impl UpstreamStatus {
         self.connects.inc();
     }
 
-    /// Classifies a failed connect: a refusal (see [`refusal`]) is recorded, and logged once
+    /// Classifies a failed connect: a refusal (see `refusal`) is recorded, and logged once
     /// per change rather than per retry. Returns the cause to report: for a refusal, the
     /// server's or TLS's words prefixed with what to fix.
     pub fn connect_failed(&self, cause: String) -> String {
