@@ -6,9 +6,41 @@
 //! are worked out from their arguments the way Redis's own `*GetKeys` functions do, so corral
 //! and the cluster agree on which slot a request belongs to.
 
+use std::collections::HashMap;
+use std::sync::LazyLock;
+
 use super::key_table::{KEYED, KEYLESS, MOVABLE};
 use crate::resp::Args;
 use crate::resp::request::parse_int;
+
+/// What the tables say of a command name: its fixed key positions, or that it has none.
+#[derive(Clone, Copy)]
+enum Listed {
+    /// `(first, last, step)` as in `KEYED`.
+    Keyed(u8, i8, u8),
+    Keyless,
+}
+
+/// The tables by name: every write through the cache looks its keys up here, and a binary
+/// search over a few hundred names cost a tenth of a forwarded SET.
+static LISTED: LazyLock<HashMap<&'static [u8], Listed, foldhash::fast::FixedState>> =
+    LazyLock::new(|| {
+        let keyed = KEYED
+            .iter()
+            .map(|&(name, first, last, step)| (name.as_bytes(), Listed::Keyed(first, last, step)));
+        let keyless = KEYLESS
+            .iter()
+            .map(|name| (name.as_bytes(), Listed::Keyless));
+        keyed.chain(keyless).collect()
+    });
+
+/// The fixed key positions of `upper_name`, if the table lists it with keys.
+fn keyed(upper_name: &[u8]) -> Option<(u8, i8, u8)> {
+    match LISTED.get(upper_name) {
+        Some(&Listed::Keyed(first, last, step)) => Some((first, last, step)),
+        _ => None,
+    }
+}
 
 /// Keys at `first, first + step, ...` before `end`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -108,8 +140,7 @@ pub fn command_keys(upper_name: &[u8], args: &Args<'_>) -> KeyPositions {
         }
         _ => upper_name,
     };
-    if let Ok(i) = KEYED.binary_search_by(|e| e.0.as_bytes().cmp(name)) {
-        let (_, first, last, step) = KEYED[i];
+    if let Some((first, last, step)) = keyed(name) {
         let first = usize::from(first);
         // A negative last key counts back from the end of the request.
         let end = if last < 0 {
@@ -124,7 +155,7 @@ pub fn command_keys(upper_name: &[u8], args: &Args<'_>) -> KeyPositions {
         };
         return KeyPositions::of([span, Span::default(), Span::default()], n);
     }
-    let keyless = KEYLESS.binary_search_by(|e| e.as_bytes().cmp(name)).is_ok();
+    let keyless = matches!(LISTED.get(name), Some(Listed::Keyless));
     KeyPositions::none(keyless)
 }
 
@@ -286,9 +317,9 @@ pub fn may_name_several_keys(upper_name: &[u8]) -> bool {
     if is_movable(upper_name) {
         return true;
     }
-    match KEYED.binary_search_by(|e| e.0.as_bytes().cmp(upper_name)) {
-        Ok(i) => KEYED[i].2 < 0 || KEYED[i].2 > KEYED[i].1 as i8,
-        Err(_) => false,
+    match keyed(upper_name) {
+        Some((first, last, _)) => last < 0 || last > first as i8,
+        None => false,
     }
 }
 

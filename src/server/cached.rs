@@ -80,7 +80,7 @@ pub(super) fn cache_step(
                 writes.round_all = true;
             }
             let keys = invalidate_keys(cache, cmd, positions);
-            writes.round_keys.extend(keys.iter().cloned());
+            writes.written(&keys);
             writes.keys.extend(keys);
             None
         }

@@ -3,22 +3,31 @@
 //! batch is acknowledged, and the writes queued in a MULTI.
 
 use std::collections::HashSet;
+use std::hash::BuildHasher;
 
 use bytes::Bytes;
 
 /// Most keys collected from the writes queued in one MULTI; past this, EXEC flushes the
 /// whole cache once acknowledged instead (memory per client stays bounded).
 pub(super) const MAX_TX_WRITE_KEYS: usize = 10_000;
-/// A round's written-key set keeps at most this much capacity into the next round.
+/// A round's written keys keep at most this much capacity into the next round.
 const KEEP_ROUND_CAPACITY: usize = 1024;
+/// Up to this many written keys, a GET scans them; past it, they are indexed.
+const SCAN_AT_MOST: usize = 16;
 
 /// Writes seen by a connection, as the cache needs them.
 #[derive(Default)]
 pub(super) struct Writes {
-    /// Keys written earlier in this round: a later GET of one of them must not be served
-    /// from the cache or coalesced, or it could miss the write. A set, so a pipeline of one
-    /// huge DEL and many GETs costs one lookup per GET, not a scan of the DEL's keys.
-    pub(super) round_keys: HashSet<Bytes, foldhash::fast::RandomState>,
+    /// Hashes of the keys written earlier in this round: a later GET of one of them must
+    /// not be served from the cache or coalesced, or it could miss the write. Hashes, not
+    /// keys: recording one allocates nothing, and two keys sharing a hash only send a GET
+    /// to Redis that could have been a hit. Indexed (`round_index`) only when a GET asks and
+    /// there are many, so a pipeline of one huge DEL and many GETs costs one lookup per GET,
+    /// and a pipeline of SETs alone builds no set.
+    round_keys: Vec<u64>,
+    /// `round_keys[..indexed]`, as a set.
+    round_index: HashSet<u64, foldhash::fast::RandomState>,
+    indexed: usize,
     /// This round forwarded a write whose keys are not known (a script, an unknown command)
     /// or that changes every key: no later GET in it may be served locally.
     pub(super) round_all: bool,
@@ -36,16 +45,37 @@ impl Writes {
     pub(super) fn new_round(&mut self) {
         if self.round_keys.capacity() > KEEP_ROUND_CAPACITY {
             // Do not carry (and clear, every round) the table of one huge write.
-            self.round_keys = HashSet::default();
+            self.round_keys = Vec::new();
+            self.round_index = HashSet::default();
         } else if !self.round_keys.is_empty() {
             self.round_keys.clear();
+            self.round_index.clear();
         }
+        self.indexed = 0;
         self.round_all = false;
     }
 
+    /// Keys a write in this round names.
+    pub(super) fn written(&mut self, keys: &[Bytes]) {
+        self.round_keys.extend(keys.iter().map(|k| key_hash(k)));
+    }
+
     /// Whether a write earlier in this round may have changed `key`.
-    pub(super) fn touched(&self, key: &[u8]) -> bool {
-        self.round_all || (!self.round_keys.is_empty() && self.round_keys.contains(key))
+    pub(super) fn touched(&mut self, key: &[u8]) -> bool {
+        if self.round_all {
+            return true;
+        }
+        if self.round_keys.is_empty() {
+            return false;
+        }
+        let hash = key_hash(key);
+        if self.round_keys.len() <= SCAN_AT_MOST {
+            return self.round_keys.contains(&hash);
+        }
+        let new = &self.round_keys[self.indexed..];
+        self.round_index.extend(new.iter().copied());
+        self.indexed = self.round_keys.len();
+        self.round_index.contains(&hash)
     }
 
     /// An EXEC is being sent: the writes it runs count as written in this round and are
@@ -55,11 +85,16 @@ impl Writes {
             self.round_all = true;
             self.all = true;
         } else {
-            self.round_keys.extend(tx.keys.iter().cloned());
+            self.written(&tx.keys);
             self.keys.append(&mut tx.keys);
         }
         tx.keys = Vec::new();
     }
+}
+
+/// The hash `Writes` keeps of a written key.
+fn key_hash(key: &[u8]) -> u64 {
+    foldhash::fast::FixedState::default().hash_one(key)
 }
 
 /// Keys written by the commands queued in a MULTI, bounded by [`MAX_TX_WRITE_KEYS`].
@@ -82,5 +117,30 @@ impl TxWrites {
             return;
         }
         self.keys.append(keys);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys(range: std::ops::Range<usize>) -> Vec<Bytes> {
+        range.map(|i| Bytes::from(format!("k{i}"))).collect()
+    }
+
+    #[test]
+    fn written_keys_are_seen_scanned_or_indexed_until_the_next_round() {
+        let mut w = Writes::default();
+        w.written(&keys(0..3));
+        assert!(w.touched(b"k2") && !w.touched(b"k3"));
+        // Past the scan limit the keys are indexed, and keys written after a lookup too.
+        w.written(&keys(3..40));
+        assert!(w.touched(b"k39") && !w.touched(b"k40"));
+        w.written(&keys(40..41));
+        assert!(w.touched(b"k40") && w.touched(b"k0"));
+        w.new_round();
+        assert!(!w.touched(b"k0") && !w.touched(b"k40"));
+        w.written(&keys(5..6));
+        assert!(w.touched(b"k5") && !w.touched(b"k39"));
     }
 }
