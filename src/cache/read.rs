@@ -7,7 +7,6 @@ use std::time::Instant;
 
 use bytes::BytesMut;
 use dashmap::mapref::entry::Entry as MapEntry;
-use dashmap::mapref::entry::Entry as LeadEntry;
 
 use super::coherence::{Core, Key};
 use super::flight::{self, Fill, FillRx};
@@ -131,7 +130,7 @@ impl Core {
             return Lookup::Wait(f.waiter());
         }
         let bare = match self.leads.entry(hash) {
-            LeadEntry::Occupied(mut o) if o.get().is_for(key) => {
+            MapEntry::Occupied(mut o) if o.get().is_for(key) => {
                 if o.get().joinable(now, self.join_bound) {
                     self.stats.coalesced.inc();
                     return Lookup::Wait(self.join_lead(o.get_mut(), Some(route.conn)));
@@ -142,8 +141,8 @@ impl Core {
                 true
             }
             // A read of another key with the same hash is in flight.
-            LeadEntry::Occupied(_) => false,
-            LeadEntry::Vacant(_) => true,
+            MapEntry::Occupied(_) => false,
+            MapEntry::Vacant(_) => true,
         };
         let lane = (route.lane)().filter(|l| self.admission.admit(hash, reads, &l.info));
         if let Some(lane) = lane {
