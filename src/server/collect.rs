@@ -17,7 +17,6 @@ use super::pending::{
     Queued, Then,
 };
 use super::{info, mget};
-use crate::cache::{FillResult, FillRx, Value};
 use crate::cluster::{Redirect, SplitKind};
 use crate::error::UpstreamError;
 use crate::tls::Stream;
@@ -40,15 +39,6 @@ fn first_reply(replies: &[u8]) -> Option<(usize, usize)> {
     crate::resp::frames(replies)
         .find(|f| !f.push)
         .map(|f| (f.start, f.end()))
-}
-
-/// Whether a shared read failed for a reason a routed retry can fix.
-fn redirected(result: &FillResult) -> bool {
-    match result {
-        Ok(Value::Error(e)) => Redirect::parse(e).is_some(),
-        Ok(_) => false,
-        Err(_) => true,
-    }
 }
 
 /// Waits for every receiver, one after another (a closed one counts as done).
@@ -149,30 +139,6 @@ impl Conn {
             }
         }
         None
-    }
-
-    /// A cache fill or a read coalesced with another client's.
-    async fn resolve_fill(&mut self, rx: FillRx, key: Bytes) {
-        let tracked = rx.tracked();
-        let result = self.wait_fill(rx).await;
-        // In cluster mode a read can meet a slot on the move (MOVED/ASK, or a fill's
-        // EXEC aborted by one): answer through the routing path, uncached.
-        if self.shared.upstream.cluster.is_some() && redirected(&result) {
-            let reply = self.routed_get(&key).await;
-            self.wbuf.extend_from_slice(&reply);
-            return;
-        }
-        // A fill lost with its tracking lane (dead, reset): the client's own
-        // connection may be fine, so it reads the key there, uncached.
-        if tracked && result.is_err() {
-            let reply = self.plain_get(&key).await;
-            self.wbuf.extend_from_slice(&reply);
-            return;
-        }
-        match result {
-            Ok(v) => v.encode(self.session.proto, &mut self.wbuf),
-            Err(e) => self.upstream_error(&e, 1),
-        }
     }
 
     /// Waits for a batch's replies; `None` if the client is gone meanwhile (or a SHUTDOWN
@@ -457,82 +423,7 @@ impl Conn {
         result
     }
 
-    async fn wait_fill(&self, rx: FillRx) -> FillResult {
-        if let Some(r) = rx.peek() {
-            return r;
-        }
-        let wait = rx.wait();
-        match self.shared.upstream.request_timeout {
-            Some(d) => match timeout(d, wait).await {
-                Ok(r) => r,
-                Err(_) => Err(rx.timed_out()),
-            },
-            None => wait.await,
-        }
-    }
-
-    /// A GET of `key` over the client's own (database 0) connection: the reply bytes, or the
-    /// error reply.
-    async fn plain_get(&mut self, key: &[u8]) -> Bytes {
-        let conn = self.shared_conn(0);
-        let mut req = bytes::BytesMut::new();
-        crate::resp::request::encode_request(&[b"GET", key], &mut req);
-        let rx = conn.send(req.freeze(), 1).await;
-        match self.wait(rx, &conn).await {
-            Ok(b) => b,
-            Err(e) => {
-                self.shared.metrics.upstream_errors.inc();
-                e.to_reply()
-            }
-        }
-    }
-
-    /// A batch's replies with the cache replies that came between its requests, in request
-    /// order. Such a batch went on a shared connection in standalone mode (see
-    /// `Conn::may_interleave`): one reply frame per request, nothing to skip or redirect.
-    async fn write_interleaved(
-        &mut self,
-        result: JobResult,
-        count: u32,
-        interleaved: Vec<(u32, Interleaved)>,
-    ) {
-        let mut done = 0;
-        match result {
-            Ok(b) => {
-                let mut frames = crate::resp::frames(&b).filter(|f| !f.push);
-                let mut written = 0;
-                for (before, reply) in interleaved {
-                    let mut upto = written;
-                    while done < before {
-                        let Some(f) = frames.next() else { break };
-                        upto = f.end();
-                        done += 1;
-                    }
-                    self.wbuf.extend_from_slice(&b[written..upto]);
-                    written = upto;
-                    self.write_cached(reply).await;
-                }
-                self.wbuf.extend_from_slice(&b[written..]);
-            }
-            Err(e) => {
-                for (before, reply) in interleaved {
-                    self.upstream_error(&e, before - done);
-                    done = before;
-                    self.write_cached(reply).await;
-                }
-                self.upstream_error(&e, count - done);
-            }
-        }
-    }
-
-    async fn write_cached(&mut self, reply: Interleaved) {
-        match reply {
-            Interleaved::Value(v) => v.encode(self.session.proto, &mut self.wbuf),
-            Interleaved::Fill { rx, key } => self.resolve_fill(rx, key).await,
-        }
-    }
-
-    fn upstream_error(&mut self, e: &UpstreamError, count: u32) {
+    pub(super) fn upstream_error(&mut self, e: &UpstreamError, count: u32) {
         self.shared.metrics.upstream_errors.inc_by(u64::from(count));
         let reply = e.to_reply();
         for _ in 0..count {

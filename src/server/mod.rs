@@ -2,6 +2,7 @@
 //! connection.
 
 mod batch;
+mod cache_reply;
 mod cached;
 mod client;
 mod clients;
