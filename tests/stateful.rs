@@ -1240,7 +1240,7 @@ async fn monitor_leaves_out_corrals_own_connections() {
         assert!(got.contains(want), "want {want}, got {got}");
     }
     w.call("SET mon:hot v").await;
-    // Hot enough for the cache: later reads are filled on the lane (MULTI/PTTL/GET/EXEC).
+    // Hot enough for the cache: later reads are filled on the lane (PTTL, GET).
     for _ in 0..20 {
         assert_eq!(show(&w.call("GET mon:hot").await), show(&bulk("v")));
     }

@@ -1,5 +1,5 @@
-//! Which keys are worth keeping: GET frequencies (a count-min sketch), keys whose fills were
-//! wasted, the sampled top keys for `CORRAL HOTKEYS`, and when a hit should refresh early.
+//! Which keys are worth keeping: GET frequencies net of writes and wasted fills (a count-min
+//! sketch), the sampled top keys for `CORRAL HOTKEYS`, and when a hit should refresh early.
 
 use std::cell::Cell;
 use std::hash::BuildHasher;
@@ -14,12 +14,10 @@ use super::sketch::FrequencySketch;
 use super::store::Entry;
 use super::tracking::{LaneState, Tracking};
 
-/// A key whose last fills were invalidated unused this many times is not cached for a while.
-const MAX_WASTED_FILLS: u8 = 2;
 /// What a write weighs against a key's reads, in reads: a write ends the key's entry, and the
-/// tracked fill that replaces it costs about four upstream commands (MULTI, PTTL, GET, EXEC)
-/// where forwarding costs one per read, so caching pays only for a key read more than about
-/// four times per write. Each write takes this much off the key's read counters, so a key
+/// tracked fill that replaces it costs two upstream commands (PTTL, GET), Redis's tracking of
+/// the key and the invalidation push of the next write, where forwarding costs one command
+/// per read; caching pays only for a key read more than about four times per write. Each write takes this much off the key's read counters, so a key
 /// read fewer times than that per write never climbs to the admission threshold.
 const WRITE_WEIGHT: u64 = 4;
 /// Longest an XFetch refresh can come early: `-ln r` for the smallest positive `r` drawn.
@@ -48,9 +46,6 @@ fn one_in(n: u64) -> bool {
 #[derive(Debug)]
 pub(super) struct Admission {
     reads: FrequencySketch,
-    /// Fills whose entry was invalidated before serving a single hit: keys written about as
-    /// often as they are read. Halved every few seconds.
-    wasted: FrequencySketch,
     hot: HotKeys,
     hasher: foldhash::fast::RandomState,
     hot_threshold: u8,
@@ -63,7 +58,6 @@ impl Admission {
     pub(super) fn new(candidates: usize, hot_threshold: u8, beta: f64) -> Admission {
         Admission {
             reads: FrequencySketch::new(candidates),
-            wasted: FrequencySketch::new(candidates),
             hot: HotKeys::default(),
             hasher: foldhash::fast::RandomState::default(),
             hot_threshold,
@@ -93,6 +87,11 @@ impl Admission {
         reads > self.reads.noise_floor()
     }
 
+    /// The read sketch's noise floor (see `FrequencySketch::noise_floor`), for the stats.
+    pub(super) fn noise_floor(&self) -> u8 {
+        self.reads.noise_floor()
+    }
+
     /// A write of `key` through corral is about to be forwarded: it weighs against the key's
     /// reads.
     pub(super) fn record_write(&self, key: &[u8]) {
@@ -104,14 +103,13 @@ impl Admission {
         self.reads.increment(self.hash(key));
     }
 
-    /// Hot enough to keep (reads net of [`WRITE_WEIGHT`] per write), and not one whose recent entries were invalidated before they
-    /// served anything (written about as often as read).
+    /// Hot enough to keep: reads net of [`WRITE_WEIGHT`] per write and per wasted fill.
     ///
     /// Hot means read `hot_threshold` times more than the sketch's noise floor: over a key
     /// space far larger than the sketch every counter is shared, and a key read once would
     /// otherwise often look hot and cost a tracked fill (four commands) for nothing. With few
     /// keys the floor is 0 and the threshold is what it says.
-    pub(super) fn admit(&self, hash: u64, reads: u8, lane: &LaneState) -> bool {
+    pub(super) fn admit(&self, reads: u8, lane: &LaneState) -> bool {
         if lane.tracking() == Tracking::Down {
             return false;
         }
@@ -119,12 +117,16 @@ impl Admission {
             .hot_threshold
             .saturating_add(self.reads.noise_floor())
             .min(15);
-        reads >= threshold && self.wasted.estimate(hash) < MAX_WASTED_FILLS
+        reads >= threshold
     }
 
-    /// An entry of `key` was invalidated before it served a hit.
+    /// An entry of `key` was invalidated before it served a hit: most likely by writes
+    /// corral did not see (other clients writing to Redis directly), so it weighs against
+    /// the key's reads as a write through corral does. A count of wasted fills of its own,
+    /// apart from the reads, would shut out the hottest keys of a read-mostly workload: they
+    /// are filled most often, so they also waste the most fills, though few of theirs.
     pub(super) fn wasted_fill(&self, key: &[u8]) {
-        self.wasted.increment(self.hash(key));
+        self.record_write(key);
     }
 
     /// XFetch: refresh with a probability that grows as expiry nears, earlier for keys whose
@@ -150,14 +152,13 @@ impl Admission {
         self.hot.top(n)
     }
 
-    /// Ages the top keys, and gives keys penalised for wasted fills another chance.
+    /// Ages the top keys.
     pub(super) async fn decay(self: Arc<Self>, shutdown: CancellationToken) {
         let mut tick = tokio::time::interval(Duration::from_secs(10));
         loop {
             tokio::select! {
                 _ = tick.tick() => {
                     self.hot.decay();
-                    self.wasted.halve();
                 }
                 _ = shutdown.cancelled() => return,
             }
@@ -191,7 +192,7 @@ mod tests {
             a.record_get(hash, &key.to_le_bytes());
             if key != 7 {
                 misses += 1;
-                admitted += usize::from(a.admit(hash, a.reads.estimate(hash), &lane));
+                admitted += usize::from(a.admit(a.reads.estimate(hash), &lane));
             }
         }
         assert!(
@@ -199,7 +200,7 @@ mod tests {
             "{admitted} of {misses} cold keys admitted"
         );
         let hot = a.hash(&7u64.to_le_bytes());
-        assert!(a.admit(hot, a.reads.estimate(hot), &lane));
+        assert!(a.admit(a.reads.estimate(hot), &lane));
     }
 
     #[test]
@@ -219,8 +220,8 @@ mod tests {
             a.record_write(calm);
         }
         let (busy, calm) = (a.hash(busy), a.hash(calm));
-        assert!(!a.admit(busy, a.reads.estimate(busy), &lane));
-        assert!(a.admit(calm, a.reads.estimate(calm), &lane));
+        assert!(!a.admit(a.reads.estimate(busy), &lane));
+        assert!(a.admit(a.reads.estimate(calm), &lane));
     }
 
     #[test]

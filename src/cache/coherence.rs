@@ -22,6 +22,7 @@ use dashmap::mapref::entry::Entry as MapEntry;
 use super::admission::Admission;
 use super::flight::Fill;
 use super::leads::Leads;
+use super::recent::RecentReads;
 use super::stats::Stats;
 use super::store::{Entry, Store};
 use super::tracking::Tracking;
@@ -42,6 +43,8 @@ pub(super) struct Core {
     pub(super) fills: DashMap<Key, Arc<Fill>, foldhash::fast::RandomState>,
     /// Bare plain reads in flight (`leads.rs`), by the key's hash.
     pub(super) leads: Leads,
+    /// Cold GETs forwarded lately, so a second one soon after is joinable.
+    pub(super) recent: RecentReads,
     /// Joined bare reads by lead id: where a lead finds its waiters even after an
     /// invalidation unlinked it from `leads` (they are still owed the result).
     pub(super) joined: DashMap<u64, Arc<Fill>, foldhash::fast::RandomState>,
@@ -163,6 +166,7 @@ impl Core {
             store: Store::new(1 << 20),
             fills: DashMap::default(),
             leads: Leads::default(),
+            recent: RecentReads::default(),
             joined: DashMap::default(),
             admission: Arc::new(Admission::new(1024, 2, 1.0)),
             stats: Stats::default(),
@@ -210,7 +214,7 @@ mod tests {
         f
     }
 
-    const REPLY: &[u8] = b"+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n:-1\r\n$1\r\nv\r\n";
+    const REPLY: &[u8] = b":-1\r\n$1\r\nv\r\n";
 
     #[test]
     fn fill_inserts_when_nothing_intervened() {
@@ -248,15 +252,12 @@ mod tests {
     #[test]
     fn oversized_errors_and_untracked_values_are_not_cached() {
         let c = Core::for_test();
-        let big = format!(
-            "+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n:-1\r\n$2000\r\n{}\r\n",
-            "x".repeat(2000)
-        );
+        let big = format!(":-1\r\n$2000\r\n{}\r\n", "x".repeat(2000));
         let f = fill(&c, b"big");
         c.complete_fill(&Key::from(&b"big"[..]), &f, Ok(Bytes::from(big)));
         assert!((c.store.len() == 0));
         let f = fill(&c, b"e");
-        let err = b"+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n:-1\r\n-WRONGTYPE x\r\n";
+        let err = b":-1\r\n-WRONGTYPE x\r\n";
         c.complete_fill(&Key::from(&b"e"[..]), &f, Ok(Bytes::from_static(err)));
         assert!((c.store.len() == 0));
         let f = fill_on(&c, b"k", Arc::new(LaneState::new("test", Tracking::Down)));
@@ -333,7 +334,7 @@ mod tests {
     fn ttl_bounds_entry_life() {
         let c = Core::for_test();
         let f = fill(&c, b"k");
-        let r = b"+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n:0\r\n$1\r\nv\r\n";
+        let r = b":0\r\n$1\r\nv\r\n";
         c.complete_fill(&Key::from(&b"k"[..]), &f, Ok(Bytes::from_static(r)));
         assert!(c.store.get(b"k", Instant::now()).is_none());
     }

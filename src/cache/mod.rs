@@ -2,7 +2,7 @@
 //!
 //! Every GET that is not a local hit becomes, or joins, one in-flight upstream read per key
 //! (singleflight). Keys the frequency sketch finds hot are read over a dedicated RESP3
-//! connection with `CLIENT TRACKING ON` (the tracking lane) as `MULTI / PTTL k / GET k / EXEC`
+//! connection with `CLIENT TRACKING ON` (the tracking lane) as `PTTL k` + `GET k`
 //! and kept locally. The coherence rules are stated in `coherence.rs`, next to the code that
 //! keeps them.
 //!
@@ -12,6 +12,7 @@
 //! - `lane.rs`: tracking lanes and their observer (invalidation pushes) → coherence.
 //! - `coherence.rs`: the store and the in-flight reads kept coherent (`Core`).
 //! - `leads.rs`: bare plain reads in flight, by key hash, joined by concurrent GETs.
+//! - `recent.rs`: hashes of recent cold GETs (a cold key read twice is joinable).
 //! - `flight.rs`: one in-flight read that waiters share: a `Fill` ([`FillRx`]).
 //! - `admission.rs`: which keys are worth keeping (sketches, hot keys, early refresh).
 //! - `stats.rs`: counters and their INFO / Prometheus forms.
@@ -24,6 +25,7 @@ mod hotkeys;
 mod lane;
 mod leads;
 mod read;
+mod recent;
 mod sketch;
 mod stats;
 mod store;
@@ -266,6 +268,7 @@ impl Cache {
             health: &self.health,
             lanes,
             inflight: self.core.fills.len() + self.core.leads.len(),
+            noise_floor: self.core.admission.noise_floor(),
         }
     }
 }
@@ -282,6 +285,7 @@ fn new_core(cfg: &Config) -> Core {
         store: Store::new(c.max_bytes),
         fills: DashMap::default(),
         leads: leads::Leads::default(),
+        recent: recent::RecentReads::default(),
         joined: DashMap::default(),
         admission: Arc::new(Admission::new(candidates, c.hot_threshold, c.refresh_beta)),
         stats: Stats::default(),

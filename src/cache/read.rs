@@ -22,6 +22,8 @@ use crate::upstream::{JobResult, ReplyTo, UpstreamConn};
 pub enum Lookup {
     /// Served from the local cache.
     Hit(Value),
+    /// A cold key: forward the GET as it is. Nothing waits for its reply.
+    Forward,
     /// Wait for an upstream read (started now, or joined).
     Wait(FillRx),
     /// This GET is the read others may join: the caller sends it in its own batch and hands
@@ -122,6 +124,12 @@ impl Core {
             return Lookup::Hit(e.value.clone());
         }
         self.stats.misses.inc();
+        // A cold key (see `recent.rs`): neither cached nor, most likely, read by anyone else
+        // now. It costs nothing more than forwarding.
+        if !resident && !self.recent.read_again(hash) {
+            self.stats.reads.inc();
+            return Lookup::Forward;
+        }
         // Another client's read is in flight: wait for it.
         if let Some(f) = self.fills.get(key)
             && f.joinable(now, self.join_bound)
@@ -144,7 +152,7 @@ impl Core {
             MapEntry::Occupied(_) => false,
             MapEntry::Vacant(_) => true,
         };
-        let lane = (route.lane)().filter(|l| self.admission.admit(hash, reads, &l.info));
+        let lane = (route.lane)().filter(|l| self.admission.admit(reads, &l.info));
         if let Some(lane) = lane {
             return self.start_tracked(key, now, &lane);
         }
@@ -241,12 +249,13 @@ impl Core {
     /// Sends a tracked fill for `key` over the lane.
     fn start_fill(self: &Arc<Self>, key: Key, fill: Arc<Fill>, lane: &LaneHandle) {
         self.stats.fills.inc();
+        // No MULTI around the pair: PTTL makes the lane track the key, so a write between
+        // the two sends its invalidation between their replies, and the lane applies it
+        // (unlinking this fill) before the fill completes.
         let mut req = BytesMut::new();
-        encode_request(&[b"MULTI"], &mut req);
         encode_request(&[b"PTTL", &key], &mut req);
         encode_request(&[b"GET", &key], &mut req);
-        encode_request(&[b"EXEC"], &mut req);
-        self.send(&lane.conn, req, 4, key, fill, true);
+        self.send(&lane.conn, req, 2, key, fill, true);
     }
 
     /// Starts a background refresh of `key` unless a read is already in flight.

@@ -107,6 +107,7 @@ impl FrequencySketch {
     }
 
     /// The estimated count (0..=15): the minimum over the rows.
+    #[cfg(test)]
     pub fn estimate(&self, hash: u64) -> u8 {
         let block = self.block(hash);
         (0..4)
@@ -118,13 +119,14 @@ impl FrequencySketch {
             .unwrap_or(0)
     }
 
-    /// The mean counter value, rounded up: what a key never read before is overestimated by
-    /// on average, since its counters are shared with others. Over a key space much larger
-    /// than the sketch (uniform reads of a million keys) it reaches 4-5, so a fixed threshold
-    /// alone would call a quarter of keys read once "hot".
+    /// The mean counter value, rounded to the nearest: what a key never read before is
+    /// overestimated by on average, since its counters are shared with others. Over a key
+    /// space much larger than the sketch (uniform reads of a million keys) it reaches 4-5, so
+    /// a fixed threshold alone would call a quarter of keys read once "hot"; with few keys
+    /// read it stays 0.
     pub fn noise_floor(&self) -> u8 {
         let total = self.carried.load(Ordering::Relaxed) + self.additions.load(Ordering::Relaxed);
-        total.div_ceil(self.row_counters).min(15) as u8
+        ((total + self.row_counters / 2) / self.row_counters).min(15) as u8
     }
 
     /// Halves every counter (also done automatically after each sample).
@@ -184,14 +186,18 @@ mod tests {
         let s = FrequencySketch::new(64);
         assert_eq!(s.noise_floor(), 0);
         // 64 words: 256 counters per row.
-        for k in 0..256u64 {
+        for k in 0..100u64 {
+            s.increment(k);
+        }
+        assert_eq!(s.noise_floor(), 0);
+        for k in 100..256u64 {
             s.increment(k);
         }
         assert_eq!(s.noise_floor(), 1);
-        for k in 0..257u64 {
+        for k in 0..300u64 {
             s.increment(k);
         }
-        assert_eq!(s.noise_floor(), 3);
+        assert_eq!(s.noise_floor(), 2);
         s.halve();
         assert_eq!(s.noise_floor(), 1);
     }

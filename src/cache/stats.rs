@@ -48,6 +48,8 @@ pub(super) struct Sources<'a> {
     pub(super) lanes: &'a [Arc<LaneState>],
     /// Reads in flight now.
     pub(super) inflight: usize,
+    /// The sketch's noise floor: what a key read once is estimated at (`Admission`).
+    pub(super) noise_floor: u8,
 }
 
 impl Stats {
@@ -236,6 +238,7 @@ impl Stats {
             ("cache_entries", st.len().to_string()),
             ("cache_bytes", st.bytes().to_string()),
             ("cache_inflight_reads", src.inflight.to_string()),
+            ("cache_noise_floor", src.noise_floor.to_string()),
         ];
         let mut out: Vec<(String, String)> =
             out.into_iter().map(|(k, v)| (k.to_string(), v)).collect();

@@ -63,39 +63,35 @@ impl Value {
     }
 }
 
-/// Parses the replies to `MULTI / PTTL k / GET k / EXEC`: `+OK`, `+QUEUED`, `+QUEUED`, then
-/// `*2 :pttl <GET reply>`. Returns the PTTL and the value, or the error text when the
-/// transaction did not run as expected.
+/// Parses the replies to `PTTL k / GET k`: `:pttl`, then the GET reply, with any push frames
+/// between them skipped (the lane's observer has applied them). Returns the PTTL and the
+/// value, or the error text when PTTL failed.
 pub fn parse_fill_reply(replies: &[u8]) -> Result<(i64, Value), String> {
     let mut scanner = ReplyScanner::new();
     let mut start = 0;
-    let mut frames = Vec::with_capacity(4);
+    let mut frames = Vec::with_capacity(2);
     while let Some(f) = scanner.next_frame(replies).map_err(|e| e.to_string())? {
         if !f.push {
             frames.push(&replies[start..f.end]);
         }
         start = f.end;
     }
-    let [ok, q1, q2, exec] = frames[..] else {
-        return Err(format!("fill got {} replies, expected 4", frames.len()));
+    let [pttl, get] = frames[..] else {
+        return Err(format!("fill got {} replies, expected 2", frames.len()));
     };
-    for r in [ok, q1, q2] {
-        if r.first() == Some(&b'-') {
-            return Err(String::from_utf8_lossy(&r[1..r.len() - 2]).into_owned());
-        }
+    if let Some(e) = pttl.strip_prefix(b"-") {
+        return Err(String::from_utf8_lossy(&e[..e.len() - 2]).into_owned());
     }
-    let Some(body) = exec.strip_prefix(b"*2\r\n:") else {
-        return Err(format!(
-            "unexpected EXEC reply {:?}",
-            String::from_utf8_lossy(&exec[..exec.len().min(64)])
-        ));
-    };
-    let cr = body
-        .iter()
-        .position(|&b| b == b'\r')
-        .ok_or("bad EXEC reply")?;
-    let pttl = parse_int(&body[..cr]).ok_or("bad PTTL in EXEC reply")?;
-    let value = Value::from_get_reply(&body[cr + 2..]).ok_or("bad GET in EXEC reply")?;
+    let pttl = pttl
+        .strip_prefix(b":")
+        .and_then(|n| parse_int(&n[..n.len() - 2]))
+        .ok_or_else(|| {
+            format!(
+                "unexpected PTTL reply {:?}",
+                String::from_utf8_lossy(&pttl[..pttl.len().min(64)])
+            )
+        })?;
+    let value = Value::from_get_reply(get).ok_or("bad GET reply in fill")?;
     Ok((pttl, value))
 }
 
@@ -129,16 +125,24 @@ mod tests {
 
     #[test]
     fn fill_reply_gives_ttl_and_value() {
-        let r = b"+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n:1500\r\n$2\r\nhi\r\n";
+        let r = b":1500\r\n$2\r\nhi\r\n";
         assert_eq!(
             parse_fill_reply(r),
             Ok((1500, Value::Bulk(Bytes::from_static(b"hi"))))
         );
-        let r = b"+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n:-2\r\n_\r\n";
-        assert_eq!(parse_fill_reply(r), Ok((-2, Value::Nil)));
+        assert_eq!(parse_fill_reply(b":-2\r\n_\r\n"), Ok((-2, Value::Nil)));
         // An invalidation push between the replies is skipped.
-        let r = b"+OK\r\n>2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\nk\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n:-1\r\n$1\r\nv\r\n";
-        assert!(parse_fill_reply(r).is_ok());
-        assert!(parse_fill_reply(b"+OK\r\n+QUEUED\r\n+QUEUED\r\n*-1\r\n").is_err());
+        let r = b":-1\r\n>2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\nk\r\n$1\r\nv\r\n";
+        assert_eq!(
+            parse_fill_reply(r),
+            Ok((-1, Value::Bulk(Bytes::from_static(b"v"))))
+        );
+        let moved = b"-MOVED 1 127.0.0.1:7000\r\n-MOVED 1 127.0.0.1:7000\r\n";
+        assert_eq!(
+            parse_fill_reply(moved),
+            Err("MOVED 1 127.0.0.1:7000".to_string())
+        );
+        assert!(parse_fill_reply(b":5\r\n").is_err());
+        assert!(parse_fill_reply(b"$1\r\nv\r\n$1\r\nv\r\n").is_err());
     }
 }

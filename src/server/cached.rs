@@ -30,6 +30,7 @@ pub(super) fn cache_step(
             // Standalone, a leading read rides in the client's own batch.
             Some(match cache.get(key, conn, node, node.is_none()) {
                 Lookup::Hit(v) => Plan::Reply(PendingReply::Value(v)),
+                Lookup::Forward => return None,
                 Lookup::Wait(rx) => Plan::Reply(PendingReply::Fill {
                     rx,
                     key: Bytes::copy_from_slice(key),
