@@ -15,7 +15,6 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use bytes::Bytes;
 use dashmap::DashMap;
 use dashmap::mapref::entry::Entry as MapEntry;
 
@@ -30,8 +29,8 @@ use super::value::{self, Value};
 use crate::error::UpstreamError;
 use crate::upstream::JobResult;
 
-/// A key of `fills` (and of the store's entries): one allocation, and clones only count references (a fresh
-/// `Bytes` copy allocates again on its first clone).
+/// A key of `fills`: one allocation, and clones only count references (a fresh `Bytes` copy
+/// allocates again on its first clone).
 pub(super) type Key = Arc<[u8]>;
 
 /// Everything the cache's connections and lanes share.
@@ -152,7 +151,7 @@ impl Core {
             }
             if cacheable && !life.is_zero() {
                 let entry = Entry::new(value.clone(), fill.started + life, fill.started.elapsed());
-                self.store.insert(Bytes::from_owner(key.clone()), entry);
+                self.store.insert(key, entry);
                 self.stats.inserts.inc();
             }
             o.remove();
@@ -195,6 +194,8 @@ fn share(fill: &Fill, r: JobResult) {
 mod tests {
     use std::time::Instant;
 
+    use bytes::Bytes;
+
     use super::super::flight::FillRx;
     use super::super::leads::Slot;
     use super::super::tracking::LaneState;
@@ -224,7 +225,7 @@ mod tests {
         c.complete_fill(&Key::from(&b"k"[..]), &f, Ok(Bytes::from_static(REPLY)));
         assert!(c.store.get(b"k", Instant::now()).is_some());
         assert!(c.fills.is_empty());
-        assert_eq!(rx.peek(), Some(Ok(Value::Bulk(Bytes::from_static(b"v")))));
+        assert_eq!(rx.peek(), Some(Ok(Value::bulk(b"v"))));
     }
 
     #[test]
@@ -301,7 +302,7 @@ mod tests {
         // A GET after the write starts its own read, which the old one must not answer.
         lead(&c, b"k", 8);
         c.complete_lead(hash, 7, Ok(Bytes::from_static(GET_REPLY)));
-        assert_eq!(rx.peek(), Some(Ok(Value::Bulk(Bytes::from_static(b"v")))));
+        assert_eq!(rx.peek(), Some(Ok(Value::bulk(b"v"))));
         assert_eq!(c.leads.get(&hash).map(|s| s.id), Some(8));
         assert!(c.joined.is_empty());
     }

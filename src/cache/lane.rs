@@ -224,8 +224,6 @@ impl LinkObserver for Lane {
 mod tests {
     use std::time::{Duration, Instant};
 
-    use bytes::Bytes;
-
     use super::super::store::Entry;
     use super::super::value::Value;
     use super::*;
@@ -250,7 +248,7 @@ mod tests {
     fn invalidation_push_removes_keys_and_null_flushes() {
         let lane = lane();
         for k in [&b"a"[..], b"b"] {
-            lane.core.store.insert(Bytes::copy_from_slice(k), entry());
+            lane.core.store.insert(k, entry());
         }
         lane.push(b">2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\na\r\n");
         assert!(!lane.core.store.contains(b"a"));
@@ -262,7 +260,7 @@ mod tests {
     #[test]
     fn a_lost_lane_drops_every_entry_and_records_why() {
         let lane = lane();
-        lane.core.store.insert(Bytes::from_static(b"a"), entry());
+        lane.core.store.insert(b"a", entry());
         lane.down("no reply to a health-check PING within 500 ms");
         assert_eq!(lane.core.store.len(), 0);
         assert_eq!(lane.info.tracking(), Tracking::Down);

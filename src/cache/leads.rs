@@ -3,7 +3,7 @@
 //!
 //! Nearly every miss is one, and most are never joined (a key read once), so registering one
 //! must cost little: the map is keyed by the key's hash, already computed for the sketch, and
-//! a key of up to [`INLINE`] bytes is kept inline, so a bare read allocates nothing. The key
+//! a key of up to 30 bytes is kept inline ([`ShortKey`]), so a bare read allocates nothing. The key
 //! is still compared in full: a GET joins only a read of its own key. A GET whose hash is
 //! taken by a read of another key in flight (64-bit hashes: practically never) is sent
 //! without being joinable.
@@ -19,9 +19,7 @@ use std::time::{Duration, Instant};
 use dashmap::DashMap;
 
 use super::flight::Fill;
-
-/// Keys up to this long are held inline.
-const INLINE: usize = 30;
+use super::short_key::ShortKey;
 
 /// The bare reads in flight, by the hash of their key.
 pub(super) type Leads = DashMap<u64, Slot, BuildHasherDefault<PassThrough>>;
@@ -53,7 +51,7 @@ pub(super) struct Slot {
     /// The read's id, unique in the process: it completes only its own slot.
     pub(super) id: u64,
     pub(super) started: Instant,
-    key: SlotKey,
+    key: ShortKey,
     /// The waiters' fill, once a second GET joined (also in `Core::joined`).
     pub(super) joined: Option<Arc<Fill>>,
 }
@@ -63,7 +61,7 @@ impl Slot {
         Slot {
             id,
             started,
-            key: SlotKey::new(key),
+            key: ShortKey::new(key),
             joined: None,
         }
     }
@@ -79,38 +77,9 @@ impl Slot {
     }
 }
 
-/// A key, inline when short.
-#[derive(Debug)]
-enum SlotKey {
-    Inline { len: u8, bytes: [u8; INLINE] },
-    Heap(Box<[u8]>),
-}
-
-impl SlotKey {
-    fn new(key: &[u8]) -> SlotKey {
-        if key.len() <= INLINE {
-            let mut bytes = [0; INLINE];
-            bytes[..key.len()].copy_from_slice(key);
-            // Fits: at most INLINE (30).
-            SlotKey::Inline {
-                len: key.len() as u8,
-                bytes,
-            }
-        } else {
-            SlotKey::Heap(key.into())
-        }
-    }
-
-    fn bytes(&self) -> &[u8] {
-        match self {
-            SlotKey::Inline { len, bytes } => &bytes[..usize::from(*len)],
-            SlotKey::Heap(b) => b,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use super::super::short_key::INLINE;
     use super::*;
 
     #[test]

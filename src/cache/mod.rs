@@ -16,7 +16,7 @@
 //! - `flight.rs`: one in-flight read that waiters share: a `Fill` ([`FillRx`]).
 //! - `admission.rs`: which keys are worth keeping (sketches, hot keys, early refresh).
 //! - `stats.rs`: counters and their INFO / Prometheus forms.
-//! - `store.rs`, `value.rs`, `sketch.rs`, `hotkeys.rs`, `tracking.rs`: leaves.
+//! - `store.rs`, `value.rs`, `sketch.rs`, `hotkeys.rs`, `tracking.rs`, `short_key.rs`: leaves.
 
 mod admission;
 mod coherence;
@@ -26,6 +26,7 @@ mod lane;
 mod leads;
 mod read;
 mod recent;
+mod short_key;
 mod sketch;
 mod stats;
 mod store;

@@ -5,10 +5,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use quick_cache::sync::Cache;
 use quick_cache::{DefaultHashBuilder, Lifecycle, Weighter};
 
+use super::short_key::ShortKey;
 use super::value::Value;
 
 /// Bookkeeping bytes charged per entry on top of key and value.
@@ -49,27 +49,28 @@ impl Entry {
 #[derive(Debug, Clone)]
 struct ByteWeighter;
 
-impl Weighter<Bytes, Arc<Entry>> for ByteWeighter {
-    fn weight(&self, key: &Bytes, val: &Arc<Entry>) -> u64 {
-        (key.len() + val.value.size() + ENTRY_OVERHEAD) as u64
+impl Weighter<ShortKey, Arc<Entry>> for ByteWeighter {
+    fn weight(&self, key: &ShortKey, val: &Arc<Entry>) -> u64 {
+        (key.bytes().len() + val.value.size() + ENTRY_OVERHEAD) as u64
     }
 }
 
 #[derive(Debug, Clone, Default)]
 struct CountEvictions(Arc<AtomicU64>);
 
-impl Lifecycle<Bytes, Arc<Entry>> for CountEvictions {
+impl Lifecycle<ShortKey, Arc<Entry>> for CountEvictions {
     type RequestState = ();
 
-    fn on_evict(&self, _state: &mut (), _key: Bytes, _val: Arc<Entry>) {
+    fn on_evict(&self, _state: &mut (), _key: ShortKey, _val: Arc<Entry>) {
         self.0.fetch_add(1, Ordering::Relaxed);
     }
 }
 
-/// Byte-bounded key → entry map.
+/// Byte-bounded key → entry map. Keys are inline when short, so a lookup compares the key
+/// in the table's own memory.
 #[derive(Debug)]
 pub struct Store {
-    map: Cache<Bytes, Arc<Entry>, ByteWeighter, DefaultHashBuilder, CountEvictions>,
+    map: Cache<ShortKey, Arc<Entry>, ByteWeighter, DefaultHashBuilder, CountEvictions>,
     evictions: Arc<AtomicU64>,
 }
 
@@ -102,8 +103,8 @@ impl Store {
     }
 
     /// Inserts or replaces an entry (may evict others to stay within the budget).
-    pub fn insert(&self, key: Bytes, entry: Arc<Entry>) {
-        self.map.insert(key, entry);
+    pub fn insert(&self, key: &[u8], entry: Arc<Entry>) {
+        self.map.insert(ShortKey::new(key), entry);
     }
 
     /// Removes `key`, returning its entry if it was present.
@@ -142,22 +143,15 @@ mod tests {
     use super::*;
 
     fn entry(v: &[u8], ttl: Duration) -> Arc<Entry> {
-        Entry::new(
-            Value::Bulk(Bytes::copy_from_slice(v)),
-            Instant::now() + ttl,
-            Duration::ZERO,
-        )
+        Entry::new(Value::bulk(v), Instant::now() + ttl, Duration::ZERO)
     }
 
     #[test]
     fn expired_entries_are_not_served() {
         let s = Store::new(1 << 20);
-        s.insert(Bytes::from_static(b"k"), entry(b"v", Duration::ZERO));
+        s.insert(b"k", entry(b"v", Duration::ZERO));
         assert!(s.get(b"k", Instant::now()).is_none());
-        s.insert(
-            Bytes::from_static(b"k"),
-            entry(b"v", Duration::from_secs(60)),
-        );
+        s.insert(b"k", entry(b"v", Duration::from_secs(60)));
         assert!(s.get(b"k", Instant::now()).is_some());
     }
 
@@ -167,7 +161,7 @@ mod tests {
         let big = vec![7u8; 64 * 1024];
         for i in 0..100 {
             s.insert(
-                Bytes::from(format!("k{i}")),
+                format!("k{i}").as_bytes(),
                 entry(&big, Duration::from_secs(60)),
             );
         }

@@ -1,6 +1,8 @@
 //! A cached GET result, stored protocol-neutral and encoded per client, and the parsers for
 //! the upstream replies that produce it.
 
+use std::sync::Arc;
+
 use bytes::{Bytes, BytesMut};
 
 use crate::resp::request::parse_int;
@@ -9,8 +11,10 @@ use crate::resp::{Encoder, Proto, ReplyScanner};
 /// The result of a GET: a string, nil, or an error reply (e.g. WRONGTYPE).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Value {
-    /// A bulk string.
-    Bulk(Bytes),
+    /// A bulk string, kept as its whole reply frame (`$<len>\r\n<bytes>\r\n`, the same in
+    /// RESP2 and RESP3) in one allocation: a hit touches one block of memory, counts one
+    /// reference and copies it whole.
+    Bulk(Arc<[u8]>),
     /// The key does not exist.
     Nil,
     /// An error reply, without the leading `-` and trailing CRLF.
@@ -18,30 +22,45 @@ pub enum Value {
 }
 
 impl Value {
+    /// A bulk string with these bytes.
+    pub fn bulk(bytes: &[u8]) -> Value {
+        let mut frame = BytesMut::with_capacity(bytes.len() + 16);
+        Encoder {
+            proto: Proto::Resp2,
+            out: &mut frame,
+        }
+        .bulk(bytes);
+        Value::Bulk(Arc::from(&frame[..]))
+    }
+
     /// Writes the reply Redis would send in `proto`.
     pub fn encode(&self, proto: Proto, out: &mut BytesMut) {
-        let mut e = Encoder { proto, out };
         match self {
-            Value::Bulk(b) => e.bulk(b),
-            Value::Nil => e.null(),
+            Value::Bulk(frame) => out.extend_from_slice(frame),
+            Value::Nil => Encoder { proto, out }.null(),
             Value::Error(msg) => {
-                e.raw(b"-");
-                e.raw(msg);
-                e.raw(b"\r\n");
+                out.extend_from_slice(b"-");
+                out.extend_from_slice(msg);
+                out.extend_from_slice(b"\r\n");
             }
         }
     }
 
-    /// Bytes the value occupies, for the cache's memory budget.
+    /// Bytes the value occupies, for the cache's memory budget and `max_value_bytes`: the
+    /// string's length, without its frame.
     pub fn size(&self) -> usize {
         match self {
-            Value::Bulk(b) | Value::Error(b) => b.len(),
+            Value::Bulk(frame) => {
+                let header = frame.iter().position(|&b| b == b'\n').map_or(0, |i| i + 1);
+                frame.len().saturating_sub(header + 2)
+            }
+            Value::Error(b) => b.len(),
             Value::Nil => 0,
         }
     }
 
     /// Parses a GET reply in either protocol (`$n`, `$-1`, `_`, `-ERR`); `None` for anything
-    /// else. The value is copied into its own allocation so a cached entry does not keep a
+    /// else. The frame is copied into its own allocation so a cached entry does not keep a
     /// whole read buffer alive.
     pub fn from_get_reply(reply: &[u8]) -> Option<Value> {
         let (&kind, _) = reply.split_first()?;
@@ -52,9 +71,11 @@ impl Value {
             b'$' => match parse_int(&reply[1..cr])? {
                 -1 => Some(Value::Nil),
                 n if n >= 0 => {
-                    let start = cr + 2;
-                    let body = reply.get(start..start + n as usize)?;
-                    Some(Value::Bulk(Bytes::copy_from_slice(body)))
+                    let end = cr + 2 + n as usize + 2;
+                    let frame = reply.get(..end)?;
+                    frame
+                        .ends_with(b"\r\n")
+                        .then(|| Value::Bulk(Arc::from(frame)))
                 }
                 _ => None,
             },
@@ -103,7 +124,7 @@ mod tests {
     fn get_replies_parse_in_both_protocols() {
         assert_eq!(
             Value::from_get_reply(b"$3\r\na\r\n\r\n"),
-            Some(Value::Bulk(Bytes::from_static(b"a\r\n")))
+            Some(Value::bulk(b"a\r\n"))
         );
         assert_eq!(Value::from_get_reply(b"$-1\r\n"), Some(Value::Nil));
         assert_eq!(Value::from_get_reply(b"_\r\n"), Some(Value::Nil));
@@ -112,6 +133,18 @@ mod tests {
             Some(Value::Error(Bytes::from_static(b"WRONGTYPE x")))
         );
         assert_eq!(Value::from_get_reply(b":1\r\n"), None);
+        assert_eq!(Value::from_get_reply(b"$3\r\nab"), None);
+    }
+
+    #[test]
+    fn a_bulk_counts_its_string_not_its_frame() {
+        assert_eq!(Value::bulk(b"hello").size(), 5);
+        assert_eq!(Value::bulk(b"").size(), 0);
+        assert_eq!(Value::bulk(&[b'x'; 1000]).size(), 1000);
+        assert_eq!(
+            Value::from_get_reply(b"$2\r\nhi\r\n").map(|v| v.size()),
+            Some(2)
+        );
     }
 
     #[test]
@@ -119,24 +152,18 @@ mod tests {
         let mut out = BytesMut::new();
         Value::Nil.encode(Proto::Resp2, &mut out);
         Value::Nil.encode(Proto::Resp3, &mut out);
-        Value::Bulk(Bytes::from_static(b"v")).encode(Proto::Resp3, &mut out);
+        Value::bulk(b"v").encode(Proto::Resp3, &mut out);
         assert_eq!(&out[..], b"$-1\r\n_\r\n$1\r\nv\r\n");
     }
 
     #[test]
     fn fill_reply_gives_ttl_and_value() {
         let r = b":1500\r\n$2\r\nhi\r\n";
-        assert_eq!(
-            parse_fill_reply(r),
-            Ok((1500, Value::Bulk(Bytes::from_static(b"hi"))))
-        );
+        assert_eq!(parse_fill_reply(r), Ok((1500, Value::bulk(b"hi"))));
         assert_eq!(parse_fill_reply(b":-2\r\n_\r\n"), Ok((-2, Value::Nil)));
         // An invalidation push between the replies is skipped.
         let r = b":-1\r\n>2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\nk\r\n$1\r\nv\r\n";
-        assert_eq!(
-            parse_fill_reply(r),
-            Ok((-1, Value::Bulk(Bytes::from_static(b"v"))))
-        );
+        assert_eq!(parse_fill_reply(r), Ok((-1, Value::bulk(b"v"))));
         let moved = b"-MOVED 1 127.0.0.1:7000\r\n-MOVED 1 127.0.0.1:7000\r\n";
         assert_eq!(
             parse_fill_reply(moved),

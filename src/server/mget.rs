@@ -32,16 +32,10 @@ pub fn merge(parts: &[Option<Value>], fetched: Option<&[u8]>, proto: Proto, out:
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bytes::Bytes;
 
     #[test]
     fn interleaves_cached_and_fetched_in_key_order() {
-        let parts = vec![
-            Some(Value::Bulk(Bytes::from_static(b"a"))),
-            None,
-            Some(Value::Nil),
-            None,
-        ];
+        let parts = vec![Some(Value::bulk(b"a")), None, Some(Value::Nil), None];
         let mut out = BytesMut::new();
         merge(
             &parts,
