@@ -25,8 +25,9 @@ const MAX_EARLY_FACTOR: f64 = 708.5;
 
 thread_local! {
     /// State of a per-thread xorshift generator for sampling GETs: `rand::rng()` costs
-    /// more than the rest of a hit's bookkeeping, and sampling needs no quality.
-    static SAMPLER: Cell<u64> = Cell::new(rand::random::<u64>() | 1);
+    /// more than the rest of a hit's bookkeeping, and sampling needs no quality. A constant
+    /// seed makes the thread-local a plain load, with no lazy initialisation to check.
+    static SAMPLER: Cell<u64> = const { Cell::new(0x9e37_79b9_7f4a_7c15) };
 }
 
 /// True about once in `n` calls (`n` a power of two), at random, so a periodic request
