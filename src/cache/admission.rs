@@ -121,9 +121,9 @@ impl Admission {
         reads >= threshold
     }
 
-    /// An entry of `key` was invalidated before it served a hit: most likely by writes
-    /// corral did not see (other clients writing to Redis directly), so it weighs against
-    /// the key's reads as a write through corral does. A count of wasted fills of its own,
+    /// Redis invalidated an entry of `key` before it served a hit: a write corral did not
+    /// see (another client writing to Redis directly), so it weighs against the key's reads
+    /// as a write through corral does. A count of wasted fills of its own,
     /// apart from the reads, would shut out the hottest keys of a read-mostly workload: they
     /// are filled most often, so they also waste the most fills, though few of theirs.
     pub(super) fn wasted_fill(&self, key: &[u8]) {

@@ -58,13 +58,16 @@ pub(super) struct Core {
 
 impl Core {
     /// Removes `key` and its in-flight reads. Order matters: the reads are unlinked first, so
-    /// they cannot insert after the store removal.
-    pub(super) fn invalidate(&self, key: &[u8]) -> bool {
+    /// they cannot insert after the store removal. `unseen` is true for an invalidation
+    /// corral did not cause (a push from Redis): only then does an entry removed before its
+    /// first hit count as a wasted fill; a write through corral has already counted itself.
+    pub(super) fn invalidate(&self, key: &[u8], unseen: bool) -> bool {
         let hash = self.admission.hash(key);
         let lead = self.leads.remove_if(&hash, |_, s| s.is_for(key)).is_some();
         let unlinked = self.fills.remove(key).is_some() || lead;
         let removed = self.store.remove(key);
         if let Some(e) = &removed
+            && unseen
             && !e.hit.load(Ordering::Relaxed)
         {
             self.admission.wasted_fill(key);
@@ -233,7 +236,7 @@ mod tests {
         let c = Core::for_test();
         let f = fill(&c, b"k");
         let rx = f.waiter();
-        c.invalidate(b"k");
+        c.invalidate(b"k", true);
         c.complete_fill(&Key::from(&b"k"[..]), &f, Ok(Bytes::from_static(REPLY)));
         assert!(c.store.get(b"k", Instant::now()).is_none());
         assert!(rx.peek().is_some());
@@ -243,7 +246,7 @@ mod tests {
     fn superseded_fill_does_not_remove_the_new_one() {
         let c = Core::for_test();
         let old = fill(&c, b"k");
-        c.invalidate(b"k");
+        c.invalidate(b"k", true);
         let new = fill(&c, b"k");
         c.complete_fill(&Key::from(&b"k"[..]), &old, Ok(Bytes::from_static(REPLY)));
         assert!(c.store.get(b"k", Instant::now()).is_none());
@@ -297,7 +300,7 @@ mod tests {
         let rx = join(&c, b"k");
         // Joined: it needs its reply.
         assert!(!c.unlink_lead(hash, 7));
-        c.invalidate(b"k");
+        c.invalidate(b"k", true);
         assert!(c.leads.is_empty());
         // A GET after the write starts its own read, which the old one must not answer.
         lead(&c, b"k", 8);
@@ -323,11 +326,11 @@ mod tests {
         // A read of "k" in the slot of "other"'s hash, as if the two hashes were equal.
         let hash = c.admission.hash(b"other");
         c.leads.insert(hash, Slot::new(7, Instant::now(), b"k"));
-        c.invalidate(b"other");
+        c.invalidate(b"other", true);
         assert!(c.leads.contains_key(&hash));
-        c.invalidate(b"k");
+        c.invalidate(b"k", true);
         lead(&c, b"k", 8);
-        c.invalidate(b"k");
+        c.invalidate(b"k", true);
         assert!(!c.leads.contains_key(&c.admission.hash(b"k")));
     }
 

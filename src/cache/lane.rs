@@ -205,7 +205,7 @@ impl LinkObserver for Lane {
                     F::Array { data: keys, .. } => {
                         for k in keys {
                             if let F::BlobString { data: k, .. } = k {
-                                core.invalidate(k);
+                                core.invalidate(k, true);
                                 core.stats.invalidations.inc();
                             }
                         }

@@ -183,7 +183,7 @@ impl Cache {
     /// A write through corral to `key` is about to be forwarded, or was acknowledged.
     pub fn invalidate_for_write(&self, key: &[u8]) {
         let core = &self.core;
-        if core.invalidate(key) {
+        if core.invalidate(key, false) {
             core.stats.local_invalidations.inc();
         }
     }

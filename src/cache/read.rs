@@ -12,6 +12,7 @@ use super::coherence::{Core, Key};
 use super::flight::{self, Fill, FillRx};
 use super::lane::LaneHandle;
 use super::leads::Slot;
+use super::tracking::Tracking;
 use super::value::Value;
 use crate::error::UpstreamError;
 use crate::resp::request::encode_request;
@@ -253,13 +254,22 @@ impl Core {
     /// Sends a tracked fill for `key` over the lane.
     fn start_fill(self: &Arc<Self>, key: Key, fill: Arc<Fill>, lane: &LaneHandle) {
         self.stats.fills.inc();
-        // No MULTI around the pair: PTTL makes the lane track the key, so a write between
-        // the two sends its invalidation between their replies, and the lane applies it
-        // (unlinking this fill) before the fill completes.
+        // With tracking on, no MULTI around the pair: PTTL makes the lane track the key, so a
+        // write between the two sends its invalidation between their replies, and the lane
+        // applies it (unlinking this fill) before the fill completes. Without tracking (the
+        // TTL-only fallback) nothing would, so the pair runs as one transaction.
+        let atomic = lane.info.tracking() != Tracking::On;
         let mut req = BytesMut::new();
+        if atomic {
+            encode_request(&[b"MULTI"], &mut req);
+        }
         encode_request(&[b"PTTL", &key], &mut req);
         encode_request(&[b"GET", &key], &mut req);
-        self.send(&lane.conn, req, 2, key, fill, true);
+        if atomic {
+            encode_request(&[b"EXEC"], &mut req);
+        }
+        let n = if atomic { 4 } else { 2 };
+        self.send(&lane.conn, req, n, key, fill, true);
     }
 
     /// Starts a background refresh of `key` unless a read is already in flight.

@@ -34,13 +34,12 @@ impl RecentReads {
     /// only sends the GET down the full path).
     pub(super) fn read_again(&self, hash: u64) -> bool {
         let slot = &self.slots[hash as usize % SLOTS];
-        // Plain loads and stores: two threads racing on one slot can only lose a record,
-        // which costs one more upstream read, never a wrong reply.
         if slot.load(Ordering::Relaxed) == hash {
             return true;
         }
-        slot.store(hash, Ordering::Relaxed);
-        false
+        // A swap, not a store: of two GETs of one key racing on two threads, only one is
+        // the first.
+        slot.swap(hash, Ordering::Relaxed) == hash
     }
 }
 

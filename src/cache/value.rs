@@ -84,36 +84,56 @@ impl Value {
     }
 }
 
-/// Parses the replies to `PTTL k / GET k`: `:pttl`, then the GET reply, with any push frames
-/// between them skipped (the lane's observer has applied them). Returns the PTTL and the
-/// value, or the error text when PTTL failed.
+/// Parses the replies to a fill: `PTTL k` + `GET k` (`:pttl`, then the GET reply), or the
+/// same inside `MULTI`/`EXEC` (`+OK`, `+QUEUED`, `+QUEUED`, `*2 :pttl <GET reply>`), with any
+/// push frames between them skipped (the lane's observer has applied them). Returns the PTTL
+/// and the value, or the error text when the fill did not run as expected.
 pub fn parse_fill_reply(replies: &[u8]) -> Result<(i64, Value), String> {
     let mut scanner = ReplyScanner::new();
     let mut start = 0;
-    let mut frames = Vec::with_capacity(2);
+    let mut frames = Vec::with_capacity(4);
     while let Some(f) = scanner.next_frame(replies).map_err(|e| e.to_string())? {
         if !f.push {
             frames.push(&replies[start..f.end]);
         }
         start = f.end;
     }
-    let [pttl, get] = frames[..] else {
-        return Err(format!("fill got {} replies, expected 2", frames.len()));
+    let (pttl, get) = match frames[..] {
+        [pttl, get] => (pttl, get),
+        [ok, q1, q2, exec] => {
+            if let Some(e) = [ok, q1, q2].iter().find_map(|r| r.strip_prefix(b"-")) {
+                return Err(error_text(e));
+            }
+            let body = exec
+                .strip_prefix(b"*2\r\n")
+                .ok_or_else(|| format!("unexpected EXEC reply {}", preview(exec)))?;
+            let cr = body
+                .iter()
+                .position(|&b| b == b'\r')
+                .ok_or("bad EXEC reply")?;
+            body.split_at(cr + 2)
+        }
+        _ => return Err(format!("fill got {} replies", frames.len())),
     };
     if let Some(e) = pttl.strip_prefix(b"-") {
-        return Err(String::from_utf8_lossy(&e[..e.len() - 2]).into_owned());
+        return Err(error_text(e));
     }
     let pttl = pttl
         .strip_prefix(b":")
         .and_then(|n| parse_int(&n[..n.len() - 2]))
-        .ok_or_else(|| {
-            format!(
-                "unexpected PTTL reply {:?}",
-                String::from_utf8_lossy(&pttl[..pttl.len().min(64)])
-            )
-        })?;
+        .ok_or_else(|| format!("unexpected PTTL reply {}", preview(pttl)))?;
     let value = Value::from_get_reply(get).ok_or("bad GET reply in fill")?;
     Ok((pttl, value))
+}
+
+/// An error reply's text, without its CRLF.
+fn error_text(e: &[u8]) -> String {
+    String::from_utf8_lossy(e.strip_suffix(b"\r\n").unwrap_or(e)).into_owned()
+}
+
+/// The start of a reply, for an error message.
+fn preview(r: &[u8]) -> String {
+    format!("{:?}", String::from_utf8_lossy(&r[..r.len().min(64)]))
 }
 
 #[cfg(test)]
@@ -167,6 +187,17 @@ mod tests {
         let moved = b"-MOVED 1 127.0.0.1:7000\r\n-MOVED 1 127.0.0.1:7000\r\n";
         assert_eq!(
             parse_fill_reply(moved),
+            Err("MOVED 1 127.0.0.1:7000".to_string())
+        );
+        // The fallback's transaction.
+        let r = b"+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n:1500\r\n$2\r\nhi\r\n";
+        assert_eq!(parse_fill_reply(r), Ok((1500, Value::bulk(b"hi"))));
+        let r = b"+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n:-2\r\n_\r\n";
+        assert_eq!(parse_fill_reply(r), Ok((-2, Value::Nil)));
+        assert!(parse_fill_reply(b"+OK\r\n+QUEUED\r\n+QUEUED\r\n*-1\r\n").is_err());
+        let r = b"+OK\r\n-MOVED 1 127.0.0.1:7000\r\n+QUEUED\r\n-EXECABORT x\r\n";
+        assert_eq!(
+            parse_fill_reply(r),
             Err("MOVED 1 127.0.0.1:7000".to_string())
         );
         assert!(parse_fill_reply(b":5\r\n").is_err());
