@@ -17,8 +17,9 @@ use super::tracking::{LaneState, Tracking};
 /// What a write weighs against a key's reads, in reads: a write ends the key's entry, and the
 /// tracked fill that replaces it costs two upstream commands (PTTL, GET), Redis's tracking of
 /// the key and the invalidation push of the next write, where forwarding costs one command
-/// per read; caching pays only for a key read more than about four times per write. Each write takes this much off the key's read counters, so a key
-/// read fewer times than that per write never climbs to the admission threshold.
+/// per read; caching pays only for a key read more than about four times per write. Each
+/// write takes this much off the key's read counters, so a key read fewer times than that per
+/// write never climbs to the admission threshold.
 const WRITE_WEIGHT: u64 = 4;
 /// Longest an XFetch refresh can come early: `-ln r` for the smallest positive `r` drawn.
 const MAX_EARLY_FACTOR: f64 = 708.5;
@@ -93,10 +94,14 @@ impl Admission {
         self.reads.noise_floor()
     }
 
-    /// A write of `key` through corral is about to be forwarded: it weighs against the key's
-    /// reads.
-    pub(super) fn record_write(&self, key: &[u8]) {
-        self.reads.decrement(self.hash(key), WRITE_WEIGHT);
+    /// A write of the key with this hash weighs against its reads: one through corral, about
+    /// to be forwarded, or one corral did not see (another client writing to Redis directly),
+    /// known when Redis invalidated the key's entry before it served a hit. A count of such
+    /// wasted fills of its own, apart from the reads, would shut out the hottest keys of a
+    /// read-mostly workload: they are filled most often, so they also waste the most fills,
+    /// though few of theirs.
+    pub(super) fn record_write(&self, hash: u64) {
+        self.reads.decrement(hash, WRITE_WEIGHT);
     }
 
     /// Counts a read of `key` for hotness only (MGET).
@@ -108,7 +113,7 @@ impl Admission {
     ///
     /// Hot means read `hot_threshold` times more than the sketch's noise floor: over a key
     /// space far larger than the sketch every counter is shared, and a key read once would
-    /// otherwise often look hot and cost a tracked fill (four commands) for nothing. With few
+    /// otherwise often look hot and cost a tracked fill for nothing. With few
     /// keys the floor is 0 and the threshold is what it says.
     pub(super) fn admit(&self, reads: u8, lane: &LaneState) -> bool {
         if lane.tracking() == Tracking::Down {
@@ -119,15 +124,6 @@ impl Admission {
             .saturating_add(self.reads.noise_floor())
             .min(15);
         reads >= threshold
-    }
-
-    /// Redis invalidated an entry of `key` before it served a hit: a write corral did not
-    /// see (another client writing to Redis directly), so it weighs against the key's reads
-    /// as a write through corral does. A count of wasted fills of its own,
-    /// apart from the reads, would shut out the hottest keys of a read-mostly workload: they
-    /// are filled most often, so they also waste the most fills, though few of theirs.
-    pub(super) fn wasted_fill(&self, key: &[u8]) {
-        self.record_write(key);
     }
 
     /// XFetch: refresh with a probability that grows as expiry nears, earlier for keys whose
@@ -214,11 +210,11 @@ mod tests {
             for _ in 0..3 {
                 a.record_get(a.hash(busy), busy);
             }
-            a.record_write(busy);
+            a.record_write(a.hash(busy));
             for _ in 0..12 {
                 a.record_get(a.hash(calm), calm);
             }
-            a.record_write(calm);
+            a.record_write(a.hash(calm));
         }
         let (busy, calm) = (a.hash(busy), a.hash(calm));
         assert!(!a.admit(a.reads.estimate(busy), &lane));

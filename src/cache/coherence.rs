@@ -62,7 +62,11 @@ impl Core {
     /// corral did not cause (a push from Redis): only then does an entry removed before its
     /// first hit count as a wasted fill; a write through corral has already counted itself.
     pub(super) fn invalidate(&self, key: &[u8], unseen: bool) -> bool {
-        let hash = self.admission.hash(key);
+        self.invalidate_hashed(key, self.admission.hash(key), unseen)
+    }
+
+    /// [`Core::invalidate`] with the key's hash already computed.
+    pub(super) fn invalidate_hashed(&self, key: &[u8], hash: u64, unseen: bool) -> bool {
         let lead = self.leads.remove_if(&hash, |_, s| s.is_for(key)).is_some();
         let unlinked = self.fills.remove(key).is_some() || lead;
         let removed = self.store.remove(key);
@@ -70,7 +74,7 @@ impl Core {
             && unseen
             && !e.hit.load(Ordering::Relaxed)
         {
-            self.admission.wasted_fill(key);
+            self.admission.record_write(hash);
         }
         unlinked || removed.is_some()
     }

@@ -176,11 +176,15 @@ impl Cache {
     /// A write through corral to `key` is about to be forwarded: counted against the key's
     /// admission (see `Admission::record_write`), and the key invalidated.
     pub fn write_coming(&self, key: &[u8]) {
-        self.core.admission.record_write(key);
-        self.invalidate_for_write(key);
+        let core = &self.core;
+        let hash = core.admission.hash(key);
+        core.admission.record_write(hash);
+        if core.invalidate_hashed(key, hash, false) {
+            core.stats.local_invalidations.inc();
+        }
     }
 
-    /// A write through corral to `key` is about to be forwarded, or was acknowledged.
+    /// A write through corral to `key` was acknowledged.
     pub fn invalidate_for_write(&self, key: &[u8]) {
         let core = &self.core;
         if core.invalidate(key, false) {
