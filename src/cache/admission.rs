@@ -10,6 +10,7 @@ use rand::Rng;
 use tokio_util::sync::CancellationToken;
 
 use super::hotkeys::{self, HotKey, HotKeys};
+use super::lately::ReadLately;
 use super::sketch::FrequencySketch;
 use super::store::Entry;
 use super::tracking::{LaneState, Tracking};
@@ -48,6 +49,8 @@ fn one_in(n: u64) -> bool {
 #[derive(Debug)]
 pub(super) struct Admission {
     reads: FrequencySketch,
+    /// Keys read since the last decay tick: only their writes weigh against reads.
+    lately: ReadLately,
     hot: HotKeys,
     hasher: foldhash::fast::RandomState,
     hot_threshold: u8,
@@ -60,6 +63,7 @@ impl Admission {
     pub(super) fn new(candidates: usize, hot_threshold: u8, beta: f64) -> Admission {
         Admission {
             reads: FrequencySketch::new(candidates),
+            lately: ReadLately::default(),
             hot: HotKeys::default(),
             hasher: foldhash::fast::RandomState::default(),
             hot_threshold,
@@ -77,6 +81,7 @@ impl Admission {
         if one_in(hotkeys::SAMPLE_EVERY) {
             self.hot.record(key);
         }
+        self.lately.note(hash);
         self.reads.increment(hash)
     }
 
@@ -100,13 +105,20 @@ impl Admission {
     /// wasted fills of its own, apart from the reads, would shut out the hottest keys of a
     /// read-mostly workload: they are filled most often, so they also waste the most fills,
     /// though few of theirs.
+    ///
+    /// A key not read since the last decay tick has nothing in the sketch worth taking off
+    /// (see `lately.rs`); its write leaves the sketch alone.
     pub(super) fn record_write(&self, hash: u64) {
-        self.reads.decrement(hash, WRITE_WEIGHT);
+        if self.lately.seen(hash) {
+            self.reads.decrement(hash, WRITE_WEIGHT);
+        }
     }
 
     /// Counts a read of `key` for hotness only (MGET).
     pub(super) fn record_read(&self, key: &[u8]) {
-        self.reads.increment(self.hash(key));
+        let hash = self.hash(key);
+        self.lately.note(hash);
+        self.reads.increment(hash);
     }
 
     /// Hot enough to keep: reads net of [`WRITE_WEIGHT`] per write and per wasted fill.
@@ -135,12 +147,12 @@ impl Admission {
         // Far from expiry no draw can make it early enough: skip the draw and the log.
         // Compared in seconds: building a `Duration` from a float costs more than the rest
         // of this check, and it runs on every hit.
-        let most = (e.delta.as_secs_f64() * self.beta * MAX_EARLY_FACTOR).min(3600.0);
+        let most = (e.delta().as_secs_f64() * self.beta * MAX_EARLY_FACTOR).min(3600.0);
         if e.expires.saturating_duration_since(now).as_secs_f64() > most {
             return false;
         }
         let r: f64 = rand::rng().random_range(f64::MIN_POSITIVE..1.0);
-        let early = e.delta.as_secs_f64() * self.beta * -r.ln();
+        let early = e.delta().as_secs_f64() * self.beta * -r.ln();
         now + Duration::from_secs_f64(early.min(3600.0)) >= e.expires
     }
 
@@ -156,6 +168,7 @@ impl Admission {
             tokio::select! {
                 _ = tick.tick() => {
                     self.hot.decay();
+                    self.lately.clear();
                 }
                 _ = shutdown.cancelled() => return,
             }

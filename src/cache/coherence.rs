@@ -19,6 +19,7 @@ use dashmap::DashMap;
 use dashmap::mapref::entry::Entry as MapEntry;
 
 use super::admission::Admission;
+use super::epochs::ReadEpochs;
 use super::flight::Fill;
 use super::leads::Leads;
 use super::recent::RecentReads;
@@ -44,6 +45,8 @@ pub(super) struct Core {
     pub(super) leads: Leads,
     /// Cold GETs forwarded lately, so a second one soon after is joinable.
     pub(super) recent: RecentReads,
+    /// When reads were last registered, by key hash (a write's second invalidation).
+    pub(super) epochs: ReadEpochs,
     /// Joined bare reads by lead id: where a lead finds its waiters even after an
     /// invalidation unlinked it from `leads` (they are still owed the result).
     pub(super) joined: DashMap<u64, Arc<Fill>, foldhash::fast::RandomState>,
@@ -77,6 +80,13 @@ impl Core {
             self.admission.record_write(hash);
         }
         unlinked || removed.is_some()
+    }
+
+    /// The second invalidation of a write through corral, once Redis acknowledged it: only
+    /// if a read of the key may have been registered since `mark` (see `epochs.rs`).
+    pub(super) fn invalidate_acked(&self, key: &[u8], mark: u64) -> bool {
+        let hash = self.admission.hash(key);
+        self.epochs.since(hash, mark) && self.invalidate_hashed(key, hash, false)
     }
 
     /// Drops every entry and in-flight read.
@@ -173,6 +183,7 @@ impl Core {
             fills: DashMap::default(),
             leads: Leads::default(),
             recent: RecentReads::default(),
+            epochs: ReadEpochs::default(),
             joined: DashMap::default(),
             admission: Arc::new(Admission::new(1024, 2, 1.0)),
             stats: Stats::default(),
@@ -336,6 +347,22 @@ mod tests {
         lead(&c, b"k", 8);
         c.invalidate(b"k", true);
         assert!(!c.leads.contains_key(&c.admission.hash(b"k")));
+    }
+
+    #[test]
+    fn a_read_registered_between_a_writes_two_invalidations_is_unlinked_by_the_second() {
+        let c = Core::for_test();
+        let mark = c.epochs.mark();
+        c.invalidate(b"k", false);
+        // A GET after the write was forwarded starts a read of its own.
+        let f = fill(&c, b"k");
+        c.epochs.registered(c.admission.hash(b"k"));
+        assert!(c.invalidate_acked(b"k", mark));
+        c.complete_fill(&Key::from(&b"k"[..]), &f, Ok(Bytes::from_static(REPLY)));
+        assert!(c.store.get(b"k", Instant::now()).is_none());
+        // With no read registered since its mark, a write's second pass finds nothing to do.
+        let mark = c.epochs.mark();
+        assert!(!c.invalidate_acked(b"k", mark));
     }
 
     #[test]

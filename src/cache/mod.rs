@@ -13,16 +13,21 @@
 //! - `coherence.rs`: the store and the in-flight reads kept coherent (`Core`).
 //! - `leads.rs`: bare plain reads in flight, by key hash, joined by concurrent GETs.
 //! - `recent.rs`: hashes of recent cold GETs (a cold key read twice is joinable).
+//! - `epochs.rs`: when reads were last registered, by key hash (a write's second
+//!   invalidation skips keys no read was registered for since its first).
 //! - `flight.rs`: one in-flight read that waiters share: a `Fill` ([`FillRx`]).
 //! - `admission.rs`: which keys are worth keeping (sketches, hot keys, early refresh).
+//! - `lately.rs`: which keys were read lately (a write to any other skips the sketch).
 //! - `stats.rs`: counters and their INFO / Prometheus forms.
 //! - `store.rs`, `value.rs`, `sketch.rs`, `hotkeys.rs`, `tracking.rs`, `short_key.rs`: leaves.
 
 mod admission;
 mod coherence;
+mod epochs;
 mod flight;
 mod hotkeys;
 mod lane;
+mod lately;
 mod leads;
 mod read;
 mod recent;
@@ -184,11 +189,18 @@ impl Cache {
         }
     }
 
-    /// A write through corral to `key` was acknowledged.
-    pub fn invalidate_for_write(&self, key: &[u8]) {
-        let core = &self.core;
-        if core.invalidate(key, false) {
-            core.stats.local_invalidations.inc();
+    /// A mark to take before a write's first invalidation ([`Cache::write_coming`]), for
+    /// its second ([`Cache::invalidate_for_write`]).
+    pub fn write_mark(&self) -> u64 {
+        self.core.epochs.mark()
+    }
+
+    /// A write through corral to `key` was acknowledged: its key is invalidated again if a
+    /// read of it may have been registered since `mark` (see `epochs.rs`). A mark of 0
+    /// invalidates every key any read was ever registered for.
+    pub fn invalidate_for_write(&self, key: &[u8], mark: u64) {
+        if self.core.invalidate_acked(key, mark) {
+            self.core.stats.local_invalidations.inc();
         }
     }
 
@@ -291,6 +303,7 @@ fn new_core(cfg: &Config) -> Core {
         fills: DashMap::default(),
         leads: leads::Leads::default(),
         recent: recent::RecentReads::default(),
+        epochs: epochs::ReadEpochs::default(),
         joined: DashMap::default(),
         admission: Arc::new(Admission::new(candidates, c.hot_threshold, c.refresh_beta)),
         stats: Stats::default(),

@@ -123,9 +123,9 @@ impl Core {
             if self.admission.should_refresh(&e, now)
                 && let Some(lane) = (route.lane)()
             {
-                self.refresh(key, &lane);
+                self.refresh(key, hash, &lane);
             }
-            return Lookup::Hit(e.value.clone());
+            return Lookup::Hit(Value::Cached(e));
         }
         self.stats.misses.inc();
         // A cold key (see `recent.rs`): neither cached nor, most likely, read by anyone else
@@ -159,7 +159,7 @@ impl Core {
         };
         let lane = (route.lane)().filter(|l| self.admission.admit(reads, &l.info));
         if let Some(lane) = lane {
-            return self.start_tracked(key, now, &lane);
+            return self.start_tracked(key, hash, now, &lane);
         }
         self.stats.reads.inc();
         if route.lead {
@@ -170,6 +170,7 @@ impl Core {
                 self.leads
                     .entry(hash)
                     .or_insert_with(|| Slot::new(id, now, key));
+                self.epochs.registered(hash);
             }
             return Lookup::Lead(Lead {
                 core: self.clone(),
@@ -182,6 +183,7 @@ impl Core {
         let key = Key::from(key);
         let fill = Fill::new(now, None, Some(route.conn.clone()));
         self.fills.insert(key.clone(), fill.clone());
+        self.epochs.registered(hash);
         let rx = fill.waiter();
         let mut req = BytesMut::new();
         encode_request(&[b"GET", &key], &mut req);
@@ -205,7 +207,13 @@ impl Core {
 
     /// Starts a tracked fill of `key` over the lane, or joins the one a concurrent GET just
     /// started.
-    fn start_tracked(self: &Arc<Self>, key: &[u8], now: Instant, lane: &LaneHandle) -> Lookup {
+    fn start_tracked(
+        self: &Arc<Self>,
+        key: &[u8],
+        hash: u64,
+        now: Instant,
+        lane: &LaneHandle,
+    ) -> Lookup {
         let key = Key::from(key);
         let fill = match self.fills.entry(key.clone()) {
             MapEntry::Occupied(o) if o.get().joinable(now, self.join_bound) => {
@@ -224,6 +232,7 @@ impl Core {
                 fill
             }
         };
+        self.epochs.registered(hash);
         let rx = fill.waiter();
         self.start_fill(key, fill, lane);
         Lookup::Wait(rx)
@@ -273,7 +282,7 @@ impl Core {
     }
 
     /// Starts a background refresh of `key` unless a read is already in flight.
-    fn refresh(self: &Arc<Self>, key: &[u8], lane: &LaneHandle) {
+    fn refresh(self: &Arc<Self>, key: &[u8], hash: u64, lane: &LaneHandle) {
         let key = Key::from(key);
         let fill = match self.fills.entry(key.clone()) {
             MapEntry::Occupied(_) => return,
@@ -287,6 +296,7 @@ impl Core {
                 fill
             }
         };
+        self.epochs.registered(hash);
         self.stats.refreshes.inc();
         self.start_fill(key, fill, lane);
     }
@@ -302,7 +312,7 @@ impl Core {
                 Some(e) => {
                     self.stats.hits.inc();
                     e.mark_hit();
-                    Some(e.value.clone())
+                    Some(Value::Cached(e))
                 }
                 None => {
                     self.stats.misses.inc();

@@ -5,37 +5,105 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use bytes::BytesMut;
 use quick_cache::sync::Cache;
 use quick_cache::{DefaultHashBuilder, Lifecycle, Weighter};
 
 use super::short_key::ShortKey;
 use super::value::Value;
+use crate::resp::Proto;
 
 /// Bookkeeping bytes charged per entry on top of key and value.
 const ENTRY_OVERHEAD: usize = 96;
+/// Longest reply frame kept inside the entry itself: `$64\r\n` + 64 bytes + CRLF fits.
+/// Together with the entry's other fields this stays within two cache lines.
+const INLINE_FRAME: usize = 72;
 
-/// A cached GET result.
+/// A cached GET result. In declaration order (`repr(C)`): what every hit reads first, next
+/// to the reference counts, then the frame.
 #[derive(Debug)]
+#[repr(C)]
 pub struct Entry {
-    /// The value.
-    pub value: Value,
     /// When it must stop being served (the key's TTL in Redis, or corral's maximum age).
     pub expires: Instant,
-    /// How long the fill took: XFetch refreshes earlier for slower keys.
-    pub delta: Duration,
     /// Served at least once: an entry invalidated before any hit was a wasted fill.
     pub hit: AtomicBool,
+    /// How long the fill took, in microseconds (saturating): XFetch refreshes earlier for
+    /// slower keys. Kept small so a 64-byte value still fits the entry's two cache lines.
+    delta_us: u32,
+    /// The value: for short strings its reply frame, in the entry's own allocation, so a
+    /// hit reads one block of memory and counts one reference (a separate value cost a
+    /// second cache miss and a second reference count on every hit).
+    body: Body,
 }
+
+#[derive(Debug, PartialEq, Eq)]
+enum Body {
+    /// A bulk string's whole reply frame, `len` bytes of `frame`.
+    Inline { len: u8, frame: [u8; INLINE_FRAME] },
+    /// Anything else: a longer string, or nil.
+    Value(Value),
+}
+
+impl PartialEq for Entry {
+    fn eq(&self, other: &Entry) -> bool {
+        self.body == other.body
+    }
+}
+
+impl Eq for Entry {}
 
 impl Entry {
     /// A new, not yet served entry.
     pub fn new(value: Value, expires: Instant, delta: Duration) -> Arc<Entry> {
+        let body = match &value {
+            Value::Bulk(f) if f.len() <= INLINE_FRAME => {
+                let mut frame = [0; INLINE_FRAME];
+                frame[..f.len()].copy_from_slice(f);
+                Body::Inline {
+                    len: f.len() as u8,
+                    frame,
+                }
+            }
+            _ => Body::Value(value),
+        };
         Arc::new(Entry {
-            value,
             expires,
-            delta,
             hit: AtomicBool::new(false),
+            delta_us: u32::try_from(delta.as_micros()).unwrap_or(u32::MAX),
+            body,
         })
+    }
+
+    /// How long the fill took.
+    pub fn delta(&self) -> Duration {
+        Duration::from_micros(u64::from(self.delta_us))
+    }
+
+    /// Writes the reply Redis would send in `proto`.
+    pub fn encode(&self, proto: Proto, out: &mut BytesMut) {
+        match &self.body {
+            Body::Inline { len, frame } => out.extend_from_slice(&frame[..usize::from(*len)]),
+            Body::Value(v) => v.encode(proto, out),
+        }
+    }
+
+    /// Bytes charged against the store's budget besides the key: the value, counted as at
+    /// least the inline frame's room when it sits there, and the bookkeeping.
+    fn weight(&self) -> usize {
+        let value = match &self.body {
+            Body::Inline { .. } => INLINE_FRAME,
+            Body::Value(v) => v.size(),
+        };
+        value + ENTRY_OVERHEAD
+    }
+
+    /// The value's size, as [`Value::size`].
+    pub fn size(&self) -> usize {
+        match &self.body {
+            Body::Inline { len, frame } => Value::frame_size(&frame[..usize::from(*len)]),
+            Body::Value(v) => v.size(),
+        }
     }
 
     /// Records a hit; a plain load first keeps the hot path free of writes to shared memory.
@@ -51,7 +119,7 @@ struct ByteWeighter;
 
 impl Weighter<ShortKey, Arc<Entry>> for ByteWeighter {
     fn weight(&self, key: &ShortKey, val: &Arc<Entry>) -> u64 {
-        (key.bytes().len() + val.value.size() + ENTRY_OVERHEAD) as u64
+        (key.bytes().len() + val.weight()) as u64
     }
 }
 
@@ -153,6 +221,30 @@ mod tests {
         assert!(s.get(b"k", Instant::now()).is_none());
         s.insert(b"k", entry(b"v", Duration::from_secs(60)));
         assert!(s.get(b"k", Instant::now()).is_some());
+    }
+
+    #[test]
+    fn an_entry_with_a_64_byte_value_is_one_allocation_of_two_cache_lines() {
+        // The Arc's two counts come on top of the entry.
+        assert!(std::mem::size_of::<Entry>() + 16 <= 128);
+        let e = entry(&[b'x'; 64], Duration::from_secs(60));
+        assert!(matches!(e.body, Body::Inline { .. }));
+    }
+
+    #[test]
+    fn short_and_long_values_read_back_the_same() {
+        for v in [&b"v"[..], &[b'x'; 64], &[b'y'; 65], &[b'z'; 4000]] {
+            let e = entry(v, Duration::from_secs(60));
+            let (mut got, mut want) = (BytesMut::new(), BytesMut::new());
+            e.encode(Proto::Resp3, &mut got);
+            Value::bulk(v).encode(Proto::Resp3, &mut want);
+            assert_eq!(got, want);
+            assert_eq!(e.size(), v.len());
+        }
+        let nil = Entry::new(Value::Nil, Instant::now(), Duration::ZERO);
+        let mut out = BytesMut::new();
+        nil.encode(Proto::Resp2, &mut out);
+        assert_eq!(&out[..], b"$-1\r\n");
     }
 
     #[test]

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 
+use super::store::Entry;
 use crate::resp::request::parse_int;
 use crate::resp::{Encoder, Proto, ReplyScanner};
 
@@ -19,6 +20,8 @@ pub enum Value {
     Nil,
     /// An error reply, without the leading `-` and trailing CRLF.
     Error(Bytes),
+    /// A local hit: the store's entry itself, whose short frames are inline in it.
+    Cached(Arc<Entry>),
 }
 
 impl Value {
@@ -43,6 +46,7 @@ impl Value {
                 out.extend_from_slice(msg);
                 out.extend_from_slice(b"\r\n");
             }
+            Value::Cached(e) => e.encode(proto, out),
         }
     }
 
@@ -50,13 +54,17 @@ impl Value {
     /// string's length, without its frame.
     pub fn size(&self) -> usize {
         match self {
-            Value::Bulk(frame) => {
-                let header = frame.iter().position(|&b| b == b'\n').map_or(0, |i| i + 1);
-                frame.len().saturating_sub(header + 2)
-            }
+            Value::Bulk(frame) => Value::frame_size(frame),
             Value::Error(b) => b.len(),
             Value::Nil => 0,
+            Value::Cached(e) => e.size(),
         }
+    }
+
+    /// The length of the string in a bulk reply frame.
+    pub(super) fn frame_size(frame: &[u8]) -> usize {
+        let header = frame.iter().position(|&b| b == b'\n').map_or(0, |i| i + 1);
+        frame.len().saturating_sub(header + 2)
     }
 
     /// Parses a GET reply in either protocol (`$n`, `$-1`, `_`, `-ERR`); `None` for anything

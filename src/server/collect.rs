@@ -350,7 +350,7 @@ impl Conn {
     fn invalidate_after(&self, after: &AfterAck) {
         if let Some(cache) = &self.shared.cache {
             for k in &after.writes {
-                cache.invalidate_for_write(k);
+                cache.invalidate_for_write(k, after.write_mark);
             }
             if after.writes_all {
                 cache.flush();

@@ -27,6 +27,8 @@ pub(super) struct AfterAck {
     /// Keys the requests write: invalidated again once acknowledged, so a read that raced
     /// the write cannot leave a stale entry behind.
     pub(super) writes: Vec<Bytes>,
+    /// The cache's mark from before the first invalidation of `writes` (0: none taken).
+    pub(super) write_mark: u64,
     /// A request may have changed every key (FLUSHALL...): flush the cache.
     pub(super) writes_all: bool,
     /// Wait for the cache's tracking connection to catch up before replying (scripts).

@@ -401,7 +401,8 @@ impl Conn {
             .await;
             rx
         };
-        let writes = std::mem::take(&mut self.writes.keys);
+        let writes = self.writes.take_keys();
+        let write_mark = self.writes.mark.take().unwrap_or(0);
         let writes_all = std::mem::take(&mut self.writes.all);
         let lane_barrier = std::mem::take(&mut self.writes.barrier);
         let exec_select = self.exec_select.take();
@@ -421,6 +422,7 @@ impl Conn {
             conn,
             after: AfterAck {
                 writes,
+                write_mark,
                 writes_all,
                 lane_barrier,
                 exec_select,
@@ -436,7 +438,8 @@ impl Conn {
     /// The cache work pending for writes routed so far, to run once they are acknowledged.
     fn take_writes(&mut self) -> AfterAck {
         AfterAck {
-            writes: std::mem::take(&mut self.writes.keys),
+            writes: self.writes.take_keys(),
+            write_mark: self.writes.mark.take().unwrap_or(0),
             writes_all: std::mem::take(&mut self.writes.all),
             ..AfterAck::default()
         }

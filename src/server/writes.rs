@@ -5,13 +5,15 @@
 use std::collections::HashSet;
 use std::hash::BuildHasher;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 
 /// Most keys collected from the writes queued in one MULTI; past this, EXEC flushes the
 /// whole cache once acknowledged instead (memory per client stays bounded).
 pub(super) const MAX_TX_WRITE_KEYS: usize = 10_000;
 /// A round's written keys keep at most this much capacity into the next round.
 const KEEP_ROUND_CAPACITY: usize = 1024;
+/// Most room for written keys set aside for the next batch.
+const KEEP_BATCH_KEYS: usize = 64;
 /// Up to this many written keys, a GET scans them; past it, they are indexed.
 const SCAN_AT_MOST: usize = 16;
 
@@ -33,6 +35,11 @@ pub(super) struct Writes {
     pub(super) round_all: bool,
     /// Keys written by the current batch, invalidated again once it is acknowledged.
     pub(super) keys: Vec<Bytes>,
+    /// Where short written keys are copied from the request buffer (`cached::arena_copy`).
+    pub(super) arena: BytesMut,
+    /// The cache's mark taken before the batch's first invalidation (`Cache::write_mark`);
+    /// 0 once it holds keys invalidated before that (a transaction's).
+    pub(super) mark: Option<u64>,
     /// The current batch holds a command that may change every key.
     pub(super) all: bool,
     /// The current batch runs a script or function, which may write keys it did not declare:
@@ -58,6 +65,22 @@ impl Writes {
     /// Keys a write in this round names.
     pub(super) fn written(&mut self, keys: &[Bytes]) {
         self.round_keys.extend(keys.iter().map(|k| key_hash(k)));
+    }
+
+    /// The keys added to `keys` from index `start` on were written in this round.
+    pub(super) fn written_since(&mut self, start: usize) {
+        let new = &self.keys[start..];
+        self.round_keys.extend(new.iter().map(|k| key_hash(k)));
+    }
+
+    /// The current batch's written keys, leaving room for as many in the next batch (a
+    /// pipeline of writes keeps one size of batch).
+    pub(super) fn take_keys(&mut self) -> Vec<Bytes> {
+        let keys = std::mem::take(&mut self.keys);
+        if !keys.is_empty() {
+            self.keys.reserve(keys.len().min(KEEP_BATCH_KEYS));
+        }
+        keys
     }
 
     /// Whether a write earlier in this round may have changed `key`.
@@ -87,6 +110,8 @@ impl Writes {
         } else {
             self.written(&tx.keys);
             self.keys.append(&mut tx.keys);
+            // They were invalidated when queued, before any mark this batch took.
+            self.mark = Some(0);
         }
         tx.keys = Vec::new();
     }
