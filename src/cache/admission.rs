@@ -45,11 +45,21 @@ fn one_in(n: u64) -> bool {
     })
 }
 
+/// A GET's count in the sketch, as [`Admission::record_get`] leaves it.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Reads {
+    /// The key's estimate, this GET included.
+    pub(super) count: u8,
+    /// Above the noise floor ([`Admission::may_be_cached`]).
+    pub(super) warm: bool,
+}
+
 /// Admission state shared by every GET.
 #[derive(Debug)]
 pub(super) struct Admission {
     reads: FrequencySketch,
-    /// Keys read since the last decay tick: only their writes weigh against reads.
+    /// Keys read above the noise floor since the last decay tick: only their writes weigh
+    /// against reads.
     lately: ReadLately,
     hot: HotKeys,
     hasher: foldhash::fast::RandomState,
@@ -77,12 +87,18 @@ impl Admission {
 
     /// Counts a GET of `key` (hash `hash`), and samples it for the top keys. Returns the
     /// key's read estimate, for [`Admission::may_be_cached`] and [`Admission::admit`].
-    pub(super) fn record_get(&self, hash: u64, key: &[u8]) -> u8 {
-        if one_in(hotkeys::SAMPLE_EVERY) {
-            self.hot.record(key);
+    pub(super) fn record_get(&self, hash: u64, key: &[u8]) -> Reads {
+        let count = self.reads.increment(hash);
+        let warm = self.may_be_cached(count);
+        // A key at the noise floor (on a large key space, nearly every GET) is neither a top
+        // key nor one whose writes need weighing: it costs the sketch alone.
+        if warm {
+            self.lately.note(hash);
+            if one_in(hotkeys::SAMPLE_EVERY) {
+                self.hot.record(hash, key);
+            }
         }
-        self.lately.note(hash);
-        self.reads.increment(hash)
+        Reads { count, warm }
     }
 
     /// Whether a key read `reads` times (its estimate) can be in the store at all: a key is
@@ -117,8 +133,9 @@ impl Admission {
     /// Counts a read of `key` for hotness only (MGET).
     pub(super) fn record_read(&self, key: &[u8]) {
         let hash = self.hash(key);
-        self.lately.note(hash);
-        self.reads.increment(hash);
+        if self.may_be_cached(self.reads.increment(hash)) {
+            self.lately.note(hash);
+        }
     }
 
     /// Hot enough to keep: reads net of [`WRITE_WEIGHT`] per write and per wasted fill.
@@ -211,6 +228,21 @@ mod tests {
         );
         let hot = a.hash(&7u64.to_le_bytes());
         assert!(a.admit(a.reads.estimate(hot), &lane));
+    }
+
+    #[test]
+    fn the_top_keys_list_the_hot_key_among_many_cold_ones() {
+        let a = Admission::new(1024, 2, 1.0);
+        for i in 0u64..200_000 {
+            let cold = i.to_le_bytes();
+            a.record_get(a.hash(&cold), &cold);
+            if i % 4 == 0 {
+                a.record_get(a.hash(b"hot"), b"hot");
+            }
+        }
+        assert!(a.noise_floor() > 0);
+        let top = a.top(1);
+        assert_eq!(top.first().map(|h| &h.key[..]), Some(&b"hot"[..]));
     }
 
     #[test]

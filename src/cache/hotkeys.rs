@@ -12,6 +12,8 @@ const SLOTS: usize = 64;
 
 #[derive(Debug)]
 struct Slot {
+    /// The key's hash, compared first: the scan then reads no key but the matching one.
+    hash: u64,
     key: Bytes,
     count: u64,
 }
@@ -49,21 +51,23 @@ impl Default for HotKeys {
 }
 
 impl HotKeys {
-    /// Records one sampled GET of `key`.
-    pub fn record(&self, key: &[u8]) {
+    /// Records one sampled GET of `key`, whose hash is `hash`.
+    pub fn record(&self, hash: u64, key: &[u8]) {
         let Ok(mut inner) = self.inner.lock() else {
             return;
         };
         let slots = &mut inner.slots;
-        if let Some(s) = slots.iter_mut().find(|s| s.key == key) {
+        if let Some(s) = slots.iter_mut().find(|s| s.hash == hash && s.key == key) {
             s.count += 1;
         } else if slots.len() < SLOTS {
             slots.push(Slot {
+                hash,
                 key: Bytes::copy_from_slice(key),
                 count: 1,
             });
         } else if let Some(min) = slots.iter_mut().min_by_key(|s| s.count) {
             // Space-saving: the newcomer inherits the evicted count, an upper bound.
+            min.hash = hash;
             min.key = Bytes::copy_from_slice(key);
             min.count += 1;
         }
@@ -108,9 +112,14 @@ mod tests {
     #[test]
     fn hottest_key_comes_first() {
         let h = HotKeys::default();
+        let record = |key: &[u8]| {
+            let hash =
+                std::hash::BuildHasher::hash_one(&foldhash::fast::FixedState::default(), key);
+            h.record(hash, key);
+        };
         for i in 0..1000 {
-            h.record(b"hot");
-            h.record(format!("cold{i}").as_bytes());
+            record(b"hot");
+            record(format!("cold{i}").as_bytes());
         }
         let top = h.top(3);
         assert_eq!(&top[0].key[..], b"hot");

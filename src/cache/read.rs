@@ -112,7 +112,7 @@ impl Core {
     {
         let hash = self.admission.hash(key);
         let reads = self.admission.record_get(hash, key);
-        let resident = self.admission.may_be_cached(reads);
+        let resident = reads.warm;
         // A cold GET reads no clock: the vDSO call cost as much as the rest of its lookup.
         let mut now = None;
         let mut clock = || *now.get_or_insert_with(Instant::now);
@@ -157,7 +157,7 @@ impl Core {
             MapEntry::Occupied(_) => false,
             MapEntry::Vacant(_) => true,
         };
-        let lane = (route.lane)().filter(|l| self.admission.admit(reads, &l.info));
+        let lane = (route.lane)().filter(|l| self.admission.admit(reads.count, &l.info));
         if let Some(lane) = lane {
             return self.start_tracked(key, hash, now, &lane);
         }
