@@ -13,8 +13,11 @@ use super::short_key::ShortKey;
 use super::value::Value;
 use crate::resp::Proto;
 
-/// Bookkeeping bytes charged per entry on top of key and value.
-const ENTRY_OVERHEAD: usize = 96;
+/// Bytes charged per entry besides its key: the entry's allocation (with room for an inline
+/// frame) and its slot in the table.
+const ENTRY_OVERHEAD: usize = 192;
+/// Charged on top for a value kept outside the entry: its own allocation's header.
+const OUTLINE_OVERHEAD: usize = 32;
 /// Longest reply frame kept inside the entry itself: `$64\r\n` + 64 bytes + CRLF fits.
 /// Together with the entry's other fields this stays within two cache lines.
 const INLINE_FRAME: usize = 72;
@@ -88,14 +91,12 @@ impl Entry {
         }
     }
 
-    /// Bytes charged against the store's budget besides the key: the value, counted as at
-    /// least the inline frame's room when it sits there, and the bookkeeping.
+    /// Bytes charged against the store's budget besides the key.
     fn weight(&self) -> usize {
-        let value = match &self.body {
-            Body::Inline { .. } => INLINE_FRAME,
-            Body::Value(v) => v.size(),
-        };
-        value + ENTRY_OVERHEAD
+        match &self.body {
+            Body::Inline { .. } => ENTRY_OVERHEAD,
+            Body::Value(v) => ENTRY_OVERHEAD + OUTLINE_OVERHEAD + v.size(),
+        }
     }
 
     /// The value's size, as [`Value::size`].
