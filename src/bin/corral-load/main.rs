@@ -8,6 +8,8 @@
 //! little CPU on a machine it shares with the server under test.
 #![forbid(unsafe_code)]
 
+mod histogram;
+
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -20,6 +22,8 @@ use rand::{Rng, SeedableRng};
 use rand_distr::{Distribution, Zipf};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+
+use histogram::Histogram;
 
 /// Load generator speaking raw RESP to Redis or corral.
 #[derive(Debug, Clone, Parser)]
@@ -174,72 +178,6 @@ impl KeyDist {
             // Zipf yields ranks 1..=n as floats.
             KeyDist::Zipf(z) => (z.sample(rng) as u64).saturating_sub(1),
         }
-    }
-}
-
-/// Log-linear latency histogram in nanoseconds: exact below 128 ns, then 64 buckets per
-/// power of two (under 1.6% error), fixed size, cheap to record into and to merge.
-#[derive(Clone)]
-struct Histogram {
-    counts: Vec<u64>,
-    max: u64,
-}
-
-impl Histogram {
-    const SUB: u32 = 6;
-    const BUCKETS: usize = ((64 - Self::SUB as usize) << Self::SUB) + (1 << (Self::SUB + 1));
-
-    fn new() -> Self {
-        Histogram {
-            counts: vec![0; Self::BUCKETS],
-            max: 0,
-        }
-    }
-
-    fn index(v: u64) -> usize {
-        if v < (1 << (Self::SUB + 1)) {
-            return v as usize;
-        }
-        let shift = 63 - v.leading_zeros() - Self::SUB;
-        ((shift as usize) << Self::SUB) + (v >> shift) as usize
-    }
-
-    /// Largest value that falls in bucket `i`, so percentiles err on the high side.
-    fn upper(i: usize) -> u64 {
-        if i < (1 << (Self::SUB + 1)) {
-            return i as u64;
-        }
-        let shift = (i >> Self::SUB) - 1;
-        let m = (i - (shift << Self::SUB)) as u64;
-        ((m + 1) << shift) - 1
-    }
-
-    fn record(&mut self, v: u64, n: u64) {
-        self.counts[Self::index(v)] += n;
-        self.max = self.max.max(v);
-    }
-
-    fn merge(&mut self, other: &Histogram) {
-        for (a, b) in self.counts.iter_mut().zip(&other.counts) {
-            *a += b;
-        }
-        self.max = self.max.max(other.max);
-    }
-
-    fn percentile(&self, p: f64) -> u64 {
-        let total: u64 = self.counts.iter().sum();
-        if total == 0 {
-            return 0;
-        }
-        let rank = ((p / 100.0) * total as f64).ceil().max(1.0) as u64;
-        let mut seen = 0;
-        for (i, &c) in self.counts.iter().enumerate() {
-            seen += c;
-            if seen >= rank {
-                return Self::upper(i).min(self.max);
-            }
-        }
-        self.max
     }
 }
 
@@ -404,7 +342,7 @@ fn report(args: &Args, s: &Stats, secs: f64) {
         ms(s.hist.percentile(99.0)),
         ms(s.hist.percentile(99.9)),
     );
-    let max = ms(s.hist.max);
+    let max = ms(s.hist.max());
     let errors = s.errors + s.conn_errors;
     if args.csv {
         println!("ops,secs,rps,p50_ms,p99_ms,p999_ms,max_ms,gets,sets,misses,errors");
