@@ -49,7 +49,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use flight::{FillResult, FillRx};
 pub use hotkeys::HotKey;
-pub use read::{Lead, Lookup};
+pub use read::{Clock, Lead, Lookup};
 pub use tracking::Tracking;
 pub use value::Value;
 
@@ -160,15 +160,23 @@ impl Cache {
     /// started goes over the tracking lane for hot keys, else over `conn`.
     ///
     /// With `lead`, a read that is not a tracked fill is returned as [`Lookup::Lead`] for the
-    /// caller to send in its own batch; else it is sent here over `conn`.
-    pub fn get(&self, key: &[u8], conn: &UpstreamConn, node: Option<&str>, lead: bool) -> Lookup {
+    /// caller to send in its own batch; else it is sent here over `conn`. `clock` is the
+    /// client's round's (see [`Clock`]).
+    pub fn get(
+        &self,
+        key: &[u8],
+        conn: &UpstreamConn,
+        node: Option<&str>,
+        lead: bool,
+        clock: &mut Clock,
+    ) -> Lookup {
         self.check_topology();
         let route = read::Route {
             conn,
             lane: || self.lane(node),
             lead,
         };
-        self.core.lookup(key, route)
+        self.core.lookup(key, route, clock)
     }
 
     /// Local hits for an MGET: one slot per key, `None` where the key is not cached. Counts

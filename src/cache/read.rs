@@ -18,6 +18,27 @@ use crate::error::UpstreamError;
 use crate::resp::request::encode_request;
 use crate::upstream::{JobResult, ReplyTo, UpstreamConn};
 
+/// The time a round of requests is looked up at, read once, at the first lookup that needs
+/// it: a vDSO clock read per hit cost as much as the rest of a hit's lookup. Every request of
+/// a round was received before the round began, so an entry live at this time was live at a
+/// moment between each request's arrival and its reply, and serving it answers as Redis could
+/// have. Reads started at it count their keys' TTLs from it, which is earlier than Redis ran
+/// them: their entries expire early, never late.
+#[derive(Debug, Default)]
+pub struct Clock(Option<Instant>);
+
+impl Clock {
+    /// The round's time.
+    pub fn now(&mut self) -> Instant {
+        *self.0.get_or_insert_with(Instant::now)
+    }
+
+    /// A new round: the next lookup reads the clock again.
+    pub fn reset(&mut self) {
+        self.0 = None;
+    }
+}
+
 /// Outcome of a GET lookup.
 #[derive(Debug)]
 pub enum Lookup {
@@ -106,18 +127,20 @@ pub(super) struct Route<'a, L: Fn() -> Option<Arc<LaneHandle>>> {
 
 impl Core {
     /// A GET of `key`: see [`super::Cache::get`].
-    pub(super) fn lookup<L>(self: &Arc<Self>, key: &[u8], route: Route<'_, L>) -> Lookup
+    pub(super) fn lookup<L>(
+        self: &Arc<Self>,
+        key: &[u8],
+        route: Route<'_, L>,
+        clock: &mut Clock,
+    ) -> Lookup
     where
         L: Fn() -> Option<Arc<LaneHandle>>,
     {
         let hash = self.admission.hash(key);
         let reads = self.admission.record_get(hash, key);
         let resident = reads.warm;
-        // A cold GET reads no clock: the vDSO call cost as much as the rest of its lookup.
-        let mut now = None;
-        let mut clock = || *now.get_or_insert_with(Instant::now);
-        if let Some(e) = resident.then(|| self.store.get(key, clock())).flatten() {
-            let now = clock();
+        if let Some(e) = resident.then(|| self.store.get(key, clock.now())).flatten() {
+            let now = clock.now();
             self.stats.hits.inc();
             e.mark_hit();
             if self.admission.should_refresh(&e, now)
@@ -134,7 +157,7 @@ impl Core {
             self.stats.reads.inc();
             return Lookup::Forward;
         }
-        let now = clock();
+        let now = clock.now();
         // Another client's read is in flight: wait for it.
         if let Some(f) = self.fills.get(key)
             && f.joinable(now, self.join_bound)
@@ -142,7 +165,11 @@ impl Core {
             self.stats.coalesced.inc();
             return Lookup::Wait(f.waiter());
         }
-        let bare = match self.leads.entry(hash) {
+        let lane = (route.lane)().filter(|l| self.admission.admit(reads.count, &l.info));
+        // A plain read others may join is registered under the map's lock, in the same step
+        // as the check for one to join: of GETs racing here on several threads, one leads.
+        let lead = (lane.is_none() && route.lead).then(flight::lead_id);
+        let registered = match self.leads.entry(hash) {
             MapEntry::Occupied(mut o) if o.get().is_for(key) => {
                 if o.get().joinable(now, self.join_bound) {
                     self.stats.coalesced.inc();
@@ -150,28 +177,36 @@ impl Core {
                 }
                 // A read sent too long ago (stuck behind a dead connection, say) is not
                 // joined: a new one takes its place (its waiters stay in `joined`).
-                o.remove();
-                true
+                match lead {
+                    Some(id) => {
+                        o.insert(Slot::new(id, now, key));
+                        true
+                    }
+                    None => {
+                        o.remove();
+                        false
+                    }
+                }
             }
-            // A read of another key with the same hash is in flight.
+            // A read of another key with the same hash is in flight: this one is sent
+            // unregistered.
             MapEntry::Occupied(_) => false,
-            MapEntry::Vacant(_) => true,
+            MapEntry::Vacant(v) => match lead {
+                Some(id) => {
+                    v.insert(Slot::new(id, now, key));
+                    true
+                }
+                None => false,
+            },
         };
-        let lane = (route.lane)().filter(|l| self.admission.admit(reads.count, &l.info));
+        if registered {
+            self.epochs.registered(hash);
+        }
         if let Some(lane) = lane {
             return self.start_tracked(key, hash, now, &lane);
         }
         self.stats.reads.inc();
-        if route.lead {
-            let id = flight::lead_id();
-            if bare {
-                // Another GET of the key may have registered since: that one is joinable,
-                // this one is sent unregistered.
-                self.leads
-                    .entry(hash)
-                    .or_insert_with(|| Slot::new(id, now, key));
-                self.epochs.registered(hash);
-            }
+        if let Some(id) = lead {
             return Lookup::Lead(Lead {
                 core: self.clone(),
                 hash,

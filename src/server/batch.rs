@@ -3,9 +3,19 @@
 
 use bytes::{Bytes, BytesMut};
 
-use super::pending::Interleaved;
-use crate::cache::Lead;
+use super::pending::{Between, Interleaved};
+use crate::cache::{Lead, Value};
+use crate::resp::Proto;
 use crate::upstream::UpstreamConn;
+
+/// Largest cache hit copied into the batch's encoded replies; a larger one is held as it is
+/// until written, so a round of large hits does not copy its values twice.
+const ENCODE_AT_MOST: usize = 1024;
+/// Bytes taken at a time for encoded hits: a pipeline's worth of short values.
+const ENCODED_BLOCK: usize = 4096;
+/// Room for cache replies reserved with a batch's first: a 16-deep pipeline's runs of hits
+/// fit, where growing from nothing reallocated on most batches.
+const FIRST_INTERLEAVED: usize = 8;
 
 /// Requests waiting to be sent together, and what their replies need.
 #[derive(Default)]
@@ -19,6 +29,8 @@ pub(super) struct Batch {
     leads: Vec<(u32, Lead)>,
     /// Cache replies between its requests: (forwarded requests before it, reply).
     interleaved: Vec<(u32, Interleaved)>,
+    /// The frames of its [`Interleaved::Encoded`] replies.
+    encoded: BytesMut,
     /// The batch runs a script or function (or an EXEC that does).
     pub(super) script: bool,
     /// The batch's scripts ([`crate::commands::busy::script_key`]), to learn how long they
@@ -37,7 +49,7 @@ pub(super) struct Taken {
     pub(super) conn: Option<UpstreamConn>,
     pub(super) cmds: Vec<(Bytes, Option<u16>)>,
     pub(super) leads: Vec<(u32, Lead)>,
-    pub(super) interleaved: Vec<(u32, Interleaved)>,
+    pub(super) interleaved: Between,
     pub(super) script: bool,
     pub(super) script_keys: Vec<u64>,
     pub(super) skip_first: bool,
@@ -88,7 +100,30 @@ impl Batch {
     /// A cache reply to the request after the batch's requests so far: written between
     /// their replies and those of requests added later.
     pub(super) fn interleave(&mut self, reply: Interleaved) {
+        if self.interleaved.capacity() == 0 {
+            self.interleaved.reserve(FIRST_INTERLEAVED);
+        }
         self.interleaved.push((self.count, reply));
+    }
+
+    /// A cache hit, as [`Batch::interleave`]: a short one is encoded in `proto` now, and
+    /// joins the hits right before it, if any, as one reply to copy.
+    pub(super) fn interleave_hit(&mut self, v: Value, proto: Proto) {
+        if v.size() > ENCODE_AT_MOST {
+            return self.interleave(Interleaved::Value(v));
+        }
+        let start = self.encoded.len();
+        if self.encoded.capacity() - start < ENCODE_AT_MOST + 64 {
+            self.encoded.reserve(ENCODED_BLOCK);
+        }
+        v.encode(proto, &mut self.encoded);
+        let len = (self.encoded.len() - start) as u32;
+        match self.interleaved.last_mut() {
+            Some((before, Interleaved::Encoded { len: run })) if *before == self.count => {
+                *run += len;
+            }
+            _ => self.interleave(Interleaved::Encoded { len }),
+        }
     }
 
     /// Whether a reply can be interleaved: the batch has requests, and its replies are
@@ -108,10 +143,52 @@ impl Batch {
             conn: self.conn.take(),
             cmds: std::mem::take(&mut self.cmds),
             leads: std::mem::take(&mut self.leads),
-            interleaved: std::mem::take(&mut self.interleaved),
+            interleaved: Between {
+                replies: std::mem::take(&mut self.interleaved),
+                encoded: self.encoded.split().freeze(),
+            },
             script: std::mem::take(&mut self.script),
             script_keys: std::mem::take(&mut self.script_keys),
             skip_first: std::mem::take(&mut self.skip_first),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn runs(b: &Between) -> Vec<(u32, Option<u32>)> {
+        b.replies
+            .iter()
+            .map(|(before, r)| match r {
+                Interleaved::Encoded { len } => (*before, Some(*len)),
+                _ => (*before, None),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn hits_in_a_row_are_one_encoded_run_and_large_ones_are_held() {
+        let mut b = Batch::default();
+        b.push(b"*2\r\n$3\r\nGET\r\n$1\r\na\r\n", None);
+        b.interleave_hit(Value::bulk(b"x"), Proto::Resp2);
+        b.interleave_hit(Value::Nil, Proto::Resp3);
+        b.push(b"*2\r\n$3\r\nGET\r\n$1\r\nb\r\n", None);
+        b.interleave_hit(Value::bulk(b"yy"), Proto::Resp2);
+        b.interleave_hit(Value::bulk(&vec![b'z'; ENCODE_AT_MOST + 1]), Proto::Resp2);
+        b.interleave_hit(Value::bulk(b"w"), Proto::Resp2);
+        let Some(taken) = b.take() else {
+            panic!("the batch had requests")
+        };
+        let between = taken.interleaved;
+        assert_eq!(
+            runs(&between),
+            vec![(1, Some(7 + 3)), (2, Some(8)), (2, None), (2, Some(7))]
+        );
+        assert_eq!(
+            &between.encoded[..],
+            b"$1\r\nx\r\n_\r\n$2\r\nyy\r\n$1\r\nw\r\n"
+        );
     }
 }

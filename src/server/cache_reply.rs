@@ -6,7 +6,7 @@ use bytes::Bytes;
 use tokio::time::timeout;
 
 use super::client::Conn;
-use super::pending::Interleaved;
+use super::pending::{Between, Interleaved};
 use crate::cache::{FillResult, FillRx, Value};
 use crate::cluster::Redirect;
 use crate::upstream::JobResult;
@@ -18,6 +18,12 @@ fn redirected(result: &FillResult) -> bool {
         Ok(_) => false,
         Err(_) => true,
     }
+}
+
+/// The encoded hits of a batch, as far as they are written.
+struct Cached {
+    encoded: Bytes,
+    at: usize,
 }
 
 impl Conn {
@@ -83,14 +89,16 @@ impl Conn {
         &mut self,
         result: JobResult,
         count: u32,
-        interleaved: Vec<(u32, Interleaved)>,
+        interleaved: Between,
     ) {
         let mut done = 0;
+        let Between { replies, encoded } = interleaved;
+        let mut cached = Cached { encoded, at: 0 };
         match result {
             Ok(b) => {
                 let mut frames = crate::resp::frames(&b).filter(|f| !f.push);
                 let mut written = 0;
-                for (before, reply) in interleaved {
+                for (before, reply) in replies {
                     let mut upto = written;
                     while done < before {
                         let Some(f) = frames.next() else { break };
@@ -99,15 +107,15 @@ impl Conn {
                     }
                     self.wbuf.extend_from_slice(&b[written..upto]);
                     written = upto;
-                    self.write_cached(reply).await;
+                    self.write_cached(reply, &mut cached).await;
                 }
                 self.wbuf.extend_from_slice(&b[written..]);
             }
             Err(e) => {
-                for (before, reply) in interleaved {
+                for (before, reply) in replies {
                     self.upstream_error(&e, before - done);
                     done = before;
-                    self.write_cached(reply).await;
+                    self.write_cached(reply, &mut cached).await;
                 }
                 self.upstream_error(&e, count - done);
             }
@@ -115,8 +123,14 @@ impl Conn {
     }
 
     /// A cache reply that rode in a batch.
-    async fn write_cached(&mut self, reply: Interleaved) {
+    async fn write_cached(&mut self, reply: Interleaved, cached: &mut Cached) {
         match reply {
+            Interleaved::Encoded { len } => {
+                let end = cached.at + len as usize;
+                self.wbuf
+                    .extend_from_slice(cached.encoded.get(cached.at..end).unwrap_or_default());
+                cached.at = end;
+            }
             Interleaved::Value(v) => v.encode(self.session.proto, &mut self.wbuf),
             Interleaved::Fill { rx, key } => self.resolve_fill(rx, key).await,
         }

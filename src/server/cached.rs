@@ -28,15 +28,17 @@ pub(super) fn cache_step(
         Access::Get if args.len() == 2 && may_serve && !writes.touched(args.get(1)?) => {
             let key = args.get(1)?;
             // Standalone, a leading read rides in the client's own batch.
-            Some(match cache.get(key, conn, node, node.is_none()) {
-                Lookup::Hit(v) => Plan::Reply(PendingReply::Value(v)),
-                Lookup::Forward => return None,
-                Lookup::Wait(rx) => Plan::Reply(PendingReply::Fill {
-                    rx,
-                    key: Bytes::copy_from_slice(key),
-                }),
-                Lookup::Lead(lead) => Plan::Lead(lead),
-            })
+            Some(
+                match cache.get(key, conn, node, node.is_none(), &mut writes.clock) {
+                    Lookup::Hit(v) => Plan::Reply(PendingReply::Value(v)),
+                    Lookup::Forward => return None,
+                    Lookup::Wait(rx) => Plan::Reply(PendingReply::Fill {
+                        rx,
+                        key: Bytes::copy_from_slice(key),
+                    }),
+                    Lookup::Lead(lead) => Plan::Lead(lead),
+                },
+            )
         }
         // In cluster mode the missing keys of an MGET may span slots: it is routed as usual.
         Access::MGet

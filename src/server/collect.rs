@@ -13,8 +13,8 @@ use tracing::warn;
 
 use super::client::Conn;
 use super::pending::{
-    AfterAck, AloneReply, Blocking, Effect, Fan, Forwarded, Interleaved, Part, PendingReply,
-    Queued, Then,
+    AfterAck, AloneReply, Between, Blocking, Effect, Fan, Forwarded, Part, PendingReply, Queued,
+    Then,
 };
 use super::{info, mget};
 use crate::cluster::{Redirect, SplitKind};
@@ -188,7 +188,7 @@ impl Conn {
         count: u32,
         conn: &UpstreamConn,
         mut after: AfterAck,
-        interleaved: Vec<(u32, Interleaved)>,
+        interleaved: Between,
     ) -> Option<Effect> {
         // The batch's scripts are over (or nobody waits for them any more).
         if let Some(mut run) = after.script.take()

@@ -92,10 +92,25 @@ pub(super) struct Forwarded {
     pub(super) conn: UpstreamConn,
     pub(super) after: AfterAck,
     pub(super) blocking: Option<Blocking>,
-    /// Cache replies to requests between the batch's forwarded ones: (how many forwarded
-    /// replies come before it, the reply). Empty but for batches of GETs partly served
-    /// from the cache.
-    pub(super) interleaved: Vec<(u32, Interleaved)>,
+    /// Cache replies to requests between the batch's forwarded ones. Empty but for batches
+    /// of GETs partly served from the cache.
+    pub(super) interleaved: Between,
+}
+
+/// Cache replies to requests between a batch's forwarded ones (see [`Interleaved`]).
+#[derive(Default)]
+pub(super) struct Between {
+    /// (how many forwarded replies come before it, the reply).
+    pub(super) replies: Vec<(u32, Interleaved)>,
+    /// The frames of the [`Interleaved::Encoded`] replies, one after the other.
+    pub(super) encoded: Bytes,
+}
+
+impl Between {
+    /// No cache reply between the batch's.
+    pub(super) fn is_empty(&self) -> bool {
+        self.replies.is_empty()
+    }
 }
 
 /// A cache reply answering a request that came between two forwarded requests of a batch.
@@ -103,7 +118,11 @@ pub(super) struct Forwarded {
 /// queued on its own would cut the batch in two, and with hits and misses alternating, a
 /// pipeline of GETs would become one upstream job per miss.
 pub(super) enum Interleaved {
-    /// A cache hit.
+    /// Cache hits in a row, encoded as they were looked up: the next `len` bytes of
+    /// [`Between::encoded`]. The entry is read once, while its lookup has it in the CPU's
+    /// cache, and let go of at once.
+    Encoded { len: u32 },
+    /// A cache hit too large to copy (see `Batch::interleave_hit`).
     Value(Value),
     /// A read of `key` shared with another client's.
     Fill { rx: FillRx, key: Bytes },

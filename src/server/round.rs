@@ -152,7 +152,7 @@ impl Conn {
                 v.encode(self.session.proto, &mut self.wbuf);
             }
             Plan::Reply(PendingReply::Value(v)) if self.may_interleave() => {
-                self.batch.interleave(Interleaved::Value(v));
+                self.batch.interleave_hit(v, self.session.proto);
             }
             Plan::Reply(PendingReply::Fill { rx, key }) if self.may_interleave() => {
                 self.batch.interleave(Interleaved::Fill { rx, key });

@@ -108,7 +108,7 @@ impl Conn {
                 writes,
                 ..AfterAck::default()
             },
-            interleaved: Vec::new(),
+            interleaved: Default::default(),
             blocking: Some(Blocking {
                 dedicated,
                 blocked: true,
@@ -134,7 +134,7 @@ impl Conn {
             count: 1,
             conn,
             after: AfterAck::default(),
-            interleaved: Vec::new(),
+            interleaved: Default::default(),
             blocking: Some(Blocking {
                 dedicated: Some(ded),
                 blocked: false,

@@ -1,11 +1,14 @@
 //! What a connection has written, as the cache needs to know it: keys written earlier in the
 //! round (a later GET of one must not be served locally), keys to invalidate again once a
-//! batch is acknowledged, and the writes queued in a MULTI.
+//! batch is acknowledged, and the writes queued in a MULTI; and the time the round's
+//! lookups are served at.
 
 use std::collections::HashSet;
 use std::hash::BuildHasher;
 
 use bytes::{Bytes, BytesMut};
+
+use crate::cache::Clock;
 
 /// Most keys collected from the writes queued in one MULTI; past this, EXEC flushes the
 /// whole cache once acknowledged instead (memory per client stays bounded).
@@ -42,6 +45,8 @@ pub(super) struct Writes {
     pub(super) mark: Option<u64>,
     /// The current batch holds a command that may change every key.
     pub(super) all: bool,
+    /// The round's time, for the cache's lookups (see [`Clock`]).
+    pub(super) clock: Clock,
     /// The current batch runs a script or function, which may write keys it did not declare:
     /// once it is acknowledged, wait for the tracking connection to deliver what Redis sent.
     pub(super) barrier: bool,
@@ -60,6 +65,7 @@ impl Writes {
         }
         self.indexed = 0;
         self.round_all = false;
+        self.clock.reset();
     }
 
     /// Keys a write in this round names.
