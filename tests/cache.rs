@@ -1145,6 +1145,32 @@ async fn hits_in_a_pipeline_keep_order_and_client_reply_modes() {
     proxy.stop().await;
 }
 
+/// A cached nil behind another pending reply is answered in the protocol its GET was sent
+/// in, though a HELLO later in the pipeline switches protocols before it is written.
+#[tokio::test]
+async fn a_queued_hit_keeps_the_protocol_of_its_request() {
+    let (_redis, proxy, mut direct, mut c) = start().await;
+    make_cached(&mut c, "proto:nil", NIL).await;
+    for (pipeline, nil) in [
+        (&b"INFO server\r\nGET proto:nil\r\nHELLO 3\r\n"[..], NIL),
+        (b"INFO server\r\nGET proto:nil\r\nHELLO 2\r\n", NIL3),
+    ] {
+        let before = Stats::of(&mut c).await.n("cache_hits");
+        c.send(pipeline).await;
+        direct.send(pipeline).await;
+        // INFO and HELLO differ between corral and Redis; the GET must not.
+        direct.read_reply().await;
+        let want = direct.read_reply().await;
+        direct.read_reply().await;
+        assert_eq!(show(&want), show(nil));
+        c.read_reply().await;
+        assert_eq!(show(&c.read_reply().await), show(&want));
+        c.read_reply().await;
+        assert_eq!(Stats::of(&mut c).await.n("cache_hits"), before + 1);
+    }
+    proxy.stop().await;
+}
+
 /// A write earlier in the same pipeline keeps later GETs of *its* keys away from the cache
 /// (they must see it), but not GETs of other keys.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

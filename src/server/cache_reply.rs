@@ -9,6 +9,7 @@ use super::client::Conn;
 use super::pending::{Between, Interleaved};
 use crate::cache::{FillResult, FillRx, Value};
 use crate::cluster::Redirect;
+use crate::resp::Proto;
 use crate::upstream::JobResult;
 
 /// Whether a shared read failed for a reason a routed retry can fix.
@@ -28,7 +29,7 @@ struct Cached {
 
 impl Conn {
     /// A cache fill or a read coalesced with another client's.
-    pub(super) async fn resolve_fill(&mut self, rx: FillRx, key: Bytes) {
+    pub(super) async fn resolve_fill(&mut self, rx: FillRx, key: Bytes, proto: Proto) {
         let tracked = rx.tracked();
         let result = self.wait_fill(rx).await;
         // In cluster mode a read can meet a slot on the move (MOVED/ASK, or a fill's
@@ -46,7 +47,7 @@ impl Conn {
             return;
         }
         match result {
-            Ok(v) => v.encode(self.session.proto, &mut self.wbuf),
+            Ok(v) => v.encode(proto, &mut self.wbuf),
             Err(e) => self.upstream_error(&e, 1),
         }
     }
@@ -132,7 +133,7 @@ impl Conn {
                 cached.at = end;
             }
             Interleaved::Value(v) => v.encode(self.session.proto, &mut self.wbuf),
-            Interleaved::Fill { rx, key } => self.resolve_fill(rx, key).await,
+            Interleaved::Fill { rx, key, proto } => self.resolve_fill(rx, key, proto).await,
         }
     }
 }

@@ -19,6 +19,7 @@ use super::pending::{
 use super::{info, mget};
 use crate::cluster::{Redirect, SplitKind};
 use crate::error::UpstreamError;
+use crate::resp::Proto;
 use crate::tls::Stream;
 use crate::upstream::{JobResult, UpstreamConn};
 
@@ -53,9 +54,14 @@ impl Conn {
     /// watched while a blocking command waits, to notice a client that goes away.
     pub(super) async fn collect(&mut self, client: &mut Stream) {
         let mut replies = std::mem::take(&mut self.replies);
-        for Queued { reply, silent } in replies.drain(..) {
+        for Queued {
+            reply,
+            silent,
+            proto,
+        } in replies.drain(..)
+        {
             let mark = self.wbuf.len();
-            let effect = self.resolve(reply, client).await;
+            let effect = self.resolve(reply, proto, client).await;
             if silent {
                 self.wbuf.truncate(mark);
             }
@@ -78,16 +84,21 @@ impl Conn {
         self.replies.clear();
     }
 
-    /// Waits for one pending reply and writes it; returns what it changes in the client's
-    /// state.
-    async fn resolve(&mut self, reply: PendingReply, client: &mut Stream) -> Option<Effect> {
+    /// Waits for one pending reply and writes it, what corral encodes in `proto` (the
+    /// request's); returns what it changes in the client's state.
+    async fn resolve(
+        &mut self,
+        reply: PendingReply,
+        proto: Proto,
+        client: &mut Stream,
+    ) -> Option<Effect> {
         match reply {
             PendingReply::Ready(b) => self.wbuf.extend_from_slice(&b),
-            PendingReply::Value(v) => v.encode(self.session.proto, &mut self.wbuf),
+            PendingReply::Value(v) => v.encode(proto, &mut self.wbuf),
             PendingReply::Values(parts) => {
-                mget::merge(&parts, None, self.session.proto, &mut self.wbuf);
+                mget::merge(&parts, None, proto, &mut self.wbuf);
             }
-            PendingReply::Fill { rx, key } => self.resolve_fill(rx, key).await,
+            PendingReply::Fill { rx, key } => self.resolve_fill(rx, key, proto).await,
             PendingReply::Upstream(up) => {
                 let Forwarded {
                     rx,
@@ -127,7 +138,7 @@ impl Conn {
                 match self.wait(rx, &conn).await {
                     Ok(b) => match then {
                         Then::PubSub(s) => self.user_pubsub_answered(b, *s).await,
-                        then => return self.reply_arrived(b, then),
+                        then => return self.reply_arrived(b, then, proto),
                     },
                     Err(e) => {
                         if let Then::Tracking(change) = then {
@@ -280,10 +291,10 @@ impl Conn {
 
     /// Writes the one reply of a request sent on its own, handled as `then` says; returns the
     /// database a SELECT moved the client to.
-    fn reply_arrived(&mut self, b: Bytes, then: Then) -> Option<Effect> {
+    fn reply_arrived(&mut self, b: Bytes, then: Then, proto: Proto) -> Option<Effect> {
         match then {
             Then::MGet(parts) => {
-                mget::merge(&parts, Some(&b), self.session.proto, &mut self.wbuf);
+                mget::merge(&parts, Some(&b), proto, &mut self.wbuf);
             }
             Then::Info { with_proxy } => {
                 let b = self.pushes_first(b);

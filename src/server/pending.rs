@@ -6,6 +6,7 @@ use tokio::sync::oneshot;
 
 use crate::cache::{FillRx, Value};
 use crate::cluster::SplitKind;
+use crate::resp::Proto;
 use crate::upstream::{Dedicated, JobResult, ScriptRun, UpstreamConn};
 
 /// A reply on a connection that serves this client alone (a blocking command, a script, an
@@ -49,6 +50,9 @@ pub(super) struct AfterAck {
 pub(super) struct Queued {
     pub(super) reply: PendingReply,
     pub(super) silent: bool,
+    /// The client's protocol when the request was routed: what a reply encoded by corral is
+    /// written in, though a HELLO later in the round switches it before it is written.
+    pub(super) proto: Proto,
 }
 
 /// A reply, or replies, still to be written, in request order.
@@ -124,8 +128,13 @@ pub(super) enum Interleaved {
     Encoded { len: u32 },
     /// A cache hit too large to copy (see `Batch::interleave_hit`).
     Value(Value),
-    /// A read of `key` shared with another client's.
-    Fill { rx: FillRx, key: Bytes },
+    /// A read of `key` shared with another client's, answered in `proto` (see
+    /// [`Queued::proto`]).
+    Fill {
+        rx: FillRx,
+        key: Bytes,
+        proto: Proto,
+    },
 }
 
 /// The one reply of a request sent on its own, then handled as `then` says

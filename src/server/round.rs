@@ -155,7 +155,8 @@ impl Conn {
                 self.batch.interleave_hit(v, self.session.proto);
             }
             Plan::Reply(PendingReply::Fill { rx, key }) if self.may_interleave() => {
-                self.batch.interleave(Interleaved::Fill { rx, key });
+                let proto = self.session.proto;
+                self.batch.interleave(Interleaved::Fill { rx, key, proto });
             }
             Plan::Reply(reply) => {
                 self.flush_batch().await;
@@ -360,7 +361,11 @@ impl Conn {
     pub(super) fn push_reply(&mut self, reply: PendingReply) {
         let silent = !matches!(reply, PendingReply::Subscribed { .. })
             && (self.silent_now || self.reply_mode == ReplyMode::Off);
-        self.replies.push(Queued { reply, silent });
+        self.replies.push(Queued {
+            reply,
+            silent,
+            proto: self.session.proto,
+        });
     }
 
     /// Hands the pending forwarded requests to the upstream as one job.
