@@ -358,3 +358,60 @@ impl Core {
         .collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Barrier;
+
+    use tokio_util::sync::CancellationToken;
+
+    use super::*;
+    use crate::config::{Config, UpstreamUrl};
+    use crate::upstream::{Access, ConnSettings, UpstreamAccess, UpstreamStatus};
+
+    /// A connection nothing is sent on: a lead's read is the caller's to send.
+    fn idle_conn() -> UpstreamConn {
+        let url = UpstreamUrl::parse("redis://127.0.0.1:1").expect("a valid URL");
+        let access = Arc::new(UpstreamAccess::new(Access::default()));
+        let settings = ConnSettings::new(&Config::default(), &url, access);
+        let status = Arc::new(UpstreamStatus::default());
+        UpstreamConn::spawn(settings, status, CancellationToken::new(), None)
+    }
+
+    /// Two GETs of a key read again, racing on two threads, make one lead: the other joins it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn racing_gets_of_a_key_make_one_lead() {
+        let core = Arc::new(Core::for_test());
+        let conn = idle_conn();
+        for i in 0..2_000u32 {
+            let key = format!("race:{i}").into_bytes();
+            // Read once already: the next GETs take the full path and may be joined.
+            core.recent.read_again(core.admission.hash(&key));
+            let start = Barrier::new(2);
+            let leads = std::thread::scope(|s| {
+                let racers: Vec<_> = (0..2)
+                    .map(|_| {
+                        s.spawn(|| {
+                            let route = Route {
+                                conn: &conn,
+                                lane: || None,
+                                lead: true,
+                            };
+                            start.wait();
+                            core.lookup(&key, route, &mut Clock::default())
+                        })
+                    })
+                    .collect();
+                // Both held until both ran: a lead dropped ends its read, and a GET after
+                // that rightly starts another.
+                let looked: Vec<Lookup> =
+                    racers.into_iter().filter_map(|r| r.join().ok()).collect();
+                looked
+                    .iter()
+                    .filter(|l| matches!(l, Lookup::Lead(_)))
+                    .count()
+            });
+            assert_eq!(leads, 1, "GETs of {i} made {leads} leads");
+        }
+    }
+}
