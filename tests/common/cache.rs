@@ -1,10 +1,15 @@
-//! corral's cache seen by a client: what `CORRAL CACHE STATS` says, making a key cached, and
-//! reading a key until a change shows.
+//! corral's cache seen by a client: what `CORRAL CACHE STATS` says, making a key cached,
+//! reading a key until a change shows, and what Redis saw of it.
 
 use std::time::{Duration, Instant};
 
-use super::client::RawClient;
+use std::collections::HashMap;
+
+use super::client::{RawClient, connect, field};
+use super::proxy::TestProxy;
 use super::resp::show;
+use super::server::RedisServer;
+use super::wait::Deadline;
 
 /// `CORRAL CACHE STATS` (or any flat name/value reply) as a map.
 pub async fn corral_stats(c: &mut RawClient) -> std::collections::HashMap<String, String> {
@@ -132,4 +137,77 @@ pub async fn stays(c: &mut RawClient, key: &str, want: &[u8], n: usize) {
             show(want)
         );
     }
+}
+
+/// `CORRAL CACHE STATS`, asked over a RESP2 connection (a flat array of name, value pairs).
+pub struct Stats(pub HashMap<String, String>);
+
+impl Stats {
+    pub async fn of(c: &mut RawClient) -> Stats {
+        Stats(corral_stats(c).await)
+    }
+
+    /// Polls the stats (20 ms apart, up to 10 s) until `done` holds.
+    pub async fn wait(c: &mut RawClient, what: &str, done: impl Fn(&Stats) -> bool) -> Stats {
+        let deadline = Deadline::new(Duration::from_secs(10), what);
+        loop {
+            let s = Stats::of(c).await;
+            if done(&s) {
+                return s;
+            }
+            deadline.pause_seeing(&s.0).await;
+        }
+    }
+
+    pub fn text(&self, name: &str) -> &str {
+        self.0
+            .get(name)
+            .unwrap_or_else(|| panic!("no {name} in CORRAL CACHE STATS: {:?}", self.0))
+    }
+
+    pub fn n(&self, name: &str) -> u64 {
+        let v = self.text(name);
+        v.parse()
+            .unwrap_or_else(|_| panic!("{name} is not a number: {v:?}"))
+    }
+}
+
+/// Redis, corral in front of it with default settings, and a client of each.
+pub async fn start() -> (RedisServer, TestProxy, RawClient, RawClient) {
+    let redis = RedisServer::start();
+    let proxy = TestProxy::start(&redis.url()).await;
+    let direct = connect(redis.addr()).await;
+    let c = connect(proxy.addr).await;
+    (redis, proxy, direct, c)
+}
+
+/// Calls of GET that Redis executed since the last `CONFIG RESETSTAT` (including GETs inside
+/// the cache's MULTI/EXEC fills), from `INFO commandstats`.
+pub async fn redis_get_calls(direct: &mut RawClient) -> u64 {
+    let info = direct.cmd("INFO commandstats").await;
+    let text = String::from_utf8_lossy(&info);
+    text.split("cmdstat_get:calls=")
+        .nth(1)
+        .map(|rest| {
+            let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+            digits.parse().expect("calls= number")
+        })
+        .unwrap_or(0)
+}
+
+/// Percentile of sorted durations.
+pub fn pct(sorted: &[Duration], p: f64) -> Duration {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i]
+}
+
+/// The id of corral's tracking lane on Redis (`CLIENT LIST` flags contain `t`).
+pub async fn tracking_client_id(direct: &mut RawClient) -> Option<String> {
+    let list = direct.cmd("CLIENT LIST").await;
+    let text = String::from_utf8_lossy(&list).into_owned();
+    text.lines().find_map(|line| {
+        field(line, "flags")
+            .filter(|f| f.contains('t'))
+            .and_then(|_| Some(field(line, "id")?.to_string()))
+    })
 }

@@ -1,0 +1,297 @@
+//! The local cache's bounds and modes against real Redis: the memory bound, values too large
+//! to cache, the no-cache mode, the TTL-only fallback; and hits among other replies of a
+//! pipeline, in order and in their request's protocol.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use tokio::task::JoinSet;
+
+const OK: &[u8] = b"+OK\r\n";
+const NIL: &[u8] = b"$-1\r\n";
+const NIL3: &[u8] = b"_\r\n";
+
+// ---- 4. memory bound ----
+
+/// A 100 KB value that names its key, so a value served for the wrong key shows.
+fn big_value(i: usize, len: usize) -> Vec<u8> {
+    let mut v = format!("value-{i}-").into_bytes();
+    v.resize(len, b'a' + (i % 26) as u8);
+    v
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cache_stays_within_max_bytes() {
+    const MAX: u64 = 4 * 1024 * 1024;
+    let redis = RedisServer::start();
+    let proxy = TestProxy::start_with(&redis.url(), |cfg| {
+        cfg.cache.max_bytes = MAX;
+        cfg.cache.hot_threshold = 1;
+    })
+    .await;
+    let mut direct = connect(redis.addr()).await;
+    let mut c = connect(proxy.addr).await;
+    let mut most = 0;
+    for i in 0..200 {
+        let key = format!("big:{i}");
+        assert_eq!(
+            direct
+                .request(&[b"SET", key.as_bytes(), &big_value(i, 100_000)])
+                .await,
+            OK
+        );
+    }
+    // Each key read a few times in a row (so it is cached and then hit), in two passes.
+    for pass in 0..2 {
+        for i in 0..200 {
+            let key = format!("big:{i}");
+            for _ in 0..3 {
+                let got = get(&mut c, &key).await;
+                assert!(
+                    got == bulk(big_value(i, 100_000)),
+                    "pass {pass} GET {key}: {}",
+                    show(&got)
+                );
+            }
+            if i % 10 == 0 {
+                let s = Stats::of(&mut c).await;
+                most = most.max(s.n("cache_bytes"));
+                assert!(s.n("cache_bytes") <= MAX, "over budget: {:?}", s.0);
+            }
+        }
+    }
+    let s = Stats::of(&mut c).await;
+    eprintln!(
+        "memory bound: entries {} bytes {} (max seen {most}) evictions {} hits {}",
+        s.n("cache_entries"),
+        s.n("cache_bytes"),
+        s.n("cache_evictions"),
+        s.n("cache_hits")
+    );
+    assert!(s.n("cache_bytes") <= MAX);
+    assert!(s.n("cache_entries") < 200, "{:?}", s.0);
+    assert!(s.n("cache_entries") > 0, "nothing cached at all: {:?}", s.0);
+    assert!(s.n("cache_hits") > 0, "{:?}", s.0);
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn values_over_max_value_bytes_are_never_cached() {
+    let redis = RedisServer::start();
+    let proxy = TestProxy::start_with(&redis.url(), |cfg| {
+        cfg.cache.max_value_bytes = 64 * 1024;
+    })
+    .await;
+    let mut direct = connect(redis.addr()).await;
+    let mut c = connect(proxy.addr).await;
+    let big = big_value(1, 64 * 1024 + 1);
+    assert_eq!(direct.request(&[b"SET", b"huge", &big]).await, OK);
+    // A value of exactly the limit is still cached.
+    let fits = big_value(2, 64 * 1024);
+    assert_eq!(direct.request(&[b"SET", b"fits", &fits]).await, OK);
+    let before = Stats::of(&mut c).await;
+    for _ in 0..50 {
+        assert!(get(&mut c, "huge").await == bulk(&big), "GET huge");
+    }
+    let after = Stats::of(&mut c).await;
+    assert_eq!(
+        after.n("cache_hits"),
+        before.n("cache_hits"),
+        "an oversized value was served from the cache: {:?}",
+        after.0
+    );
+    assert!(after.n("cache_oversized") > 0, "{:?}", after.0);
+    make_cached(&mut c, "fits", &bulk(&fits)).await;
+    proxy.stop().await;
+}
+
+// ---- 5. no-cache mode ----
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_cache_off_every_get_reaches_redis() {
+    let redis = RedisServer::start();
+    let proxy = TestProxy::start_with(&redis.url(), |cfg| cfg.cache.enabled = false).await;
+    let mut direct = connect(redis.addr()).await;
+    let mut c = connect(proxy.addr).await;
+    let stats = c.cmd("CORRAL CACHE STATS").await;
+    assert!(stats.starts_with(b"-ERR"), "{}", show(&stats));
+    assert_eq!(direct.cmd("SET k v").await, OK);
+    assert_eq!(direct.cmd("CONFIG RESETSTAT").await, OK);
+    for _ in 0..50 {
+        assert_eq!(get(&mut c, "k").await, bulk("v"));
+    }
+    // Concurrent GETs are not coalesced either.
+    let mut tasks = JoinSet::new();
+    for _ in 0..20 {
+        let addr = proxy.addr;
+        tasks.spawn(async move { get(&mut connect(addr).await, "k").await });
+    }
+    while let Some(r) = tasks.join_next().await {
+        assert_eq!(r.expect("task"), bulk("v"));
+    }
+    assert_eq!(redis_get_calls(&mut direct).await, 70);
+    let info = c.cmd("INFO").await;
+    assert!(
+        !common::contains(&info, b"# Cache"),
+        "INFO has a # Cache section with the cache off"
+    );
+    proxy.stop().await;
+}
+
+// ---- 6. TTL-only fallback when Redis refuses CLIENT TRACKING ----
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_tracking_entries_live_fallback_ttl_at_most() {
+    let redis = RedisServer::start();
+    let mut direct = connect(redis.addr()).await;
+    // A user that may do everything except turn tracking on.
+    let acl = direct
+        .cmd("ACL SETUSER corral on >pw ~* &* +@all -client|tracking")
+        .await;
+    assert_eq!(acl, OK);
+    let url = format!("redis://corral:pw@127.0.0.1:{}", redis.port);
+    let proxy = TestProxy::start_with(&url, |cfg| cfg.cache.fallback_ttl_ms = 200).await;
+    let mut c = connect(proxy.addr).await;
+    Stats::wait(&mut c, "the fallback mode", |s| {
+        s.text("cache_tracking") == "off (ttl-only fallback)"
+    })
+    .await;
+    assert_eq!(direct.cmd("SET k old").await, OK);
+    make_cached(&mut c, "k", &bulk("old")).await;
+    assert_eq!(direct.cmd("SET k new").await, OK);
+    let (took, stale) = get_until(
+        &mut c,
+        "k",
+        &bulk("new"),
+        &[&bulk("old")],
+        false,
+        Duration::from_secs(2),
+    )
+    .await;
+    eprintln!(
+        "fallback mode: direct write visible after {took:?} ({stale} stale GETs; fallback_ttl_ms = 200)"
+    );
+    stays(&mut c, "k", &bulk("new"), 100).await;
+    // Writes through corral are still read back at once.
+    make_cached(&mut c, "k", &bulk("new")).await;
+    for i in 0..100 {
+        let v = i.to_string();
+        assert_eq!(c.request(&[b"SET", b"k", v.as_bytes()]).await, OK);
+        assert_eq!(get(&mut c, "k").await, bulk(&v));
+    }
+    proxy.stop().await;
+}
+
+// ---- 7. hits among other replies ----
+
+/// Hits are written as soon as nothing is pending before them: in a pipeline mixing hits,
+/// forwarded requests and CLIENT REPLY OFF/SKIP, the replies are Redis's, in order.
+#[tokio::test]
+async fn hits_in_a_pipeline_keep_order_and_client_reply_modes() {
+    let (_redis, proxy, mut direct, mut c) = start().await;
+    assert_eq!(c.cmd("SET ord:hot v").await, OK);
+    make_cached(&mut c, "ord:hot", b"$1\r\nv\r\n").await;
+    let before = Stats::of(&mut c).await.n("cache_hits");
+    let pipeline: &[u8] = b"GET ord:hot\r\nCLIENT REPLY SKIP\r\nGET ord:hot\r\nGET ord:cold\r\n\
+        GET ord:hot\r\nCLIENT REPLY OFF\r\nGET ord:hot\r\nCLIENT REPLY ON\r\nGET ord:hot\r\n";
+    // Replies: GET, (skipped), GET cold, GET, (off), +OK of ON, GET.
+    let n = 5;
+    c.send(pipeline).await;
+    direct.send(pipeline).await;
+    for _ in 0..n {
+        assert_eq!(c.read_reply().await, direct.read_reply().await);
+    }
+    c.send(b"PING\r\n").await;
+    assert_eq!(c.read_reply().await, b"+PONG\r\n");
+    // Served locally (the GETs of ord:hot, not counting the skipped or silenced ones' replies).
+    assert!(Stats::of(&mut c).await.n("cache_hits") >= before + 5);
+    proxy.stop().await;
+}
+
+/// A cached nil behind another pending reply is answered in the protocol its GET was sent
+/// in, though a HELLO later in the pipeline switches protocols before it is written.
+#[tokio::test]
+async fn a_queued_hit_keeps_the_protocol_of_its_request() {
+    let (_redis, proxy, mut direct, mut c) = start().await;
+    make_cached(&mut c, "proto:nil", NIL).await;
+    for (pipeline, nil) in [
+        (&b"INFO server\r\nGET proto:nil\r\nHELLO 3\r\n"[..], NIL),
+        (b"INFO server\r\nGET proto:nil\r\nHELLO 2\r\n", NIL3),
+    ] {
+        let before = Stats::of(&mut c).await.n("cache_hits");
+        c.send(pipeline).await;
+        direct.send(pipeline).await;
+        // INFO and HELLO differ between corral and Redis; the GET must not.
+        direct.read_reply().await;
+        let want = direct.read_reply().await;
+        direct.read_reply().await;
+        assert_eq!(show(&want), show(nil));
+        c.read_reply().await;
+        assert_eq!(show(&c.read_reply().await), show(&want));
+        c.read_reply().await;
+        assert_eq!(Stats::of(&mut c).await.n("cache_hits"), before + 1);
+    }
+    proxy.stop().await;
+}
+
+/// A write earlier in the same pipeline keeps later GETs of *its* keys away from the cache
+/// (they must see it), but not GETs of other keys.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_keys_written_earlier_in_a_pipeline_bypass_the_cache() {
+    let redis = RedisServer::start();
+    let proxy = TestProxy::start(&redis.url()).await;
+    let mut c = connect(proxy.addr).await;
+    assert_eq!(c.cmd("SET pl:hot v").await, b"+OK\r\n");
+    make_cached(&mut c, "pl:hot", b"$1\r\nv\r\n").await;
+    let before = Stats::of(&mut c).await.n("cache_hits");
+    c.send(b"SET pl:other x\r\nGET pl:hot\r\nSET pl:hot w\r\nGET pl:hot\r\n")
+        .await;
+    for want in [&b"+OK\r\n"[..], b"$1\r\nv\r\n", b"+OK\r\n", b"$1\r\nw\r\n"] {
+        assert_eq!(c.read_reply().await, want);
+    }
+    // The first GET (another key was written) was a hit; the second (its own key was
+    // written just before) was not.
+    assert_eq!(Stats::of(&mut c).await.n("cache_hits"), before + 1);
+    proxy.stop().await;
+}
+
+/// Hits between forwarded requests ride in their batch and are written between its replies:
+/// in a pipeline alternating hits, misses, errors and writes, every reply is Redis's, in
+/// order, in RESP2 and RESP3.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hits_between_forwarded_requests_are_written_in_order() {
+    let (_redis, proxy, mut direct, mut c) = start().await;
+    assert_eq!(c.cmd("SET il:hot v").await, OK);
+    assert_eq!(c.cmd(&format!("SET il:hot2 {}", "w".repeat(300))).await, OK);
+    assert_eq!(c.cmd("RPUSH il:list a").await, b":1\r\n");
+    make_cached(&mut c, "il:hot", b"$1\r\nv\r\n").await;
+    make_cached(&mut c, "il:hot2", &bulk("w".repeat(300))).await;
+    // Past what a batch copies of a hit: held until written instead.
+    assert_eq!(c.cmd(&format!("SET il:big {}", "b".repeat(3000))).await, OK);
+    make_cached(&mut c, "il:big", &bulk("b".repeat(3000))).await;
+    for hello in ["HELLO 2\r\n", "HELLO 3\r\n"] {
+        c.send(hello.as_bytes()).await;
+        direct.send(hello.as_bytes()).await;
+        c.read_reply().await;
+        direct.read_reply().await;
+        let before = Stats::of(&mut c).await.n("cache_hits");
+        let pipeline: &[u8] = b"GET il:cold1\r\nGET il:hot\r\nGET il:list\r\nGET il:hot2\r\n\
+            SET il:n 1\r\nGET il:hot\r\nGET il:hot\r\nSET il:cold2 x\r\nGET il:cold2\r\n\
+            GET il:hot2\r\nGET il:missing\r\nGET il:hot\r\nGET il:big\r\nGET il:hot\r\n\
+            PING\r\n";
+        c.send(pipeline).await;
+        direct.send(pipeline).await;
+        for i in 0..15 {
+            assert_eq!(
+                show(&c.read_reply().await),
+                show(&direct.read_reply().await),
+                "reply {i} after {hello:?}"
+            );
+        }
+        // The hot keys' GETs were hits, each after a forwarded request.
+        assert!(Stats::of(&mut c).await.n("cache_hits") >= before + 8);
+    }
+    proxy.stop().await;
+}
