@@ -295,14 +295,7 @@ async fn connection(
         // Frames in `inbuf` start at `frame_start`; the buffer is trimmed once per batch.
         let mut frame_start = 0;
         while done < p {
-            if stream
-                .read_buf(&mut inbuf)
-                .await
-                .map_err(|e| e.to_string())?
-                == 0
-            {
-                return Err("server closed the connection".into());
-            }
+            read_more(&mut stream, &mut inbuf).await?;
             // One clock read per read() call: replies that arrived together share it.
             let lat = sent.elapsed().as_nanos() as u64;
             while done < p {
@@ -374,6 +367,15 @@ fn report(args: &Args, s: &Stats, secs: f64) {
 }
 
 /// SETs every key once, spread over the connections, each pipelining a deep batch.
+/// Reads what the server sent next into `inbuf`; an error once it closed the connection.
+async fn read_more(stream: &mut TcpStream, inbuf: &mut BytesMut) -> Result<(), String> {
+    match stream.read_buf(inbuf).await {
+        Ok(0) => Err("server closed the connection".into()),
+        Ok(_) => Ok(()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 async fn fill(args: &Args) -> Result<bool, String> {
     let keys = Keys::new(args);
     let value = vec![b'x'; args.value_size];
@@ -413,16 +415,7 @@ async fn fill(args: &Args) -> Result<bool, String> {
                             frame_start = f.end;
                             done += 1;
                         }
-                        None => {
-                            if stream
-                                .read_buf(&mut inbuf)
-                                .await
-                                .map_err(|e| e.to_string())?
-                                == 0
-                            {
-                                return Err("server closed the connection".to_string());
-                            }
-                        }
+                        None => read_more(&mut stream, &mut inbuf).await?,
                     }
                 }
                 inbuf.advance(frame_start);
