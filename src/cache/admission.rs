@@ -85,6 +85,11 @@ impl Admission {
         self.hasher.hash_one(key)
     }
 
+    /// Asks the CPU to load the key's counters, to have them at hand when its GET is counted.
+    pub(super) fn prefetch(&self, hash: u64) {
+        self.reads.prefetch(hash);
+    }
+
     /// Counts a GET of `key` (hash `hash`), and samples it for the top keys. Returns the
     /// key's read estimate, for [`Admission::may_be_cached`] and [`Admission::admit`].
     pub(super) fn record_get(&self, hash: u64, key: &[u8]) -> Reads {

@@ -29,6 +29,11 @@ impl Default for RecentReads {
 }
 
 impl RecentReads {
+    /// Asks the CPU to load the slot of the key with this hash (see `Cache::prefetch`).
+    pub(super) fn prefetch(&self, hash: u64) {
+        crate::prefetch::read(&self.slots[hash as usize % SLOTS]);
+    }
+
     /// Records a cold GET of the key with this hash; true if the last cold GET in its slot
     /// was of a key with the same hash (the same key, but for a 64-bit collision, which
     /// only sends the GET down the full path).

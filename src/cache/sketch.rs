@@ -62,6 +62,11 @@ impl FrequencySketch {
         (word, nibble)
     }
 
+    /// Asks the CPU to load the key's block (see `Cache::prefetch`).
+    pub fn prefetch(&self, hash: u64) {
+        crate::prefetch::read(self.block(hash));
+    }
+
     /// Counts one occurrence of the key with this hash, and returns its estimate after it:
     /// the counters are in hand, so this costs no second look.
     pub fn increment(&self, hash: u64) -> u8 {

@@ -1,6 +1,7 @@
 //! RESP wire format: the client request parser, the upstream reply scanner and reply encoding.
 
 pub mod frames;
+pub mod lookahead;
 pub mod reply;
 pub mod request;
 pub mod scan;

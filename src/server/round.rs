@@ -14,10 +14,14 @@ use super::route::{Request, client_pause};
 use crate::commands::{self, Command, Exclusive, Route, Tx};
 use crate::error::replies;
 use crate::resp::Parsed;
+use crate::resp::lookahead;
 use crate::resp::request::encode_request;
 
 /// Most requests handled in one round; bounds the replies buffered per client.
 const MAX_PER_ROUND: usize = 1024;
+/// GETs whose cache lookups are started ahead, at most, counted in requests from the start
+/// of a round: a full pipeline of a usual depth.
+const PREFETCH_AHEAD: usize = 32;
 /// Stop adding to a round once this many request bytes are queued for the upstream.
 const MAX_ROUND_BYTES: usize = 1024 * 1024;
 
@@ -37,6 +41,11 @@ impl Conn {
         // Requests are routed from these while `self` changes; they are put back below.
         let rbuf = std::mem::take(&mut self.rbuf);
         let mut parser = std::mem::take(&mut self.parser);
+        if let Some(cache) = &self.shared.cache {
+            for key in lookahead::get_keys(&rbuf, PREFETCH_AHEAD) {
+                cache.prefetch(key);
+            }
+        }
         while !self.closing {
             if handled == MAX_PER_ROUND || self.batch.len_bytes() >= MAX_ROUND_BYTES {
                 break;

@@ -1,0 +1,163 @@
+//! The keys of the GETs among a client's pipelined requests, found ahead of parsing them, so
+//! the cache can start loading what their lookups will read (see `Cache::prefetch`) while
+//! the requests before them are handled.
+//!
+//! A hint only: it recognises the multibulk form every client library sends and stops at
+//! anything else (an inline request, a frame cut short, a malformed header). The requests
+//! themselves are parsed and checked by [`super::RequestParser`].
+
+/// Iterator over the keys of `GET key` requests at the start of a buffer, up to a count.
+#[derive(Debug)]
+pub struct GetKeys<'a> {
+    rest: &'a [u8],
+    left: usize,
+}
+
+/// The keys of the GETs among the first `max` requests in `buf`.
+pub fn get_keys(buf: &[u8], max: usize) -> GetKeys<'_> {
+    GetKeys {
+        rest: buf,
+        left: max,
+    }
+}
+
+impl<'a> Iterator for GetKeys<'a> {
+    type Item = &'a [u8];
+
+    fn next(&mut self) -> Option<&'a [u8]> {
+        while self.left > 0 {
+            self.left -= 1;
+            // What clients send for a GET, checked in one comparison.
+            if let Some(rest) = self.rest.strip_prefix(b"*2\r\n$3\r\n")
+                && let [g, e, t, b'\r', b'\n', ..] = rest
+                && [g, e, t].map(u8::to_ascii_uppercase) == *b"GET"
+            {
+                let (len, body) = line_int(&rest[5..], b'$')?;
+                let start = 5 + body;
+                let end = start + len;
+                if rest.get(end..end + 2)? != b"\r\n" {
+                    return self.stop();
+                }
+                self.rest = &rest[end + 2..];
+                return Some(&rest[start..end]);
+            }
+            let (count, mut at) = line_int(self.rest, b'*')?;
+            let mut first: Option<&[u8]> = None;
+            let mut second: Option<&[u8]> = None;
+            for i in 0..count {
+                let (len, body) = line_int(self.rest.get(at..)?, b'$')?;
+                let start = at + body;
+                let end = start + len;
+                if self.rest.get(end..end + 2)? != b"\r\n" {
+                    return self.stop();
+                }
+                match i {
+                    0 => first = Some(&self.rest[start..end]),
+                    1 => second = Some(&self.rest[start..end]),
+                    _ => {}
+                }
+                at = end + 2;
+            }
+            self.rest = &self.rest[at..];
+            if count == 2
+                && let (Some(cmd), Some(key)) = (first, second)
+                && cmd.eq_ignore_ascii_case(b"GET")
+            {
+                return Some(key);
+            }
+        }
+        None
+    }
+}
+
+impl GetKeys<'_> {
+    fn stop(&mut self) -> Option<&'static [u8]> {
+        self.left = 0;
+        None
+    }
+}
+
+/// A header line `<kind><digits>\r\n` at the start of `buf`: its number and the length of
+/// the line. Up to 9 digits: more than any request this looks through needs.
+fn line_int(buf: &[u8], kind: u8) -> Option<(usize, usize)> {
+    let (&first, rest) = buf.split_first()?;
+    if first != kind {
+        return None;
+    }
+    let mut n = 0;
+    for (i, &b) in rest.iter().take(10).enumerate() {
+        match b {
+            b'0'..=b'9' => n = n * 10 + usize::from(b - b'0'),
+            b'\r' if i > 0 && rest.get(i + 1) == Some(&b'\n') => return Some((n, i + 3)),
+            _ => return None,
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys(buf: &[u8], max: usize) -> Vec<&[u8]> {
+        get_keys(buf, max).collect()
+    }
+
+    #[test]
+    fn finds_gets_among_other_requests() {
+        let buf = b"*2\r\n$3\r\nGET\r\n$1\r\na\r\n*3\r\n$3\r\nSET\r\n$1\r\nb\r\n$1\r\nv\r\n\
+                    *2\r\n$3\r\nget\r\n$0\r\n\r\n*1\r\n$4\r\nPING\r\n*2\r\n$3\r\nGET\r\n$2\r\ncd\r\n";
+        assert_eq!(keys(buf, 10), vec![&b"a"[..], b"", b"cd"]);
+        // `max` counts requests, not GETs.
+        assert_eq!(keys(buf, 3), vec![&b"a"[..], b""]);
+        assert_eq!(keys(buf, 0), Vec::<&[u8]>::new());
+    }
+
+    #[test]
+    fn stops_at_what_it_does_not_read() {
+        let get = b"*2\r\n$3\r\nGET\r\n$1\r\na\r\n";
+        for tail in [
+            &b"PING\r\n"[..],
+            b"*2\r\n$3\r\nGET\r\n$5\r\nab",
+            b"*2\r\n$3\r\nGET\r\n$1\r\nabc\r\n",
+            b"*2\r\n$-1\r\n",
+            b"*2\r\n$3\r\nGET\r\n$9999999999\r\n",
+            b"*2\r\n$3\r\nGET\r\n$\r\n",
+        ] {
+            let buf = [&get[..], tail, &get[..]].concat();
+            assert_eq!(
+                keys(&buf, 10),
+                vec![&b"a"[..]],
+                "{:?}",
+                String::from_utf8_lossy(tail)
+            );
+        }
+        // GET with the wrong number of arguments is not a lookup.
+        assert!(keys(b"*3\r\n$3\r\nGET\r\n$1\r\na\r\n$1\r\nb\r\n", 10).is_empty());
+    }
+
+    #[test]
+    fn any_bytes_are_looked_through_without_panicking() {
+        let valid = b"*2\r\n$3\r\nGET\r\n$3\r\nkey\r\n*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n";
+        let alphabet = b"*$\r\n0123456789GETget";
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for _ in 0..20_000 {
+            let mut buf = valid.repeat(2);
+            for _ in 0..next() % 4 {
+                let at = (next() % buf.len() as u64) as usize;
+                buf[at] = alphabet[(next() % alphabet.len() as u64) as usize];
+            }
+            buf.truncate((next() % (buf.len() as u64 + 1)) as usize);
+            for key in get_keys(&buf, 8) {
+                // Every key found lies within the buffer.
+                assert!(key.len() <= buf.len());
+            }
+        }
+    }
+}
