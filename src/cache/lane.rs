@@ -192,19 +192,24 @@ impl LinkObserver for Lane {
     }
 
     fn push(&self, frame: &[u8]) {
-        use redis_protocol::resp3::types::OwnedFrame as F;
-        let decoded = redis_protocol::resp3::decode::complete::decode(frame);
+        use redis_protocol::resp3::types::RangeFrame as F;
+        // Ranges into `frame`, not owned copies: a write to a cached key costs one push, and
+        // copying its parts cost more than the invalidation itself.
+        let decoded = redis_protocol::resp3::decode::complete::decode_range(frame);
         let Ok(Some((F::Push { data, .. }, _))) = decoded else {
             debug!("undecodable push on tracking connection");
             return;
         };
+        let bytes = |(start, end): (usize, usize)| frame.get(start..end);
         let core = &self.core;
         match data.as_slice() {
-            [F::BlobString { data: kind, .. }, keys] if kind.as_slice() == b"invalidate" => {
+            [F::BlobString { data: kind, .. }, keys] if bytes(*kind) == Some(b"invalidate") => {
                 match keys {
                     F::Array { data: keys, .. } => {
                         for k in keys {
-                            if let F::BlobString { data: k, .. } = k {
+                            if let F::BlobString { data: k, .. } = k
+                                && let Some(k) = bytes(*k)
+                            {
                                 core.invalidate(k, true);
                                 core.stats.invalidations.inc();
                             }

@@ -39,6 +39,10 @@ impl Clock {
     }
 }
 
+/// Room for a one-key request's framing besides the key: `*2`, `$3`, the command, `$<len>`
+/// and the line ends.
+const REQUEST_ROOM: usize = 32;
+
 /// Outcome of a GET lookup.
 #[derive(Debug)]
 pub enum Lookup {
@@ -220,7 +224,7 @@ impl Core {
         self.fills.insert(key.clone(), fill.clone());
         self.epochs.registered(hash);
         let rx = fill.waiter();
-        let mut req = BytesMut::new();
+        let mut req = BytesMut::with_capacity(REQUEST_ROOM + key.len());
         encode_request(&[b"GET", &key], &mut req);
         self.send(route.conn, req, 1, key, fill, false);
         Lookup::Wait(rx)
@@ -303,7 +307,8 @@ impl Core {
         // applies it (unlinking this fill) before the fill completes. Without tracking (the
         // TTL-only fallback) nothing would, so the pair runs as one transaction.
         let atomic = lane.info.tracking() != Tracking::On;
-        let mut req = BytesMut::new();
+        // Sized up front: grown from empty, the buffer was reallocated three or four times.
+        let mut req = BytesMut::with_capacity(2 * (REQUEST_ROOM + key.len()) + 32);
         if atomic {
             encode_request(&[b"MULTI"], &mut req);
         }
