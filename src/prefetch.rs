@@ -5,8 +5,9 @@
 /// would each wait in turn. Only a hint: where the CPU lacks the instruction, nothing.
 ///
 /// The crate's one `unsafe` block. Measured reason: prefetching the sketch blocks of a
-/// round's GETs took their cache misses, 35-60 ns per cold GET at pipeline depth 16, down to
-/// 10-15 ns (perf profiles of corral-load, uniform GETs over a million keys).
+/// round's GETs took the time a cold GET spends counting itself in the sketch, at pipeline
+/// depth 16, from 47-75 ns to 10-13 ns (perf profiles of corral-load, uniform GETs over a
+/// million keys).
 #[inline]
 #[allow(unsafe_code)]
 pub(crate) fn read<T>(p: &T) {

@@ -27,43 +27,35 @@ impl<'a> Iterator for GetKeys<'a> {
     fn next(&mut self) -> Option<&'a [u8]> {
         while self.left > 0 {
             self.left -= 1;
+            let buf = self.rest;
             // What clients send for a GET, checked in one comparison.
-            if let Some(rest) = self.rest.strip_prefix(b"*2\r\n$3\r\n")
+            if let Some(rest) = buf.strip_prefix(b"*2\r\n$3\r\n")
                 && let [g, e, t, b'\r', b'\n', ..] = rest
                 && [g, e, t].map(u8::to_ascii_uppercase) == *b"GET"
             {
-                let (len, body) = line_int(&rest[5..], b'$')?;
-                let start = 5 + body;
-                let end = start + len;
-                if rest.get(end..end + 2)? != b"\r\n" {
+                let at = buf.len() - rest.len() + 5;
+                let Some((start, end)) = bulk(buf, at) else {
                     return self.stop();
-                }
-                self.rest = &rest[end + 2..];
-                return Some(&rest[start..end]);
+                };
+                self.rest = &buf[end + 2..];
+                return Some(&buf[start..end]);
             }
-            let (count, mut at) = line_int(self.rest, b'*')?;
-            let mut first: Option<&[u8]> = None;
-            let mut second: Option<&[u8]> = None;
+            let Some((count, mut at)) = line_int(buf, b'*') else {
+                return self.stop();
+            };
+            let mut args = [&buf[..0]; 2];
             for i in 0..count {
-                let (len, body) = line_int(self.rest.get(at..)?, b'$')?;
-                let start = at + body;
-                let end = start + len;
-                if self.rest.get(end..end + 2)? != b"\r\n" {
+                let Some((start, end)) = bulk(buf, at) else {
                     return self.stop();
-                }
-                match i {
-                    0 => first = Some(&self.rest[start..end]),
-                    1 => second = Some(&self.rest[start..end]),
-                    _ => {}
+                };
+                if let Some(arg) = args.get_mut(i) {
+                    *arg = &buf[start..end];
                 }
                 at = end + 2;
             }
-            self.rest = &self.rest[at..];
-            if count == 2
-                && let (Some(cmd), Some(key)) = (first, second)
-                && cmd.eq_ignore_ascii_case(b"GET")
-            {
-                return Some(key);
+            self.rest = &buf[at..];
+            if count == 2 && args[0].eq_ignore_ascii_case(b"GET") {
+                return Some(args[1]);
             }
         }
         None
@@ -71,10 +63,20 @@ impl<'a> Iterator for GetKeys<'a> {
 }
 
 impl GetKeys<'_> {
+    /// Ends the iteration: what follows is not read.
     fn stop(&mut self) -> Option<&'static [u8]> {
         self.left = 0;
         None
     }
+}
+
+/// The bulk string whose header starts at `at` in `buf`: where its body starts and ends.
+/// `None` if it is cut short or malformed.
+fn bulk(buf: &[u8], at: usize) -> Option<(usize, usize)> {
+    let (len, header) = line_int(buf.get(at..)?, b'$')?;
+    let start = at + header;
+    let end = start + len;
+    (buf.get(end..end + 2)? == b"\r\n").then_some((start, end))
 }
 
 /// A header line `<kind><digits>\r\n` at the start of `buf`: its number and the length of
@@ -154,9 +156,11 @@ mod tests {
                 buf[at] = alphabet[(next() % alphabet.len() as u64) as usize];
             }
             buf.truncate((next() % (buf.len() as u64 + 1)) as usize);
+            let within = buf.as_ptr_range();
             for key in get_keys(&buf, 8) {
-                // Every key found lies within the buffer.
-                assert!(key.len() <= buf.len());
+                // Every key found is a part of the buffer.
+                let k = key.as_ptr_range();
+                assert!(within.start <= k.start && k.end <= within.end);
             }
         }
     }
