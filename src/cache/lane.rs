@@ -258,6 +258,17 @@ mod tests {
         lane.push(b">2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\na\r\n");
         assert!(!lane.core.store.contains(b"a"));
         assert!(lane.core.store.contains(b"b"));
+        // Several keys in one push, each read from its own place in the frame.
+        for k in [&b"key:1"[..], b"key:22"] {
+            lane.core.store.insert(k, entry());
+        }
+        lane.push(b">2\r\n$10\r\ninvalidate\r\n*2\r\n$5\r\nkey:1\r\n$6\r\nkey:22\r\n");
+        assert!(!lane.core.store.contains(b"key:1"));
+        assert!(!lane.core.store.contains(b"key:22"));
+        // Other pushes, and a frame that does not decode, leave entries alone.
+        lane.push(b">3\r\n$7\r\nmessage\r\n$1\r\nb\r\n$1\r\nb\r\n");
+        lane.push(b">2\r\n$10\r\ninvalidate\r\n*1\r\n$9\r\nb\r\n");
+        assert!(lane.core.store.contains(b"b"));
         lane.push(b">2\r\n$10\r\ninvalidate\r\n_\r\n");
         assert!((lane.core.store.len() == 0));
     }
