@@ -9,10 +9,10 @@ use std::time::{Duration, Instant};
 use rand::Rng;
 use tokio_util::sync::CancellationToken;
 
+use super::entry::Entry;
 use super::hotkeys::{self, HotKey, HotKeys};
 use super::lately::ReadLately;
 use super::sketch::FrequencySketch;
-use super::store::Entry;
 use super::tracking::{LaneState, Tracking};
 
 /// What a write weighs against a key's reads, in reads: a write ends the key's entry, and the
@@ -135,9 +135,8 @@ impl Admission {
         }
     }
 
-    /// Counts a read of `key` for hotness only (MGET).
-    pub(super) fn record_read(&self, key: &[u8]) {
-        let hash = self.hash(key);
+    /// Counts a read of the key with this hash for hotness only (MGET).
+    pub(super) fn record_read(&self, hash: u64) {
         if self.may_be_cached(self.reads.increment(hash)) {
             self.lately.note(hash);
         }

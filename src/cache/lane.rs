@@ -229,7 +229,7 @@ impl LinkObserver for Lane {
 mod tests {
     use std::time::{Duration, Instant};
 
-    use super::super::store::Entry;
+    use super::super::entry::Entry;
     use super::super::value::Value;
     use super::*;
 

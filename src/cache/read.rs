@@ -24,18 +24,33 @@ use crate::upstream::{JobResult, ReplyTo, UpstreamConn};
 /// moment between each request's arrival and its reply, and serving it answers as Redis could
 /// have. Reads started at it count their keys' TTLs from it, which is earlier than Redis ran
 /// them: their entries expire early, never late.
+///
+/// It also remembers whether the last round served a hit: see [`Clock::warm`].
 #[derive(Debug, Default)]
-pub struct Clock(Option<Instant>);
+pub struct Clock {
+    now: Option<Instant>,
+    hit: bool,
+    warm: bool,
+}
 
 impl Clock {
     /// The round's time.
     pub fn now(&mut self) -> Instant {
-        *self.0.get_or_insert_with(Instant::now)
+        *self.now.get_or_insert_with(Instant::now)
     }
 
     /// A new round: the next lookup reads the clock again.
     pub fn reset(&mut self) {
-        self.0 = None;
+        self.now = None;
+        self.warm = self.hit;
+        self.hit = false;
+    }
+
+    /// Whether the previous round served a local hit. A connection whose last round had
+    /// none is most likely reading keys that are not cached: [`super::Cache::prefetch`]
+    /// then leaves the store's front alone.
+    pub fn warm(&self) -> bool {
+        self.warm
     }
 }
 
@@ -143,8 +158,12 @@ impl Core {
         let hash = self.admission.hash(key);
         let reads = self.admission.record_get(hash, key);
         let resident = reads.warm;
-        if let Some(e) = resident.then(|| self.store.get(key, clock.now())).flatten() {
+        if let Some(e) = resident
+            .then(|| self.store.get(key, hash, clock.now()))
+            .flatten()
+        {
             let now = clock.now();
+            clock.hit = true;
             self.stats.hits.inc();
             e.mark_hit();
             if self.admission.should_refresh(&e, now)
@@ -345,8 +364,9 @@ impl Core {
     pub(super) fn get_many<'a>(&self, keys: impl Iterator<Item = &'a [u8]>) -> Vec<Option<Value>> {
         let now = Instant::now();
         keys.map(|key| {
-            self.admission.record_read(key);
-            match self.store.get(key, now) {
+            let hash = self.admission.hash(key);
+            self.admission.record_read(hash);
+            match self.store.get(key, hash, now) {
                 // MGET answers nil, not an error, for other types; only strings and nil are
                 // ever cached, so a hit reads the same either way.
                 Some(e) => {

@@ -1,119 +1,17 @@
 //! The local store: key → cached GET result with its expiry, bounded in bytes, evicting by
-//! frequency and recency (S3-FIFO, from `quick_cache`).
+//! frequency and recency (S3-FIFO, from `quick_cache`), with a per-thread front of recent
+//! hits (`front.rs`).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
 
-use bytes::BytesMut;
 use quick_cache::sync::Cache;
 use quick_cache::{DefaultHashBuilder, Lifecycle, Weighter};
 
+use super::entry::Entry;
+use super::front;
 use super::short_key::ShortKey;
-use super::value::Value;
-use crate::resp::Proto;
-
-/// Bytes charged per entry besides its key: the entry's allocation (with room for an inline
-/// frame) and its slot in the table.
-const ENTRY_OVERHEAD: usize = 192;
-/// Charged on top for a value kept outside the entry: its own allocation's header.
-const OUTLINE_OVERHEAD: usize = 32;
-/// Longest reply frame kept inside the entry itself: `$64\r\n` + 64 bytes + CRLF fits.
-/// Together with the entry's other fields this stays within two cache lines.
-const INLINE_FRAME: usize = 72;
-
-/// A cached GET result. In declaration order (`repr(C)`): what every hit reads first, next
-/// to the reference counts, then the frame.
-#[derive(Debug)]
-#[repr(C)]
-pub struct Entry {
-    /// When it must stop being served (the key's TTL in Redis, or corral's maximum age).
-    pub expires: Instant,
-    /// Served at least once: an entry invalidated before any hit was a wasted fill.
-    pub hit: AtomicBool,
-    /// How long the fill took, in microseconds (saturating): XFetch refreshes earlier for
-    /// slower keys. Kept small so a 64-byte value still fits the entry's two cache lines.
-    delta_us: u32,
-    /// The value: for short strings its reply frame, in the entry's own allocation, so a
-    /// hit reads one block of memory and counts one reference (a separate value cost a
-    /// second cache miss and a second reference count on every hit).
-    body: Body,
-}
-
-#[derive(Debug, PartialEq, Eq)]
-enum Body {
-    /// A bulk string's whole reply frame, `len` bytes of `frame`.
-    Inline { len: u8, frame: [u8; INLINE_FRAME] },
-    /// Anything else: a longer string, or nil.
-    Value(Value),
-}
-
-impl PartialEq for Entry {
-    fn eq(&self, other: &Entry) -> bool {
-        self.body == other.body
-    }
-}
-
-impl Eq for Entry {}
-
-impl Entry {
-    /// A new, not yet served entry.
-    pub fn new(value: Value, expires: Instant, delta: Duration) -> Arc<Entry> {
-        let body = match &value {
-            Value::Bulk(f) if f.len() <= INLINE_FRAME => {
-                let mut frame = [0; INLINE_FRAME];
-                frame[..f.len()].copy_from_slice(f);
-                Body::Inline {
-                    len: f.len() as u8,
-                    frame,
-                }
-            }
-            _ => Body::Value(value),
-        };
-        Arc::new(Entry {
-            expires,
-            hit: AtomicBool::new(false),
-            delta_us: u32::try_from(delta.as_micros()).unwrap_or(u32::MAX),
-            body,
-        })
-    }
-
-    /// How long the fill took.
-    pub fn delta(&self) -> Duration {
-        Duration::from_micros(u64::from(self.delta_us))
-    }
-
-    /// Writes the reply Redis would send in `proto`.
-    pub fn encode(&self, proto: Proto, out: &mut BytesMut) {
-        match &self.body {
-            Body::Inline { len, frame } => out.extend_from_slice(&frame[..usize::from(*len)]),
-            Body::Value(v) => v.encode(proto, out),
-        }
-    }
-
-    /// Bytes charged against the store's budget besides the key.
-    fn weight(&self) -> usize {
-        match &self.body {
-            Body::Inline { .. } => ENTRY_OVERHEAD,
-            Body::Value(v) => ENTRY_OVERHEAD + OUTLINE_OVERHEAD + v.size(),
-        }
-    }
-
-    /// The value's size, as [`Value::size`].
-    pub fn size(&self) -> usize {
-        match &self.body {
-            Body::Inline { len, frame } => Value::frame_size(&frame[..usize::from(*len)]),
-            Body::Value(v) => v.size(),
-        }
-    }
-
-    /// Records a hit; a plain load first keeps the hot path free of writes to shared memory.
-    pub fn mark_hit(&self) {
-        if !self.hit.load(Ordering::Relaxed) {
-            self.hit.store(true, Ordering::Relaxed);
-        }
-    }
-}
 
 #[derive(Debug, Clone)]
 struct ByteWeighter;
@@ -130,17 +28,21 @@ struct CountEvictions(Arc<AtomicU64>);
 impl Lifecycle<ShortKey, Arc<Entry>> for CountEvictions {
     type RequestState = ();
 
-    fn on_evict(&self, _state: &mut (), _key: ShortKey, _val: Arc<Entry>) {
+    fn on_evict(&self, _state: &mut (), _key: ShortKey, val: Arc<Entry>) {
+        val.retire();
         self.0.fetch_add(1, Ordering::Relaxed);
     }
 }
 
 /// Byte-bounded key → entry map. Keys are inline when short, so a lookup compares the key
-/// in the table's own memory.
+/// in the table's own memory. Recent hits are served from each thread's front (`front.rs`),
+/// which is why every way an entry leaves the map retires it.
 #[derive(Debug)]
 pub struct Store {
     map: Cache<ShortKey, Arc<Entry>, ByteWeighter, DefaultHashBuilder, CountEvictions>,
     evictions: Arc<AtomicU64>,
+    /// Names this store's slots in the fronts.
+    owner: u32,
 }
 
 impl Store {
@@ -158,32 +60,61 @@ impl Store {
                 evictions,
             ),
             evictions: counter,
+            owner: front::new_owner(),
         }
     }
 
-    /// The live entry for `key`; an expired one is removed and reported as absent.
-    pub fn get(&self, key: &[u8], now: Instant) -> Option<Arc<Entry>> {
+    /// The live entry for `key`, whose hash (any hash of the key, the same every time) is
+    /// `hash`; an expired one is removed and reported as absent.
+    pub fn get(&self, key: &[u8], hash: u64, now: Instant) -> Option<Arc<Entry>> {
+        if let Some(hit) = front::get(self.owner, hash, key)
+            && now < hit.entry.expires
+        {
+            if hit.touch {
+                self.map.get(key);
+            }
+            return Some(hit.entry);
+        }
         let e = self.map.get(key)?;
         if now >= e.expires {
-            self.map.remove(key);
+            self.remove(key);
             return None;
         }
+        front::put(self.owner, hash, key, &e);
         Some(e)
     }
 
-    /// Inserts or replaces an entry (may evict others to stay within the budget).
+    /// Asks the CPU to load this thread's front slot for `hash`.
+    pub fn prefetch(&self, hash: u64) {
+        front::prefetch(hash);
+    }
+
+    /// Asks the CPU to load the entry in this thread's front slot for `hash`: worth it once
+    /// the slot is loaded, some time after [`Store::prefetch`].
+    pub fn prefetch_entry(&self, hash: u64) {
+        front::prefetch_entry(hash);
+    }
+
+    /// Inserts or replaces an entry (may evict others to stay within the budget). A replaced
+    /// entry is removed first, so that it is retired; that takes two steps, which is why a
+    /// key's inserts must not race (`Core` makes them under the key's `fills` lock).
     pub fn insert(&self, key: &[u8], entry: Arc<Entry>) {
+        self.remove(key);
         self.map.insert(ShortKey::new(key), entry);
     }
 
     /// Removes `key`, returning its entry if it was present.
     pub fn remove(&self, key: &[u8]) -> Option<Arc<Entry>> {
-        self.map.remove(key).map(|(_, e)| e)
+        let (_, e) = self.map.remove(key)?;
+        e.retire();
+        Some(e)
     }
 
     /// Removes everything.
     pub fn clear(&self) {
-        self.map.clear();
+        for (_, e) in self.map.drain() {
+            e.retire();
+        }
     }
 
     /// Whether `key` is present (expired or not).
@@ -209,7 +140,10 @@ impl Store {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
+    use crate::cache::value::Value;
 
     fn entry(v: &[u8], ttl: Duration) -> Arc<Entry> {
         Entry::new(Value::bulk(v), Instant::now() + ttl, Duration::ZERO)
@@ -219,33 +153,63 @@ mod tests {
     fn expired_entries_are_not_served() {
         let s = Store::new(1 << 20);
         s.insert(b"k", entry(b"v", Duration::ZERO));
-        assert!(s.get(b"k", Instant::now()).is_none());
+        assert!(s.get(b"k", 0, Instant::now()).is_none());
         s.insert(b"k", entry(b"v", Duration::from_secs(60)));
-        assert!(s.get(b"k", Instant::now()).is_some());
+        assert!(s.get(b"k", 0, Instant::now()).is_some());
+    }
+
+    /// The same hash for the same key every time, as the store's callers give it.
+    fn hash(key: &[u8]) -> u64 {
+        use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+        BuildHasherDefault::<DefaultHasher>::default().hash_one(key)
+    }
+
+    /// A key read once more after each change, so that the front holds its entry.
+    fn served(s: &Store, key: &[u8], h: u64) -> Option<Arc<Entry>> {
+        s.get(key, h, Instant::now())
     }
 
     #[test]
-    fn an_entry_with_a_64_byte_value_is_one_allocation_of_two_cache_lines() {
-        // The Arc's two counts come on top of the entry.
-        assert!(std::mem::size_of::<Entry>() + 16 <= 128);
-        let e = entry(&[b'x'; 64], Duration::from_secs(60));
-        assert!(matches!(e.body, Body::Inline { .. }));
+    fn the_front_never_serves_an_entry_that_left_the_store() {
+        let s = Store::new(1 << 20);
+        let h = hash(b"k");
+        let first = entry(b"1", Duration::from_secs(60));
+        s.insert(b"k", first.clone());
+        assert!(served(&s, b"k", h).is_some_and(|e| Arc::ptr_eq(&e, &first)));
+        // Served from the front now; replaced, removed, cleared: never the old entry.
+        assert!(served(&s, b"k", h).is_some_and(|e| Arc::ptr_eq(&e, &first)));
+        let second = entry(b"2", Duration::from_secs(60));
+        s.insert(b"k", second.clone());
+        assert!(served(&s, b"k", h).is_some_and(|e| Arc::ptr_eq(&e, &second)));
+        assert!(s.remove(b"k").is_some());
+        assert!(served(&s, b"k", h).is_none());
+        s.insert(b"k", entry(b"3", Duration::from_secs(60)));
+        assert!(served(&s, b"k", h).is_some());
+        s.clear();
+        assert!(served(&s, b"k", h).is_none());
     }
 
     #[test]
-    fn short_and_long_values_read_back_the_same() {
-        for v in [&b"v"[..], &[b'x'; 64], &[b'y'; 65], &[b'z'; 4000]] {
-            let e = entry(v, Duration::from_secs(60));
-            let (mut got, mut want) = (BytesMut::new(), BytesMut::new());
-            e.encode(Proto::Resp3, &mut got);
-            Value::bulk(v).encode(Proto::Resp3, &mut want);
-            assert_eq!(got, want);
-            assert_eq!(e.size(), v.len());
+    fn the_front_never_serves_an_expired_or_evicted_entry() {
+        let s = Store::new(1 << 20);
+        let h = hash(b"k");
+        s.insert(b"k", entry(b"v", Duration::from_millis(30)));
+        assert!(served(&s, b"k", h).is_some());
+        std::thread::sleep(Duration::from_millis(40));
+        assert!(served(&s, b"k", h).is_none());
+        assert!(!s.contains(b"k"), "an expired entry is removed when found");
+
+        // Each key is read right after its insert, so the front holds it when it is evicted.
+        let keys: Vec<String> = (0..20_000).map(|i| format!("key:{i}")).collect();
+        for k in &keys {
+            s.insert(k.as_bytes(), entry(b"v", Duration::from_secs(60)));
+            served(&s, k.as_bytes(), hash(k.as_bytes()));
         }
-        let nil = Entry::new(Value::Nil, Instant::now(), Duration::ZERO);
-        let mut out = BytesMut::new();
-        nil.encode(Proto::Resp2, &mut out);
-        assert_eq!(&out[..], b"$-1\r\n");
+        assert!(s.evictions() > 0);
+        for k in &keys {
+            let got = served(&s, k.as_bytes(), hash(k.as_bytes())).is_some();
+            assert_eq!(got, s.contains(k.as_bytes()), "{k}");
+        }
     }
 
     #[test]

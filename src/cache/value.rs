@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 
-use super::store::Entry;
+use super::entry::Entry;
 use crate::resp::request::parse_int;
 use crate::resp::{Encoder, Proto, ReplyScanner};
 

@@ -11,6 +11,7 @@ use super::clients::ReplyMode;
 use super::pending::{AfterAck, AloneReply, Forwarded, Interleaved, PendingReply, Queued};
 use super::plan::{AloneReq, BlockingReq, NodeReq, Plan, Repin};
 use super::route::{Request, client_pause};
+use crate::cache::PREFETCH_MAX;
 use crate::commands::{self, Command, Exclusive, Route, Tx};
 use crate::error::replies;
 use crate::resp::Parsed;
@@ -19,9 +20,6 @@ use crate::resp::request::encode_request;
 
 /// Most requests handled in one round; bounds the replies buffered per client.
 const MAX_PER_ROUND: usize = 1024;
-/// GETs whose cache lookups are started ahead, at most, counted in requests from the start
-/// of a round: a full pipeline of a usual depth.
-const PREFETCH_AHEAD: usize = 32;
 /// Stop adding to a round once this many request bytes are queued for the upstream.
 const MAX_ROUND_BYTES: usize = 1024 * 1024;
 
@@ -41,11 +39,9 @@ impl Conn {
         // Requests are routed from these while `self` changes; they are put back below.
         let rbuf = std::mem::take(&mut self.rbuf);
         let mut parser = std::mem::take(&mut self.parser);
-        if let Some(cache) = &self.shared.cache {
-            for key in lookahead::get_keys(&rbuf, PREFETCH_AHEAD) {
-                cache.prefetch(key);
-            }
-        }
+        let warm = self.writes.clock.warm();
+        let mut ahead = (self.shared.cache.as_ref())
+            .map(|c| c.prefetch(lookahead::get_keys(&rbuf, PREFETCH_MAX), warm));
         while !self.closing {
             if handled == MAX_PER_ROUND || self.batch.len_bytes() >= MAX_ROUND_BYTES {
                 break;
@@ -82,6 +78,9 @@ impl Conn {
                 break;
             }
             handled += 1;
+            if let (Some(cache), Some(ahead)) = (&self.shared.cache, &mut ahead) {
+                cache.prefetch_next(ahead);
+            }
             let (proto, db) = (self.session.proto, self.session.db);
             let skip = self.reply_mode == ReplyMode::Skip;
             if skip {

@@ -1,0 +1,168 @@
+//! A cached GET result: its value (a short one's reply frame inline), its expiry, and the
+//! flags the store and its front keep on it.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+
+use super::value::Value;
+use crate::resp::Proto;
+
+/// Bytes charged per entry besides its key: the entry's allocation (with room for an inline
+/// frame) and its slot in the table.
+const ENTRY_OVERHEAD: usize = 192;
+/// Charged on top for a value kept outside the entry: its own allocation's header.
+const OUTLINE_OVERHEAD: usize = 32;
+/// Longest reply frame kept inside the entry itself: `$64\r\n` + 64 bytes + CRLF fits.
+/// Together with the entry's other fields this stays within two cache lines.
+const INLINE_FRAME: usize = 72;
+
+/// A cached GET result. In declaration order (`repr(C)`): what every hit reads first, next
+/// to the reference counts, then the frame.
+#[derive(Debug)]
+#[repr(C)]
+pub struct Entry {
+    /// When it must stop being served (the key's TTL in Redis, or corral's maximum age).
+    pub expires: Instant,
+    /// Served at least once: an entry invalidated before any hit was a wasted fill.
+    pub hit: AtomicBool,
+    /// In the store: cleared when it leaves, so that the front (`front.rs`) stops serving it.
+    live: AtomicBool,
+    /// How long the fill took, in microseconds (saturating): XFetch refreshes earlier for
+    /// slower keys. Kept small so a 64-byte value still fits the entry's two cache lines.
+    delta_us: u32,
+    /// The value: for short strings its reply frame, in the entry's own allocation, so a
+    /// hit reads one block of memory and counts one reference (a separate value cost a
+    /// second cache miss and a second reference count on every hit).
+    body: Body,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Body {
+    /// A bulk string's whole reply frame, `len` bytes of `frame`.
+    Inline { len: u8, frame: [u8; INLINE_FRAME] },
+    /// Anything else: a longer string, or nil.
+    Value(Value),
+}
+
+impl PartialEq for Entry {
+    fn eq(&self, other: &Entry) -> bool {
+        self.body == other.body
+    }
+}
+
+impl Eq for Entry {}
+
+impl Entry {
+    /// A new, not yet served entry.
+    pub fn new(value: Value, expires: Instant, delta: Duration) -> Arc<Entry> {
+        let body = match &value {
+            Value::Bulk(f) if f.len() <= INLINE_FRAME => {
+                let mut frame = [0; INLINE_FRAME];
+                frame[..f.len()].copy_from_slice(f);
+                Body::Inline {
+                    len: f.len() as u8,
+                    frame,
+                }
+            }
+            _ => Body::Value(value),
+        };
+        Arc::new(Entry {
+            expires,
+            hit: AtomicBool::new(false),
+            live: AtomicBool::new(true),
+            delta_us: u32::try_from(delta.as_micros()).unwrap_or(u32::MAX),
+            body,
+        })
+    }
+
+    /// How long the fill took.
+    pub fn delta(&self) -> Duration {
+        Duration::from_micros(u64::from(self.delta_us))
+    }
+
+    /// Writes the reply Redis would send in `proto`.
+    pub fn encode(&self, proto: Proto, out: &mut BytesMut) {
+        match &self.body {
+            Body::Inline { len, frame } => out.extend_from_slice(&frame[..usize::from(*len)]),
+            Body::Value(v) => v.encode(proto, out),
+        }
+    }
+
+    /// Bytes charged against the store's budget besides the key.
+    pub(super) fn weight(&self) -> usize {
+        match &self.body {
+            Body::Inline { .. } => ENTRY_OVERHEAD,
+            Body::Value(v) => ENTRY_OVERHEAD + OUTLINE_OVERHEAD + v.size(),
+        }
+    }
+
+    /// The value's size, as [`Value::size`].
+    pub fn size(&self) -> usize {
+        match &self.body {
+            Body::Inline { len, frame } => Value::frame_size(&frame[..usize::from(*len)]),
+            Body::Value(v) => v.size(),
+        }
+    }
+
+    /// Asks the CPU to load what a hit reads: the whole entry, a short value's frame with it.
+    pub(super) fn prefetch(&self) {
+        crate::prefetch::read_all(self);
+    }
+
+    /// Whether the entry is still in the store.
+    pub(super) fn live(&self) -> bool {
+        self.live.load(Ordering::Acquire)
+    }
+
+    /// Marks the entry as gone from the store, before the removal returns.
+    pub(super) fn retire(&self) {
+        self.live.store(false, Ordering::Release);
+    }
+
+    /// Records a hit; a plain load first keeps the hot path free of writes to shared memory.
+    pub fn mark_hit(&self) {
+        if !self.hit.load(Ordering::Relaxed) {
+            self.hit.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(v: &[u8]) -> Arc<Entry> {
+        Entry::new(
+            Value::bulk(v),
+            Instant::now() + Duration::from_secs(60),
+            Duration::ZERO,
+        )
+    }
+
+    #[test]
+    fn an_entry_with_a_64_byte_value_is_one_allocation_of_two_cache_lines() {
+        // The Arc's two counts come on top of the entry.
+        assert!(std::mem::size_of::<Entry>() + 16 <= 128);
+        let e = entry(&[b'x'; 64]);
+        assert!(matches!(e.body, Body::Inline { .. }));
+    }
+
+    #[test]
+    fn short_and_long_values_read_back_the_same() {
+        for v in [&b"v"[..], &[b'x'; 64], &[b'y'; 65], &[b'z'; 4000]] {
+            let e = entry(v);
+            let (mut got, mut want) = (BytesMut::new(), BytesMut::new());
+            e.encode(Proto::Resp3, &mut got);
+            Value::bulk(v).encode(Proto::Resp3, &mut want);
+            assert_eq!(got, want);
+            assert_eq!(e.size(), v.len());
+        }
+        let nil = Entry::new(Value::Nil, Instant::now(), Duration::ZERO);
+        let mut out = BytesMut::new();
+        nil.encode(Proto::Resp2, &mut out);
+        assert_eq!(&out[..], b"$-1\r\n");
+    }
+}
