@@ -122,6 +122,16 @@ impl Entry {
         self.live.store(false, Ordering::Release);
     }
 
+    /// An entry of the bulk string `v`, live for a minute: for unit tests.
+    #[cfg(test)]
+    pub(super) fn of(v: &[u8]) -> Arc<Entry> {
+        Entry::new(
+            Value::bulk(v),
+            Instant::now() + Duration::from_secs(60),
+            Duration::ZERO,
+        )
+    }
+
     /// Records a hit; a plain load first keeps the hot path free of writes to shared memory.
     pub fn mark_hit(&self) {
         if !self.hit.load(Ordering::Relaxed) {
@@ -134,26 +144,18 @@ impl Entry {
 mod tests {
     use super::*;
 
-    fn entry(v: &[u8]) -> Arc<Entry> {
-        Entry::new(
-            Value::bulk(v),
-            Instant::now() + Duration::from_secs(60),
-            Duration::ZERO,
-        )
-    }
-
     #[test]
     fn an_entry_with_a_64_byte_value_is_one_allocation_of_two_cache_lines() {
         // The Arc's two counts come on top of the entry.
         assert!(std::mem::size_of::<Entry>() + 16 <= 128);
-        let e = entry(&[b'x'; 64]);
+        let e = Entry::of(&[b'x'; 64]);
         assert!(matches!(e.body, Body::Inline { .. }));
     }
 
     #[test]
     fn short_and_long_values_read_back_the_same() {
         for v in [&b"v"[..], &[b'x'; 64], &[b'y'; 65], &[b'z'; 4000]] {
-            let e = entry(v);
+            let e = Entry::of(v);
             let (mut got, mut want) = (BytesMut::new(), BytesMut::new());
             e.encode(Proto::Resp3, &mut got);
             Value::bulk(v).encode(Proto::Resp3, &mut want);

@@ -135,23 +135,12 @@ pub(super) fn put(owner: u32, hash: u64, key: &[u8], entry: &Arc<Entry>) {
 
 #[cfg(test)]
 mod tests {
-    use std::time::{Duration, Instant};
-
     use super::*;
-    use crate::cache::value::Value;
-
-    fn entry(v: &[u8]) -> Arc<Entry> {
-        Entry::new(
-            Value::bulk(v),
-            Instant::now() + Duration::from_secs(60),
-            Duration::ZERO,
-        )
-    }
 
     #[test]
     fn a_slot_serves_only_its_own_key_of_its_own_store_while_live() {
         let (a, b) = (new_owner(), new_owner());
-        let e = entry(b"v");
+        let e = Entry::of(b"v");
         put(a, 7, b"k", &e);
         assert!(get(a, 7, b"k").is_some_and(|h| Arc::ptr_eq(&h.entry, &e)));
         assert!(get(b, 7, b"k").is_none(), "another store's slot");
@@ -167,7 +156,7 @@ mod tests {
     #[test]
     fn every_so_many_hits_ask_for_the_store_to_be_read_too() {
         let owner = new_owner();
-        put(owner, 9, b"k", &entry(b"v"));
+        put(owner, 9, b"k", &Entry::of(b"v"));
         let touches = (0..TOUCH_EVERY * 3)
             .filter(|_| get(owner, 9, b"k").is_some_and(|h| h.touch))
             .count();
@@ -177,11 +166,11 @@ mod tests {
     #[test]
     fn long_keys_and_large_values_stay_out() {
         let owner = new_owner();
-        put(owner, 11, &[b'k'; INLINE + 1], &entry(b"v"));
+        put(owner, 11, &[b'k'; INLINE + 1], &Entry::of(b"v"));
         assert!(get(owner, 11, &[b'k'; INLINE + 1]).is_none());
-        put(owner, 12, b"k", &entry(&[b'v'; MAX_VALUE + 1]));
+        put(owner, 12, b"k", &Entry::of(&[b'v'; MAX_VALUE + 1]));
         assert!(get(owner, 12, b"k").is_none());
-        put(owner, 13, b"k", &entry(&[b'v'; MAX_VALUE]));
+        put(owner, 13, b"k", &Entry::of(&[b'v'; MAX_VALUE]));
         assert!(get(owner, 13, b"k").is_some());
     }
 
