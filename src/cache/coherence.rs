@@ -242,7 +242,7 @@ mod tests {
         let f = fill(&c, b"k");
         let rx = f.waiter();
         c.complete_fill(&Key::from(&b"k"[..]), &f, Ok(Bytes::from_static(REPLY)));
-        assert!(c.store.get(b"k", 0, Instant::now()).is_some());
+        assert!(c.store.get(b"k", 0, Instant::now(), true).is_some());
         assert!(c.fills.is_empty());
         assert_eq!(rx.peek(), Some(Ok(Value::bulk(b"v"))));
     }
@@ -254,7 +254,7 @@ mod tests {
         let rx = f.waiter();
         c.invalidate(b"k", true);
         c.complete_fill(&Key::from(&b"k"[..]), &f, Ok(Bytes::from_static(REPLY)));
-        assert!(c.store.get(b"k", 0, Instant::now()).is_none());
+        assert!(c.store.get(b"k", 0, Instant::now(), true).is_none());
         assert!(rx.peek().is_some());
     }
 
@@ -265,7 +265,7 @@ mod tests {
         c.invalidate(b"k", true);
         let new = fill(&c, b"k");
         c.complete_fill(&Key::from(&b"k"[..]), &old, Ok(Bytes::from_static(REPLY)));
-        assert!(c.store.get(b"k", 0, Instant::now()).is_none());
+        assert!(c.store.get(b"k", 0, Instant::now(), true).is_none());
         assert!(Arc::ptr_eq(&c.fills.get(&b"k"[..]).unwrap(), &new));
     }
 
@@ -360,7 +360,7 @@ mod tests {
         c.epochs.registered(c.admission.hash(b"k"));
         assert!(c.invalidate_acked(b"k", mark));
         c.complete_fill(&Key::from(&b"k"[..]), &f, Ok(Bytes::from_static(REPLY)));
-        assert!(c.store.get(b"k", 0, Instant::now()).is_none());
+        assert!(c.store.get(b"k", 0, Instant::now(), true).is_none());
         // With no read registered since its mark, a write's second pass finds nothing to do.
         let mark = c.epochs.mark();
         assert!(!c.invalidate_acked(b"k", mark));
@@ -372,6 +372,6 @@ mod tests {
         let f = fill(&c, b"k");
         let r = b":0\r\n$1\r\nv\r\n";
         c.complete_fill(&Key::from(&b"k"[..]), &f, Ok(Bytes::from_static(r)));
-        assert!(c.store.get(b"k", 0, Instant::now()).is_none());
+        assert!(c.store.get(b"k", 0, Instant::now(), true).is_none());
     }
 }

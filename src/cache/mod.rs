@@ -203,8 +203,8 @@ impl Cache {
     /// what the cache added to a cold GET, and most of what a hit spent in the store. At
     /// most [`PREFETCH_MAX`] keys. The entries the front slots hold are loaded later, as the
     /// round goes on ([`Cache::prefetch_next`]): only once a slot has arrived is its entry
-    /// known. Unless `front` (see [`Clock::warm`]), neither is: for keys that are not
-    /// cached, it costs a GET of a uniformly drawn key about 20 ns and serves nothing.
+    /// known. Unless `front` (see [`Clock::warm`]), neither is: the slots of keys that are
+    /// not cached hold other keys' entries, and loading them would only cost.
     pub fn prefetch<'a>(&self, keys: impl Iterator<Item = &'a [u8]>, front: bool) -> Ahead {
         let core = &self.core;
         let mut ahead = Ahead::default();

@@ -48,7 +48,7 @@ impl Clock {
 
     /// Whether the previous round served a local hit. A connection whose last round had
     /// none is most likely reading keys that are not cached: [`super::Cache::prefetch`]
-    /// then leaves the store's front alone.
+    /// then leaves the store's front alone, and so do this round's lookups.
     pub fn warm(&self) -> bool {
         self.warm
     }
@@ -159,7 +159,7 @@ impl Core {
         let reads = self.admission.record_get(hash, key);
         let resident = reads.warm;
         if let Some(e) = resident
-            .then(|| self.store.get(key, hash, clock.now()))
+            .then(|| self.store.get(key, hash, clock.now(), clock.warm()))
             .flatten()
         {
             let now = clock.now();
@@ -366,7 +366,7 @@ impl Core {
         keys.map(|key| {
             let hash = self.admission.hash(key);
             self.admission.record_read(hash);
-            match self.store.get(key, hash, now) {
+            match self.store.get(key, hash, now, true) {
                 // MGET answers nil, not an error, for other types; only strings and nil are
                 // ever cached, so a hit reads the same either way.
                 Some(e) => {
