@@ -99,10 +99,9 @@ impl Store {
     }
 
     /// Inserts or replaces an entry (may evict others to stay within the budget). A replaced
-    /// entry is removed first, so that it is retired; that takes two steps, which is why a
-    /// key's inserts must not race (`Core` makes them under the key's `fills` lock).
+    /// entry goes through `on_evict`, which retires it, and the key keeps its standing in the
+    /// eviction policy (a refresh replaces the hottest keys' entries).
     pub fn insert(&self, key: &[u8], entry: Arc<Entry>) {
-        self.remove(key);
         self.map.insert(ShortKey::new(key), entry);
     }
 
