@@ -28,6 +28,7 @@ pub mod pubsub;
 pub mod reload;
 pub mod resp;
 pub mod server;
+pub mod striped;
 pub mod tls;
 pub mod upstream;
 

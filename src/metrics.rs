@@ -6,6 +6,8 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
+use crate::striped::StripedCounter;
+
 /// Process-wide counters and gauges.
 #[derive(Debug)]
 pub struct Metrics {
@@ -17,7 +19,7 @@ pub struct Metrics {
     /// Clients connected now.
     pub connected_clients: Gauge,
     /// Requests received from clients.
-    pub commands: Counter,
+    pub commands: StripedCounter,
     /// Requests answered by corral itself (local commands and refusals).
     pub local_commands: Counter,
     /// Requests that got an error because the upstream failed or timed out.
@@ -39,7 +41,7 @@ impl Default for Metrics {
             connections: Counter::default(),
             rejected_connections: Counter::default(),
             connected_clients: Gauge::default(),
-            commands: Counter::default(),
+            commands: StripedCounter::default(),
             local_commands: Counter::default(),
             upstream_errors: Counter::default(),
             protocol_errors: Counter::default(),

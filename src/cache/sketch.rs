@@ -4,6 +4,8 @@
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
+use crate::striped::{self, Stripes};
+
 /// 16 four-bit counters per word, 8 words per 64-byte block; a key's 4 counters (one per
 /// row, each row with 2 words of its own) all lie in one block, so counting a key touches
 /// one cache line, not four: over a sketch larger than the CPU cache that was most of its cost.
@@ -11,7 +13,14 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 pub struct FrequencySketch {
     table: Box<[Block]>,
     mask: u64,
+    /// Increments counted so far towards the sample, in batches of `batch` from each thread.
     additions: AtomicUsize,
+    /// Each thread's increments not yet added to `additions`: a shared counter bumped by
+    /// every GET on every core cost more than the counters themselves.
+    pending: Stripes,
+    /// How many increments a thread adds to `additions` at once: at most a thousandth of a
+    /// sample, so a halving comes at most that late per thread.
+    batch: usize,
     /// What the halvings left of earlier increments, in increments: with `additions`, the
     /// total the counters hold now (for [`FrequencySketch::noise_floor`]).
     carried: AtomicUsize,
@@ -41,6 +50,8 @@ impl FrequencySketch {
             table: (0..blocks).map(|_| Block::default()).collect(),
             mask: (blocks - 1) as u64,
             additions: AtomicUsize::new(0),
+            pending: Stripes::default(),
+            batch: (words * 10 / 1024).clamp(1, 32),
             carried: AtomicUsize::new(0),
             // Each row has 2 words of 16 counters in every block of 8 words.
             row_counters: words * 4,
@@ -88,10 +99,26 @@ impl FrequencySketch {
             }
             estimate = estimate.min((count + u64::from(count < 15)) as u8);
         }
-        if added && self.additions.fetch_add(1, Ordering::Relaxed) + 1 >= self.sample_size {
-            self.halve();
+        if added {
+            self.count_addition();
         }
         estimate
+    }
+
+    /// Counts an increment towards the sample, halving the counters when it is complete.
+    fn count_addition(&self) {
+        // A plain load and store: the stripe is this thread's own, unless more threads than
+        // stripes run, and then a lost count only delays a halving.
+        let pending = &self.pending[striped::stripe()].0;
+        let n = pending.load(Ordering::Relaxed) as usize + 1;
+        if n < self.batch {
+            pending.store(n as u64, Ordering::Relaxed);
+            return;
+        }
+        pending.store(0, Ordering::Relaxed);
+        if self.additions.fetch_add(n, Ordering::Relaxed) + n >= self.sample_size {
+            self.halve();
+        }
     }
 
     /// Takes `by` off the key's counters (not below 0): a write weighs against the key's
@@ -184,6 +211,32 @@ mod tests {
         assert_eq!(s.additions.load(Ordering::Relaxed), 64 * 10 - 1);
         s.increment(u64::MAX);
         assert_eq!(s.additions.load(Ordering::Relaxed), 0);
+    }
+
+    /// Counted in batches, a sample still ends in a halving at its last increment, and what
+    /// is not yet counted waits in the thread's stripe.
+    #[test]
+    fn batched_increments_complete_a_sample() {
+        let s = FrequencySketch::new(1 << 13);
+        assert!(s.batch > 1);
+        let pending = |s: &FrequencySketch| s.pending[striped::stripe()].0.load(Ordering::Relaxed);
+        // Distinct keys, a few per counter: every increment adds.
+        for k in 1..s.sample_size as u64 {
+            s.increment(k);
+        }
+        let waiting = pending(&s) as usize;
+        assert!(waiting < s.batch);
+        assert_eq!(
+            s.additions.load(Ordering::Relaxed) + waiting,
+            s.sample_size - 1
+        );
+        assert_eq!(s.carried.load(Ordering::Relaxed), 0);
+        s.increment(u64::MAX);
+        assert_eq!(s.carried.load(Ordering::Relaxed), s.sample_size / 2);
+        assert_eq!(
+            s.additions.load(Ordering::Relaxed) + pending(&s) as usize,
+            0
+        );
     }
 
     #[test]

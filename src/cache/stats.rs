@@ -3,13 +3,13 @@
 
 use std::sync::Arc;
 
-use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 use super::store::Store;
 use super::tracking::{self, LaneState, Tracking};
+use crate::striped::StripedCounter;
 use crate::upstream::Health;
 
 type Labels = Vec<(String, String)>;
@@ -17,17 +17,17 @@ type Labels = Vec<(String, String)>;
 /// Cache counters, exported to INFO, `CORRAL CACHE STATS` and Prometheus.
 #[derive(Debug, Default)]
 pub(super) struct Stats {
-    pub(super) hits: Counter,
-    pub(super) misses: Counter,
-    pub(super) coalesced: Counter,
-    pub(super) fills: Counter,
-    pub(super) reads: Counter,
-    pub(super) inserts: Counter,
-    pub(super) invalidations: Counter,
-    pub(super) local_invalidations: Counter,
-    pub(super) flushes: Counter,
-    pub(super) refreshes: Counter,
-    pub(super) oversized: Counter,
+    pub(super) hits: StripedCounter,
+    pub(super) misses: StripedCounter,
+    pub(super) coalesced: StripedCounter,
+    pub(super) fills: StripedCounter,
+    pub(super) reads: StripedCounter,
+    pub(super) inserts: StripedCounter,
+    pub(super) invalidations: StripedCounter,
+    pub(super) local_invalidations: StripedCounter,
+    pub(super) flushes: StripedCounter,
+    pub(super) refreshes: StripedCounter,
+    pub(super) oversized: StripedCounter,
     entries: Gauge,
     bytes: Gauge,
     evictions: Gauge,
@@ -67,7 +67,7 @@ impl Stats {
     }
 
     /// Counters with their Prometheus names and help.
-    fn counters(&self) -> [(&'static str, &'static str, &Counter); 11] {
+    fn counters(&self) -> [(&'static str, &'static str, &StripedCounter); 11] {
         [
             (
                 "cache_hits",
