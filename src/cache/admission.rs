@@ -81,6 +81,11 @@ impl Admission {
         }
     }
 
+    /// The hasher behind [`Admission::hash`].
+    pub(super) fn hasher(&self) -> foldhash::fast::RandomState {
+        self.hasher.clone()
+    }
+
     pub(super) fn hash(&self, key: &[u8]) -> u64 {
         self.hasher.hash_one(key)
     }

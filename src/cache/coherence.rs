@@ -22,7 +22,8 @@ use super::admission::Admission;
 use super::entry::Entry;
 use super::epochs::ReadEpochs;
 use super::flight::Fill;
-use super::leads::Leads;
+use super::leads::{Leads, Slot};
+use super::presence::Presence;
 use super::recent::RecentReads;
 use super::stats::Stats;
 use super::store::Store;
@@ -39,6 +40,9 @@ pub(super) type Key = Arc<[u8]>;
 #[derive(Debug)]
 pub(super) struct Core {
     pub(super) store: Store,
+    /// What of each key the store and the maps of reads in flight (`fills`, `leads`) hold,
+    /// counted by hash: a key at zero has nothing in any of them.
+    pub(super) presence: Arc<Presence>,
     /// Tracked fills, and plain reads sent from here, in flight: the read each key's GETs
     /// join.
     pub(super) fills: DashMap<Key, Arc<Fill>, foldhash::fast::RandomState>,
@@ -71,8 +75,16 @@ impl Core {
 
     /// [`Core::invalidate`] with the key's hash already computed.
     pub(super) fn invalidate_hashed(&self, key: &[u8], hash: u64, unseen: bool) -> bool {
-        let lead = self.leads.remove_if(&hash, |_, s| s.is_for(key)).is_some();
-        let unlinked = self.fills.remove(key).is_some() || lead;
+        // Nearly every write is of a key with nothing here.
+        if !self.presence.may_hold(hash) {
+            return false;
+        }
+        let lead = self.remove_lead(hash, |s| s.is_for(key));
+        let fill = self.fills.remove(key).is_some();
+        if fill {
+            self.presence.remove(hash);
+        }
+        let unlinked = fill || lead;
         let removed = self.store.remove(key);
         if let Some(e) = &removed
             && unseen
@@ -92,8 +104,14 @@ impl Core {
 
     /// Drops every entry and in-flight read.
     pub(super) fn flush(&self) {
-        self.fills.clear();
-        self.leads.clear();
+        self.fills.retain(|k, _| {
+            self.presence.remove(self.admission.hash(k));
+            false
+        });
+        self.leads.retain(|&hash, _| {
+            self.presence.remove(hash);
+            false
+        });
         self.store.clear();
         self.stats.flushes.inc();
     }
@@ -109,7 +127,7 @@ impl Core {
                 Ok(value)
             }
             Err(e) => {
-                self.fills.remove_if(key, |_, f| Arc::ptr_eq(f, fill));
+                self.remove_fill(key, fill);
                 Err(e)
             }
         };
@@ -119,12 +137,13 @@ impl Core {
     /// A lead's plain GET finished. Unjoined (the common case) it only leaves the map: no
     /// waiter, so its reply is not even parsed. Joined, its waiters get the reply.
     pub(super) fn complete_lead(&self, hash: u64, id: u64, r: JobResult) {
-        let joined = match self.leads.remove_if(&hash, |_, s| s.id == id) {
-            Some((_, slot)) => slot.joined.is_some(),
-            // Unlinked by an invalidation, a flush or a newer read: its waiters, if any, are
-            // in `joined`.
-            None => true,
-        };
+        let mut joined = true;
+        // Not found: unlinked by an invalidation, a flush or a newer read, and its waiters,
+        // if any, are in `joined`.
+        self.remove_lead(hash, |s| {
+            joined = s.id != id || s.joined.is_some();
+            s.id == id
+        });
         if joined && let Some((_, fill)) = self.joined.remove(&id) {
             share(&fill, r);
         }
@@ -132,14 +151,40 @@ impl Core {
 
     /// Removes the lead `id` if nobody joined it: then nobody waits for its reply.
     pub(super) fn unlink_lead(&self, hash: u64, id: u64) -> bool {
-        self.leads
-            .remove_if(&hash, |_, s| s.id == id && s.joined.is_none())
+        self.remove_lead(hash, |s| s.id == id && s.joined.is_none())
+    }
+
+    /// Removes the key's bare read if `pred` holds for it, uncounting it.
+    fn remove_lead(&self, hash: u64, pred: impl FnOnce(&Slot) -> bool) -> bool {
+        let removed = self.leads.remove_if(&hash, |_, s| pred(s)).is_some();
+        if removed {
+            self.presence.remove(hash);
+        }
+        removed
+    }
+
+    /// Puts `fill` in `fills` as the read of `key`, whose hash is `hash`, counted first.
+    pub(super) fn add_fill(&self, key: Key, hash: u64, fill: Arc<Fill>) {
+        self.presence.add(hash);
+        if self.fills.insert(key, fill).is_some() {
+            self.presence.remove(hash);
+        }
+    }
+
+    /// Removes `fill` from `fills` if it is still the key's read, uncounting it.
+    fn remove_fill(&self, key: &[u8], fill: &Arc<Fill>) {
+        if self
+            .fills
+            .remove_if(key, |_, f| Arc::ptr_eq(f, fill))
             .is_some()
+        {
+            self.presence.remove(self.admission.hash(key));
+        }
     }
 
     /// A plain GET sent from here finished: share it, keep nothing.
     pub(super) fn complete_read(&self, key: &[u8], fill: &Arc<Fill>, r: JobResult) {
-        self.fills.remove_if(key, |_, f| Arc::ptr_eq(f, fill));
+        self.remove_fill(key, fill);
         share(fill, r);
     }
 
@@ -173,20 +218,25 @@ impl Core {
                 self.stats.inserts.inc();
             }
             o.remove();
+            // After the entry was counted: the key's count never passes through zero.
+            self.presence.remove(self.admission.hash(key));
         }
     }
 
     /// A core with small bounds, for unit tests.
     #[cfg(test)]
     pub(super) fn for_test() -> Core {
+        let admission = Arc::new(Admission::new(1024, 2, 1.0));
+        let presence = Arc::new(Presence::default());
         Core {
-            store: Store::new(1 << 20),
+            store: Store::new(1 << 20, presence.clone(), admission.hasher()),
+            presence,
             fills: DashMap::default(),
             leads: Leads::default(),
             recent: RecentReads::default(),
             epochs: ReadEpochs::default(),
             joined: DashMap::default(),
-            admission: Arc::new(Admission::new(1024, 2, 1.0)),
+            admission,
             stats: Stats::default(),
             max_value: 1024,
             max_age: Duration::from_secs(60),
@@ -216,7 +266,6 @@ mod tests {
     use bytes::Bytes;
 
     use super::super::flight::FillRx;
-    use super::super::leads::Slot;
     use super::super::tracking::LaneState;
     use super::*;
 
@@ -230,7 +279,7 @@ mod tests {
 
     fn fill_on(c: &Core, key: &'static [u8], lane: Arc<LaneState>) -> Arc<Fill> {
         let f = Fill::new(Instant::now(), Some(lane), None);
-        c.fills.insert(Key::from(key), f.clone());
+        c.add_fill(Key::from(key), c.admission.hash(key), f.clone());
         f
     }
 
@@ -288,8 +337,9 @@ mod tests {
     const GET_REPLY: &[u8] = b"$1\r\nv\r\n";
 
     /// A bare read of `key`, as `lookup` registers it; returns the key's hash.
-    fn lead(c: &Core, key: &'static [u8], id: u64) -> u64 {
+    fn lead(c: &Core, key: &[u8], id: u64) -> u64 {
         let hash = c.admission.hash(key);
+        c.presence.add(hash);
         c.leads.insert(hash, Slot::new(id, Instant::now(), key));
         hash
     }
@@ -341,6 +391,7 @@ mod tests {
         let c = Core::for_test();
         // A read of "k" in the slot of "other"'s hash, as if the two hashes were equal.
         let hash = c.admission.hash(b"other");
+        c.presence.add(hash);
         c.leads.insert(hash, Slot::new(7, Instant::now(), b"k"));
         c.invalidate(b"other", true);
         assert!(c.leads.contains_key(&hash));
@@ -364,6 +415,71 @@ mod tests {
         // With no read registered since its mark, a write's second pass finds nothing to do.
         let mark = c.epochs.mark();
         assert!(!c.invalidate_acked(b"k", mark));
+    }
+
+    /// Every way a fill, a bare read or an entry leaves is uncounted once, so the counts
+    /// return to zero; while a key has an entry, its count is never zero.
+    #[test]
+    fn presence_counts_follow_what_enters_and_leaves() {
+        let c = Core::for_test();
+        // Values large enough that the 1 MiB store evicts.
+        let reply = Bytes::from(format!(":-1\r\n$900\r\n{}\r\n", "x".repeat(900)));
+        let later = Instant::now() + Duration::from_secs(3600);
+        let keys: Vec<Vec<u8>> = (0..10_000).map(|i| format!("k{i}").into_bytes()).collect();
+        for (i, key) in keys.iter().enumerate() {
+            let hash = c.admission.hash(key);
+            let k = Key::from(key.as_slice());
+            let f = Fill::new(Instant::now(), Some(lane_on()), None);
+            c.add_fill(k.clone(), hash, f.clone());
+            match i % 6 {
+                0 => c.complete_fill(&k, &f, Ok(reply.clone())),
+                1 => c.complete_fill(&k, &f, Err(UpstreamError::ShuttingDown)),
+                2 => {
+                    c.invalidate(key, true);
+                    c.complete_fill(&k, &f, Ok(reply.clone()));
+                }
+                3 => {
+                    c.complete_fill(&k, &f, Ok(reply.clone()));
+                    c.invalidate(key, false);
+                }
+                4 => {
+                    // Filled twice: the second entry replaces the first.
+                    c.complete_fill(&k, &f, Ok(reply.clone()));
+                    let again = Fill::new(Instant::now(), Some(lane_on()), None);
+                    c.add_fill(k.clone(), hash, again.clone());
+                    c.complete_fill(&k, &again, Ok(reply.clone()));
+                    // Found expired by a lookup an hour later.
+                    c.store.get(key, hash, later, false);
+                }
+                _ => {
+                    c.complete_read(&k, &f, Ok(Bytes::from_static(GET_REPLY)));
+                    let id = i as u64;
+                    lead(&c, &keys[i - 5], id);
+                    match i % 3 {
+                        0 => c.complete_lead(
+                            hash_of(&c, &keys[i - 5]),
+                            id,
+                            Err(UpstreamError::ShuttingDown),
+                        ),
+                        1 => assert!(c.unlink_lead(hash_of(&c, &keys[i - 5]), id)),
+                        _ => {}
+                    }
+                }
+            }
+            for key in [key, &keys[i - i % 6]] {
+                if c.store.contains(key) {
+                    assert!(c.presence.may_hold(c.admission.hash(key)), "{key:?}");
+                }
+            }
+        }
+        assert!(c.store.evictions() > 0);
+        assert!(!c.presence.is_clear(), "entries and leads are left");
+        c.flush();
+        assert!(c.presence.is_clear());
+    }
+
+    fn hash_of(c: &Core, key: &[u8]) -> u64 {
+        c.admission.hash(key)
     }
 
     #[test]

@@ -117,9 +117,10 @@ impl Entry {
         self.live.load(Ordering::Acquire)
     }
 
-    /// Marks the entry as gone from the store, before the removal returns.
-    pub(super) fn retire(&self) {
-        self.live.store(false, Ordering::Release);
+    /// Marks the entry as gone from the store, before the removal returns. True the first
+    /// time only.
+    pub(super) fn retire(&self) -> bool {
+        self.live.swap(false, Ordering::Release)
     }
 
     /// An entry of the bulk string `v`, live for a minute: for unit tests.

@@ -15,6 +15,8 @@
 //! - `recent.rs`: hashes of recent cold GETs (a cold key read twice is joinable).
 //! - `epochs.rs`: when reads were last registered, by key hash (a write's second
 //!   invalidation skips keys no read was registered for since its first).
+//! - `presence.rs`: what the store and the maps of reads in flight hold, counted by key
+//!   hash (a key at zero has nothing in any of them: writes and lookups skip the maps).
 //! - `flight.rs`: one in-flight read that waiters share: a `Fill` ([`FillRx`]).
 //! - `admission.rs`: which keys are worth keeping (sketches, hot keys, early refresh).
 //! - `lately.rs`: which keys were read lately (a write to any other skips the sketch).
@@ -32,6 +34,7 @@ mod hotkeys;
 mod lane;
 mod lately;
 mod leads;
+mod presence;
 mod read;
 mod recent;
 mod short_key;
@@ -57,6 +60,7 @@ pub use tracking::Tracking;
 pub use value::Value;
 
 use crate::config::Config;
+use crate::resp::lookahead::Found;
 use crate::resp::request::encode_request;
 use crate::upstream::cluster::ClusterUpstream;
 use crate::upstream::{ConnSettings, Health, UpstreamConn, UpstreamStatus};
@@ -197,25 +201,35 @@ impl Cache {
     }
 
     /// Starts loading what the GETs of these keys will read first: their sketch counters,
-    /// their slots among the recent cold reads and in the store's front. Called for the GETs
-    /// of a round before any is handled, so that the loads' cache misses overlap, where each
-    /// lookup would otherwise wait for its own in turn: on a large key space, about half of
-    /// what the cache added to a cold GET, and most of what a hit spent in the store. At
-    /// most [`PREFETCH_MAX`] keys. The entries the front slots hold are loaded later, as the
-    /// round goes on ([`Cache::prefetch_next`]): only once a slot has arrived is its entry
-    /// known. Unless `front` (see [`Clock::warm`]), neither is: the slots of keys that are
-    /// not cached hold other keys' entries, and loading them would only cost.
-    pub fn prefetch<'a>(&self, keys: impl Iterator<Item = &'a [u8]>, front: bool) -> Ahead {
+    /// their slots among the recent cold reads, their presence counts and (see below) their
+    /// slots in the store's front; and for SETs, their keys' presence counts. Called for the
+    /// requests of a round before any is handled, so that the loads' cache misses overlap,
+    /// where each lookup would otherwise wait for its own in turn: on a large key space,
+    /// about half of what the cache added to a cold GET, most of what a hit spent in the
+    /// store, and most of what it added to a SET. At most [`PREFETCH_MAX`] requests. The
+    /// entries the front slots hold are loaded later, as the round goes on
+    /// ([`Cache::prefetch_next`]): only once a slot has arrived is its entry known. Unless
+    /// `front` (see [`Clock::warm`]), neither is: the slots of keys that are not cached hold
+    /// other keys' entries, and loading them would only cost.
+    pub fn prefetch<'a>(&self, found: impl Iterator<Item = Found<'a>>, front: bool) -> Ahead {
         let core = &self.core;
         let mut ahead = Ahead::default();
-        for (slot, key) in ahead.hashes.iter_mut().zip(keys) {
+        for found in found.take(PREFETCH_MAX) {
+            let key = match found {
+                Found::Get(key) => key,
+                Found::Set(key) => {
+                    core.presence.prefetch(core.admission.hash(key));
+                    continue;
+                }
+            };
             let hash = core.admission.hash(key);
             core.admission.prefetch(hash);
             core.recent.prefetch(hash);
+            core.presence.prefetch(hash);
             if front {
                 core.store.prefetch(hash);
             }
-            *slot = hash;
+            ahead.hashes[ahead.len] = hash;
             ahead.len += 1;
         }
         if !front {
@@ -363,14 +377,17 @@ fn new_core(cfg: &Config) -> Core {
     // rest of the GET's bookkeeping; collisions only blur estimates, and the noise floor
     // (`Admission::admit`) discounts them.
     let candidates = (c.max_bytes / 1024).clamp(4096, 1 << 13) as usize;
+    let admission = Arc::new(Admission::new(candidates, c.hot_threshold, c.refresh_beta));
+    let presence = Arc::new(presence::Presence::default());
     Core {
-        store: Store::new(c.max_bytes),
+        store: Store::new(c.max_bytes, presence.clone(), admission.hasher()),
+        presence,
         fills: DashMap::default(),
         leads: leads::Leads::default(),
         recent: recent::RecentReads::default(),
         epochs: epochs::ReadEpochs::default(),
         joined: DashMap::default(),
-        admission: Arc::new(Admission::new(candidates, c.hot_threshold, c.refresh_beta)),
+        admission,
         stats: Stats::default(),
         max_value: c.max_value_bytes,
         max_age: Duration::from_millis(c.max_age_ms),

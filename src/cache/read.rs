@@ -158,7 +158,10 @@ impl Core {
         let hash = self.admission.hash(key);
         let reads = self.admission.record_get(hash, key);
         let resident = reads.warm;
-        if let Some(e) = resident
+        // Only a key warm enough to be cached is looked for (see `Admission::may_be_cached`),
+        // and only if it may have something here.
+        let present = resident && self.presence.may_hold(hash);
+        if let Some(e) = present
             .then(|| self.store.get(key, hash, clock.now(), clock.warm()))
             .flatten()
         {
@@ -181,8 +184,10 @@ impl Core {
             return Lookup::Forward;
         }
         let now = clock.now();
+        let present = present || (!resident && self.presence.may_hold(hash));
         // Another client's read is in flight: wait for it.
-        if let Some(f) = self.fills.get(key)
+        if present
+            && let Some(f) = self.fills.get(key)
             && f.joinable(now, self.join_bound)
         {
             self.stats.coalesced.inc();
@@ -192,35 +197,43 @@ impl Core {
         // A plain read others may join is registered under the map's lock, in the same step
         // as the check for one to join: of GETs racing here on several threads, one leads.
         let lead = (lane.is_none() && route.lead).then(flight::lead_id);
-        let registered = match self.leads.entry(hash) {
-            MapEntry::Occupied(mut o) if o.get().is_for(key) => {
-                if o.get().joinable(now, self.join_bound) {
-                    self.stats.coalesced.inc();
-                    return Lookup::Wait(self.join_lead(o.get_mut(), Some(route.conn)));
+        // With nothing of the key here there is nothing to join, and unless this GET leads
+        // there is nothing to register either.
+        let registered = if !present && lead.is_none() {
+            false
+        } else {
+            match self.leads.entry(hash) {
+                MapEntry::Occupied(mut o) if o.get().is_for(key) => {
+                    if o.get().joinable(now, self.join_bound) {
+                        self.stats.coalesced.inc();
+                        return Lookup::Wait(self.join_lead(o.get_mut(), Some(route.conn)));
+                    }
+                    // A read sent too long ago (stuck behind a dead connection, say) is not
+                    // joined: a new one takes its place (its waiters stay in `joined`).
+                    match lead {
+                        Some(id) => {
+                            o.insert(Slot::new(id, now, key));
+                            true
+                        }
+                        None => {
+                            o.remove();
+                            self.presence.remove(hash);
+                            false
+                        }
+                    }
                 }
-                // A read sent too long ago (stuck behind a dead connection, say) is not
-                // joined: a new one takes its place (its waiters stay in `joined`).
-                match lead {
+                // A read of another key with the same hash is in flight: this one is sent
+                // unregistered.
+                MapEntry::Occupied(_) => false,
+                MapEntry::Vacant(v) => match lead {
                     Some(id) => {
-                        o.insert(Slot::new(id, now, key));
+                        self.presence.add(hash);
+                        v.insert(Slot::new(id, now, key));
                         true
                     }
-                    None => {
-                        o.remove();
-                        false
-                    }
-                }
+                    None => false,
+                },
             }
-            // A read of another key with the same hash is in flight: this one is sent
-            // unregistered.
-            MapEntry::Occupied(_) => false,
-            MapEntry::Vacant(v) => match lead {
-                Some(id) => {
-                    v.insert(Slot::new(id, now, key));
-                    true
-                }
-                None => false,
-            },
         };
         if registered {
             self.epochs.registered(hash);
@@ -240,7 +253,7 @@ impl Core {
         // Sent from here: the caller waits on a `Fill` from the start.
         let key = Key::from(key);
         let fill = Fill::new(now, None, Some(route.conn.clone()));
-        self.fills.insert(key.clone(), fill.clone());
+        self.add_fill(key.clone(), hash, fill.clone());
         self.epochs.registered(hash);
         let rx = fill.waiter();
         let mut req = BytesMut::with_capacity(REQUEST_ROOM + key.len());
@@ -286,6 +299,7 @@ impl Core {
             }
             MapEntry::Vacant(v) => {
                 let fill = Fill::new(now, Some(lane.info.clone()), Some(lane.conn.clone()));
+                self.presence.add(hash);
                 v.insert(fill.clone());
                 fill
             }
@@ -351,6 +365,7 @@ impl Core {
                     Some(lane.info.clone()),
                     Some(lane.conn.clone()),
                 );
+                self.presence.add(hash);
                 v.insert(fill.clone());
                 fill
             }

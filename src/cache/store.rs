@@ -2,6 +2,7 @@
 //! frequency and recency (S3-FIFO, from `quick_cache`), with a per-thread front of recent
 //! hits (`front.rs`).
 
+use std::hash::BuildHasher;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
@@ -11,7 +12,12 @@ use quick_cache::{DefaultHashBuilder, Lifecycle, Weighter};
 
 use super::entry::Entry;
 use super::front;
+use super::presence::Presence;
 use super::short_key::ShortKey;
+
+/// How keys are hashed for [`Presence`]: the admission's hasher, so the counts are by the
+/// hashes lookups and writes check.
+pub(super) type KeyHasher = foldhash::fast::RandomState;
 
 #[derive(Debug, Clone)]
 struct ByteWeighter;
@@ -22,34 +28,54 @@ impl Weighter<ShortKey, Arc<Entry>> for ByteWeighter {
     }
 }
 
-#[derive(Debug, Clone, Default)]
-struct CountEvictions(Arc<AtomicU64>);
+/// What is done as entries leave: the one place every way out (removal, replacement,
+/// eviction, expiry, clearing) goes through.
+#[derive(Debug, Clone)]
+struct Exits {
+    evictions: Arc<AtomicU64>,
+    presence: Arc<Presence>,
+    hasher: KeyHasher,
+}
 
-impl Lifecycle<ShortKey, Arc<Entry>> for CountEvictions {
+impl Exits {
+    /// `e` left the map: the fronts stop serving it, and it is no longer counted present.
+    fn left(&self, key: &[u8], e: &Entry) {
+        if e.retire() {
+            self.presence.remove(self.hasher.hash_one(key));
+        }
+    }
+}
+
+impl Lifecycle<ShortKey, Arc<Entry>> for Exits {
     type RequestState = ();
 
-    fn on_evict(&self, _state: &mut (), _key: ShortKey, val: Arc<Entry>) {
-        val.retire();
-        self.0.fetch_add(1, Ordering::Relaxed);
+    fn on_evict(&self, _state: &mut (), key: ShortKey, val: Arc<Entry>) {
+        self.left(key.bytes(), &val);
+        self.evictions.fetch_add(1, Ordering::Relaxed);
     }
 }
 
 /// Byte-bounded key → entry map. Keys are inline when short, so a lookup compares the key
 /// in the table's own memory. Recent hits are served from each thread's front (`front.rs`),
-/// which is why every way an entry leaves the map retires it.
+/// which is why every way an entry leaves the map retires it. Entries are counted in a
+/// [`Presence`] while they are in the map.
 #[derive(Debug)]
 pub struct Store {
-    map: Cache<ShortKey, Arc<Entry>, ByteWeighter, DefaultHashBuilder, CountEvictions>,
-    evictions: Arc<AtomicU64>,
+    map: Cache<ShortKey, Arc<Entry>, ByteWeighter, DefaultHashBuilder, Exits>,
+    exits: Exits,
     /// Names this store's slots in the fronts.
     owner: u32,
 }
 
 impl Store {
-    /// A store holding at most `max_bytes` of keys, values and overhead.
-    pub fn new(max_bytes: u64) -> Self {
-        let evictions = CountEvictions::default();
-        let counter = evictions.0.clone();
+    /// A store holding at most `max_bytes` of keys, values and overhead, counting its
+    /// entries in `presence` by their keys' hashes from `hasher`.
+    pub(super) fn new(max_bytes: u64, presence: Arc<Presence>, hasher: KeyHasher) -> Self {
+        let exits = Exits {
+            evictions: Arc::default(),
+            presence,
+            hasher,
+        };
         let estimated_items = (max_bytes / 512).clamp(1024, 4_000_000) as usize;
         Store {
             map: Cache::with(
@@ -57,11 +83,17 @@ impl Store {
                 max_bytes,
                 ByteWeighter,
                 DefaultHashBuilder::default(),
-                evictions,
+                exits.clone(),
             ),
-            evictions: counter,
+            exits,
             owner: front::new_owner(),
         }
+    }
+
+    /// A store of `max_bytes` with presence counts of its own: for unit tests.
+    #[cfg(test)]
+    pub(super) fn for_test(max_bytes: u64) -> Self {
+        Store::new(max_bytes, Arc::default(), KeyHasher::default())
     }
 
     /// The live entry for `key`, whose hash (any hash of the key, the same every time) is
@@ -102,20 +134,21 @@ impl Store {
     /// entry goes through `on_evict`, which retires it, and the key keeps its standing in the
     /// eviction policy (a refresh replaces the hottest keys' entries).
     pub fn insert(&self, key: &[u8], entry: Arc<Entry>) {
+        self.exits.presence.add(self.exits.hasher.hash_one(key));
         self.map.insert(ShortKey::new(key), entry);
     }
 
     /// Removes `key`, returning its entry if it was present.
     pub fn remove(&self, key: &[u8]) -> Option<Arc<Entry>> {
         let (_, e) = self.map.remove(key)?;
-        e.retire();
+        self.exits.left(key, &e);
         Some(e)
     }
 
     /// Removes everything.
     pub fn clear(&self) {
-        for (_, e) in self.map.drain() {
-            e.retire();
+        for (k, e) in self.map.drain() {
+            self.exits.left(k.bytes(), &e);
         }
     }
 
@@ -136,7 +169,7 @@ impl Store {
 
     /// Entries evicted to stay within the budget, since start.
     pub fn evictions(&self) -> u64 {
-        self.evictions.load(Ordering::Relaxed)
+        self.exits.evictions.load(Ordering::Relaxed)
     }
 }
 
@@ -153,7 +186,7 @@ mod tests {
 
     #[test]
     fn expired_entries_are_not_served() {
-        let s = Store::new(1 << 20);
+        let s = Store::for_test(1 << 20);
         s.insert(b"k", entry(b"v", Duration::ZERO));
         assert!(s.get(b"k", 0, Instant::now(), true).is_none());
         s.insert(b"k", entry(b"v", Duration::from_secs(60)));
@@ -173,7 +206,7 @@ mod tests {
 
     #[test]
     fn the_front_never_serves_an_entry_that_left_the_store() {
-        let s = Store::new(1 << 20);
+        let s = Store::for_test(1 << 20);
         let h = hash(b"k");
         let first = entry(b"1", Duration::from_secs(60));
         s.insert(b"k", first.clone());
@@ -193,7 +226,7 @@ mod tests {
 
     #[test]
     fn the_front_never_serves_an_expired_or_evicted_entry() {
-        let s = Store::new(1 << 20);
+        let s = Store::for_test(1 << 20);
         let h = hash(b"k");
         s.insert(b"k", entry(b"v", Duration::from_millis(30)));
         assert!(served(&s, b"k", h).is_some());
@@ -216,7 +249,7 @@ mod tests {
 
     #[test]
     fn byte_budget_holds() {
-        let s = Store::new(1 << 20);
+        let s = Store::for_test(1 << 20);
         let big = vec![7u8; 64 * 1024];
         for i in 0..100 {
             s.insert(

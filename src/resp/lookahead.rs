@@ -1,30 +1,40 @@
-//! The keys of the GETs among a client's pipelined requests, found ahead of parsing them, so
-//! the cache can start loading what their lookups will read (see `Cache::prefetch`) while
-//! the requests before them are handled.
+//! The keys of the GETs and SETs among a client's pipelined requests, found ahead of parsing
+//! them, so the cache can start loading what their lookups and invalidations will read (see
+//! `Cache::prefetch`) while the requests before them are handled.
 //!
 //! A hint only: it recognises the multibulk form every client library sends and stops at
 //! anything else (an inline request, a frame cut short, a malformed header). The requests
 //! themselves are parsed and checked by [`super::RequestParser`].
 
-/// Iterator over the keys of `GET key` requests at the start of a buffer, up to a count.
+/// A request found ahead: the key of a `GET key`, or of a `SET key value ...`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Found<'a> {
+    /// A GET's key.
+    Get(&'a [u8]),
+    /// A SET's key.
+    Set(&'a [u8]),
+}
+
+/// Iterator over the keys of the GETs and SETs at the start of a buffer, up to a count of
+/// requests.
 #[derive(Debug)]
-pub struct GetKeys<'a> {
+pub struct Keys<'a> {
     rest: &'a [u8],
     left: usize,
 }
 
-/// The keys of the GETs among the first `max` requests in `buf`.
-pub fn get_keys(buf: &[u8], max: usize) -> GetKeys<'_> {
-    GetKeys {
+/// The keys of the GETs and SETs among the first `max` requests in `buf`.
+pub fn keys(buf: &[u8], max: usize) -> Keys<'_> {
+    Keys {
         rest: buf,
         left: max,
     }
 }
 
-impl<'a> Iterator for GetKeys<'a> {
-    type Item = &'a [u8];
+impl<'a> Iterator for Keys<'a> {
+    type Item = Found<'a>;
 
-    fn next(&mut self) -> Option<&'a [u8]> {
+    fn next(&mut self) -> Option<Found<'a>> {
         while self.left > 0 {
             self.left -= 1;
             let buf = self.rest;
@@ -38,7 +48,7 @@ impl<'a> Iterator for GetKeys<'a> {
                     return self.stop();
                 };
                 self.rest = &buf[end + 2..];
-                return Some(&buf[start..end]);
+                return Some(Found::Get(&buf[start..end]));
             }
             let Some((count, mut at)) = line_int(buf, b'*') else {
                 return self.stop();
@@ -55,16 +65,19 @@ impl<'a> Iterator for GetKeys<'a> {
             }
             self.rest = &buf[at..];
             if count == 2 && args[0].eq_ignore_ascii_case(b"GET") {
-                return Some(args[1]);
+                return Some(Found::Get(args[1]));
+            }
+            if count >= 3 && args[0].eq_ignore_ascii_case(b"SET") {
+                return Some(Found::Set(args[1]));
             }
         }
         None
     }
 }
 
-impl GetKeys<'_> {
+impl Keys<'_> {
     /// Ends the iteration: what follows is not read.
-    fn stop(&mut self) -> Option<&'static [u8]> {
+    fn stop(&mut self) -> Option<Found<'static>> {
         self.left = 0;
         None
     }
@@ -101,18 +114,31 @@ fn line_int(buf: &[u8], kind: u8) -> Option<(usize, usize)> {
 mod tests {
     use super::*;
 
-    fn keys(buf: &[u8], max: usize) -> Vec<&[u8]> {
-        get_keys(buf, max).collect()
+    /// The GETs' keys found.
+    fn gets(buf: &[u8], max: usize) -> Vec<&[u8]> {
+        keys(buf, max)
+            .filter_map(|f| match f {
+                Found::Get(k) => Some(k),
+                Found::Set(_) => None,
+            })
+            .collect()
     }
 
     #[test]
     fn finds_gets_among_other_requests() {
         let buf = b"*2\r\n$3\r\nGET\r\n$1\r\na\r\n*3\r\n$3\r\nSET\r\n$1\r\nb\r\n$1\r\nv\r\n\
                     *2\r\n$3\r\nget\r\n$0\r\n\r\n*1\r\n$4\r\nPING\r\n*2\r\n$3\r\nGET\r\n$2\r\ncd\r\n";
-        assert_eq!(keys(buf, 10), vec![&b"a"[..], b"", b"cd"]);
+        assert_eq!(gets(buf, 10), vec![&b"a"[..], b"", b"cd"]);
         // `max` counts requests, not GETs.
-        assert_eq!(keys(buf, 3), vec![&b"a"[..], b""]);
-        assert_eq!(keys(buf, 0), Vec::<&[u8]>::new());
+        assert_eq!(gets(buf, 3), vec![&b"a"[..], b""]);
+        assert_eq!(gets(buf, 0), Vec::<&[u8]>::new());
+        let found: Vec<Found> = keys(buf, 10).collect();
+        assert_eq!(found[1], Found::Set(b"b"));
+        assert_eq!(found.len(), 4);
+        // SET with a value and options; not without a value.
+        let buf = b"*5\r\n$3\r\nset\r\n$2\r\nkk\r\n$1\r\nv\r\n$2\r\nEX\r\n$2\r\n10\r\n\
+                    *2\r\n$3\r\nSET\r\n$1\r\nk\r\n";
+        assert_eq!(keys(buf, 10).collect::<Vec<_>>(), vec![Found::Set(b"kk")]);
     }
 
     #[test]
@@ -128,14 +154,14 @@ mod tests {
         ] {
             let buf = [&get[..], tail, &get[..]].concat();
             assert_eq!(
-                keys(&buf, 10),
+                gets(&buf, 10),
                 vec![&b"a"[..]],
                 "{:?}",
                 String::from_utf8_lossy(tail)
             );
         }
         // GET with the wrong number of arguments is not a lookup.
-        assert!(keys(b"*3\r\n$3\r\nGET\r\n$1\r\na\r\n$1\r\nb\r\n", 10).is_empty());
+        assert!(gets(b"*3\r\n$3\r\nGET\r\n$1\r\na\r\n$1\r\nb\r\n", 10).is_empty());
     }
 
     #[test]
@@ -157,7 +183,8 @@ mod tests {
             }
             buf.truncate((next() % (buf.len() as u64 + 1)) as usize);
             let within = buf.as_ptr_range();
-            for key in get_keys(&buf, 8) {
+            for found in keys(&buf, 8) {
+                let (Found::Get(key) | Found::Set(key)) = found;
                 // Every key found is a part of the buffer.
                 let k = key.as_ptr_range();
                 assert!(within.start <= k.start && k.end <= within.end);

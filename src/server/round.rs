@@ -41,7 +41,7 @@ impl Conn {
         let mut parser = std::mem::take(&mut self.parser);
         let warm = self.writes.clock.warm();
         let mut ahead = (self.shared.cache.as_ref())
-            .map(|c| c.prefetch(lookahead::get_keys(&rbuf, PREFETCH_MAX), warm));
+            .map(|c| c.prefetch(lookahead::keys(&rbuf, PREFETCH_MAX), warm));
         while !self.closing {
             if handled == MAX_PER_ROUND || self.batch.len_bytes() >= MAX_ROUND_BYTES {
                 break;
