@@ -52,6 +52,12 @@ pub(super) struct Reads {
     pub(super) count: u8,
     /// Above the noise floor ([`Admission::may_be_cached`]).
     pub(super) warm: bool,
+    /// Clearly above it: by more than one count, when there is a floor. On a large key space
+    /// a key read once clears the floor by one count by chance about one time in ten (its
+    /// four counters all hold at least the mean), by two about one time in fifty. A key that
+    /// is not is treated as cold on a miss: only a second read soon after registers a read
+    /// others may join (`recent.rs`).
+    pub(super) settled: bool,
 }
 
 /// Admission state shared by every GET.
@@ -99,7 +105,9 @@ impl Admission {
     /// key's read estimate, for [`Admission::may_be_cached`] and [`Admission::admit`].
     pub(super) fn record_get(&self, hash: u64, key: &[u8]) -> Reads {
         let count = self.reads.increment(hash);
-        let warm = self.may_be_cached(count);
+        let floor = self.reads.noise_floor();
+        let warm = count > floor;
+        let settled = count > floor.saturating_add(u8::from(floor > 0));
         // A key at the noise floor (on a large key space, nearly every GET) is neither a top
         // key nor one whose writes need weighing: it costs the sketch alone.
         if warm {
@@ -108,7 +116,11 @@ impl Admission {
                 self.hot.record(hash, key);
             }
         }
-        Reads { count, warm }
+        Reads {
+            count,
+            warm,
+            settled,
+        }
     }
 
     /// Whether a key read `reads` times (its estimate) can be in the store at all: a key is

@@ -177,9 +177,10 @@ impl Core {
             return Lookup::Hit(Value::Cached(e));
         }
         self.stats.misses.inc();
-        // A cold key (see `recent.rs`): neither cached nor, most likely, read by anyone else
-        // now. It costs nothing more than forwarding.
-        if !resident && !self.recent.read_again(hash) {
+        // A cold key (see `recent.rs`), or one barely above the noise (`Reads::settled`):
+        // neither cached nor, most likely, read by anyone else now. It costs nothing more
+        // than forwarding.
+        if !reads.settled && !self.recent.read_again(hash) {
             self.stats.reads.inc();
             return Lookup::Forward;
         }
