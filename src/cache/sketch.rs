@@ -107,15 +107,20 @@ impl FrequencySketch {
 
     /// Counts an increment towards the sample, halving the counters when it is complete.
     fn count_addition(&self) {
-        // A plain load and store: the stripe is this thread's own, unless more threads than
-        // stripes run, and then a lost count only delays a halving.
-        let pending = &self.pending[striped::stripe()].0;
-        let n = pending.load(Ordering::Relaxed) as usize + 1;
-        if n < self.batch {
-            pending.store(n as u64, Ordering::Relaxed);
-            return;
-        }
-        pending.store(0, Ordering::Relaxed);
+        // A thread without a stripe of its own counts each increment directly.
+        let n = match striped::own_stripe() {
+            Some(i) => {
+                let pending = &self.pending[i].0;
+                let n = pending.load(Ordering::Relaxed) as usize + 1;
+                if n < self.batch {
+                    pending.store(n as u64, Ordering::Relaxed);
+                    return;
+                }
+                pending.store(0, Ordering::Relaxed);
+                n
+            }
+            None => 1,
+        };
         if self.additions.fetch_add(n, Ordering::Relaxed) + n >= self.sample_size {
             self.halve();
         }
@@ -219,7 +224,10 @@ mod tests {
     fn batched_increments_complete_a_sample() {
         let s = FrequencySketch::new(1 << 13);
         assert!(s.batch > 1);
-        let pending = |s: &FrequencySketch| s.pending[striped::stripe()].0.load(Ordering::Relaxed);
+        let pending = |s: &FrequencySketch| match striped::own_stripe() {
+            Some(i) => s.pending[i].0.load(Ordering::Relaxed),
+            None => 0,
+        };
         // Distinct keys, a few per counter: every increment adds.
         for k in 1..s.sample_size as u64 {
             s.increment(k);
