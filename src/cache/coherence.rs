@@ -278,7 +278,7 @@ mod tests {
     }
 
     fn fill_on(c: &Core, key: &'static [u8], lane: Arc<LaneState>) -> Arc<Fill> {
-        let f = Fill::new(Instant::now(), Some(lane), None);
+        let f = Fill::new(Key::from(key), Instant::now(), Some(lane), None);
         c.add_fill(Key::from(key), c.admission.hash(key), f.clone());
         f
     }
@@ -429,7 +429,7 @@ mod tests {
         for (i, key) in keys.iter().enumerate() {
             let hash = c.admission.hash(key);
             let k = Key::from(key.as_slice());
-            let f = Fill::new(Instant::now(), Some(lane_on()), None);
+            let f = Fill::new(k.clone(), Instant::now(), Some(lane_on()), None);
             c.add_fill(k.clone(), hash, f.clone());
             match i % 6 {
                 0 => c.complete_fill(&k, &f, Ok(reply.clone())),
@@ -445,7 +445,7 @@ mod tests {
                 4 => {
                     // Filled twice: the second entry replaces the first.
                     c.complete_fill(&k, &f, Ok(reply.clone()));
-                    let again = Fill::new(Instant::now(), Some(lane_on()), None);
+                    let again = Fill::new(k.clone(), Instant::now(), Some(lane_on()), None);
                     c.add_fill(k.clone(), hash, again.clone());
                     c.complete_fill(&k, &again, Ok(reply.clone()));
                     // Found expired by a lookup an hour later.

@@ -42,6 +42,9 @@ pub(super) struct Fill {
     /// per read, and there is one read per miss.)
     result: OnceLock<FillResult>,
     notify: Notify,
+    /// The key read: for a waiter that has to read it again itself (a redirection, a lost
+    /// lane), so that waiters need no copy of their own.
+    key: Arc<[u8]>,
     pub(super) started: Instant,
     /// The tracking lane the read went over (`None` for plain coalesced reads).
     pub(super) lane: Option<Arc<LaneState>>,
@@ -51,6 +54,7 @@ pub(super) struct Fill {
 
 impl Fill {
     pub(super) fn new(
+        key: Arc<[u8]>,
         started: Instant,
         lane: Option<Arc<LaneState>>,
         via: Option<UpstreamConn>,
@@ -58,6 +62,7 @@ impl Fill {
         Arc::new(Fill {
             result: OnceLock::new(),
             notify: Notify::new(),
+            key,
             started,
             lane,
             via,
@@ -103,6 +108,11 @@ impl FillRx {
         self.0.result.get().cloned()
     }
 
+    /// The key read.
+    pub fn key(&self) -> &[u8] {
+        &self.0.key
+    }
+
     /// Whether the read is a tracked fill over a tracking lane (not the client's own GET).
     pub fn tracked(&self) -> bool {
         self.0.lane.is_some()
@@ -133,7 +143,7 @@ mod tests {
     #[test]
     fn reads_older_than_the_bound_are_not_joined() {
         let bound = Duration::from_secs(5);
-        let fresh = Fill::new(Instant::now(), None, None);
+        let fresh = Fill::new(Arc::from(&b"k"[..]), Instant::now(), None, None);
         assert!(fresh.joinable(Instant::now(), bound));
         let later = Instant::now() + Duration::from_secs(6);
         assert!(!fresh.joinable(later, bound));

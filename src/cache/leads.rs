@@ -66,6 +66,11 @@ impl Slot {
         }
     }
 
+    /// The key read.
+    pub(super) fn key(&self) -> &[u8] {
+        self.key.bytes()
+    }
+
     /// Whether this is a read of `key`.
     pub(super) fn is_for(&self, key: &[u8]) -> bool {
         self.key.bytes() == key

@@ -253,7 +253,7 @@ impl Core {
         }
         // Sent from here: the caller waits on a `Fill` from the start.
         let key = Key::from(key);
-        let fill = Fill::new(now, None, Some(route.conn.clone()));
+        let fill = Fill::new(key.clone(), now, None, Some(route.conn.clone()));
         self.add_fill(key.clone(), hash, fill.clone());
         self.epochs.registered(hash);
         let rx = fill.waiter();
@@ -269,7 +269,7 @@ impl Core {
         if let Some(f) = &slot.joined {
             return f.waiter();
         }
-        let fill = Fill::new(slot.started, None, conn.cloned());
+        let fill = Fill::new(Key::from(slot.key()), slot.started, None, conn.cloned());
         // Under the map's lock: the read either finds this in `joined` or completed before,
         // and then this GET found no slot.
         self.joined.insert(slot.id, fill.clone());
@@ -294,12 +294,22 @@ impl Core {
             }
             // A stale read is replaced: it can no longer insert.
             MapEntry::Occupied(mut o) => {
-                let fill = Fill::new(now, Some(lane.info.clone()), Some(lane.conn.clone()));
+                let fill = Fill::new(
+                    key.clone(),
+                    now,
+                    Some(lane.info.clone()),
+                    Some(lane.conn.clone()),
+                );
                 o.insert(fill.clone());
                 fill
             }
             MapEntry::Vacant(v) => {
-                let fill = Fill::new(now, Some(lane.info.clone()), Some(lane.conn.clone()));
+                let fill = Fill::new(
+                    key.clone(),
+                    now,
+                    Some(lane.info.clone()),
+                    Some(lane.conn.clone()),
+                );
                 self.presence.add(hash);
                 v.insert(fill.clone());
                 fill
@@ -362,6 +372,7 @@ impl Core {
             MapEntry::Occupied(_) => return,
             MapEntry::Vacant(v) => {
                 let fill = Fill::new(
+                    key.clone(),
                     Instant::now(),
                     Some(lane.info.clone()),
                     Some(lane.conn.clone()),

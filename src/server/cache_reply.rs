@@ -29,20 +29,20 @@ struct Cached {
 
 impl Conn {
     /// A cache fill or a read coalesced with another client's.
-    pub(super) async fn resolve_fill(&mut self, rx: FillRx, key: Bytes, proto: Proto) {
+    pub(super) async fn resolve_fill(&mut self, rx: FillRx, proto: Proto) {
         let tracked = rx.tracked();
-        let result = self.wait_fill(rx).await;
+        let result = self.wait_fill(&rx).await;
         // In cluster mode a read can meet a slot on the move (MOVED/ASK, or a fill's
         // EXEC aborted by one): answer through the routing path, uncached.
         if self.shared.upstream.cluster.is_some() && redirected(&result) {
-            let reply = self.routed_get(&key).await;
+            let reply = self.routed_get(rx.key()).await;
             self.wbuf.extend_from_slice(&reply);
             return;
         }
         // A fill lost with its tracking lane (dead, reset): the client's own
         // connection may be fine, so it reads the key there, uncached.
         if tracked && result.is_err() {
-            let reply = self.plain_get(&key).await;
+            let reply = self.plain_get(rx.key()).await;
             self.wbuf.extend_from_slice(&reply);
             return;
         }
@@ -53,7 +53,7 @@ impl Conn {
     }
 
     /// The shared read's result, waited for at most `request_timeout`.
-    async fn wait_fill(&self, rx: FillRx) -> FillResult {
+    async fn wait_fill(&self, rx: &FillRx) -> FillResult {
         if let Some(r) = rx.peek() {
             return r;
         }
@@ -133,7 +133,7 @@ impl Conn {
                 cached.at = end;
             }
             Interleaved::Value(v) => v.encode(self.session.proto, &mut self.wbuf),
-            Interleaved::Fill { rx, key, proto } => self.resolve_fill(rx, key, proto).await,
+            Interleaved::Fill { rx, proto } => self.resolve_fill(rx, proto).await,
         }
     }
 }

@@ -32,10 +32,7 @@ pub(super) fn cache_step(
                 match cache.get(key, conn, node, node.is_none(), &mut writes.clock) {
                     Lookup::Hit(v) => Plan::Reply(PendingReply::Value(v)),
                     Lookup::Forward => return None,
-                    Lookup::Wait(rx) => Plan::Reply(PendingReply::Fill {
-                        rx,
-                        key: Bytes::copy_from_slice(key),
-                    }),
+                    Lookup::Wait(rx) => Plan::Reply(PendingReply::Fill { rx }),
                     Lookup::Lead(lead) => Plan::Lead(lead),
                 },
             )

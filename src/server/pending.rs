@@ -63,8 +63,8 @@ pub(super) enum PendingReply {
     Value(Value),
     /// An MGET answered wholly from the cache, encoded when written.
     Values(Vec<Option<Value>>),
-    /// A coalesced or cache-filling read of `key` to wait for.
-    Fill { rx: FillRx, key: Bytes },
+    /// A coalesced or cache-filling read to wait for.
+    Fill { rx: FillRx },
     /// `count` replies from `conn` (boxed, as the other large variants: one per batch, while
     /// every request of a round moves its own pending reply around).
     Upstream(Box<Forwarded>),
@@ -128,13 +128,8 @@ pub(super) enum Interleaved {
     Encoded { len: u32 },
     /// A cache hit too large to copy (see `Batch::interleave_hit`).
     Value(Value),
-    /// A read of `key` shared with another client's, answered in `proto` (see
-    /// [`Queued::proto`]).
-    Fill {
-        rx: FillRx,
-        key: Bytes,
-        proto: Proto,
-    },
+    /// A read shared with another client's, answered in `proto` (see [`Queued::proto`]).
+    Fill { rx: FillRx, proto: Proto },
 }
 
 /// The one reply of a request sent on its own, then handled as `then` says

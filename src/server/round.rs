@@ -162,9 +162,9 @@ impl Conn {
             Plan::Reply(PendingReply::Value(v)) if self.may_interleave() => {
                 self.batch.interleave_hit(v, self.session.proto);
             }
-            Plan::Reply(PendingReply::Fill { rx, key }) if self.may_interleave() => {
+            Plan::Reply(PendingReply::Fill { rx }) if self.may_interleave() => {
                 let proto = self.session.proto;
-                self.batch.interleave(Interleaved::Fill { rx, key, proto });
+                self.batch.interleave(Interleaved::Fill { rx, proto });
             }
             Plan::Reply(reply) => {
                 self.flush_batch().await;
