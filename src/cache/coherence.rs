@@ -104,6 +104,9 @@ impl Core {
 
     /// Drops every entry and in-flight read.
     pub(super) fn flush(&self) {
+        // Uncounted as they are removed, under their shard's lock, so a little before they
+        // are gone: a write that finds a count already down skips what this removes anyway,
+        // and no read can complete or be joined through the locked shard meanwhile.
         self.fills.retain(|k, _| {
             self.presence.remove(self.admission.hash(k));
             false
@@ -340,7 +343,12 @@ mod tests {
     fn lead(c: &Core, key: &[u8], id: u64) -> u64 {
         let hash = c.admission.hash(key);
         c.presence.add(hash);
-        c.leads.insert(hash, Slot::new(id, Instant::now(), key));
+        if c.leads
+            .insert(hash, Slot::new(id, Instant::now(), key))
+            .is_some()
+        {
+            c.presence.remove(hash);
+        }
         hash
     }
 

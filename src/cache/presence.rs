@@ -32,7 +32,7 @@ impl Default for Presence {
 
 impl Presence {
     fn slot(&self, hash: u64) -> &AtomicU16 {
-        // Bits the other tables by hash (`recent`, `epochs`, the sketch) index by little.
+        // Middle bits: `recent.rs` indexes by the low ones, `epochs.rs` by the top ones.
         &self.slots[(hash >> 24) as usize % SLOTS]
     }
 
