@@ -1,5 +1,5 @@
 //! A counter that threads increment without sharing a cache line: one stripe per thread
-//! (threads beyond the first [`STRIPES`]` - 1` share the last one), summed when read.
+//! (threads beyond the first `STRIPES - 1` share the last one), summed when read.
 //!
 //! Counters bumped on every request (the cache's hits and misses, commands received) were
 //! single atomics: each increment on one core took the line from the other, and those
@@ -28,12 +28,12 @@ thread_local! {
 #[repr(align(128))]
 pub(crate) struct Stripe(pub(crate) AtomicU64);
 
-/// A stripe for each thread: index it with [`stripe`] (or [`own_stripe`]).
+/// A stripe for each thread: index it with [`own_stripe`], or add to it with [`add`].
 pub(crate) type Stripes = Box<[Stripe; STRIPES]>;
 
 /// The calling thread's stripe index. The first `STRIPES - 1` threads to ask have one of
 /// their own, which no other thread writes; the rest share the last.
-pub(crate) fn stripe() -> usize {
+fn stripe() -> usize {
     STRIPE.with(|s| *s)
 }
 

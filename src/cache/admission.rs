@@ -56,7 +56,8 @@ pub(super) struct Reads {
     pub(super) warm: bool,
     /// Clearly above it: by more than one count, when there is a floor. On a large key space
     /// a key read once clears the floor by one count by chance about one time in ten (its
-    /// four counters all hold at least the mean), by two about one time in fifty. A key that
+    /// four counters all hold at least the mean: 9% of uniform GETs over 1M keys), by two
+    /// far less often (about one time in fifty, estimated). A key that
     /// is not is treated as cold on a miss: only a second read soon after registers a read
     /// others may join (`recent.rs`).
     pub(super) settled: bool,
@@ -108,6 +109,7 @@ impl Admission {
     pub(super) fn record_get(&self, hash: u64, key: &[u8]) -> Reads {
         let count = self.reads.increment(hash);
         let floor = self.reads.noise_floor();
+        // `may_be_cached`, with the floor read once for both.
         let warm = count > floor;
         let settled = count > floor.saturating_add(u8::from(floor > 0));
         // A key at the noise floor (on a large key space, nearly every GET) is neither a top
