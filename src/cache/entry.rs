@@ -83,6 +83,11 @@ impl Entry {
         Duration::from_micros(u64::from(self.delta_us))
     }
 
+    /// How long the fill took, in microseconds.
+    pub(super) fn delta_us(&self) -> u32 {
+        self.delta_us
+    }
+
     /// Writes the reply Redis would send in `proto`.
     pub fn encode(&self, proto: Proto, out: &mut BytesMut) {
         match &self.body {
@@ -104,6 +109,14 @@ impl Entry {
         match &self.body {
             Body::Inline { len, frame } => Value::frame_size(&frame[..usize::from(*len)]),
             Body::Value(v) => v.size(),
+        }
+    }
+
+    /// About how many bytes its reply takes, as [`Value::reply_len`].
+    pub fn reply_len(&self) -> usize {
+        match &self.body {
+            Body::Inline { len, .. } => usize::from(*len),
+            Body::Value(v) => v.reply_len(),
         }
     }
 

@@ -2,7 +2,7 @@
 //! halving (TinyLFU), so estimates follow recent traffic. Lock-free; counters are approximate
 //! under concurrency, which only blurs estimates.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
 
 use crate::striped::{self, Stripes};
 
@@ -24,6 +24,9 @@ pub struct FrequencySketch {
     /// What the halvings left of earlier increments, in increments: with `additions`, the
     /// total the counters hold now (for [`FrequencySketch::noise_floor`]).
     carried: AtomicUsize,
+    /// [`FrequencySketch::noise_floor`], worked out again whenever the total changes: every
+    /// GET reads it, and a division on each cost more than the rest of its admission check.
+    floor: AtomicU8,
     /// Counters per row: how thinly one row spreads the increments.
     row_counters: usize,
     /// After this many increments every counter is halved.
@@ -53,6 +56,7 @@ impl FrequencySketch {
             pending: Stripes::default(),
             batch: (words * 10 / 1024).clamp(1, 32),
             carried: AtomicUsize::new(0),
+            floor: AtomicU8::new(0),
             // Each row has 2 words of 16 counters in every block of 8 words.
             row_counters: words * 4,
             sample_size: words * 10,
@@ -123,6 +127,8 @@ impl FrequencySketch {
         };
         if self.additions.fetch_add(n, Ordering::Relaxed) + n >= self.sample_size {
             self.halve();
+        } else {
+            self.update_floor();
         }
     }
 
@@ -162,8 +168,14 @@ impl FrequencySketch {
     /// a fixed threshold alone would call a quarter of keys read once "hot"; with few keys
     /// read it stays 0.
     pub fn noise_floor(&self) -> u8 {
+        self.floor.load(Ordering::Relaxed)
+    }
+
+    /// Works the noise floor out again from what the counters hold now.
+    fn update_floor(&self) {
         let total = self.carried.load(Ordering::Relaxed) + self.additions.load(Ordering::Relaxed);
-        ((total + self.row_counters / 2) / self.row_counters).min(15) as u8
+        let floor = ((total + self.row_counters / 2) / self.row_counters).min(15) as u8;
+        self.floor.store(floor, Ordering::Relaxed);
     }
 
     /// Halves every counter (also done automatically after each sample).
@@ -171,6 +183,7 @@ impl FrequencySketch {
         let added = self.additions.swap(0, Ordering::Relaxed);
         let before = self.carried.load(Ordering::Relaxed) + added;
         self.carried.store(before / 2, Ordering::Relaxed);
+        self.update_floor();
         for cell in self.table.iter().flat_map(|b| b.0.iter()) {
             let _ = cell.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
                 Some((v >> 1) & 0x7777_7777_7777_7777)

@@ -4,7 +4,7 @@
 
 use std::hash::BuildHasher;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
 use quick_cache::sync::Cache;
@@ -65,7 +65,19 @@ pub struct Store {
     exits: Exits,
     /// Names this store's slots in the fronts.
     owner: u32,
+    /// The budget, in the map's weights.
+    max_bytes: u64,
+    /// Inserts so far, to look at the map's weight every [`WEIGH_EVERY`] of them.
+    inserts: AtomicU64,
+    /// The map held over half its budget when last weighed: evictions may come, and hits
+    /// through the fronts are shown to its eviction policy (see `front::TOUCH_EVERY`).
+    /// Below that, nothing is evicted, and showing them cost a full lookup each (about a
+    /// tenth of a hit's time on Zipf GETs).
+    filling: AtomicBool,
 }
+
+/// Inserts between two looks at the map's weight (which locks every shard in turn).
+const WEIGH_EVERY: u64 = 64;
 
 impl Store {
     /// A store holding at most `max_bytes` of keys, values and overhead, counting its
@@ -87,6 +99,9 @@ impl Store {
             ),
             exits,
             owner: front::new_owner(),
+            max_bytes,
+            inserts: AtomicU64::new(0),
+            filling: AtomicBool::new(false),
         }
     }
 
@@ -105,7 +120,7 @@ impl Store {
             && let Some(hit) = front::get(self.owner, hash, key)
             && now < hit.entry.expires
         {
-            if hit.touch {
+            if hit.touch && self.filling.load(Ordering::Relaxed) {
                 self.map.get(key);
             }
             return Some(hit.entry);
@@ -136,6 +151,14 @@ impl Store {
     pub fn insert(&self, key: &[u8], entry: Arc<Entry>) {
         self.exits.presence.add(self.exits.hasher.hash_one(key));
         self.map.insert(ShortKey::new(key), entry);
+        if self
+            .inserts
+            .fetch_add(1, Ordering::Relaxed)
+            .is_multiple_of(WEIGH_EVERY)
+        {
+            let filling = self.map.weight() > self.max_bytes / 2;
+            self.filling.store(filling, Ordering::Relaxed);
+        }
     }
 
     /// Removes `key`, returning its entry if it was present.

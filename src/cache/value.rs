@@ -61,6 +61,17 @@ impl Value {
         }
     }
 
+    /// About how many bytes its reply takes, for where a reply may be copied: the frame's
+    /// length, known without reading the frame ([`Value::size`] finds its header's end).
+    pub fn reply_len(&self) -> usize {
+        match self {
+            Value::Bulk(frame) => frame.len(),
+            Value::Error(b) => b.len() + 3,
+            Value::Nil => 5,
+            Value::Cached(e) => e.reply_len(),
+        }
+    }
+
     /// The length of the string in a bulk reply frame.
     pub(super) fn frame_size(frame: &[u8]) -> usize {
         let header = frame.iter().position(|&b| b == b'\n').map_or(0, |i| i + 1);

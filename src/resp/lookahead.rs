@@ -38,12 +38,8 @@ impl<'a> Iterator for Keys<'a> {
         while self.left > 0 {
             self.left -= 1;
             let buf = self.rest;
-            // What clients send for a GET, checked in one comparison.
-            if let Some(rest) = buf.strip_prefix(b"*2\r\n$3\r\n")
-                && let [g, e, t, b'\r', b'\n', ..] = rest
-                && [g, e, t].map(u8::to_ascii_uppercase) == *b"GET"
-            {
-                let at = buf.len() - rest.len() + 5;
+            // What clients send for a GET, in any case, checked as two words.
+            if let Some(at) = get_header(buf) {
                 let Some((start, end)) = bulk(buf, at) else {
                     return self.stop();
                 };
@@ -83,13 +79,31 @@ impl Keys<'_> {
     }
 }
 
+/// `*2\r\n$3\r\nGET\r\n` (the command's name in any case) at the start of `buf`: where the
+/// key's header starts. Compared as words, not byte by byte: this runs on every request.
+fn get_header(buf: &[u8]) -> Option<usize> {
+    const ARRAY: u64 = u64::from_le_bytes(*b"*2\r\n$3\r\n");
+    // Setting bit 5 lower-cases a letter and leaves `get\r\n` alone; no other byte value
+    // becomes one of those letters.
+    const LOWER: u64 = 0x0000_0000_0020_2020;
+    const NAME: u64 = u64::from_le_bytes(*b"get\r\n\0\0\0");
+    const MASK: u64 = 0x0000_00ff_ffff_ffff;
+    let array = u64::from_le_bytes(buf.get(..8)?.try_into().ok()?);
+    let name = u64::from_le_bytes(buf.get(8..16)?.try_into().ok()?);
+    (array == ARRAY && (name | LOWER) & MASK == NAME).then_some(13)
+}
+
 /// The bulk string whose header starts at `at` in `buf`: where its body starts and ends.
 /// `None` if it is cut short or malformed.
 fn bulk(buf: &[u8], at: usize) -> Option<(usize, usize)> {
     let (len, header) = line_int(buf.get(at..)?, b'$')?;
     let start = at + header;
     let end = start + len;
-    (buf.get(end..end + 2)? == b"\r\n").then_some((start, end))
+    // Matched as a pattern: comparing slices calls `memcmp`, dearer than this whole check.
+    match buf.get(end..end + 2)? {
+        [b'\r', b'\n'] => Some((start, end)),
+        _ => None,
+    }
 }
 
 /// A header line `<kind><digits>\r\n` at the start of `buf`: its number and the length of
@@ -101,10 +115,11 @@ fn line_int(buf: &[u8], kind: u8) -> Option<(usize, usize)> {
     }
     let mut n = 0;
     for (i, &b) in rest.iter().take(10).enumerate() {
-        match b {
-            b'0'..=b'9' => n = n * 10 + usize::from(b - b'0'),
-            b'\r' if i > 0 && rest.get(i + 1) == Some(&b'\n') => return Some((n, i + 3)),
-            _ => return None,
+        let digit = b.wrapping_sub(b'0');
+        if digit < 10 {
+            n = n * 10 + usize::from(digit);
+        } else {
+            return (b == b'\r' && i > 0 && rest.get(i + 1) == Some(&b'\n')).then_some((n, i + 3));
         }
     }
     None
@@ -139,6 +154,29 @@ mod tests {
         let buf = b"*5\r\n$3\r\nset\r\n$2\r\nkk\r\n$1\r\nv\r\n$2\r\nEX\r\n$2\r\n10\r\n\
                     *2\r\n$3\r\nSET\r\n$1\r\nk\r\n";
         assert_eq!(keys(buf, 10).collect::<Vec<_>>(), vec![Found::Set(b"kk")]);
+    }
+
+    #[test]
+    fn the_get_header_is_matched_in_any_case_and_nothing_else() {
+        for name in [&b"GET"[..], b"get", b"gEt"] {
+            let mut buf = b"*2\r\n$3\r\n".to_vec();
+            buf.extend_from_slice(name);
+            buf.extend_from_slice(b"\r\n$1\r\nk\r\n");
+            assert_eq!(get_header(&buf), Some(13));
+            assert_eq!(gets(&buf, 1), vec![&b"k"[..]]);
+        }
+        for near in [
+            &b"*2\r\n$3\r\nGEU\r\n$1\r\nk\r\n"[..],
+            b"*2\r\n$3\r\nSET\r\n$1\r\nk\r\n",
+            b"*2\r\n$3\r\nGET\n\r$1\r\nk\r\n",
+            b"*3\r\n$3\r\nGET\r\n$1\r\nk\r\n",
+            b"*2\r\n$4\r\nGET\r\n$1\r\nk\r\n",
+            b"*2\r\n$3\r\nG\x05T\r\n$1\r\nk\r\n",
+        ] {
+            assert_eq!(get_header(near), None, "{near:?}");
+        }
+        // Too short to hold the header and a key.
+        assert_eq!(get_header(b"*2\r\n$3\r\nGET\r\n"), None);
     }
 
     #[test]

@@ -8,7 +8,7 @@ use crate::cache::{Lead, Value};
 use crate::resp::Proto;
 use crate::upstream::UpstreamConn;
 
-/// Largest cache hit copied into the batch's encoded replies; a larger one is held as it is
+/// Largest cache reply copied into the batch's encoded replies; a larger one is held as it is
 /// until written, so a round of large hits does not copy its values twice.
 const ENCODE_AT_MOST: usize = 1024;
 /// Bytes taken at a time for encoded hits: a pipeline's worth of short values.
@@ -109,7 +109,7 @@ impl Batch {
     /// A cache hit, as [`Batch::interleave`]: a short one is encoded in `proto` now, and
     /// joins the hits right before it, if any, as one reply to copy.
     pub(super) fn interleave_hit(&mut self, v: Value, proto: Proto) {
-        if v.size() > ENCODE_AT_MOST {
+        if v.reply_len() > ENCODE_AT_MOST {
             return self.interleave(Interleaved::Value(v));
         }
         let start = self.encoded.len();

@@ -156,7 +156,7 @@ impl Conn {
                 }));
                 self.push_ready(replies::READ_NOT_SENT.to_bytes()).await;
             }
-            Plan::Reply(PendingReply::Value(v)) if self.may_write_now(v.size()) => {
+            Plan::Reply(PendingReply::Value(v)) if self.may_write_now(v.reply_len()) => {
                 v.encode(self.session.proto, &mut self.wbuf);
             }
             Plan::Reply(PendingReply::Value(v)) if self.may_interleave() => {
