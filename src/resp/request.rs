@@ -343,6 +343,10 @@ fn short_header(buf: &[u8], skip: usize, max_line: usize) -> Option<(Option<i64>
     for (i, &b) in digits.iter().take(max_line.min(18) + 1).enumerate() {
         let d = b.wrapping_sub(b'0');
         if d < 10 {
+            if i == 18 {
+                // A 19th digit may not fit: the long way checks.
+                return None;
+            }
             n = n * 10 + i64::from(d);
             continue;
         }
@@ -510,6 +514,8 @@ mod tests {
         for n in [0u64, 1, 7, 10, 99, 100, 12345, 1 << 40, i64::MAX as u64] {
             lines.push(format!("*{n}\r\n").into_bytes());
         }
+        // Digits past what an i64 holds: no overflow on the way to the long path.
+        lines.push(format!("*{}\r\n", "9".repeat(30)).into_bytes());
         let mut short = 0;
         for line in &lines {
             let long = p.long_header(line, 1, "too big").ok().flatten();
