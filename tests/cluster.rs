@@ -8,7 +8,7 @@ mod common;
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use common::{Deadline, RawClient, RedisCluster, RedisServer, bulk, show, sync_cmd};
+use common::{Deadline, RawClient, RedisCluster, RedisServer, bulk, reply_text, show, sync_cmd};
 use corral::cluster::key_slot;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -139,11 +139,19 @@ async fn a_killed_master_is_replaced_and_its_keys_are_readable_again() {
         let k = format!("fo:{i}");
         c.request(&[b"SET", k.as_bytes(), b"v"]).await;
     }
-    // Let the replicas catch up before the master dies.
-    for m in cluster.master_ports() {
-        sync_cmd(m, &["WAIT", "1", "2000"]);
-    }
     let victim = cluster.master_for_slot(key_slot(b"fo:0"));
+    // Let the victim's replica catch up before it dies, or the keys die with it. WAIT on a
+    // connection of its own would wait for none of these writes (it counts only its own
+    // connection's), so the replication offsets are compared.
+    let caught_up = Deadline::new(Duration::from_secs(30), "the replica to catch up")
+        .every(Duration::from_millis(50));
+    loop {
+        let info = reply_text(&sync_cmd(victim, &["INFO", "replication"]));
+        if replica_caught_up(&info) {
+            break;
+        }
+        caught_up.pause_seeing(info).await;
+    }
     let started = Instant::now();
     cluster.kill_node(victim);
     // Errors are allowed while the cluster fails over; hangs are not (each request is
@@ -170,6 +178,25 @@ async fn a_killed_master_is_replaced_and_its_keys_are_readable_again() {
         );
     }
     proxy.stop().await;
+}
+
+/// Whether a master's `INFO replication` shows a replica online at the master's offset.
+fn replica_caught_up(info: &str) -> bool {
+    let field = |line: &str, name: &str| {
+        line.split(',')
+            .find_map(|kv| kv.strip_prefix(name))
+            .map(str::to_string)
+    };
+    let Some(offset) = info
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("master_repl_offset:"))
+    else {
+        return false;
+    };
+    info.lines().filter(|l| l.starts_with("slave")).any(|l| {
+        field(l, "state=").as_deref() == Some("online")
+            && field(l, "offset=").as_deref() == Some(offset.trim())
+    })
 }
 
 // ---- Clients as they are, the CLUSTER view in use, whole-keyspace commands, topology

@@ -127,7 +127,7 @@ impl Conn {
         match cmd.route() {
             Route::Tx(Tx::Multi | Tx::Watch) => self.pin.is_none(),
             Route::Blocking => true,
-            Route::Forward(_) if client_pause(&args).is_none() && self.paused_alone() => true,
+            Route::Forward(_) if client_pause(cmd).is_none() && self.paused_alone() => true,
             // A script moves the client to a dedicated connection; a kill goes out of band.
             Route::Forward(_) if self.shared.upstream.cluster.is_none() => {
                 self.pin.is_none()

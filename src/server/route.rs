@@ -202,7 +202,7 @@ impl Conn {
             _ => None,
         };
         let script = commands::busy::exclusive(cmd) == Some(Exclusive::Script);
-        if let Some(pause) = client_pause(&args) {
+        if let Some(pause) = client_pause(cmd) {
             // Takes effect at EXEC; counting it from now only routes a little early.
             self.shared.upstream.status.note_pause(pause);
         }
@@ -261,7 +261,7 @@ impl Conn {
     /// A forwarded request: paused, exclusive, counted or cached, else batched.
     fn forward(&mut self, cmd: &Command<'_>, access: Access, req: &Request<'_>) -> Plan {
         let args = cmd.args;
-        if let Some(pause) = client_pause(&args) {
+        if let Some(pause) = client_pause(cmd) {
             self.shared.upstream.status.note_pause(pause);
         } else if self.paused_alone() {
             // Redis parks a paused client's connection at its first paused command: on
@@ -281,7 +281,8 @@ impl Conn {
         if let Some(p) = self.exclusive_step(cmd, req) {
             return p;
         }
-        if let Some(count) = super::pubcount::count_of(&args)
+        if matches!(cmd.name(), b"PUBLISH" | b"SPUBLISH" | b"PUBSUB")
+            && let Some(count) = super::pubcount::count_of(&args)
             && !self.all_hubs().iter().all(|h| h.counts_exact())
         {
             return Plan::Alone(Box::new(AloneReq {
@@ -473,11 +474,14 @@ impl Conn {
     }
 }
 
-/// CLIENT PAUSE ms [WRITE|ALL] (`Some(Some(ms))`) or CLIENT UNPAUSE (`Some(None)`).
-pub(super) fn client_pause(args: &crate::resp::Args<'_>) -> Option<Option<u64>> {
-    if !args.get(0)?.eq_ignore_ascii_case(b"CLIENT") {
+/// CLIENT PAUSE ms [WRITE|ALL] (`Some(Some(ms))`) or CLIENT UNPAUSE (`Some(None)`). Asked of
+/// every forwarded request: the name already upper-cased in `cmd` is compared, not the
+/// argument.
+pub(super) fn client_pause(cmd: &Command<'_>) -> Option<Option<u64>> {
+    if cmd.name() != b"CLIENT" {
         return None;
     }
+    let args = &cmd.args;
     let sub = args.get(1)?;
     if sub.eq_ignore_ascii_case(b"UNPAUSE") {
         return Some(None);
