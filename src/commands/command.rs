@@ -116,4 +116,43 @@ impl<'a> Command<'a> {
             .get(i)
             .is_some_and(|a| a.eq_ignore_ascii_case(word))
     }
+
+    /// CLIENT PAUSE ms [WRITE|ALL] (`Some(Some(ms))`) or CLIENT UNPAUSE (`Some(None)`). Asked of
+    /// every forwarded request: the upper-cased name is compared, not the argument.
+    pub fn client_pause(&self) -> Option<Option<u64>> {
+        if self.name() != b"CLIENT" {
+            return None;
+        }
+        if self.arg_is(1, b"UNPAUSE") {
+            return Some(None);
+        }
+        if !self.arg_is(1, b"PAUSE") {
+            return None;
+        }
+        let ms = std::str::from_utf8(self.args.get(2)?)
+            .ok()?
+            .parse::<u64>()
+            .ok()?;
+        Some(Some(ms))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pause(words: &[&str]) -> Option<Option<u64>> {
+        let owned: Vec<Vec<u8>> = words.iter().map(|w| w.as_bytes().to_vec()).collect();
+        Command::new(Args::Owned(&owned)).client_pause()
+    }
+
+    #[test]
+    fn client_pause_and_unpause_are_told_apart_from_other_commands() {
+        assert_eq!(pause(&["client", "Pause", "100", "WRITE"]), Some(Some(100)));
+        assert_eq!(pause(&["CLIENT", "UNPAUSE"]), Some(None));
+        assert_eq!(pause(&["CLIENT", "PAUSE", "soon"]), None);
+        assert_eq!(pause(&["CLIENT", "LIST"]), None);
+        assert_eq!(pause(&["CLIENT"]), None);
+        assert_eq!(pause(&["GET", "PAUSE", "100"]), None);
+    }
 }

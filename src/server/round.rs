@@ -10,7 +10,7 @@ use super::client::Conn;
 use super::clients::ReplyMode;
 use super::pending::{AfterAck, AloneReply, Forwarded, Interleaved, PendingReply, Queued};
 use super::plan::{AloneReq, BlockingReq, NodeReq, Plan, Repin};
-use super::route::{Request, client_pause};
+use super::route::Request;
 use crate::cache::PREFETCH_MAX;
 use crate::commands::{self, Command, Exclusive, Route, Tx};
 use crate::error::replies;
@@ -127,7 +127,7 @@ impl Conn {
         match cmd.route() {
             Route::Tx(Tx::Multi | Tx::Watch) => self.pin.is_none(),
             Route::Blocking => true,
-            Route::Forward(_) if client_pause(cmd).is_none() && self.paused_alone() => true,
+            Route::Forward(_) if cmd.client_pause().is_none() && self.paused_alone() => true,
             // A script moves the client to a dedicated connection; a kill goes out of band.
             Route::Forward(_) if self.shared.upstream.cluster.is_none() => {
                 self.pin.is_none()

@@ -202,7 +202,7 @@ impl Conn {
             _ => None,
         };
         let script = commands::busy::exclusive(cmd) == Some(Exclusive::Script);
-        if let Some(pause) = client_pause(cmd) {
+        if let Some(pause) = cmd.client_pause() {
             // Takes effect at EXEC; counting it from now only routes a little early.
             self.shared.upstream.status.note_pause(pause);
         }
@@ -261,7 +261,7 @@ impl Conn {
     /// A forwarded request: paused, exclusive, counted or cached, else batched.
     fn forward(&mut self, cmd: &Command<'_>, access: Access, req: &Request<'_>) -> Plan {
         let args = cmd.args;
-        if let Some(pause) = client_pause(cmd) {
+        if let Some(pause) = cmd.client_pause() {
             self.shared.upstream.status.note_pause(pause);
         } else if self.paused_alone() {
             // Redis parks a paused client's connection at its first paused command: on
@@ -472,28 +472,6 @@ impl Conn {
         let (reply, waits) = self.pubsub(sub, &crate::resp::Args::Owned(&owned));
         Plan::Reply(PendingReply::Subscribed { reply, waits })
     }
-}
-
-/// CLIENT PAUSE ms [WRITE|ALL] (`Some(Some(ms))`) or CLIENT UNPAUSE (`Some(None)`). Asked of
-/// every forwarded request: the name already upper-cased in `cmd` is compared, not the
-/// argument.
-pub(super) fn client_pause(cmd: &Command<'_>) -> Option<Option<u64>> {
-    if cmd.name() != b"CLIENT" {
-        return None;
-    }
-    let args = &cmd.args;
-    let sub = args.get(1)?;
-    if sub.eq_ignore_ascii_case(b"UNPAUSE") {
-        return Some(None);
-    }
-    if !sub.eq_ignore_ascii_case(b"PAUSE") {
-        return None;
-    }
-    let ms = std::str::from_utf8(args.get(2)?)
-        .ok()?
-        .parse::<u64>()
-        .ok()?;
-    Some(Some(ms))
 }
 
 /// CLIENT UNBLOCK, which goes to Redis with the blocked client's upstream id.
