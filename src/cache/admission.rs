@@ -36,7 +36,8 @@ thread_local! {
 
 /// True about once in `n` calls (`n` a power of two), at random, so a periodic request
 /// pattern (a pipeline repeating the same keys) is not sampled at one fixed position.
-fn one_in(n: u64) -> bool {
+#[inline]
+pub(super) fn one_in(n: u64) -> bool {
     SAMPLER.with(|s| {
         let mut x = s.get();
         x ^= x << 13;

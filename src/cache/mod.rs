@@ -200,6 +200,25 @@ impl Cache {
         self.core.lookup(key, route, clock)
     }
 
+    /// A client's round ended: counts the GETs it forwarded without a lookup
+    /// ([`Cache::skips`]).
+    pub fn end_round(&self, clock: &mut Clock) {
+        if clock.skipped > 0 {
+            self.core
+                .stats
+                .skipped
+                .inc_by(std::mem::take(&mut clock.skipped));
+        }
+    }
+
+    /// Whether a GET of `key` is forwarded as it is, with no lookup: the connection reads
+    /// only cold keys, and `key` is one (see [`Clock::cool`]). Else it goes to
+    /// [`Cache::get`].
+    #[inline]
+    pub fn skips(&self, key: &[u8], clock: &mut Clock) -> bool {
+        self.core.skips(key, clock)
+    }
+
     /// Starts loading what the GETs of these keys will read first: their sketch counters,
     /// their slots among the recent cold reads, their presence counts and (see below) their
     /// slots in the store's front; and for SETs, their keys' presence counts. Called for the

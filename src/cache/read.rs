@@ -8,6 +8,7 @@ use std::time::Instant;
 use bytes::BytesMut;
 use dashmap::mapref::entry::Entry as MapEntry;
 
+use super::admission::one_in;
 use super::coherence::{Core, Key};
 use super::flight::{self, Fill, FillRx};
 use super::lane::LaneHandle;
@@ -25,13 +26,32 @@ use crate::upstream::{JobResult, ReplyTo, UpstreamConn};
 /// have. Reads started at it count their keys' TTLs from it, which is earlier than Redis ran
 /// them: their entries expire early, never late.
 ///
-/// It also remembers whether the last round served a hit: see [`Clock::warm`].
+/// It also remembers whether the last round served a hit (see [`Clock::warm`]), and how long
+/// the connection has gone without one (see [`COOL_AFTER`]).
 #[derive(Debug, Default)]
 pub struct Clock {
     now: Option<Instant>,
     hit: bool,
     warm: bool,
+    /// GETs looked up since the connection's last hit or joined read.
+    idle: u32,
+    /// GETs forwarded without a lookup since the cache last counted them.
+    pub(super) skipped: u64,
 }
+
+/// GETs a connection looks up in a row with no hit and no read joined before it is cool: it
+/// reads keys the cache neither holds nor sees read by anyone else (cold keys, most likely
+/// all of them). A cool connection's GET of a key with nothing here (`presence.rs`) is
+/// forwarded as it is, uncounted, unless it is one of the [`COOL_SAMPLE`]: a cold GET then
+/// costs about what forwarding does, where counting and looking up each cost half as much
+/// again. The GETs of keys with an entry or a read in flight are still looked up, so they
+/// hit or join as before, and the first hit or join makes the connection warm again.
+pub(super) const COOL_AFTER: u32 = 1024;
+/// A cool connection looks up one GET in this many (a power of two) of keys with nothing
+/// here, at random: enough for a key that grows hot to be counted (the sketch's counts are
+/// relative, so one sampled GET in sixteen of every cool connection finds the same keys hot,
+/// later) and for a stampede to start a read the rest can join.
+pub(super) const COOL_SAMPLE: u64 = 16;
 
 impl Clock {
     /// The round's time.
@@ -44,6 +64,22 @@ impl Clock {
         self.now = None;
         self.warm = self.hit;
         self.hit = false;
+    }
+
+    /// Whether the connection is cool (see [`COOL_AFTER`]): its rounds are not worth a
+    /// lookahead.
+    pub fn cool(&self) -> bool {
+        self.idle >= COOL_AFTER
+    }
+
+    /// A GET was looked up: one more in the connection's idle run, unless [`Clock::served`].
+    fn looked_up(&mut self) {
+        self.idle = self.idle.saturating_add(1);
+    }
+
+    /// The GET was a hit or joined a read: the connection's idle run ends.
+    fn served(&mut self) {
+        self.idle = 0;
     }
 
     /// Whether the previous round served a local hit. A connection whose last round had
@@ -145,6 +181,20 @@ pub(super) struct Route<'a, L: Fn() -> Option<Arc<LaneHandle>>> {
 }
 
 impl Core {
+    /// Whether a cool connection's GET of `key` is forwarded with no lookup: see
+    /// [`COOL_AFTER`].
+    #[inline]
+    pub(super) fn skips(&self, key: &[u8], clock: &mut Clock) -> bool {
+        if !clock.cool() || self.presence.may_hold(self.admission.hash(key)) {
+            return false;
+        }
+        if one_in(COOL_SAMPLE) {
+            return false;
+        }
+        clock.skipped += 1;
+        true
+    }
+
     /// A GET of `key`: see [`super::Cache::get`].
     pub(super) fn lookup<L>(
         self: &Arc<Self>,
@@ -155,6 +205,7 @@ impl Core {
     where
         L: Fn() -> Option<Arc<LaneHandle>>,
     {
+        clock.looked_up();
         let hash = self.admission.hash(key);
         let reads = self.admission.record_get(hash, key);
         let resident = reads.warm;
@@ -167,6 +218,7 @@ impl Core {
         {
             let now = clock.now();
             clock.hit = true;
+            clock.served();
             self.stats.hits.inc();
             e.mark_hit();
             if self.admission.should_refresh(&e, now)
@@ -192,6 +244,7 @@ impl Core {
             && f.joinable(now, self.join_bound)
         {
             self.stats.coalesced.inc();
+            clock.served();
             return Lookup::Wait(f.waiter());
         }
         let lane = (route.lane)().filter(|l| self.admission.admit(reads.count, &l.info));
@@ -207,6 +260,7 @@ impl Core {
                 MapEntry::Occupied(mut o) if o.get().is_for(key) => {
                     if o.get().joinable(now, self.join_bound) {
                         self.stats.coalesced.inc();
+                        clock.served();
                         return Lookup::Wait(self.join_lead(o.get_mut(), Some(route.conn)));
                     }
                     // A read sent too long ago (stuck behind a dead connection, say) is not
@@ -428,6 +482,36 @@ mod tests {
         let settings = ConnSettings::new(&Config::default(), &url, access);
         let status = Arc::new(UpstreamStatus::default());
         UpstreamConn::spawn(settings, status, CancellationToken::new(), None)
+    }
+
+    /// A connection whose lookups served nothing turns cool: its GETs of keys with nothing
+    /// here are then skipped, bar a sample; a key with something here never is; a hit or
+    /// join makes it warm again.
+    #[test]
+    fn a_connection_cools_after_lookups_that_served_nothing() {
+        let core = Core::for_test();
+        let mut clock = Clock::default();
+        for _ in 0..COOL_AFTER {
+            assert!(!core.skips(b"cold", &mut clock));
+            clock.looked_up();
+        }
+        assert!(clock.cool());
+        let n = 1600;
+        let skipped = (0..n)
+            .filter(|i| core.skips(format!("k{i}").as_bytes(), &mut clock))
+            .count();
+        let expected = n - n / COOL_SAMPLE as usize;
+        assert!(
+            (expected - 100..n).contains(&skipped),
+            "{skipped} of {n} skipped, about {expected} expected"
+        );
+        assert_eq!(clock.skipped, skipped as u64);
+        let hash = core.admission.hash(b"present");
+        core.presence.add(hash);
+        assert!((0..100).all(|_| !core.skips(b"present", &mut clock)));
+        core.presence.remove(hash);
+        clock.served();
+        assert!(!clock.cool() && !core.skips(b"cold", &mut clock));
     }
 
     /// Two GETs of a key read again, racing on two threads, make one lead: the other joins it.

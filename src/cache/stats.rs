@@ -19,6 +19,7 @@ type Labels = Vec<(String, String)>;
 pub(super) struct Stats {
     pub(super) hits: StripedCounter,
     pub(super) misses: StripedCounter,
+    pub(super) skipped: StripedCounter,
     pub(super) coalesced: StripedCounter,
     pub(super) fills: StripedCounter,
     pub(super) reads: StripedCounter,
@@ -67,7 +68,7 @@ impl Stats {
     }
 
     /// Counters with their Prometheus names and help.
-    fn counters(&self) -> [(&'static str, &'static str, &StripedCounter); 11] {
+    fn counters(&self) -> [(&'static str, &'static str, &StripedCounter); 12] {
         [
             (
                 "cache_hits",
@@ -75,6 +76,11 @@ impl Stats {
                 &self.hits,
             ),
             ("cache_misses", "GETs not answered locally", &self.misses),
+            (
+                "cache_skipped",
+                "GETs of connections reading only cold keys, forwarded with no lookup",
+                &self.skipped,
+            ),
             (
                 "cache_coalesced",
                 "GETs that joined another client's upstream read",
@@ -222,6 +228,7 @@ impl Stats {
             ("cache_lane_resets", resets.to_string()),
             ("cache_hits", self.hits.get().to_string()),
             ("cache_misses", self.misses.get().to_string()),
+            ("cache_skipped", self.skipped.get().to_string()),
             ("cache_coalesced", self.coalesced.get().to_string()),
             ("cache_fills", self.fills.get().to_string()),
             ("cache_reads", self.reads.get().to_string()),

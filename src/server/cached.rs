@@ -25,8 +25,11 @@ pub(super) fn cache_step(
 ) -> Option<Plan> {
     let args = &cmd.args;
     match access {
-        Access::Get if args.len() == 2 && may_serve && !writes.touched(args.get(1)?) => {
+        Access::Get if args.len() == 2 && may_serve => {
             let key = args.get(1)?;
+            if cache.skips(key, &mut writes.clock) || writes.touched(key) {
+                return None;
+            }
             // Standalone, a leading read rides in the client's own batch.
             Some(
                 match cache.get(key, conn, node, node.is_none(), &mut writes.clock) {

@@ -39,8 +39,10 @@ impl Conn {
         // Requests are routed from these while `self` changes; they are put back below.
         let rbuf = std::mem::take(&mut self.rbuf);
         let mut parser = std::mem::take(&mut self.parser);
-        let warm = self.writes.clock.warm();
+        // A cool connection's GETs are mostly forwarded unlooked (`Cache::skips`).
+        let (warm, cool) = (self.writes.clock.warm(), self.writes.clock.cool());
         let mut ahead = (self.shared.cache.as_ref())
+            .filter(|_| !cool)
             .map(|c| c.prefetch(lookahead::keys(&rbuf, PREFETCH_MAX), warm));
         while !self.closing {
             if handled == MAX_PER_ROUND || self.batch.len_bytes() >= MAX_ROUND_BYTES {
@@ -113,6 +115,9 @@ impl Conn {
         self.rbuf.advance(off);
         self.flush_batch().await;
         self.shared.metrics.commands.inc_by(handled as u64);
+        if let Some(c) = &self.shared.cache {
+            c.end_round(&mut self.writes.clock);
+        }
         wants_input
     }
 
