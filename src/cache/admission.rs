@@ -157,11 +157,13 @@ impl Admission {
         }
     }
 
-    /// Counts a read of the key with this hash for hotness only (MGET).
-    pub(super) fn record_read(&self, hash: u64) {
-        if self.may_be_cached(self.reads.increment(hash)) {
+    /// Counts a read of the key with this hash for hotness only (MGET); returns its estimate.
+    pub(super) fn record_read(&self, hash: u64) -> u8 {
+        let reads = self.reads.increment(hash);
+        if self.may_be_cached(reads) {
             self.lately.note(hash);
         }
+        reads
     }
 
     /// Hot enough to keep: reads net of [`WRITE_WEIGHT`] per write and per wasted fill.

@@ -294,7 +294,7 @@ mod tests {
         let f = fill(&c, b"k");
         let rx = f.waiter();
         c.complete_fill(&Key::from(&b"k"[..]), &f, Ok(Bytes::from_static(REPLY)));
-        assert!(c.store.get(b"k", 0, Instant::now(), true).is_some());
+        assert!(c.store.get(b"k", 0, Instant::now(), true, 0).is_some());
         assert!(c.fills.is_empty());
         assert_eq!(rx.peek(), Some(Ok(Value::bulk(b"v"))));
     }
@@ -306,7 +306,7 @@ mod tests {
         let rx = f.waiter();
         c.invalidate(b"k", true);
         c.complete_fill(&Key::from(&b"k"[..]), &f, Ok(Bytes::from_static(REPLY)));
-        assert!(c.store.get(b"k", 0, Instant::now(), true).is_none());
+        assert!(c.store.get(b"k", 0, Instant::now(), true, 0).is_none());
         assert!(rx.peek().is_some());
     }
 
@@ -317,7 +317,7 @@ mod tests {
         c.invalidate(b"k", true);
         let new = fill(&c, b"k");
         c.complete_fill(&Key::from(&b"k"[..]), &old, Ok(Bytes::from_static(REPLY)));
-        assert!(c.store.get(b"k", 0, Instant::now(), true).is_none());
+        assert!(c.store.get(b"k", 0, Instant::now(), true, 0).is_none());
         assert!(Arc::ptr_eq(&c.fills.get(&b"k"[..]).unwrap(), &new));
     }
 
@@ -419,7 +419,7 @@ mod tests {
         c.epochs.registered(c.admission.hash(b"k"));
         assert!(c.invalidate_acked(b"k", mark));
         c.complete_fill(&Key::from(&b"k"[..]), &f, Ok(Bytes::from_static(REPLY)));
-        assert!(c.store.get(b"k", 0, Instant::now(), true).is_none());
+        assert!(c.store.get(b"k", 0, Instant::now(), true, 0).is_none());
         // With no read registered since its mark, a write's second pass finds nothing to do.
         let mark = c.epochs.mark();
         assert!(!c.invalidate_acked(b"k", mark));
@@ -457,7 +457,7 @@ mod tests {
                     c.add_fill(k.clone(), hash, again.clone());
                     c.complete_fill(&k, &again, Ok(reply.clone()));
                     // Found expired by a lookup an hour later.
-                    c.store.get(key, hash, later, false);
+                    c.store.get(key, hash, later, false, 0);
                 }
                 _ => {
                     c.complete_read(&k, &f, Ok(Bytes::from_static(GET_REPLY)));
@@ -496,6 +496,6 @@ mod tests {
         let f = fill(&c, b"k");
         let r = b":0\r\n$1\r\nv\r\n";
         c.complete_fill(&Key::from(&b"k"[..]), &f, Ok(Bytes::from_static(r)));
-        assert!(c.store.get(b"k", 0, Instant::now(), true).is_none());
+        assert!(c.store.get(b"k", 0, Instant::now(), true, 0).is_none());
     }
 }

@@ -33,7 +33,7 @@ pub(super) const MAX_VALUE: usize = 512;
 /// Every this many hits through a slot, the lookup also reads the store, so that its
 /// eviction policy still sees the key in use (once the store is over half full: see
 /// `Store::filling`).
-pub(super) const TOUCH_EVERY: u32 = 32;
+pub(super) const TOUCH_EVERY: u16 = 32;
 
 static OWNERS: AtomicU32 = AtomicU32::new(1);
 
@@ -46,7 +46,11 @@ pub(super) fn new_owner() -> u32 {
 #[repr(align(64))]
 struct Slot {
     owner: u32,
-    hits: u32,
+    hits: u16,
+    /// What a store hit of another key must be read as often as (its sketch estimate) to
+    /// take the slot: the holder's estimate at its last hit, less one for each key turned
+    /// away since.
+    bar: u8,
     hash: u64,
     key: Option<ShortKey>,
     entry: Option<Arc<Entry>>,
@@ -94,8 +98,9 @@ pub(super) fn prefetch_entry(hash: u64) {
     });
 }
 
-/// The live entry of `key` in this thread's slot for `hash`, if the slot holds it for `owner`.
-pub(super) fn get(owner: u32, hash: u64, key: &[u8]) -> Option<Hit> {
+/// The live entry of `key` in this thread's slot for `hash`, if the slot holds it for `owner`;
+/// `reads` is the key's read estimate (see [`put`]).
+pub(super) fn get(owner: u32, hash: u64, key: &[u8], reads: u8) -> Option<Hit> {
     FRONT.with(|f| {
         let mut f = f.try_borrow_mut().ok()?;
         let slot = f.as_mut()?.get_mut(index(hash))?;
@@ -107,6 +112,7 @@ pub(super) fn get(owner: u32, hash: u64, key: &[u8]) -> Option<Hit> {
             return None;
         }
         slot.hits = slot.hits.wrapping_add(1);
+        slot.bar = reads;
         Some(Hit {
             entry: entry.clone(),
             touch: slot.hits.is_multiple_of(TOUCH_EVERY),
@@ -114,8 +120,12 @@ pub(super) fn get(owner: u32, hash: u64, key: &[u8]) -> Option<Hit> {
     })
 }
 
-/// Puts a store hit in this thread's slot for `hash`, unless its key or value is too long.
-pub(super) fn put(owner: u32, hash: u64, key: &[u8], entry: &Arc<Entry>) {
+/// Puts a store hit in this thread's slot for `hash`, unless its key or value is too long,
+/// or the slot holds a live entry of a key read more often (see [`Slot::bar`]): `reads` is
+/// the key's read estimate. With more entries than slots, a hot key's slot would otherwise
+/// go to each colder key that maps there, and its next hit would read the store again; a
+/// holder that stopped being read loses the slot after a few keys turned away.
+pub(super) fn put(owner: u32, hash: u64, key: &[u8], entry: &Arc<Entry>, reads: u8) {
     if key.len() > INLINE || entry.size() > MAX_VALUE {
         return;
     }
@@ -125,9 +135,17 @@ pub(super) fn put(owner: u32, hash: u64, key: &[u8], entry: &Arc<Entry>) {
         };
         let slots = f.get_or_insert_with(|| (0..SLOTS).map(|_| Slot::default()).collect());
         if let Some(slot) = slots.get_mut(index(hash)) {
+            if slot.owner == owner
+                && slot.bar > reads
+                && slot.entry.as_ref().is_some_and(|e| e.live())
+            {
+                slot.bar -= 1;
+                return;
+            }
             *slot = Slot {
                 owner,
                 hits: 0,
+                bar: reads,
                 hash,
                 key: Some(ShortKey::new(key)),
                 entry: Some(entry.clone()),
@@ -144,37 +162,62 @@ mod tests {
     fn a_slot_serves_only_its_own_key_of_its_own_store_while_live() {
         let (a, b) = (new_owner(), new_owner());
         let e = Entry::of(b"v");
-        put(a, 7, b"k", &e);
-        assert!(get(a, 7, b"k").is_some_and(|h| Arc::ptr_eq(&h.entry, &e)));
-        assert!(get(b, 7, b"k").is_none(), "another store's slot");
-        assert!(get(a, 7, b"j").is_none(), "another key, same hash");
+        put(a, 7, b"k", &e, 0);
+        assert!(get(a, 7, b"k", 0).is_some_and(|h| Arc::ptr_eq(&h.entry, &e)));
+        assert!(get(b, 7, b"k", 0).is_none(), "another store's slot");
+        assert!(get(a, 7, b"j", 0).is_none(), "another key, same hash");
         assert!(
-            get(a, 7 + SLOTS as u64, b"k").is_none(),
+            get(a, 7 + SLOTS as u64, b"k", 0).is_none(),
             "another hash, same slot"
         );
         e.retire();
-        assert!(get(a, 7, b"k").is_none(), "an entry that left the store");
+        assert!(get(a, 7, b"k", 0).is_none(), "an entry that left the store");
     }
 
     #[test]
     fn every_so_many_hits_ask_for_the_store_to_be_read_too() {
         let owner = new_owner();
-        put(owner, 9, b"k", &Entry::of(b"v"));
+        put(owner, 9, b"k", &Entry::of(b"v"), 0);
         let touches = (0..TOUCH_EVERY * 3)
-            .filter(|_| get(owner, 9, b"k").is_some_and(|h| h.touch))
+            .filter(|_| get(owner, 9, b"k", 0).is_some_and(|h| h.touch))
             .count();
         assert_eq!(touches, 3);
     }
 
     #[test]
+    fn a_key_read_less_often_takes_a_live_slot_only_after_others_were_turned_away() {
+        let owner = new_owner();
+        let (hot, cold) = (Entry::of(b"h"), Entry::of(b"c"));
+        let other = 21 + SLOTS as u64;
+        put(owner, 21, b"hot", &hot, 9);
+        // Turned away while the holder's bar (9, less one per key turned away) is higher.
+        for _ in 0..3 {
+            put(owner, other, b"cold", &cold, 6);
+            assert!(get(owner, other, b"cold", 6).is_none());
+        }
+        // A hit of the holder raises its bar again.
+        assert!(get(owner, 21, b"hot", 9).is_some());
+        for _ in 0..3 {
+            put(owner, other, b"cold", &cold, 6);
+        }
+        put(owner, other, b"cold", &cold, 6);
+        assert!(get(owner, other, b"cold", 6).is_some(), "the bar fell to 6");
+        // A dead holder is replaced whatever its bar.
+        put(owner, 21, b"hot", &hot, 15);
+        hot.retire();
+        put(owner, other, b"cold", &cold, 0);
+        assert!(get(owner, other, b"cold", 0).is_some());
+    }
+
+    #[test]
     fn long_keys_and_large_values_stay_out() {
         let owner = new_owner();
-        put(owner, 11, &[b'k'; INLINE + 1], &Entry::of(b"v"));
-        assert!(get(owner, 11, &[b'k'; INLINE + 1]).is_none());
-        put(owner, 12, b"k", &Entry::of(&[b'v'; MAX_VALUE + 1]));
-        assert!(get(owner, 12, b"k").is_none());
-        put(owner, 13, b"k", &Entry::of(&[b'v'; MAX_VALUE]));
-        assert!(get(owner, 13, b"k").is_some());
+        put(owner, 11, &[b'k'; INLINE + 1], &Entry::of(b"v"), 0);
+        assert!(get(owner, 11, &[b'k'; INLINE + 1], 0).is_none());
+        put(owner, 12, b"k", &Entry::of(&[b'v'; MAX_VALUE + 1]), 0);
+        assert!(get(owner, 12, b"k", 0).is_none());
+        put(owner, 13, b"k", &Entry::of(&[b'v'; MAX_VALUE]), 0);
+        assert!(get(owner, 13, b"k", 0).is_some());
     }
 
     #[test]

@@ -213,7 +213,7 @@ impl Core {
         // and only if it may have something here.
         let present = resident && self.presence.may_hold(hash);
         if let Some(e) = present
-            .then(|| self.store.get(key, hash, clock.now(), clock.warm()))
+            .then(|| (self.store).get(key, hash, clock.now(), clock.warm(), reads.count))
             .flatten()
         {
             let now = clock.now();
@@ -446,8 +446,8 @@ impl Core {
         let now = Instant::now();
         keys.map(|key| {
             let hash = self.admission.hash(key);
-            self.admission.record_read(hash);
-            match self.store.get(key, hash, now, true) {
+            let reads = self.admission.record_read(hash);
+            match self.store.get(key, hash, now, true, reads) {
                 // MGET answers nil, not an error, for other types; only strings and nil are
                 // ever cached, so a hit reads the same either way.
                 Some(e) => {

@@ -114,10 +114,18 @@ impl Store {
     /// The live entry for `key`, whose hash (any hash of the key, the same every time) is
     /// `hash`; an expired one is removed and reported as absent. With `front`, this thread's
     /// front is looked in first: worth it when the slot was prefetched, a cache miss more
-    /// when it was not and the key is not there.
-    pub fn get(&self, key: &[u8], hash: u64, now: Instant, front: bool) -> Option<Arc<Entry>> {
+    /// when it was not and the key is not there. `reads`, the key's read estimate, decides
+    /// whether a hit here takes the key's front slot (`front::put`).
+    pub fn get(
+        &self,
+        key: &[u8],
+        hash: u64,
+        now: Instant,
+        front: bool,
+        reads: u8,
+    ) -> Option<Arc<Entry>> {
         if front
-            && let Some(hit) = front::get(self.owner, hash, key)
+            && let Some(hit) = front::get(self.owner, hash, key, reads)
             && now < hit.entry.expires
         {
             if hit.touch && self.filling.load(Ordering::Relaxed) {
@@ -130,7 +138,7 @@ impl Store {
             self.remove(key);
             return None;
         }
-        front::put(self.owner, hash, key, &e);
+        front::put(self.owner, hash, key, &e, reads);
         Some(e)
     }
 
@@ -211,9 +219,9 @@ mod tests {
     fn expired_entries_are_not_served() {
         let s = Store::for_test(1 << 20);
         s.insert(b"k", entry(b"v", Duration::ZERO));
-        assert!(s.get(b"k", 0, Instant::now(), true).is_none());
+        assert!(s.get(b"k", 0, Instant::now(), true, 0).is_none());
         s.insert(b"k", entry(b"v", Duration::from_secs(60)));
-        assert!(s.get(b"k", 0, Instant::now(), true).is_some());
+        assert!(s.get(b"k", 0, Instant::now(), true, 0).is_some());
     }
 
     /// The same hash for the same key every time, as the store's callers give it.
@@ -224,7 +232,7 @@ mod tests {
 
     /// A key read once more after each change, so that the front holds its entry.
     fn served(s: &Store, key: &[u8], h: u64) -> Option<Arc<Entry>> {
-        s.get(key, h, Instant::now(), true)
+        s.get(key, h, Instant::now(), true, 0)
     }
 
     #[test]
