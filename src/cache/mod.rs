@@ -228,23 +228,22 @@ impl Cache {
     /// store, and most of what it added to a SET. At most [`PREFETCH_MAX`] requests. The
     /// entries the front slots hold are loaded later, as the round goes on
     /// ([`Cache::prefetch_next`]): only once a slot has arrived is its entry known. Unless
-    /// `front` (see [`Clock::warm`]), neither is: the slots of keys that are not cached hold
-    /// other keys' entries, and loading them would only cost.
-    pub fn prefetch<'a>(&self, found: impl Iterator<Item = Found<'a>>, front: bool) -> Ahead {
+    /// the connection's last round served a hit ([`Clock::warm`]), neither is: the slots of
+    /// keys that are not cached hold other keys' entries, and loading them would only cost.
+    /// A cool connection's GETs ([`Clock::cool`]) need their presence counts only.
+    pub fn prefetch<'a>(&self, found: impl Iterator<Item = Found<'a>>, clock: &Clock) -> Ahead {
         let core = &self.core;
+        let (front, cool) = (clock.warm(), clock.cool());
         let mut ahead = Ahead::default();
         for found in found.take(PREFETCH_MAX) {
-            let key = match found {
-                Found::Get(key) => key,
-                Found::Set(key) => {
-                    core.presence.prefetch(core.admission.hash(key));
-                    continue;
-                }
-            };
+            let (Found::Get(key) | Found::Set(key)) = found;
             let hash = core.admission.hash(key);
+            core.presence.prefetch(hash);
+            if cool || matches!(found, Found::Set(_)) {
+                continue;
+            }
             core.admission.prefetch(hash);
             core.recent.prefetch(hash);
-            core.presence.prefetch(hash);
             if front {
                 core.store.prefetch(hash);
             }

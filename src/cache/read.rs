@@ -43,8 +43,8 @@ pub struct Clock {
 /// reads keys the cache neither holds nor sees read by anyone else (cold keys, most likely
 /// all of them). A cool connection's GET of a key with nothing here (`presence.rs`) is
 /// forwarded as it is, uncounted, unless it is one of the [`COOL_SAMPLE`]: a cold GET then
-/// costs about what forwarding does, where counting and looking up each cost half as much
-/// again. The GETs of keys with an entry or a read in flight are still looked up, so they
+/// costs about what forwarding does, where counting and looking it up cost another 40%
+/// (instructions, uniform GET -P 16). The GETs of keys with an entry or a read in flight are still looked up, so they
 /// hit or join as before, and the first hit or join makes the connection warm again.
 pub(super) const COOL_AFTER: u32 = 1024;
 /// A cool connection looks up one GET in this many (a power of two) of keys with nothing

@@ -39,11 +39,8 @@ impl Conn {
         // Requests are routed from these while `self` changes; they are put back below.
         let rbuf = std::mem::take(&mut self.rbuf);
         let mut parser = std::mem::take(&mut self.parser);
-        // A cool connection's GETs are mostly forwarded unlooked (`Cache::skips`).
-        let (warm, cool) = (self.writes.clock.warm(), self.writes.clock.cool());
         let mut ahead = (self.shared.cache.as_ref())
-            .filter(|_| !cool)
-            .map(|c| c.prefetch(lookahead::keys(&rbuf, PREFETCH_MAX), warm));
+            .map(|c| c.prefetch(lookahead::keys(&rbuf, PREFETCH_MAX), &self.writes.clock));
         while !self.closing {
             if handled == MAX_PER_ROUND || self.batch.len_bytes() >= MAX_ROUND_BYTES {
                 break;
