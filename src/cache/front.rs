@@ -15,8 +15,8 @@
 //! Bounds: a slot may still hold an entry that left the store until another store hit that
 //! maps to the slot replaces it. Only entries of values up to [`MAX_VALUE`] bytes and keys up
 //! to [`INLINE`] bytes go in, so what slots hold outside the store's budget is at most
-//! [`SLOTS`] × (`MAX_VALUE` + an entry's overhead), about 6 MB per worker thread, besides
-//! the 512 KiB of slots themselves.
+//! [`SLOTS`] × (`MAX_VALUE` + an entry's overhead), about 12 MB per worker thread, besides
+//! the 1 MiB of slots themselves.
 
 use std::cell::RefCell;
 use std::sync::Arc;
