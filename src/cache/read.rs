@@ -44,8 +44,9 @@ pub struct Clock {
 /// all of them). A cool connection's GET of a key with nothing here (`presence.rs`) is
 /// forwarded as it is, uncounted, unless it is one of the [`COOL_SAMPLE`]: a cold GET then
 /// costs about what forwarding does, where counting and looking it up cost another 40%
-/// (instructions, uniform GET -P 16). The GETs of keys with an entry or a read in flight are still looked up, so they
-/// hit or join as before, and the first hit or join makes the connection warm again.
+/// (instructions, uniform GET -P 16). The GETs of keys with an entry or a read in flight are
+/// still looked up, so they hit or join as before, and the first hit or join makes the
+/// connection warm again.
 pub(super) const COOL_AFTER: u32 = 1024;
 /// A cool connection looks up one GET in this many (a power of two) of keys with nothing
 /// here, at random: enough for a key that grows hot to be counted (the sketch's counts are
@@ -66,8 +67,8 @@ impl Clock {
         self.hit = false;
     }
 
-    /// Whether the connection is cool (see [`COOL_AFTER`]): its rounds are not worth a
-    /// lookahead.
+    /// Whether the connection is cool (see [`COOL_AFTER`]): its rounds prefetch only the
+    /// presence counts its GETs are checked against.
     pub fn cool(&self) -> bool {
         self.idle >= COOL_AFTER
     }
@@ -185,10 +186,8 @@ impl Core {
     /// [`COOL_AFTER`].
     #[inline]
     pub(super) fn skips(&self, key: &[u8], clock: &mut Clock) -> bool {
-        if !clock.cool() || self.presence.may_hold(self.admission.hash(key)) {
-            return false;
-        }
-        if one_in(COOL_SAMPLE) {
+        if !clock.cool() || self.presence.may_hold(self.admission.hash(key)) || one_in(COOL_SAMPLE)
+        {
             return false;
         }
         clock.skipped += 1;
@@ -213,7 +212,10 @@ impl Core {
         // and only if it may have something here.
         let present = resident && self.presence.may_hold(hash);
         if let Some(e) = present
-            .then(|| (self.store).get(key, hash, clock.now(), clock.warm(), reads.count))
+            .then(|| {
+                self.store
+                    .get(key, hash, clock.now(), clock.warm(), reads.count)
+            })
             .flatten()
         {
             let now = clock.now();
