@@ -2,9 +2,12 @@
 //! run the handshake (HELLO, AUTH, SELECT, READONLY, CLIENT TRACKING), and register its local
 //! address for MONITOR. [`dial`] is the only place a socket to a node is opened.
 
+use std::sync::Arc;
+
 use tokio::net::TcpStream;
 use tokio::time::timeout;
 
+use super::access::Access;
 use super::handshake;
 use super::settings::ConnSettings;
 use super::status::UpstreamStatus;
@@ -58,11 +61,16 @@ pub(super) async fn connect(
     if let Some(revoked) = &s.revoked {
         return user_connect(s, status, revoked).await;
     }
-    match connect_once(s, status).await {
+    let access = s.access.current();
+    match connect_once(s, &access, status).await {
         Ok(up) => {
             status.connect_succeeded();
             Ok(up)
         }
+        // Credentials replaced (a reload) while this attempt ran: its refusal says nothing
+        // of the new ones, and recorded after a success with them it would be reported
+        // again. The retry uses the new ones.
+        Err(e) if !Arc::ptr_eq(&access, &s.access.current()) => Err(e),
         Err(e) => Err(status.connect_failed(e)),
     }
 }
@@ -78,7 +86,7 @@ async fn user_connect(
     if revoked.is_cancelled() {
         return Err(crate::error::replies::USER_REVOKED.into());
     }
-    let r = connect_once(s, status).await;
+    let r = connect_once(s, &s.access.current(), status).await;
     if let Err(e) = &r
         && super::status::refusal(e).is_some_and(|what| what.starts_with("authentication"))
     {
@@ -89,9 +97,9 @@ async fn user_connect(
 
 async fn connect_once(
     s: &ConnSettings,
+    access: &Access,
     status: &UpstreamStatus,
 ) -> Result<(Stream, bool, Option<u64>), String> {
-    let access = s.access.current();
     let mut stream = dial(&s.addr, access.tls.as_ref()).await?;
     // Known to MONITOR from before the handshake, whose commands are corral's own; the
     // guard forgets it if the handshake fails or is abandoned (connect timeout).
