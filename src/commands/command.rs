@@ -7,8 +7,9 @@ use super::positions::{KeyPositions, command_keys};
 use super::table::{MAX_NAME, Route, route_of, upper};
 use crate::resp::Args;
 
-/// A command name upper-cased once, stored inline (no allocation per request).
-#[derive(Debug, Clone, Copy)]
+/// A command name upper-cased once, stored inline (no allocation per request). The bytes past
+/// the name are zero, so two equal names compare equal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Name {
     buf: [u8; MAX_NAME],
     /// `None` when there is no name or it is too long to be a known command.

@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
+use super::command::{Command, Name};
 use crate::resp::Proto;
 
 /// One client connection's state.
@@ -136,76 +137,69 @@ pub fn flags_text(
     TEXT[bits]
 }
 
-/// Longest command or subcommand name kept; longer ones are no command Redis knows.
-const MAX_NAME: usize = 24;
+/// Longest subcommand name kept; longer ones are no subcommand Redis knows.
+const MAX_SUB: usize = 24;
 
-/// A client's last command name, lower-case, with its subcommand for container commands
-/// (`client|list`), as Redis shows it in CLIENT LIST. Kept inline: it is set for every request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A client's last command, as Redis shows it in CLIENT LIST: lower-case, with its subcommand
+/// for container commands (`client|list`). Set for every request, so it keeps the name routing
+/// already upper-cased, and the subcommand as sent: they are lower-cased when CLIENT LIST asks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct LastCmd {
-    buf: [u8; 2 * MAX_NAME + 1],
-    len: u8,
-}
-
-impl Default for LastCmd {
-    fn default() -> Self {
-        LastCmd {
-            buf: [0; 2 * MAX_NAME + 1],
-            len: 0,
-        }
-    }
+    name: Name,
+    sub: [u8; MAX_SUB],
+    /// `None` for a command without a subcommand.
+    sub_len: Option<u8>,
 }
 
 impl LastCmd {
-    /// Records the command in `args` (name first).
-    pub fn set(&mut self, args: &crate::resp::Args<'_>) {
-        self.len = 0;
-        let Some(name) = args.get(0).filter(|n| !n.is_empty() && n.len() <= MAX_NAME) else {
-            return;
-        };
-        let mut len = 0;
-        for &c in name {
-            self.buf[len] = c.to_ascii_lowercase();
-            len += 1;
-        }
-        if is_container(&self.buf[..len])
-            && let Some(sub) = args.get(1).filter(|s| s.len() <= MAX_NAME)
+    /// Records `cmd`.
+    pub fn set(&mut self, cmd: &Command<'_>) {
+        self.name = cmd.kind.name;
+        self.sub_len = None;
+        if is_container(cmd.name())
+            && let Some(sub) = cmd.args.get(1)
+            && let Some(to) = self.sub.get_mut(..sub.len())
         {
-            self.buf[len] = b'|';
-            len += 1;
-            for &c in sub {
-                self.buf[len] = c.to_ascii_lowercase();
-                len += 1;
-            }
+            to.copy_from_slice(sub);
+            self.sub_len = u8::try_from(sub.len()).ok();
         }
-        self.len = len as u8;
     }
 
-    /// The name (`name|sub` for a subcommand); empty before the first command.
-    pub fn as_bytes(&self) -> &[u8] {
-        &self.buf[..usize::from(self.len)]
+    /// The name (`name|sub` for a subcommand), lower-case; empty before the first command and
+    /// for a name longer than any command.
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut out = self.name.as_bytes().to_ascii_lowercase();
+        if let Some(len) = self.sub_len {
+            out.push(b'|');
+            out.extend(
+                self.sub[..usize::from(len)]
+                    .iter()
+                    .map(u8::to_ascii_lowercase),
+            );
+        }
+        out
     }
 }
 
-/// Commands with subcommands: Redis names those `name|sub`.
-pub fn is_container(lower_name: &[u8]) -> bool {
+/// Commands with subcommands (their upper-cased names): Redis names those `name|sub`.
+pub fn is_container(upper_name: &[u8]) -> bool {
     matches!(
-        lower_name,
-        b"acl"
-            | b"client"
-            | b"cluster"
-            | b"command"
-            | b"config"
-            | b"function"
-            | b"latency"
-            | b"memory"
-            | b"module"
-            | b"object"
-            | b"pubsub"
-            | b"script"
-            | b"slowlog"
-            | b"xgroup"
-            | b"xinfo"
+        upper_name,
+        b"ACL"
+            | b"CLIENT"
+            | b"CLUSTER"
+            | b"COMMAND"
+            | b"CONFIG"
+            | b"FUNCTION"
+            | b"LATENCY"
+            | b"MEMORY"
+            | b"MODULE"
+            | b"OBJECT"
+            | b"PUBSUB"
+            | b"SCRIPT"
+            | b"SLOWLOG"
+            | b"XGROUP"
+            | b"XINFO"
     )
 }
 
@@ -216,8 +210,8 @@ mod tests {
     fn last(words: &[&str]) -> String {
         let owned: Vec<Vec<u8>> = words.iter().map(|w| w.as_bytes().to_vec()).collect();
         let mut c = LastCmd::default();
-        c.set(&crate::resp::Args::Owned(&owned));
-        String::from_utf8_lossy(c.as_bytes()).into_owned()
+        c.set(&Command::new(crate::resp::Args::Owned(&owned)));
+        String::from_utf8_lossy(&c.to_vec()).into_owned()
     }
 
     #[test]
@@ -225,6 +219,7 @@ mod tests {
         assert_eq!(last(&["GET", "k"]), "get");
         assert_eq!(last(&["Client", "LIST"]), "client|list");
         assert_eq!(last(&["client"]), "client");
+        assert_eq!(last(&["CONFIG", &"y".repeat(25)]), "config");
         assert_eq!(last(&[&"x".repeat(100)]), "");
         assert_eq!(flags_text(true, false, false, None), "P");
         assert_eq!(flags_text(false, true, true, None), "xb");

@@ -230,12 +230,12 @@ fn list(args: &Args<'_>, me: &Session, registry: &Registry, e: &mut Encoder<'_>)
 /// A client's last command as CLIENT LIST shows it: `NULL` before its first command and for a
 /// command Redis does not know (Redis records the failed lookup).
 fn last_command(s: &Session) -> String {
-    let name = s.last_cmd.as_bytes();
+    let name = s.last_cmd.to_vec();
     let parts: Vec<Vec<u8>> = name.split(|&b| b == b'|').map(<[u8]>::to_vec).collect();
     if name.is_empty() || !crate::commands::Command::new(Args::Owned(&parts)).exists() {
         return "NULL".to_string();
     }
-    String::from_utf8_lossy(name).into_owned()
+    String::from_utf8_lossy(&name).into_owned()
 }
 
 fn type_matches_any(t: &[u8]) -> Option<()> {

@@ -121,7 +121,7 @@ pub(super) fn unknown_command(args: &crate::resp::Args<'_>) -> Bytes {
 fn full_command_name(args: &crate::resp::Args<'_>) -> String {
     let name = String::from_utf8_lossy(args.get(0).unwrap_or_default()).to_ascii_lowercase();
     match args.get(1) {
-        Some(sub) if commands::session::is_container(name.as_bytes()) => {
+        Some(sub) if commands::session::is_container(name.to_ascii_uppercase().as_bytes()) => {
             format!(
                 "{name}|{}",
                 String::from_utf8_lossy(sub).to_ascii_lowercase()

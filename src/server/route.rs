@@ -116,7 +116,7 @@ impl Conn {
     /// cluster routing, or Redis answering PING.
     fn route_early(&mut self, cmd: &Command<'_>, req: &Request<'_>) -> Option<Plan> {
         let route = cmd.route();
-        self.session.last_cmd.set(&cmd.args);
+        self.session.last_cmd.set(cmd);
         let in_multi = self.pin.as_ref().is_some_and(|p| p.in_multi);
         let in_tx = in_multi || self.deferred_multi;
         if let Some(refused) = self.refusal(cmd, req.refused.as_ref()) {
