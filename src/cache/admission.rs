@@ -114,10 +114,13 @@ impl Admission {
         let warm = count > floor;
         let settled = count > floor.saturating_add(u8::from(floor > 0));
         // A key at the noise floor (on a large key space, nearly every GET) is neither a top
-        // key nor one whose writes need weighing: it costs the sketch alone.
+        // key nor one whose writes need weighing: it costs the sketch alone. Only keys hot
+        // enough to be admitted are sampled for the top keys: on a long tail most sampled
+        // keys would otherwise evict one another from its 64 slots, each with a copy of the
+        // key.
         if warm {
             self.lately.note(hash);
-            if one_in(hotkeys::SAMPLE_EVERY) {
+            if count >= self.bar(floor) && one_in(hotkeys::SAMPLE_EVERY) {
                 self.hot.record(hash, key);
             }
         }
@@ -176,29 +179,40 @@ impl Admission {
         if lane.tracking() == Tracking::Down {
             return false;
         }
-        let threshold = self
-            .hot_threshold
-            .saturating_add(self.reads.noise_floor())
-            .min(15);
-        reads >= threshold
+        reads >= self.bar(self.reads.noise_floor())
+    }
+
+    /// The estimate a key needs to be admitted, over a noise floor of `floor`.
+    fn bar(&self, floor: u8) -> u8 {
+        self.hot_threshold.saturating_add(floor).min(15)
+    }
+
+    /// The longest an XFetch refresh can come before expiry for a key whose fill took
+    /// `delta` (zero with refreshes off): kept in its entry, so a hit far from expiry skips
+    /// the draw with one comparison.
+    pub(super) fn refresh_window(&self, delta: Duration) -> Duration {
+        if self.beta <= 0.0 {
+            return Duration::ZERO;
+        }
+        let most_us = (delta.as_micros() as f64 * self.beta * MAX_EARLY_FACTOR).min(3.6e9);
+        Duration::from_micros(most_us as u64)
     }
 
     /// XFetch: refresh with a probability that grows as expiry nears, earlier for keys whose
     /// fill took longer.
+    #[inline]
     pub(super) fn should_refresh(&self, e: &Entry, now: Instant) -> bool {
-        if self.beta <= 0.0 {
+        // Far from expiry no draw can make it early enough (see `refresh_window`).
+        if e.fresh_at(now) || self.beta <= 0.0 {
             return false;
         }
-        // Far from expiry no draw can make it early enough: skip the draw and the log. In
-        // microseconds past `now`: this runs on every hit, and the difference of two
-        // `Instant`s and its conversion to seconds cost more than the rest of the check.
-        let most_us = (f64::from(e.delta_us()) * self.beta * MAX_EARLY_FACTOR).min(3.6e9);
-        if now + Duration::from_micros(most_us as u64) < e.expires {
-            return false;
-        }
+        self.draw_refresh(e, now)
+    }
+
+    fn draw_refresh(&self, e: &Entry, now: Instant) -> bool {
         let r: f64 = rand::rng().random_range(f64::MIN_POSITIVE..1.0);
         let early = e.delta().as_secs_f64() * self.beta * -r.ln();
-        now + Duration::from_secs_f64(early.min(3600.0)) >= e.expires
+        now + Duration::from_secs_f64(early.min(3600.0)) >= e.expires()
     }
 
     /// The `n` hottest keys by sampled GET rate.
@@ -229,6 +243,24 @@ mod tests {
     fn sampling_takes_about_one_in_n() {
         let hits = (0..16_000).filter(|_| one_in(16)).count();
         assert!((700..1300).contains(&hits), "{hits} of 16000");
+    }
+
+    #[test]
+    fn only_keys_hot_enough_to_admit_are_sampled_for_the_top_keys() {
+        let a = Admission::new(1024, 4, 1.0);
+        let mut x = 1u64;
+        for i in 0..200_000u64 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let key = if i % 10 == 0 { 7 } else { x % 1_000_000 };
+            a.record_get(a.hash(&key.to_le_bytes()), &key.to_le_bytes());
+        }
+        let top = a.top(hotkeys::SLOTS);
+        assert_eq!(&top[0].key[..], &7u64.to_le_bytes());
+        // Some 18,000 of the cold GETs clear the noise floor (about one in ten), enough to
+        // fill every slot were they sampled; few clear the admission bar.
+        assert!(top.len() < hotkeys::SLOTS / 2, "{} keys sampled", top.len());
     }
 
     #[test]
@@ -298,16 +330,19 @@ mod tests {
     fn entries_far_from_expiry_are_never_refreshed_and_expired_ones_always() {
         let a = Admission::new(1024, 2, 1.0);
         let now = Instant::now();
+        let delta = Duration::from_millis(1);
         let far = Entry::new(
             super::super::value::Value::Nil,
             now + Duration::from_secs(60),
-            Duration::from_millis(1),
+            delta,
+            a.refresh_window(delta),
         );
         assert!((0..1000).all(|_| !a.should_refresh(&far, now)));
         let due = Entry::new(
             super::super::value::Value::Nil,
             now,
-            Duration::from_millis(1),
+            delta,
+            a.refresh_window(delta),
         );
         assert!((0..1000).all(|_| a.should_refresh(&due, now)));
     }

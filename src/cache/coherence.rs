@@ -216,7 +216,9 @@ impl Core {
                 return;
             }
             if cacheable && !life.is_zero() {
-                let entry = Entry::new(value.clone(), fill.started + life, fill.started.elapsed());
+                let delta = fill.started.elapsed();
+                let window = self.admission.refresh_window(delta);
+                let entry = Entry::new(value.clone(), fill.started + life, delta, window);
                 self.store.insert(key, entry);
                 self.stats.inserts.inc();
             }

@@ -24,8 +24,11 @@ const INLINE_FRAME: usize = 72;
 #[derive(Debug)]
 #[repr(C)]
 pub struct Entry {
-    /// When it must stop being served (the key's TTL in Redis, or corral's maximum age).
-    pub expires: Instant,
+    /// Until when it is served with no further check: its expiry less the longest an early
+    /// refresh can come (see [`Entry::expires`]). A hit compares the round's time with this
+    /// alone, where working out the refresh window from `delta_us` on every hit cost about
+    /// 40 instructions.
+    fresh_until: Instant,
     /// Served at least once: an entry invalidated before any hit was a wasted fill.
     pub hit: AtomicBool,
     /// In the store: cleared when it leaves, so that the front (`front.rs`) stops serving it.
@@ -33,6 +36,9 @@ pub struct Entry {
     /// How long the fill took, in microseconds (saturating): XFetch refreshes earlier for
     /// slower keys. Kept small so a 64-byte value still fits the entry's two cache lines.
     delta_us: u32,
+    /// The longest an early refresh can come before expiry, in microseconds (0 with refreshes
+    /// off): the expiry is `fresh_until` plus this.
+    early_us: u32,
     /// The value: for short strings its reply frame, in the entry's own allocation, so a
     /// hit reads one block of memory and counts one reference (a separate value cost a
     /// second cache miss and a second reference count on every hit).
@@ -56,8 +62,15 @@ impl PartialEq for Entry {
 impl Eq for Entry {}
 
 impl Entry {
-    /// A new, not yet served entry.
-    pub fn new(value: Value, expires: Instant, delta: Duration) -> Arc<Entry> {
+    /// A new, not yet served entry that expires at `expires`, filled in `delta`, and may be
+    /// refreshed at most `window` before it expires (see `Admission::refresh_window`).
+    pub fn new(value: Value, expires: Instant, delta: Duration, window: Duration) -> Arc<Entry> {
+        let early_us = u32::try_from(window.as_micros()).unwrap_or(u32::MAX);
+        let (fresh_until, early_us) =
+            match expires.checked_sub(Duration::from_micros(early_us.into())) {
+                Some(t) => (t, early_us),
+                None => (expires, 0),
+            };
         let body = match &value {
             Value::Bulk(f) if f.len() <= INLINE_FRAME => {
                 let mut frame = [0; INLINE_FRAME];
@@ -70,22 +83,35 @@ impl Entry {
             _ => Body::Value(value),
         };
         Arc::new(Entry {
-            expires,
+            fresh_until,
             hit: AtomicBool::new(false),
             live: AtomicBool::new(true),
             delta_us: u32::try_from(delta.as_micros()).unwrap_or(u32::MAX),
+            early_us,
             body,
         })
+    }
+
+    /// When it must stop being served (the key's TTL in Redis, or corral's maximum age).
+    pub fn expires(&self) -> Instant {
+        self.fresh_until + Duration::from_micros(self.early_us.into())
+    }
+
+    /// Whether it may be served at `now`: not expired.
+    #[inline]
+    pub fn live_at(&self, now: Instant) -> bool {
+        now < self.fresh_until || now < self.expires()
+    }
+
+    /// Whether at `now` no early refresh can be due yet.
+    #[inline]
+    pub(super) fn fresh_at(&self, now: Instant) -> bool {
+        now < self.fresh_until
     }
 
     /// How long the fill took.
     pub fn delta(&self) -> Duration {
         Duration::from_micros(u64::from(self.delta_us))
-    }
-
-    /// How long the fill took, in microseconds.
-    pub(super) fn delta_us(&self) -> u32 {
-        self.delta_us
     }
 
     /// Writes the reply Redis would send in `proto`.
@@ -143,6 +169,7 @@ impl Entry {
             Value::bulk(v),
             Instant::now() + Duration::from_secs(60),
             Duration::ZERO,
+            Duration::ZERO,
         )
     }
 
@@ -167,6 +194,21 @@ mod tests {
     }
 
     #[test]
+    fn an_entry_is_fresh_until_its_refresh_window_and_live_until_it_expires() {
+        let t = Instant::now();
+        let expires = t + Duration::from_secs(60);
+        let e = Entry::new(Value::Nil, expires, Duration::ZERO, Duration::from_secs(10));
+        assert_eq!(e.expires(), expires);
+        assert!(e.fresh_at(t + Duration::from_secs(49)));
+        assert!(!e.fresh_at(t + Duration::from_secs(51)));
+        assert!(e.live_at(t + Duration::from_millis(59_999)));
+        assert!(!e.live_at(expires));
+        let no_window = Entry::new(Value::Nil, expires, Duration::ZERO, Duration::ZERO);
+        assert!(no_window.fresh_at(t + Duration::from_millis(59_999)));
+        assert!(!no_window.live_at(expires));
+    }
+
+    #[test]
     fn short_and_long_values_read_back_the_same() {
         for v in [&b"v"[..], &[b'x'; 64], &[b'y'; 65], &[b'z'; 4000]] {
             let e = Entry::of(v);
@@ -176,7 +218,7 @@ mod tests {
             assert_eq!(got, want);
             assert_eq!(e.size(), v.len());
         }
-        let nil = Entry::new(Value::Nil, Instant::now(), Duration::ZERO);
+        let nil = Entry::new(Value::Nil, Instant::now(), Duration::ZERO, Duration::ZERO);
         let mut out = BytesMut::new();
         nil.encode(Proto::Resp2, &mut out);
         assert_eq!(&out[..], b"$-1\r\n");

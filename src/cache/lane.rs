@@ -246,6 +246,7 @@ mod tests {
             Value::Nil,
             Instant::now() + Duration::from_secs(60),
             Duration::ZERO,
+            Duration::ZERO,
         )
     }
 

@@ -126,7 +126,7 @@ impl Store {
     ) -> Option<Arc<Entry>> {
         if front
             && let Some(hit) = front::get(self.owner, hash, key, reads)
-            && now < hit.entry.expires
+            && hit.entry.live_at(now)
         {
             if hit.touch && self.filling.load(Ordering::Relaxed) {
                 self.map.get(key);
@@ -134,7 +134,7 @@ impl Store {
             return Some(hit.entry);
         }
         let e = self.map.get(key)?;
-        if now >= e.expires {
+        if !e.live_at(now) {
             self.remove(key);
             return None;
         }
@@ -212,7 +212,12 @@ mod tests {
     use crate::cache::value::Value;
 
     fn entry(v: &[u8], ttl: Duration) -> Arc<Entry> {
-        Entry::new(Value::bulk(v), Instant::now() + ttl, Duration::ZERO)
+        Entry::new(
+            Value::bulk(v),
+            Instant::now() + ttl,
+            Duration::ZERO,
+            Duration::ZERO,
+        )
     }
 
     #[test]
