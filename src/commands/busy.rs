@@ -22,7 +22,15 @@ pub enum Exclusive {
 }
 
 /// Whether the request needs a connection of its own, and why.
+#[inline]
 pub fn exclusive(cmd: &Command<'_>) -> Option<Exclusive> {
+    if !cmd.kind.special {
+        return None;
+    }
+    exclusive_named(cmd)
+}
+
+fn exclusive_named(cmd: &Command<'_>) -> Option<Exclusive> {
     let args = &cmd.args;
     match cmd.name() {
         b"EVAL" | b"EVALSHA" | b"EVAL_RO" | b"EVALSHA_RO" | b"FCALL" | b"FCALL_RO" => {

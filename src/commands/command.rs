@@ -47,6 +47,11 @@ pub struct Kind {
     pub name: Name,
     /// Where the request goes.
     pub route: Route,
+    /// Named like a command that [`Command::client_pause`], [`super::busy::exclusive`] or
+    /// [`super::session::LastCmd`] looks at further (see [`needs_a_closer_look`]). Every
+    /// forwarded request is asked all three, some several times over: this answers for
+    /// nearly all of them at once.
+    pub special: bool,
 }
 
 impl Kind {
@@ -55,9 +60,20 @@ impl Kind {
         let name = Name::of(args);
         Kind {
             route: route_of(name.get(), args),
+            special: needs_a_closer_look(name.as_bytes()),
             name,
         }
     }
+}
+
+/// The script and function calls and SHUTDOWN (`busy::exclusive`), and the commands with
+/// subcommands (CLIENT PAUSE for `client_pause`, SCRIPT KILL and FUNCTION KILL for
+/// `busy::exclusive`, all of them for `LastCmd`).
+fn needs_a_closer_look(upper_name: &[u8]) -> bool {
+    matches!(
+        upper_name,
+        b"EVAL" | b"EVALSHA" | b"EVAL_RO" | b"EVALSHA_RO" | b"FCALL" | b"FCALL_RO" | b"SHUTDOWN"
+    ) || super::session::is_container(upper_name)
 }
 
 /// A request: its arguments (borrowed from the read buffer) and what it is.
@@ -120,7 +136,15 @@ impl<'a> Command<'a> {
 
     /// CLIENT PAUSE ms [WRITE|ALL] (`Some(Some(ms))`) or CLIENT UNPAUSE (`Some(None)`). Asked of
     /// every forwarded request: the upper-cased name is compared, not the argument.
+    #[inline]
     pub fn client_pause(&self) -> Option<Option<u64>> {
+        if !self.kind.special {
+            return None;
+        }
+        self.client_pause_named()
+    }
+
+    fn client_pause_named(&self) -> Option<Option<u64>> {
         if self.name() != b"CLIENT" {
             return None;
         }

@@ -156,7 +156,8 @@ impl LastCmd {
     pub fn set(&mut self, cmd: &Command<'_>) {
         self.name = cmd.kind.name;
         self.sub_len = None;
-        if is_container(cmd.name())
+        if cmd.kind.special
+            && is_container(cmd.name())
             && let Some(sub) = cmd.args.get(1)
             && let Some(to) = self.sub.get_mut(..sub.len())
         {
