@@ -3,19 +3,83 @@
 //! blocking commands (sent alone on a dedicated connection), scripts (the client is pinned to
 //! a dedicated connection for the rest of the round), SCRIPT KILL, FUNCTION KILL and SHUTDOWN
 //! (out of band), SELECT (validated by the upstream, then served by that database's shared
-//! connections) and MONITOR (a relay).
+//! connections) and MONITOR (a relay); and the local replies that change a client's pinned
+//! connection (HELLO, RESET, leaving it).
 
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::client::Conn;
 use super::pending::{AfterAck, AloneReply, Blocking, Forwarded, PendingReply, Then};
+use super::plan::Repin;
 use crate::commands::Tx;
 use crate::error::replies;
 use crate::resp::request::encode_request;
 use crate::tls::Stream;
 
 impl Conn {
+    /// A local reply that changes the pinned connection; true ends the round.
+    pub(super) async fn repin(&mut self, reply: Bytes, change: Repin) -> bool {
+        match change {
+            Repin::Unpin => {
+                self.push_ready(reply).await;
+                // Dropped, not released, at the end of the round (see `release_pin_if_done`);
+                // later requests start a new round, on corral's own connections.
+                self.drop_pin_after_round();
+                self.leave_user();
+                true
+            }
+            Repin::Hello => {
+                self.hello_pinned(reply).await;
+                false
+            }
+            Repin::Reset => {
+                self.flush_batch().await;
+                let waits = self.reset_state();
+                // RESET turns replies back on, its own included. Like an UNSUBSCRIBE's, its
+                // reply waits until Redis dropped the upstream subscriptions it ended.
+                self.push_reply(PendingReply::Subscribed { reply, waits });
+                true
+            }
+        }
+    }
+
+    /// EXEC after a command refused inside MULTI: DISCARD goes to Redis in its place (its
+    /// `+OK` is not the client's), and the client gets Redis's EXECABORT.
+    pub(super) async fn abort_exec(&mut self) -> bool {
+        self.tx_failed = false;
+        if self.pin.as_ref().is_some_and(|p| p.in_multi) {
+            if self.redis_user()
+                && let Some(pin) = &mut self.pin
+            {
+                // The user may not be allowed DISCARD: its transaction may stay open on
+                // Redis, so the connection is closed rather than reused.
+                pin.dirty = true;
+            }
+            self.flush_batch().await;
+            self.batch.skip_first = true;
+            let mut discard = BytesMut::new();
+            encode_request(&[b"DISCARD"], &mut discard);
+            self.transaction(Tx::Discard, discard.freeze(), None).await;
+        }
+        self.deferred_multi = false;
+        self.push_ready(replies::EXECABORT.to_bytes()).await;
+        true
+    }
+
+    /// HELLO switched the protocol of a client with a pinned connection that must follow
+    /// (tracking, a Redis user): the client gets corral's reply, the connection the HELLO.
+    async fn hello_pinned(&mut self, reply: Bytes) {
+        self.push_ready(reply).await;
+        // Redis's reply to this HELLO is not the client's: it got corral's.
+        let mut hello = BytesMut::new();
+        let version = self.session.proto.as_int().to_string();
+        encode_request(&[b"HELLO", version.as_bytes()], &mut hello);
+        self.batch.skip_first = true;
+        self.append(&hello);
+        self.flush_batch().await;
+    }
+
     /// MULTI/EXEC/DISCARD/WATCH/UNWATCH. MULTI and WATCH pin the client first; the others
     /// update the pin's state, and the pin is released after the round once nothing is left.
     pub(super) async fn transaction(&mut self, tx: Tx, req: Bytes, node: Option<String>) -> bool {
