@@ -14,8 +14,7 @@ pub const SAMPLE_EVERY: u64 = 64;
 pub(super) const SLOTS: usize = 64;
 
 /// The tracked keys, column by column: a sampled GET scans only `hashes` (8 cache lines for
-/// 64 slots), and an eviction only `counts`. As one array of slots a scan read 48 lines, and
-/// cost more instructions per GET, averaged over the sample, than the whole sketch update.
+/// 64 slots, where whole slots took 48), and an eviction only `counts`.
 #[derive(Debug)]
 struct Inner {
     hashes: Vec<u64>,
