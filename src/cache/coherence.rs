@@ -23,7 +23,7 @@ use super::entry::Entry;
 use super::epochs::ReadEpochs;
 use super::flight::Fill;
 use super::leads::{Leads, Slot};
-use super::presence::Presence;
+use super::presence::{Held, Presence};
 use super::recent::RecentReads;
 use super::stats::Stats;
 use super::store::Store;
@@ -75,16 +75,23 @@ impl Core {
 
     /// [`Core::invalidate`] with the key's hash already computed.
     pub(super) fn invalidate_hashed(&self, key: &[u8], hash: u64, unseen: bool) -> bool {
-        // Nearly every write is of a key with nothing here.
-        if !self.presence.may_hold(hash) {
+        // Nearly every write is of a key with nothing here, and most of the rest of a key
+        // with an entry but no read in flight.
+        let counts = self.presence.counts(hash);
+        if !counts.any() {
             return false;
         }
-        let lead = self.remove_lead(hash, |s| s.is_for(key));
-        let fill = self.fills.remove(key).is_some();
-        if fill {
-            self.presence.remove(hash);
+        let mut unlinked = false;
+        if counts.read() {
+            let lead = self.remove_lead(hash, |s| s.is_for(key));
+            let fill = self.fills.remove(key).is_some();
+            if fill {
+                self.presence.remove(hash, Held::Read);
+            }
+            unlinked = fill || lead;
         }
-        let unlinked = fill || lead;
+        // Even with no entry counted above: a read unlinked here may have completed into one
+        // since.
         let removed = self.store.remove(key);
         if let Some(e) = &removed
             && unseen
@@ -108,11 +115,11 @@ impl Core {
         // are gone: a write that finds a count already down skips what this removes anyway,
         // and no read can complete or be joined through the locked shard meanwhile.
         self.fills.retain(|k, _| {
-            self.presence.remove(self.admission.hash(k));
+            self.presence.remove(self.admission.hash(k), Held::Read);
             false
         });
         self.leads.retain(|&hash, _| {
-            self.presence.remove(hash);
+            self.presence.remove(hash, Held::Read);
             false
         });
         self.store.clear();
@@ -161,16 +168,16 @@ impl Core {
     fn remove_lead(&self, hash: u64, pred: impl FnOnce(&Slot) -> bool) -> bool {
         let removed = self.leads.remove_if(&hash, |_, s| pred(s)).is_some();
         if removed {
-            self.presence.remove(hash);
+            self.presence.remove(hash, Held::Read);
         }
         removed
     }
 
     /// Puts `fill` in `fills` as the read of `key`, whose hash is `hash`, counted first.
     pub(super) fn add_fill(&self, key: Key, hash: u64, fill: Arc<Fill>) {
-        self.presence.add(hash);
+        self.presence.add(hash, Held::Read);
         if self.fills.insert(key, fill).is_some() {
-            self.presence.remove(hash);
+            self.presence.remove(hash, Held::Read);
         }
     }
 
@@ -181,7 +188,7 @@ impl Core {
             .remove_if(key, |_, f| Arc::ptr_eq(f, fill))
             .is_some()
         {
-            self.presence.remove(self.admission.hash(key));
+            self.presence.remove(self.admission.hash(key), Held::Read);
         }
     }
 
@@ -224,7 +231,7 @@ impl Core {
             }
             o.remove();
             // After the entry was counted: the key's count never passes through zero.
-            self.presence.remove(self.admission.hash(key));
+            self.presence.remove(self.admission.hash(key), Held::Read);
         }
     }
 
@@ -344,12 +351,12 @@ mod tests {
     /// A bare read of `key`, as `lookup` registers it; returns the key's hash.
     fn lead(c: &Core, key: &[u8], id: u64) -> u64 {
         let hash = c.admission.hash(key);
-        c.presence.add(hash);
+        c.presence.add(hash, Held::Read);
         if c.leads
             .insert(hash, Slot::new(id, Instant::now(), key))
             .is_some()
         {
-            c.presence.remove(hash);
+            c.presence.remove(hash, Held::Read);
         }
         hash
     }
@@ -401,7 +408,7 @@ mod tests {
         let c = Core::for_test();
         // A read of "k" in the slot of "other"'s hash, as if the two hashes were equal.
         let hash = c.admission.hash(b"other");
-        c.presence.add(hash);
+        c.presence.add(hash, Held::Read);
         c.leads.insert(hash, Slot::new(7, Instant::now(), b"k"));
         c.invalidate(b"other", true);
         assert!(c.leads.contains_key(&hash));

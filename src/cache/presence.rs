@@ -8,6 +8,10 @@
 //! is never below what the maps hold. Every access is `SeqCst`, as in `epochs.rs`: a write
 //! that finds a slot at zero read it before the count of any read registered since, and
 //! such a read is one its second invalidation looks for (`epochs.rs`).
+//!
+//! Entries and reads are counted apart (see [`Held`]): a GET looks in the store only for a
+//! key that may have an entry, and for a read to join only for one that may have a read,
+//! and a write touches only the maps its key may be in.
 
 use std::sync::atomic::{AtomicU16, Ordering::SeqCst};
 
@@ -17,7 +21,48 @@ use std::sync::atomic::{AtomicU16, Ordering::SeqCst};
 /// requests instead of 13.0%.
 const SLOTS: usize = 1 << 17;
 /// A count that reached this stays: it no longer counts, so it may never reach zero.
-const STUCK: u16 = u16::MAX;
+const STUCK: u16 = u8::MAX as u16;
+
+/// What a count is of. Both counts of a slot are one atomic word: a write checks both in
+/// one load, and a read completed into an entry is counted as the entry before it is
+/// uncounted as a read, so the word never passes through zero meanwhile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Held {
+    /// An entry in the store.
+    Entry,
+    /// A read in flight (`fills`, `leads`).
+    Read,
+}
+
+impl Held {
+    fn shift(self) -> u32 {
+        match self {
+            Held::Entry => 0,
+            Held::Read => 8,
+        }
+    }
+}
+
+/// The counts of one slot, as loaded once.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Counts(u16);
+
+impl Counts {
+    /// Whether the key may have an entry or a read in flight: false only if it has neither.
+    pub(super) fn any(self) -> bool {
+        self.0 != 0
+    }
+
+    /// Whether the key may have an entry in the store: false only if it has none.
+    pub(super) fn entry(self) -> bool {
+        self.0 & 0xff != 0
+    }
+
+    /// Whether the key may have a read in flight: false only if it has none.
+    pub(super) fn read(self) -> bool {
+        self.0 >> 8 != 0
+    }
+}
 
 /// The counts.
 #[derive(Debug)]
@@ -44,25 +89,41 @@ impl Presence {
         crate::prefetch::read(self.slot(hash));
     }
 
+    /// Counts one more or one less `what` in the key's slot, unless that count is stuck.
+    fn change(&self, hash: u64, what: Held, up: bool) {
+        let shift = what.shift();
+        let _ = self.slot(hash).fetch_update(SeqCst, SeqCst, |w| {
+            let n = match (w >> shift) & STUCK {
+                STUCK => return None,
+                n if up => n + 1,
+                n => {
+                    debug_assert!(n > 0, "a count would go below zero");
+                    n.checked_sub(1)?
+                }
+            };
+            Some(w & !(STUCK << shift) | n << shift)
+        });
+    }
+
     /// Something of the key with this hash is about to be put in a map.
-    pub(super) fn add(&self, hash: u64) {
-        let _ = self
-            .slot(hash)
-            .fetch_update(SeqCst, SeqCst, |n| (n < STUCK).then(|| n + 1));
+    pub(super) fn add(&self, hash: u64, what: Held) {
+        self.change(hash, what, true);
     }
 
     /// Something of the key with this hash left its map.
-    pub(super) fn remove(&self, hash: u64) {
-        let r = self.slot(hash).fetch_update(SeqCst, SeqCst, |n| {
-            (n < STUCK).then(|| n.checked_sub(1)).flatten()
-        });
-        debug_assert!(r != Err(0), "a count would go below zero");
+    pub(super) fn remove(&self, hash: u64, what: Held) {
+        self.change(hash, what, false);
+    }
+
+    /// The key's counts, loaded now.
+    pub(super) fn counts(&self, hash: u64) -> Counts {
+        Counts(self.slot(hash).load(SeqCst))
     }
 
     /// Whether the key with this hash may have an entry or a read in flight: false only if
     /// it has neither.
     pub(super) fn may_hold(&self, hash: u64) -> bool {
-        self.slot(hash).load(SeqCst) != 0
+        self.counts(hash).any()
     }
 
     /// Whether every count is zero: for unit tests.
@@ -81,24 +142,44 @@ mod tests {
         let p = Presence::default();
         let (a, b) = (7u64 << 24, (7 + SLOTS as u64) << 24);
         assert!(!p.may_hold(a));
-        p.add(a);
-        p.add(b);
+        p.add(a, Held::Entry);
+        p.add(b, Held::Read);
         assert!(p.may_hold(a) && p.may_hold(b), "one slot");
-        p.remove(a);
+        p.remove(a, Held::Entry);
         assert!(p.may_hold(a), "b is still there");
-        p.remove(b);
+        p.remove(b, Held::Read);
         assert!(!p.may_hold(a));
+    }
+
+    #[test]
+    fn entries_and_reads_are_counted_apart() {
+        let p = Presence::default();
+        p.add(3, Held::Read);
+        let c = p.counts(3);
+        assert!(c.any() && c.read() && !c.entry());
+        // A read completed into an entry: counted as the entry first.
+        p.add(3, Held::Entry);
+        p.remove(3, Held::Read);
+        let c = p.counts(3);
+        assert!(c.any() && c.entry() && !c.read());
+        p.remove(3, Held::Entry);
+        assert!(!p.may_hold(3));
     }
 
     #[test]
     fn a_full_count_sticks() {
         let p = Presence::default();
         for _ in 0..STUCK {
-            p.add(1);
+            p.add(1, Held::Read);
         }
-        p.add(1);
-        p.remove(1);
-        assert!(p.may_hold(1));
-        assert_eq!(p.slot(1).load(SeqCst), STUCK);
+        p.add(1, Held::Read);
+        p.remove(1, Held::Read);
+        let c = p.counts(1);
+        assert!(c.read() && !c.entry());
+        assert_eq!(p.slot(1).load(SeqCst), STUCK << 8);
+        // The other count still counts.
+        p.add(1, Held::Entry);
+        p.remove(1, Held::Entry);
+        assert!(!p.counts(1).entry());
     }
 }

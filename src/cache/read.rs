@@ -13,6 +13,7 @@ use super::coherence::{Core, Key};
 use super::flight::{self, Fill, FillRx};
 use super::lane::LaneHandle;
 use super::leads::Slot;
+use super::presence::Held;
 use super::tracking::Tracking;
 use super::value::Value;
 use crate::error::UpstreamError;
@@ -209,9 +210,10 @@ impl Core {
         let reads = self.admission.record_get(hash, key);
         let resident = reads.warm;
         // Only a key warm enough to be cached is looked for (see `Admission::may_be_cached`),
-        // and only if it may have something here.
-        let present = resident && self.presence.may_hold(hash);
-        if let Some(e) = present
+        // and only if it may have an entry.
+        let counts = resident.then(|| self.presence.counts(hash));
+        if let Some(e) = counts
+            .is_some_and(|c| c.entry())
             .then(|| {
                 self.store
                     .get(key, hash, clock.now(), clock.warm(), reads.count)
@@ -239,9 +241,9 @@ impl Core {
             return Lookup::Forward;
         }
         let now = clock.now();
-        let present = present || (!resident && self.presence.may_hold(hash));
+        let reading = counts.unwrap_or_else(|| self.presence.counts(hash)).read();
         // Another client's read is in flight: wait for it.
-        if present
+        if reading
             && let Some(f) = self.fills.get(key)
             && f.joinable(now, self.join_bound)
         {
@@ -253,9 +255,9 @@ impl Core {
         // A plain read others may join is registered under the map's lock, in the same step
         // as the check for one to join: of GETs racing here on several threads, one leads.
         let lead = (lane.is_none() && route.lead).then(flight::lead_id);
-        // With nothing of the key here there is nothing to join, and unless this GET leads
-        // there is nothing to register either.
-        let registered = if !present && lead.is_none() {
+        // With no read of the key in flight there is nothing to join, and unless this GET
+        // leads there is nothing to register either.
+        let registered = if !reading && lead.is_none() {
             false
         } else {
             match self.leads.entry(hash) {
@@ -274,7 +276,7 @@ impl Core {
                         }
                         None => {
                             o.remove();
-                            self.presence.remove(hash);
+                            self.presence.remove(hash, Held::Read);
                             false
                         }
                     }
@@ -284,7 +286,7 @@ impl Core {
                 MapEntry::Occupied(_) => false,
                 MapEntry::Vacant(v) => match lead {
                     Some(id) => {
-                        self.presence.add(hash);
+                        self.presence.add(hash, Held::Read);
                         v.insert(Slot::new(id, now, key));
                         true
                     }
@@ -366,7 +368,7 @@ impl Core {
                     Some(lane.info.clone()),
                     Some(lane.conn.clone()),
                 );
-                self.presence.add(hash);
+                self.presence.add(hash, Held::Read);
                 v.insert(fill.clone());
                 fill
             }
@@ -433,7 +435,7 @@ impl Core {
                     Some(lane.info.clone()),
                     Some(lane.conn.clone()),
                 );
-                self.presence.add(hash);
+                self.presence.add(hash, Held::Read);
                 v.insert(fill.clone());
                 fill
             }
@@ -509,9 +511,9 @@ mod tests {
         );
         assert_eq!(clock.skipped, skipped as u64);
         let hash = core.admission.hash(b"present");
-        core.presence.add(hash);
+        core.presence.add(hash, Held::Read);
         assert!((0..100).all(|_| !core.skips(b"present", &mut clock)));
-        core.presence.remove(hash);
+        core.presence.remove(hash, Held::Read);
         clock.served();
         assert!(!clock.cool() && !core.skips(b"cold", &mut clock));
     }

@@ -12,7 +12,7 @@ use quick_cache::{DefaultHashBuilder, Lifecycle, Weighter};
 
 use super::entry::Entry;
 use super::front;
-use super::presence::Presence;
+use super::presence::{Held, Presence};
 use super::short_key::ShortKey;
 
 /// How keys are hashed for [`Presence`]: the admission's hasher, so the counts are by the
@@ -41,7 +41,7 @@ impl Exits {
     /// `e` left the map: the fronts stop serving it, and it is no longer counted present.
     fn left(&self, key: &[u8], e: &Entry) {
         if e.retire() {
-            self.presence.remove(self.hasher.hash_one(key));
+            self.presence.remove(self.hasher.hash_one(key), Held::Entry);
         }
     }
 }
@@ -157,7 +157,9 @@ impl Store {
     /// entry goes through `on_evict`, which retires it, and the key keeps its standing in the
     /// eviction policy (a refresh replaces the hottest keys' entries).
     pub fn insert(&self, key: &[u8], entry: Arc<Entry>) {
-        self.exits.presence.add(self.exits.hasher.hash_one(key));
+        self.exits
+            .presence
+            .add(self.exits.hasher.hash_one(key), Held::Entry);
         self.map.insert(ShortKey::new(key), entry);
         if self
             .inserts
