@@ -4,7 +4,8 @@
 
 mod common;
 
-use std::time::Duration;
+use std::io::Write;
+use std::time::{Duration, Instant};
 
 use common::{
     Deadline, RawClient, RedisCluster, TestProxy, bulk, make_cached_within, reply_text, show,
@@ -30,12 +31,26 @@ async fn becomes(c: &mut RawClient, key: &str, want: &str) {
         }
         deadline.pause_seeing(show(&got)).await;
     }
-    for _ in 0..200 {
+    for i in 0..200 {
+        let start = Instant::now();
         assert_eq!(
             c.cmd(&format!("GET {key}")).await,
             bulk(want),
             "{key} went back"
         );
+        note_if_slow(
+            start.elapsed(),
+            &format!("GET {key} #{i} after it became {want}"),
+        );
+    }
+}
+
+/// Writes a GET that took long to stderr past the test harness's capture, so that a run
+/// which slows down but passes (or is killed) still shows which reads were slow. Nothing
+/// here is a timing assertion: a slow GET is reported, not failed.
+fn note_if_slow(took: Duration, what: &str) {
+    if took >= Duration::from_millis(500) {
+        let _ = writeln!(std::io::stderr(), "slow: {what} took {took:?}");
     }
 }
 
