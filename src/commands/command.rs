@@ -4,7 +4,7 @@
 
 use super::keys::Access;
 use super::positions::{KeyPositions, command_keys};
-use super::table::{MAX_NAME, Route, route_of, upper};
+use super::table::{MAX_NAME, Route, route_of};
 use crate::resp::Args;
 
 /// A command name upper-cased once, stored inline (no allocation per request). The bytes past
@@ -17,14 +17,29 @@ pub struct Name {
 }
 
 impl Name {
-    /// The upper-cased first argument of `args`.
+    /// The upper-cased first argument of `args`. Inlined so that the words are stored
+    /// straight into the caller's value (a call returned them through a copy).
+    #[inline(always)]
     pub fn of(args: &Args<'_>) -> Name {
+        // Upper-cased eight bytes at a time, in registers, and stored once: written byte
+        // by byte into a buffer that was then copied, the name was read back before those
+        // stores reached the CPU's cache, a stall that took about half of this function's
+        // time in profiles.
+        let Some(n) = args.get(0).filter(|n| n.len() <= MAX_NAME) else {
+            return Name::default();
+        };
+        let mut words = [0u64; MAX_NAME / 8];
+        for (w, chunk) in words.iter_mut().zip(n.chunks(8)) {
+            *w = upper_word(load_le(chunk));
+        }
         let mut buf = [0u8; MAX_NAME];
-        let len = args
-            .get(0)
-            .and_then(|n| upper(n, &mut buf))
-            .and_then(|n| u8::try_from(n.len()).ok());
-        Name { buf, len }
+        for (b, w) in buf.chunks_exact_mut(8).zip(words) {
+            b.copy_from_slice(&w.to_le_bytes());
+        }
+        Name {
+            buf,
+            len: u8::try_from(n.len()).ok(),
+        }
     }
 
     /// The name, unless it is missing or longer than any known command.
@@ -37,6 +52,41 @@ impl Name {
     pub fn as_bytes(&self) -> &[u8] {
         self.get().unwrap_or_default()
     }
+}
+
+/// Up to eight bytes as a little-endian word, zero past their end, read with at most two
+/// loads (overlapping when the bytes are not a power of two).
+fn load_le(b: &[u8]) -> u64 {
+    let n = b.len();
+    let two = |lo: &[u8], hi: &[u8], width: usize| -> Option<u64> {
+        let word = |s: &[u8]| -> Option<u64> {
+            let mut w = [0u8; 8];
+            w.get_mut(..width)?.copy_from_slice(s.get(..width)?);
+            Some(u64::from_le_bytes(w))
+        };
+        Some(word(lo)? | word(hi)? << (8 * (n - width)))
+    };
+    let pair = match n {
+        8.. => b.first_chunk::<8>().map(|w| u64::from_le_bytes(*w)),
+        4..=7 => two(b, &b[n - 4..], 4),
+        2..=3 => two(b, &b[n - 2..], 2),
+        1 => Some(u64::from(b[0])),
+        _ => Some(0),
+    };
+    pair.unwrap_or(0)
+}
+
+/// ASCII upper case of the eight bytes of `x` at once; other bytes are left as they are.
+fn upper_word(x: u64) -> u64 {
+    const LOW7: u64 = 0x7f7f_7f7f_7f7f_7f7f;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let low7 = x & LOW7;
+    // Bit 7 of each byte: set when its low seven bits are at least b'a' (0x80 - 0x61 = 0x1f
+    // added), and when they are past b'z' (0x80 - 0x7b = 0x05 added); no byte carries.
+    let from_a = low7 + 0x1f1f_1f1f_1f1f_1f1f;
+    let past_z = low7 + 0x0505_0505_0505_0505;
+    let lower = from_a & !past_z & !x & HIGH;
+    x ^ (lower >> 2)
 }
 
 /// What a request is: its upper-cased name and its route. Holds no borrow, so the connection
@@ -179,5 +229,40 @@ mod tests {
         assert_eq!(pause(&["CLIENT", "LIST"]), None);
         assert_eq!(pause(&["CLIENT"]), None);
         assert_eq!(pause(&["GET", "PAUSE", "100"]), None);
+    }
+
+    #[test]
+    fn names_are_upper_cased_as_ascii_at_every_length() {
+        // Every byte value at every position of every length a name can have, against the
+        // standard library's upper case: the word-wise path must agree byte for byte.
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let edges = [
+            0u8, b'@', b'A', b'Z', b'[', b'`', b'a', b'z', b'{', 0x7f, 0x80, 0xe1, 0xff,
+        ];
+        for len in 0..=MAX_NAME + 1 {
+            for round in 0..300 {
+                let name: Vec<u8> = (0..len)
+                    .map(|i| match round % 3 {
+                        0 => edges[(next() as usize + i) % edges.len()],
+                        _ => next() as u8,
+                    })
+                    .collect();
+                let owned = vec![name.clone()];
+                let got = Name::of(&Args::Owned(&owned));
+                if len > MAX_NAME {
+                    assert_eq!(got.get(), None);
+                } else {
+                    assert_eq!(got.get(), Some(&name.to_ascii_uppercase()[..]), "{name:?}");
+                    assert_eq!(got, Name::of(&Args::Owned(&[name.to_ascii_lowercase()])));
+                }
+            }
+        }
+        assert_eq!(Name::of(&Args::Owned(&[])).get(), None);
     }
 }
