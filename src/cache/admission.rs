@@ -290,6 +290,47 @@ mod tests {
         assert!(a.admit(a.reads.estimate(hot), &lane));
     }
 
+    /// GETs, out of the last `measured` of `total` uniform GETs over a million keys, whose
+    /// key could be admitted as it was read, with the sketch sized as for the default budget.
+    fn cold_admissions(hot_threshold: u8, total: u64, measured: u64) -> u64 {
+        let a = Admission::new(1 << 16, hot_threshold, 1.0);
+        let lane = LaneState::new("test", Tracking::On);
+        let mut x = 7u64;
+        let mut admitted = 0;
+        for i in 0..total {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let key = (x % 1_000_000).to_le_bytes();
+            let hash = a.hash(&key);
+            let reads = a.record_get(hash, &key);
+            if i >= total - measured && a.admit(reads.count, &lane) {
+                admitted += 1;
+            }
+        }
+        admitted
+    }
+
+    #[test]
+    fn uniform_reads_over_a_big_key_space_are_almost_never_admitted_by_default() {
+        // At the sketch's steady state a cold key's estimate is a few counts above the noise
+        // floor by chance often enough that a bar of 4 over the floor admitted about one
+        // GET in 200 (each a fill serving one or two hits, hits that kept connections from
+        // being treated as cool); the default bar admits about one in 4,000.
+        let default = crate::config::CacheConfig::default().hot_threshold;
+        let (total, measured) = (1_500_000, 500_000);
+        let at_default = cold_admissions(default, total, measured);
+        let at_four = cold_admissions(4, total, measured);
+        assert!(
+            at_default * 2_000 < measured,
+            "{at_default} of {measured} admitted"
+        );
+        assert!(
+            at_default * 10 < at_four,
+            "{at_default} admitted, {at_four} with a bar of 4"
+        );
+    }
+
     #[test]
     fn the_top_keys_list_the_hot_key_among_many_cold_ones() {
         let a = Admission::new(1024, 2, 1.0);

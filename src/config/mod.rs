@@ -189,7 +189,7 @@ impl Default for CacheConfig {
         CacheConfig {
             enabled: true,
             max_bytes: 256 * 1024 * 1024,
-            hot_threshold: 4,
+            hot_threshold: 6,
             max_value_bytes: 512 * 1024,
             max_age_ms: 60_000,
             fallback_ttl_ms: 1_000,
