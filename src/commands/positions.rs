@@ -36,8 +36,26 @@ static LISTED: LazyLock<HashMap<&'static [u8], Listed, foldhash::fast::FixedStat
 
 /// The fixed key positions of `upper_name`, if the table lists it with keys.
 fn keyed(upper_name: &[u8]) -> Option<(u8, i8, u8)> {
+    if let Some(positions) = common(upper_name) {
+        return Some(positions);
+    }
     match LISTED.get(upper_name) {
         Some(&Listed::Keyed(first, last, step)) => Some((first, last, step)),
+        _ => None,
+    }
+}
+
+/// The positions of the commonest writes, as the table lists them, found without hashing
+/// the name: the probe of `LISTED` took about 8 ns of a forwarded SET's 440 with the cache
+/// on (perf, SET over 1M keys at -P 16). A test checks every answer against the table.
+fn common(upper_name: &[u8]) -> Option<(u8, i8, u8)> {
+    match upper_name {
+        b"SET" | b"SETEX" | b"PSETEX" | b"SETNX" | b"GETSET" | b"GETDEL" | b"GETEX" | b"INCR"
+        | b"INCRBY" | b"INCRBYFLOAT" | b"DECR" | b"DECRBY" | b"APPEND" | b"EXPIRE" | b"PEXPIRE"
+        | b"EXPIREAT" | b"PEXPIREAT" | b"PERSIST" | b"HSET" | b"HSETNX" | b"HMSET" | b"HDEL"
+        | b"HINCRBY" | b"LPUSH" | b"RPUSH" | b"LPOP" | b"RPOP" | b"SADD" | b"SREM" | b"ZADD"
+        | b"ZREM" | b"ZINCRBY" | b"XADD" => Some((1, 1, 1)),
+        b"DEL" | b"UNLINK" => Some((1, -1, 1)),
         _ => None,
     }
 }

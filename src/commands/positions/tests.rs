@@ -150,3 +150,19 @@ fn sort_georadius_migrate() {
     assert_eq!(keys("MIGRATE h 6379  0 1000 AUTH2 keys keys KEYS a"), ["a"]);
     assert!(keys("MIGRATE h 6379 k 0 1000 KEYS a").is_empty());
 }
+
+#[test]
+fn the_common_writes_answer_as_the_table_does() {
+    let mut answered = 0;
+    for &(name, first, last, step) in KEYED {
+        if let Some(p) = common(name.as_bytes()) {
+            assert_eq!(p, (first, last, step), "{name}");
+            answered += 1;
+        }
+    }
+    for name in KEYLESS {
+        assert_eq!(common(name.as_bytes()), None, "{name}");
+    }
+    // Every name `common` knows is in the table (a misspelt one would never answer).
+    assert_eq!(answered, 35);
+}
