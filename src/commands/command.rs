@@ -233,8 +233,9 @@ mod tests {
 
     #[test]
     fn names_are_upper_cased_as_ascii_at_every_length() {
-        // Every byte value at every position of every length a name can have, against the
-        // standard library's upper case: the word-wise path must agree byte for byte.
+        // Random bytes and the edges of the lower-case range, at every length a name can
+        // have and one past it, against the standard library's upper case: the word-wise
+        // path must agree byte for byte.
         let mut seed = 0x9e37_79b9_7f4a_7c15u64;
         let mut next = || {
             seed ^= seed << 13;
