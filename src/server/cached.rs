@@ -83,12 +83,7 @@ pub(super) fn cache_step(
                 writes.round_all = true;
             }
             writes.mark.get_or_insert_with(|| cache.write_mark());
-            let start = writes.keys.len();
-            let arena = &mut writes.arena;
-            invalidate_keys(cache, cmd, positions, |k| {
-                writes.keys.push(arena_copy(arena, k));
-            });
-            writes.written_since(start);
+            invalidate_keys(cache, cmd, positions, |k| writes.wrote(k));
             None
         }
         Access::All => {
@@ -127,43 +122,5 @@ fn invalidate_keys(
         positions.keys(&cmd.args).for_each(&mut add);
     } else if let Some(k) = commands::keys::unknown_write_key(cmd.name(), &cmd.args) {
         add(k);
-    }
-}
-
-/// Longest key copied into a connection's arena; a longer one gets an allocation of its own,
-/// so the arena never holds on to a huge block.
-const ARENA_KEY_MAX: usize = 256;
-/// Bytes an arena takes at a time.
-const ARENA_BLOCK: usize = 1024;
-
-/// A copy of `key` that outlives the request buffer: written keys are kept until Redis
-/// acknowledges them. Short keys are cut from one block per connection, so a pipeline of
-/// writes costs one allocation per block, not one per key.
-fn arena_copy(arena: &mut BytesMut, key: &[u8]) -> Bytes {
-    if key.len() > ARENA_KEY_MAX {
-        return Bytes::copy_from_slice(key);
-    }
-    if arena.capacity() < key.len() {
-        // The old block is freed by the last of the keys cut from it.
-        *arena = BytesMut::with_capacity(ARENA_BLOCK);
-    }
-    arena.extend_from_slice(key);
-    arena.split().freeze()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn arena_copies_outlive_the_arena_and_long_keys_are_copied_alone() {
-        let mut arena = BytesMut::new();
-        let keys: Vec<Vec<u8>> = (0..500).map(|i| format!("key:{i}").into_bytes()).collect();
-        let copies: Vec<Bytes> = keys.iter().map(|k| arena_copy(&mut arena, k)).collect();
-        let long = vec![b'x'; ARENA_KEY_MAX + 1];
-        let long_copy = arena_copy(&mut arena, &long);
-        drop(arena);
-        assert!(copies.iter().zip(&keys).all(|(c, k)| c == k));
-        assert_eq!(long_copy, long);
     }
 }

@@ -4,6 +4,7 @@
 use bytes::Bytes;
 use tokio::sync::oneshot;
 
+use super::writes::WrittenKeys;
 use crate::cache::{FillRx, Value};
 use crate::cluster::SplitKind;
 use crate::resp::Proto;
@@ -27,7 +28,7 @@ pub(super) struct Blocking {
 pub(super) struct AfterAck {
     /// Keys the requests write: invalidated again once acknowledged, so a read that raced
     /// the write cannot leave a stale entry behind.
-    pub(super) writes: Vec<Bytes>,
+    pub(super) writes: WrittenKeys,
     /// The cache's mark from before the first invalidation of `writes` (0: none taken).
     pub(super) write_mark: u64,
     /// A request may have changed every key (FLUSHALL...): flush the cache.

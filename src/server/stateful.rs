@@ -12,6 +12,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use super::client::Conn;
 use super::pending::{AfterAck, AloneReply, Blocking, Forwarded, PendingReply, Then};
 use super::plan::Repin;
+use super::writes::WrittenKeys;
 use crate::commands::Tx;
 use crate::error::replies;
 use crate::resp::request::encode_request;
@@ -169,7 +170,7 @@ impl Conn {
             count: 1,
             conn,
             after: AfterAck {
-                writes,
+                writes: WrittenKeys::of(&writes),
                 ..AfterAck::default()
             },
             interleaved: Default::default(),

@@ -6,7 +6,7 @@
 use std::collections::HashSet;
 use std::hash::BuildHasher;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 
 use crate::cache::Clock;
 
@@ -15,8 +15,10 @@ use crate::cache::Clock;
 pub(super) const MAX_TX_WRITE_KEYS: usize = 10_000;
 /// A round's written keys keep at most this much capacity into the next round.
 const KEEP_ROUND_CAPACITY: usize = 1024;
-/// Most room for written keys set aside for the next batch.
-const KEEP_BATCH_KEYS: usize = 64;
+/// Keys, and bytes of keys, a batch's written keys take room for at its first: a
+/// pipeline's worth of short keys, where growing from nothing reallocated several times.
+const FIRST_KEYS: usize = 16;
+const FIRST_KEY_BYTES: usize = 256;
 /// Up to this many written keys, a GET scans them; past it, they are indexed.
 const SCAN_AT_MOST: usize = 16;
 
@@ -37,9 +39,7 @@ pub(super) struct Writes {
     /// or that changes every key: no later GET in it may be served locally.
     pub(super) round_all: bool,
     /// Keys written by the current batch, invalidated again once it is acknowledged.
-    pub(super) keys: Vec<Bytes>,
-    /// Where short written keys are copied from the request buffer (`cached::arena_copy`).
-    pub(super) arena: BytesMut,
+    pub(super) keys: WrittenKeys,
     /// The cache's mark taken before the batch's first invalidation (`Cache::write_mark`);
     /// 0 once it holds keys invalidated before that (a transaction's).
     pub(super) mark: Option<u64>,
@@ -73,20 +73,16 @@ impl Writes {
         self.round_keys.extend(keys.iter().map(|k| key_hash(k)));
     }
 
-    /// The keys added to `keys` from index `start` on were written in this round.
-    pub(super) fn written_since(&mut self, start: usize) {
-        let new = &self.keys[start..];
-        self.round_keys.extend(new.iter().map(|k| key_hash(k)));
+    /// A write of the current batch names `key`: kept to invalidate again once the batch
+    /// is acknowledged, and written in this round.
+    pub(super) fn wrote(&mut self, key: &[u8]) {
+        self.keys.push(key);
+        self.round_keys.push(key_hash(key));
     }
 
-    /// The current batch's written keys, leaving room for as many in the next batch (a
-    /// pipeline of writes keeps one size of batch).
-    pub(super) fn take_keys(&mut self) -> Vec<Bytes> {
-        let keys = std::mem::take(&mut self.keys);
-        if !keys.is_empty() {
-            self.keys.reserve(keys.len().min(KEEP_BATCH_KEYS));
-        }
-        keys
+    /// The current batch's written keys.
+    pub(super) fn take_keys(&mut self) -> WrittenKeys {
+        std::mem::take(&mut self.keys)
     }
 
     /// Whether a write earlier in this round may have changed `key`.
@@ -115,7 +111,7 @@ impl Writes {
             self.all = true;
         } else {
             self.written(&tx.keys);
-            self.keys.append(&mut tx.keys);
+            tx.keys.iter().for_each(|k| self.keys.push(k));
             // They were invalidated when queued, before any mark this batch took.
             self.mark = Some(0);
         }
@@ -126,6 +122,46 @@ impl Writes {
 /// The hash `Writes` keeps of a written key.
 fn key_hash(key: &[u8]) -> u64 {
     foldhash::fast::FixedState::default().hash_one(key)
+}
+
+/// Keys written by one batch, kept until Redis acknowledges it: their bytes end to end in
+/// one buffer. A `Bytes` per key (cut from a shared block) cost a reference count taken
+/// and dropped per key: about 15 ns of a SET's 440 with the cache on (perf, SET over 1M
+/// keys at -P 16).
+#[derive(Debug, Default)]
+pub(super) struct WrittenKeys {
+    bytes: Vec<u8>,
+    /// Where each key ends in `bytes`.
+    ends: Vec<usize>,
+}
+
+impl WrittenKeys {
+    /// Adds a key.
+    pub(super) fn push(&mut self, key: &[u8]) {
+        if self.ends.capacity() == 0 {
+            self.ends.reserve(FIRST_KEYS);
+            self.bytes.reserve(FIRST_KEY_BYTES.max(key.len()));
+        }
+        self.bytes.extend_from_slice(key);
+        self.ends.push(self.bytes.len());
+    }
+
+    /// The keys, in the order they were added.
+    pub(super) fn iter(&self) -> impl Iterator<Item = &[u8]> {
+        let mut start = 0;
+        self.ends.iter().map(move |&end| {
+            let key = self.bytes.get(start..end).unwrap_or_default();
+            start = end;
+            key
+        })
+    }
+
+    /// Keys written by a blocking command, known apart from any batch.
+    pub(super) fn of(keys: &[Bytes]) -> WrittenKeys {
+        let mut w = WrittenKeys::default();
+        keys.iter().for_each(|k| w.push(k));
+        w
+    }
 }
 
 /// Keys written by the commands queued in a MULTI, bounded by [`MAX_TX_WRITE_KEYS`].
@@ -173,5 +209,19 @@ mod tests {
         assert!(!w.touched(b"k0") && !w.touched(b"k40"));
         w.written(&keys(5..6));
         assert!(w.touched(b"k5") && !w.touched(b"k39"));
+    }
+
+    #[test]
+    fn written_keys_come_back_as_they_went_in() {
+        let long = vec![b'x'; 5000];
+        let keys: Vec<Bytes> = [&b"a"[..], b"", b"key:1", &long, b"key:2"]
+            .iter()
+            .map(|k| Bytes::copy_from_slice(k))
+            .collect();
+        let mut w = WrittenKeys::default();
+        keys.iter().for_each(|k| w.push(k));
+        assert!(w.iter().eq(keys.iter().map(|k| &k[..])));
+        assert!(WrittenKeys::of(&keys).iter().eq(w.iter()));
+        assert_eq!(WrittenKeys::default().iter().count(), 0);
     }
 }
