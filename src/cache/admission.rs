@@ -176,9 +176,12 @@ impl Admission {
     /// otherwise often look hot and cost a tracked fill for nothing. With few
     /// keys the floor is 0 and the threshold is what it says.
     pub(super) fn admit(&self, reads: u8, lane: &LaneState) -> bool {
-        if lane.tracking() == Tracking::Down {
-            return false;
-        }
+        lane.tracking() != Tracking::Down && self.hot(reads)
+    }
+
+    /// Whether a key read `reads` times (its estimate) is hot enough to be admitted, whatever
+    /// the state of its lane (see [`Admission::admit`]).
+    pub(super) fn hot(&self, reads: u8) -> bool {
         reads >= self.bar(self.reads.noise_floor())
     }
 

@@ -242,16 +242,34 @@ impl Core {
         }
         let now = clock.now();
         let reading = counts.unwrap_or_else(|| self.presence.counts(hash)).read();
-        // Another client's read is in flight: wait for it.
-        if reading
-            && let Some(f) = self.fills.get(key)
-            && f.joinable(now, self.join_bound)
-        {
-            self.stats.coalesced.inc();
-            clock.served();
-            return Lookup::Wait(f.waiter());
+        // Another client's read is in flight: wait for it. A bare read first: nearly every
+        // read joined is one (keys not cached), and its map is keyed by the hash in hand,
+        // where `fills` hashes the key again.
+        if reading {
+            if let Some(mut slot) = self.leads.get_mut(&hash)
+                && slot.is_for(key)
+                && slot.joinable(now, self.join_bound)
+            {
+                self.stats.coalesced.inc();
+                clock.served();
+                return Lookup::Wait(self.join_lead(&mut slot, Some(route.conn)));
+            }
+            if let Some(f) = self.fills.get(key)
+                && f.joinable(now, self.join_bound)
+            {
+                self.stats.coalesced.inc();
+                clock.served();
+                return Lookup::Wait(f.waiter());
+            }
         }
-        let lane = (route.lane)().filter(|l| self.admission.admit(reads.count, &l.info));
+        // The lane is looked for only for a key hot enough to be admitted over it: a handle
+        // shared by every client costs two contended reference count updates.
+        let lane = self
+            .admission
+            .hot(reads.count)
+            .then(|| (route.lane)())
+            .flatten()
+            .filter(|l| self.admission.admit(reads.count, &l.info));
         // A plain read others may join is registered under the map's lock, in the same step
         // as the check for one to join: of GETs racing here on several threads, one leads.
         let lead = (lane.is_none() && route.lead).then(flight::lead_id);
