@@ -192,32 +192,26 @@ impl LinkObserver for Lane {
     }
 
     fn push(&self, frame: &[u8]) {
-        use redis_protocol::resp3::types::RangeFrame as F;
-        // Ranges into `frame`, not owned copies: a write to a cached key costs one push, and
-        // copying its parts cost more than the invalidation itself.
-        let decoded = redis_protocol::resp3::decode::complete::decode_range(frame);
-        let Ok(Some((F::Push { data, .. }, _))) = decoded else {
+        use crate::resp::{array_elements, bulk_body, is_null, push_elements};
+        // Slices of `frame`, not owned copies or a decoded tree: a write to a cached key
+        // costs one push, and decoding it into one cost more than the invalidation itself.
+        let Some(parts) = push_elements(frame) else {
             debug!("undecodable push on tracking connection");
             return;
         };
-        let bytes = |(start, end): (usize, usize)| frame.get(start..end);
         let core = &self.core;
-        match data.as_slice() {
-            [F::BlobString { data: kind, .. }, keys] if bytes(*kind) == Some(b"invalidate") => {
-                match keys {
-                    F::Array { data: keys, .. } => {
-                        for k in keys {
-                            if let F::BlobString { data: k, .. } = k
-                                && let Some(k) = bytes(*k)
-                            {
-                                core.invalidate(k, true);
-                                core.stats.invalidations.inc();
-                            }
-                        }
+        match parts.as_slice() {
+            [kind, keys] if bulk_body(kind) == Some(b"invalidate") => {
+                if let Some(keys) = array_elements(keys) {
+                    for k in keys.into_iter().filter_map(bulk_body) {
+                        core.invalidate(k, true);
+                        core.stats.invalidations.inc();
                     }
+                } else if is_null(keys) {
                     // FLUSHALL/FLUSHDB anywhere, or tracking table overflow.
-                    F::Null => core.flush(),
-                    _ => debug!("unexpected invalidate payload"),
+                    core.flush();
+                } else {
+                    debug!("unexpected invalidate payload");
                 }
             }
             _ => debug!("ignored push on tracking connection"),

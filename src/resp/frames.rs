@@ -64,7 +64,23 @@ impl<'a> Iterator for Frames<'a> {
 /// An array reply split into its header (`*N\r\n`) and its raw elements; `None` if it is not
 /// a complete array of exactly `N` elements.
 pub fn array_parts(reply: &[u8]) -> Option<(&[u8], Vec<&[u8]>)> {
-    let rest = reply.strip_prefix(b"*")?;
+    aggregate_parts(reply, b'*')
+}
+
+/// A RESP3 push (`>N\r\n`, such as an invalidation) split into its raw elements; `None` if
+/// it is not a complete push of exactly `N` elements.
+pub fn push_elements(frame: &[u8]) -> Option<Vec<&[u8]>> {
+    aggregate_parts(frame, b'>').map(|(_, elements)| elements)
+}
+
+/// Whether `frame` is a null: RESP3's `_`, or RESP2's null bulk or array.
+pub fn is_null(frame: &[u8]) -> bool {
+    matches!(frame, b"_\r\n" | b"$-1\r\n" | b"*-1\r\n")
+}
+
+/// An aggregate of type `kind` (`*`, `>`) split into its header and its raw elements.
+fn aggregate_parts(reply: &[u8], kind: u8) -> Option<(&[u8], Vec<&[u8]>)> {
+    let rest = reply.strip_prefix(&[kind])?;
     let cr = rest.iter().position(|&b| b == b'\r')?;
     let n = parse_int(&rest[..cr])?;
     let header_end = 1 + cr + 2;
@@ -96,6 +112,28 @@ pub fn array_elements(reply: &[u8]) -> Option<Vec<&[u8]>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pushes_split_into_their_elements() {
+        let push = b">2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\na\r\n";
+        assert_eq!(
+            push_elements(push),
+            Some(vec![&b"$10\r\ninvalidate\r\n"[..], b"*1\r\n$1\r\na\r\n"])
+        );
+        assert_eq!(push_elements(b"*1\r\n$1\r\na\r\n"), None, "an array");
+        assert_eq!(
+            push_elements(b">2\r\n$1\r\na\r\n"),
+            None,
+            "one element short"
+        );
+        assert_eq!(
+            push_elements(b">1\r\n$1\r\na\r\n:1\r\n"),
+            None,
+            "one too many"
+        );
+        assert!(is_null(b"_\r\n") && is_null(b"*-1\r\n") && is_null(b"$-1\r\n"));
+        assert!(!is_null(b"*0\r\n") && !is_null(b"$0\r\n\r\n"));
+    }
 
     #[test]
     fn scalar_frames() {

@@ -6,7 +6,9 @@ pub mod reply;
 pub mod request;
 pub mod scan;
 
-pub use frames::{Frame, array_elements, array_parts, bulk_body, frames, int_value};
+pub use frames::{
+    Frame, array_elements, array_parts, bulk_body, frames, int_value, is_null, push_elements,
+};
 pub use reply::{Encoder, Proto};
 pub use request::{Args, Limits, Parsed, ProtocolError, RequestParser};
 pub use scan::{FrameEnd, ReplyScanner, ScanError};
