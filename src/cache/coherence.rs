@@ -305,7 +305,7 @@ mod tests {
         c.complete_fill(&Key::from(&b"k"[..]), &f, Ok(Bytes::from_static(REPLY)));
         assert!(c.store.get(b"k", 0, Instant::now(), true, 0).is_some());
         assert!(c.fills.is_empty());
-        assert_eq!(rx.peek(), Some(Ok(Value::bulk(b"v"))));
+        assert_eq!(rx.peek(), Some(&Ok(Value::bulk(b"v"))));
     }
 
     #[test]
@@ -388,7 +388,7 @@ mod tests {
         // A GET after the write starts its own read, which the old one must not answer.
         lead(&c, b"k", 8);
         c.complete_lead(hash, 7, Ok(Bytes::from_static(GET_REPLY)));
-        assert_eq!(rx.peek(), Some(Ok(Value::bulk(b"v"))));
+        assert_eq!(rx.peek(), Some(&Ok(Value::bulk(b"v"))));
         assert_eq!(c.leads.get(&hash).map(|s| s.id), Some(8));
         assert!(c.joined.is_empty());
     }

@@ -92,20 +92,22 @@ impl Fill {
 pub struct FillRx(Arc<Fill>);
 
 impl FillRx {
-    /// Waits for the result.
-    pub async fn wait(&self) -> FillResult {
+    /// Waits for the result, and lends it: every waiter of a hot key reads the one result,
+    /// where a copy each cost two updates of its value's reference count, contended between
+    /// the threads whose clients joined the read.
+    pub async fn wait(&self) -> &FillResult {
         loop {
             let notified = self.0.notify.notified();
             if let Some(r) = self.0.result.get() {
-                return r.clone();
+                return r;
             }
             notified.await;
         }
     }
 
     /// The result, if it arrived.
-    pub fn peek(&self) -> Option<FillResult> {
-        self.0.result.get().cloned()
+    pub fn peek(&self) -> Option<&FillResult> {
+        self.0.result.get()
     }
 
     /// The key read.

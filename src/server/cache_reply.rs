@@ -31,10 +31,17 @@ impl Conn {
     /// A cache fill or a read coalesced with another client's.
     pub(super) async fn resolve_fill(&mut self, rx: FillRx, proto: Proto) {
         let tracked = rx.tracked();
-        let result = self.wait_fill(&rx).await;
+        let timed_out;
+        let result = match self.wait_fill(&rx).await {
+            Some(r) => r,
+            None => {
+                timed_out = Err(rx.timed_out());
+                &timed_out
+            }
+        };
         // In cluster mode a read can meet a slot on the move (MOVED/ASK, or a fill's
         // EXEC aborted by one): answer through the routing path, uncached.
-        if self.shared.upstream.cluster.is_some() && redirected(&result) {
+        if self.shared.upstream.cluster.is_some() && redirected(result) {
             let reply = self.routed_get(rx.key()).await;
             self.wbuf.extend_from_slice(&reply);
             return;
@@ -48,22 +55,19 @@ impl Conn {
         }
         match result {
             Ok(v) => v.encode(proto, &mut self.wbuf),
-            Err(e) => self.upstream_error(&e, 1),
+            Err(e) => self.upstream_error(e, 1),
         }
     }
 
-    /// The shared read's result, waited for at most `request_timeout`.
-    async fn wait_fill(&self, rx: &FillRx) -> FillResult {
+    /// The shared read's result, waited for at most `request_timeout` (`None` past it).
+    async fn wait_fill<'r>(&self, rx: &'r FillRx) -> Option<&'r FillResult> {
         if let Some(r) = rx.peek() {
-            return r;
+            return Some(r);
         }
         let wait = rx.wait();
         match self.shared.upstream.request_timeout {
-            Some(d) => match timeout(d, wait).await {
-                Ok(r) => r,
-                Err(_) => Err(rx.timed_out()),
-            },
-            None => wait.await,
+            Some(d) => timeout(d, wait).await.ok(),
+            None => Some(wait.await),
         }
     }
 
