@@ -105,6 +105,13 @@ impl Admission {
         self.reads.prefetch(hash);
     }
 
+    /// Asks the CPU to load what a write of the key with this hash reads first: whether
+    /// it was read lately ([`Admission::record_write`]), a cache miss on most SETs of a
+    /// write-only load.
+    pub(super) fn prefetch_write(&self, hash: u64) {
+        self.lately.prefetch(hash);
+    }
+
     /// Counts a GET of `key` (hash `hash`), and samples it for the top keys. Returns the
     /// key's read estimate, for [`Admission::may_be_cached`] and [`Admission::admit`].
     pub(super) fn record_get(&self, hash: u64, key: &[u8]) -> Reads {

@@ -51,6 +51,13 @@ impl ReadEpochs {
         self.bucket(hash).fetch_max(now, SeqCst);
     }
 
+    /// Whether any read may have been registered after `mark`: if not, no key's bucket can
+    /// say so either (a bucket only takes values of the clock), and a write-only load's
+    /// acknowledged keys need no look at their buckets, each a cache miss.
+    pub(super) fn any_since(&self, mark: u64) -> bool {
+        self.clock.load(SeqCst) > mark
+    }
+
     /// Whether a read of a key with this hash may have been registered after `mark`.
     pub(super) fn since(&self, hash: u64, mark: u64) -> bool {
         self.bucket(hash).load(SeqCst) > mark
@@ -73,5 +80,10 @@ mod tests {
         // A mark of 0 (a write whose first invalidation came before any mark) skips nothing
         // registered ever.
         assert!(e.since(a, 0));
+        // With nothing registered after a mark, no key's bucket is past it.
+        let quiet = e.mark();
+        assert!(!e.any_since(quiet) && !e.since(a, quiet) && !e.since(b, quiet));
+        e.registered(a);
+        assert!(e.any_since(quiet) && e.since(a, quiet) && e.any_since(0));
     }
 }

@@ -40,6 +40,11 @@ impl ReadLately {
         }
     }
 
+    /// Asks the CPU to load the word of the key with this hash.
+    pub(super) fn prefetch(&self, hash: u64) {
+        crate::prefetch::read(self.slot(hash).0);
+    }
+
     /// Whether the key with this hash (or one sharing its bit) was read since the last clear.
     pub(super) fn seen(&self, hash: u64) -> bool {
         let (word, bit) = self.slot(hash);

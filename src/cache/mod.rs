@@ -239,7 +239,11 @@ impl Cache {
             let (Found::Get(key) | Found::Set(key)) = found;
             let hash = core.admission.hash(key);
             core.presence.prefetch(hash);
-            if cool || matches!(found, Found::Set(_)) {
+            if matches!(found, Found::Set(_)) {
+                core.admission.prefetch_write(hash);
+                continue;
+            }
+            if cool {
                 continue;
             }
             core.admission.prefetch(hash);
@@ -290,6 +294,12 @@ impl Cache {
     /// its second ([`Cache::invalidate_for_write`]).
     pub fn write_mark(&self) -> u64 {
         self.core.epochs.mark()
+    }
+
+    /// Whether a read may have been registered since `mark`: if not, no key written after
+    /// it needs [`Cache::invalidate_for_write`].
+    pub fn reads_since(&self, mark: u64) -> bool {
+        self.core.epochs.any_since(mark)
     }
 
     /// A write through corral to `key` was acknowledged: its key is invalidated again if a

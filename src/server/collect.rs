@@ -360,8 +360,10 @@ impl Conn {
     /// Invalidates again what acknowledged writes may have changed.
     fn invalidate_after(&self, after: &AfterAck) {
         if let Some(cache) = &self.shared.cache {
-            for k in after.writes.iter() {
-                cache.invalidate_for_write(k, after.write_mark);
+            if cache.reads_since(after.write_mark) {
+                for k in after.writes.iter() {
+                    cache.invalidate_for_write(k, after.write_mark);
+                }
             }
             if after.writes_all {
                 cache.flush();
