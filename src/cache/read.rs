@@ -53,12 +53,12 @@ pub struct Clock {
 /// up, so they hit or join as before.
 pub(super) const COOL_WINDOW: u32 = 1024;
 /// A connection the cache served fewer than one GET in this many over a window is cool. A
-/// connection that hits now and then is cool too: with 30,000 entries left by a skewed load,
-/// uniform GETs over 1M keys hit one time in 33, and when any hit kept a connection warm
-/// every one of its cold GETs was counted and looked up (1.24x the proxy CPU of
-/// `--no-cache` in the bench's uniform run after its Zipf runs, against 1.08x on a fresh
-/// cache). Its hits are the same, since a key with an entry is looked up either way; what
-/// it gives up is counting the others' reads but for a sample, and prefetching.
+/// connection that hits now and then is cool too: after skewed loads had left a few thousand
+/// entries, uniform GETs over 1M keys hit one time in 380, and when any hit made a
+/// connection warm again 92% of its GETs were counted and looked up (1.19-1.22x the proxy
+/// CPU of `--no-cache`; 1.11-1.12x judged by share). Its hits are the same, since a key with
+/// an entry is looked up either way; what it gives up is counting the others' reads but for
+/// a sample, and prefetching.
 pub(super) const COOL_RATE: u32 = 16;
 /// A cool connection looks up one GET in this many (a power of two) of keys with nothing
 /// here, at random: enough for a key that grows hot to be counted (the sketch's counts are
