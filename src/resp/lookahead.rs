@@ -179,48 +179,66 @@ mod tests {
         assert_eq!(keys(buf, 10).collect::<Vec<_>>(), vec![Found::Set(b"kk")]);
     }
 
+    /// `header` finds the command `name` after `array` in every case, and then `found` after
+    /// it, and nothing in any of `near`.
+    fn matched_in_any_case(
+        header: fn(&[u8]) -> Option<usize>,
+        (array, name, rest): (&[u8], &[u8], &[u8]),
+        found: &[Found],
+        near: &[&[u8]],
+    ) {
+        let cases = [name.to_ascii_uppercase(), name.to_ascii_lowercase(), {
+            let mut mixed = name.to_ascii_lowercase();
+            mixed[1] = mixed[1].to_ascii_uppercase();
+            mixed
+        }];
+        for name in cases {
+            let buf = [array, &name, b"\r\n", rest].concat();
+            assert_eq!(header(&buf), Some(13));
+            assert_eq!(keys(&buf, 4).collect::<Vec<_>>(), found);
+        }
+        for near in near {
+            assert_eq!(header(near), None, "{near:?}");
+        }
+    }
+
     #[test]
     fn the_get_header_is_matched_in_any_case_and_nothing_else() {
-        for name in [&b"GET"[..], b"get", b"gEt"] {
-            let mut buf = b"*2\r\n$3\r\n".to_vec();
-            buf.extend_from_slice(name);
-            buf.extend_from_slice(b"\r\n$1\r\nk\r\n");
-            assert_eq!(get_header(&buf), Some(13));
-            assert_eq!(gets(&buf, 1), vec![&b"k"[..]]);
-        }
-        for near in [
-            &b"*2\r\n$3\r\nGEU\r\n$1\r\nk\r\n"[..],
-            b"*2\r\n$3\r\nSET\r\n$1\r\nk\r\n",
-            b"*2\r\n$3\r\nGET\n\r$1\r\nk\r\n",
-            b"*3\r\n$3\r\nGET\r\n$1\r\nk\r\n",
-            b"*2\r\n$4\r\nGET\r\n$1\r\nk\r\n",
-            b"*2\r\n$3\r\nG\x05T\r\n$1\r\nk\r\n",
-        ] {
-            assert_eq!(get_header(near), None, "{near:?}");
-        }
-        // Too short to hold the header and a key.
-        assert_eq!(get_header(b"*2\r\n$3\r\nGET\r\n"), None);
+        matched_in_any_case(
+            get_header,
+            (b"*2\r\n$3\r\n", b"get", b"$1\r\nk\r\n"),
+            &[Found::Get(b"k")],
+            &[
+                b"*2\r\n$3\r\nGEU\r\n$1\r\nk\r\n",
+                b"*2\r\n$3\r\nSET\r\n$1\r\nk\r\n",
+                b"*2\r\n$3\r\nGET\n\r$1\r\nk\r\n",
+                b"*3\r\n$3\r\nGET\r\n$1\r\nk\r\n",
+                b"*2\r\n$4\r\nGET\r\n$1\r\nk\r\n",
+                b"*2\r\n$3\r\nG\x05T\r\n$1\r\nk\r\n",
+                // Too short to hold the header and a key.
+                b"*2\r\n$3\r\nGET\r\n",
+            ],
+        );
     }
 
     #[test]
     fn the_set_header_is_matched_in_any_case_and_nothing_else() {
-        for name in [&b"SET"[..], b"set", b"sEt"] {
-            let mut buf = b"*3\r\n$3\r\n".to_vec();
-            buf.extend_from_slice(name);
-            buf.extend_from_slice(b"\r\n$1\r\nk\r\n$2\r\nvv\r\n*2\r\n$3\r\nGET\r\n$1\r\nj\r\n");
-            assert_eq!(set_header(&buf), Some(13));
-            let found: Vec<Found> = keys(&buf, 4).collect();
-            assert_eq!(found, vec![Found::Set(b"k"), Found::Get(b"j")]);
-        }
-        for near in [
-            &b"*3\r\n$3\r\nSEU\r\n$1\r\nk\r\n$1\r\nv\r\n"[..],
-            b"*3\r\n$3\r\nGET\r\n$1\r\nk\r\n$1\r\nv\r\n",
-            b"*2\r\n$3\r\nSET\r\n$1\r\nk\r\n",
-            b"*3\r\n$4\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n",
-            b"*3\r\n$3\r\nS\x05T\r\n$1\r\nk\r\n$1\r\nv\r\n",
-        ] {
-            assert_eq!(set_header(near), None, "{near:?}");
-        }
+        matched_in_any_case(
+            set_header,
+            (
+                b"*3\r\n$3\r\n",
+                b"set",
+                b"$1\r\nk\r\n$2\r\nvv\r\n*2\r\n$3\r\nGET\r\n$1\r\nj\r\n",
+            ),
+            &[Found::Set(b"k"), Found::Get(b"j")],
+            &[
+                b"*3\r\n$3\r\nSEU\r\n$1\r\nk\r\n$1\r\nv\r\n",
+                b"*3\r\n$3\r\nGET\r\n$1\r\nk\r\n$1\r\nv\r\n",
+                b"*2\r\n$3\r\nSET\r\n$1\r\nk\r\n",
+                b"*3\r\n$4\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n",
+                b"*3\r\n$3\r\nS\x05T\r\n$1\r\nk\r\n$1\r\nv\r\n",
+            ],
+        );
         // A value cut short, or no value: nothing found, and nothing after it.
         for cut in [
             &b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$5\r\nvv\r\n"[..],
