@@ -92,9 +92,8 @@ impl Fill {
 pub struct FillRx(Arc<Fill>);
 
 impl FillRx {
-    /// Waits for the result, and lends it: every waiter of a hot key reads the one result,
-    /// where a copy each cost two updates of its value's reference count, contended between
-    /// the threads whose clients joined the read.
+    /// Waits for the result, and lends it: every waiter reads the one result, where a copy
+    /// each cost two locked updates of its value's reference count.
     pub async fn wait(&self) -> &FillResult {
         loop {
             let notified = self.0.notify.notified();

