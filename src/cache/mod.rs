@@ -25,6 +25,7 @@
 //! - `entry.rs`, `value.rs`, `sketch.rs`, `hotkeys.rs`, `tracking.rs`, `short_key.rs`: leaves.
 
 mod admission;
+mod clock;
 mod coherence;
 mod entry;
 mod epochs;
@@ -53,9 +54,10 @@ use dashmap::DashMap;
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 
+pub use clock::Clock;
 pub use flight::{FillResult, FillRx};
 pub use hotkeys::HotKey;
-pub use read::{Clock, Lead, Lookup};
+pub use read::{Lead, Lookup};
 pub use tracking::Tracking;
 pub use value::Value;
 

@@ -111,7 +111,7 @@ impl Writes {
             self.all = true;
         } else {
             self.written(&tx.keys);
-            tx.keys.iter().for_each(|k| self.keys.push(k));
+            self.keys.extend(&tx.keys);
             // They were invalidated when queued, before any mark this batch took.
             self.mark = Some(0);
         }
@@ -156,10 +156,15 @@ impl WrittenKeys {
         })
     }
 
+    /// Adds each of `keys`.
+    pub(super) fn extend(&mut self, keys: &[Bytes]) {
+        keys.iter().for_each(|k| self.push(k));
+    }
+
     /// Keys written by a blocking command, known apart from any batch.
     pub(super) fn of(keys: &[Bytes]) -> WrittenKeys {
         let mut w = WrittenKeys::default();
-        keys.iter().for_each(|k| w.push(k));
+        w.extend(keys);
         w
     }
 }
