@@ -92,6 +92,16 @@ pub(super) struct Link {
     status: Arc<UpstreamStatus>,
     /// Let other clients add their requests to a write before it is made.
     pub(super) gather: bool,
+    /// Requests written and not yet answered at which the next write waits (0: never), so
+    /// that the requests arriving meanwhile go out as one write: see
+    /// [`super::ConnSettings::hold_at`].
+    pub(super) hold_at: usize,
+    /// Waiters at the front of `inflight` whose requests are all written.
+    sent: usize,
+    /// Replies still owed to those waiters.
+    owed: usize,
+    /// `wbuf` holds the rest of a write begun.
+    writing: bool,
 }
 
 impl Link {
@@ -113,6 +123,10 @@ impl Link {
             scanner: ReplyScanner::new(),
             frame_start: 0,
             liveness,
+            hold_at: 0,
+            sent: 0,
+            owed: 0,
+            writing: false,
         }
     }
 
@@ -170,11 +184,12 @@ impl Link {
                     }
                     Err(e) => return End::lost(e.to_string()),
                 },
-                r = write_or_flush(&mut wr, &mut self.wbuf), if !self.wbuf.is_empty() || unflushed => {
+                r = write_or_flush(&mut wr, &mut self.wbuf), if (!self.wbuf.is_empty() && !self.holds()) || unflushed => {
                     match r {
                         Ok(flushed) => unflushed = tls && !flushed,
                         Err(e) => return End::lost(e.to_string()),
                     }
+                    self.written();
                 }
                 () = &mut timer, if checked => {
                     match self.check_health(Instant::now()) {
@@ -208,6 +223,24 @@ impl Link {
                 },
             }
         }
+    }
+
+    /// Whether the next write waits for replies: see [`Link::hold_at`]. A write begun is
+    /// always finished.
+    fn holds(&self) -> bool {
+        self.hold_at > 0 && !self.writing && self.owed >= self.hold_at
+    }
+
+    /// Notes a write made: once `wbuf` is all out, every waiter's requests are.
+    fn written(&mut self) {
+        self.writing = !self.wbuf.is_empty();
+        if self.writing {
+            return;
+        }
+        for w in self.inflight.range(self.sent..) {
+            self.owed += w.remaining as usize;
+        }
+        self.sent = self.inflight.len();
     }
 
     fn enqueue(&mut self, job: Job) {
@@ -277,6 +310,9 @@ impl Link {
             }
             self.frame_start = frame.end;
             front.remaining -= 1;
+            if self.sent > 0 {
+                self.owed = self.owed.saturating_sub(1);
+            }
             if front.remaining > 0 {
                 continue;
             }
@@ -284,6 +320,7 @@ impl Link {
             self.scanner.consumed(frame.end);
             self.frame_start = 0;
             if let Some(w) = self.inflight.pop_front() {
+                self.sent = self.sent.saturating_sub(1);
                 if w.probe {
                     if let Some(l) = &mut self.liveness {
                         l.probe_answered();
@@ -399,5 +436,95 @@ mod tests {
         assert!(link.inflight.front().is_some_and(|w| w.probe));
         let end = link.check_health(t0 + ms(1100)).expect_err("dead");
         assert!(end.timed_out);
+    }
+
+    fn job(
+        count: u32,
+    ) -> (
+        Job,
+        tokio::sync::oneshot::Receiver<crate::upstream::JobResult>,
+    ) {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let bytes = Bytes::from(b"*1\r\n$4\r\nPING\r\n".repeat(count as usize));
+        let reply = ReplyTo::Channel(tx);
+        (
+            Job {
+                bytes,
+                count,
+                reply,
+            },
+            rx,
+        )
+    }
+
+    /// What a write loop would do after writing all of `wbuf`.
+    fn write_all(link: &mut Link) -> usize {
+        let n = link.wbuf.len();
+        link.wbuf.clear();
+        link.written();
+        n
+    }
+
+    #[test]
+    fn a_write_waits_while_many_requests_are_out_and_their_replies_still_arrive_in_order() {
+        let mut link = link();
+        link.hold_at = 4;
+        let (a, mut ra) = job(3);
+        let (b, mut rb) = job(2);
+        link.enqueue(a);
+        link.enqueue(b);
+        assert!(!link.holds(), "nothing is out yet");
+        write_all(&mut link);
+        assert!(link.holds(), "5 requests out");
+        // A job queued now waits, and is not counted as out.
+        let (c, mut rc) = job(1);
+        link.enqueue(c);
+        assert!(link.holds());
+        link.rbuf.extend_from_slice(b"+1\r\n");
+        link.deliver().expect("deliver");
+        assert!(link.holds(), "4 still out");
+        link.rbuf.extend_from_slice(b"+2\r\n+3\r\n");
+        link.deliver().expect("deliver");
+        assert!(!link.holds(), "2 out: the held write goes");
+        assert_eq!(
+            ra.try_recv().ok().and_then(Result::ok).as_deref(),
+            Some(&b"+1\r\n+2\r\n+3\r\n"[..])
+        );
+        assert_eq!(
+            write_all(&mut link),
+            14,
+            "only the held job's bytes were left"
+        );
+        assert!(!link.holds(), "3 out");
+        link.rbuf.extend_from_slice(b"+4\r\n+5\r\n+6\r\n");
+        link.deliver().expect("deliver");
+        assert_eq!(
+            rb.try_recv().ok().and_then(Result::ok).as_deref(),
+            Some(&b"+4\r\n+5\r\n"[..])
+        );
+        assert_eq!(
+            rc.try_recv().ok().and_then(Result::ok).as_deref(),
+            Some(&b"+6\r\n"[..])
+        );
+        assert_eq!((link.sent, link.owed), (0, 0));
+    }
+
+    #[test]
+    fn a_write_begun_is_finished_and_a_connection_without_a_bar_never_waits() {
+        let mut link = link();
+        link.hold_at = 1;
+        let (a, _ra) = job(2);
+        link.enqueue(a);
+        // Half written: Redis may answer the first request before the rest is out.
+        link.wbuf.advance(10);
+        link.written();
+        assert!(!link.holds(), "the rest of the write goes on");
+        link.rbuf.extend_from_slice(b"+1\r\n");
+        link.deliver().expect("deliver");
+        write_all(&mut link);
+        assert_eq!(link.owed, 1, "only the reply still missing is owed");
+        assert!(link.holds());
+        link.hold_at = 0;
+        assert!(!link.holds());
     }
 }

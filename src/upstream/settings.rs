@@ -54,6 +54,10 @@ pub struct ConnSettings {
     /// the pub/sub connection (an UNSUBSCRIBE must not fall behind a PUBLISH a client sends
     /// next) and dedicated connections (always off: see `Link::gather`).
     pub gather: bool,
+    /// With `gather`: once this many requests are written and not yet answered, the next
+    /// write waits for replies, and the requests queued meanwhile go out together (0: never
+    /// wait). See `upstream.hold_writes_at`.
+    pub hold_at: usize,
     /// A Redis ACL user's connection (`users.rs`): cancelled once Redis dropped a live
     /// connection of that user or refused to authenticate a new one; from then on no
     /// connection of the user is made again and a lost one is not reconnected. Its
@@ -100,6 +104,7 @@ impl ConnSettings {
             health: Some(cfg.health()),
             internal: false,
             gather: true,
+            hold_at: cfg.hold_writes_at(),
             revoked: None,
         }
     }

@@ -121,6 +121,7 @@ impl Task {
         // A dedicated connection serves one client, whose round is already one job: there is
         // nobody to wait for.
         link.gather = s.gather && s.reconnect;
+        link.hold_at = if link.gather { s.hold_at } else { 0 };
         let end = tokio::select! {
             r = link.serve(stream, &mut self.rx) => r,
             _ = self.reset.notified() => End::timed_out("reset after a request timed out"),
