@@ -127,6 +127,8 @@ impl Cache {
             reconnect: true,
             health: Some(health),
             internal: true,
+            // A fill's waiters wait on each of its writes.
+            hold_at: 0,
             ..settings
         };
         let upstream_addr = lane_settings.addr.clone();
