@@ -21,6 +21,8 @@
 //! - `admission.rs`: which keys are worth keeping (sketches, hot keys, early refresh).
 //! - `lately.rs`: which keys were read lately (a write to any other skips the sketch).
 //! - `stats.rs`: counters and their INFO / Prometheus forms.
+//! - `holds.rs`: whether shared upstream connections hold writes, by the share of GETs
+//!   served.
 //! - `store.rs`: the entries, bounded in bytes → `front.rs`: each thread's recent hits.
 //! - `entry.rs`, `value.rs`, `sketch.rs`, `hotkeys.rs`, `tracking.rs`, `short_key.rs`: leaves.
 
@@ -31,6 +33,7 @@ mod entry;
 mod epochs;
 mod flight;
 mod front;
+mod holds;
 mod hotkeys;
 mod lane;
 mod lately;
@@ -117,6 +120,11 @@ impl Cache {
     ) -> Cache {
         let core = Arc::new(new_core(cfg));
         tokio::spawn(core.admission.clone().decay(shutdown.clone()));
+        if cfg.holds_follow_cache() {
+            let counted = core.clone();
+            let seen = move || holds::Seen::of(&counted.stats);
+            tokio::spawn(holds::steer(seen, status.clone(), shutdown.clone()));
+        }
         let health = Health {
             strict: true,
             ..cfg.health()

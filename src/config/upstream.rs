@@ -83,16 +83,16 @@ pub struct UpstreamConfig {
     /// (counted in `max_dedicated` too), plus the REDIRECT targets' connections.
     pub max_tracking_clients: usize,
     /// Requests a shared connection may have written and not yet answered before its next
-    /// write waits for replies (0: never wait); unset, [`HOLD_WRITES_AT`] with the cache off
-    /// and 0 with it on (see `Config::hold_writes_at`).
+    /// write waits for replies (0: never wait). Unset: [`HOLD_WRITES_AT`], while the cache
+    /// (if on) serves few GETs (see `Config::hold_writes_at`).
     pub hold_writes_at: Option<usize>,
     /// How TLS connections to a `rediss://` upstream (and every cluster node) are verified.
     pub tls: UpstreamTls,
 }
 
-/// `upstream.hold_writes_at` when unset and the cache is off: more than one 16-deep
-/// pipeline's requests, and more than 50 clients sending one request each can have on one
-/// of two connections, so unpipelined clients are never held.
+/// `upstream.hold_writes_at` when unset: more than one 16-deep pipeline's requests, and more
+/// than 50 clients sending one request each can have on one of two connections, so
+/// unpipelined clients are never held.
 pub const HOLD_WRITES_AT: usize = 48;
 
 impl Default for UpstreamConfig {

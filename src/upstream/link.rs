@@ -228,7 +228,7 @@ impl Link {
     /// Whether the next write waits for replies: see [`Link::hold_at`]. A write begun is
     /// always finished.
     fn holds(&self) -> bool {
-        self.hold_at > 0 && !self.writing && self.owed >= self.hold_at
+        self.hold_at > 0 && !self.writing && self.owed >= self.hold_at && self.status.holds_writes()
     }
 
     /// Notes a write made: once `wbuf` is all out, every waiter's requests are.
@@ -510,7 +510,7 @@ mod tests {
     }
 
     #[test]
-    fn a_write_begun_is_finished_and_a_connection_without_a_bar_never_waits() {
+    fn a_write_begun_is_finished_and_nothing_waits_without_a_bar_or_with_holding_off() {
         let mut link = link();
         link.hold_at = 1;
         let (a, _ra) = job(2);
@@ -523,6 +523,11 @@ mod tests {
         link.deliver().expect("deliver");
         write_all(&mut link);
         assert_eq!(link.owed, 1, "only the reply still missing is owed");
+        assert!(link.holds());
+        // The cache serving many GETs turns holding off for every connection.
+        link.status.set_holds_writes(false);
+        assert!(!link.holds());
+        link.status.set_holds_writes(true);
         assert!(link.holds());
         link.hold_at = 0;
         assert!(!link.holds());

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -37,6 +37,9 @@ pub struct UpstreamStatus {
     paused_until_ms: AtomicU64,
     /// When each node last sent anything on any of corral's health-checked connections.
     lives: Mutex<HashMap<String, Arc<NodeLife>>>,
+    /// The cache serves enough GETs that shared connections do not hold writes (see
+    /// `ConnSettings::hold_at`): set and cleared by the cache.
+    holds_off: AtomicBool,
 }
 
 /// When a node last sent corral anything, on any health-checked connection: tells a silent
@@ -295,6 +298,16 @@ impl UpstreamStatus {
     /// What is known of how long scripts take.
     pub fn script_book(&self) -> &ScriptBook {
         &self.book
+    }
+
+    /// Whether shared connections may hold writes now (see `ConnSettings::hold_at`).
+    pub fn holds_writes(&self) -> bool {
+        !self.holds_off.load(Ordering::Relaxed)
+    }
+
+    /// Lets shared connections hold writes, or stops them (the cache, by what it serves).
+    pub fn set_holds_writes(&self, on: bool) {
+        self.holds_off.store(!on, Ordering::Relaxed);
     }
 
     /// A client sent CLIENT PAUSE for `ms` through corral (`None`: CLIENT UNPAUSE).
