@@ -152,8 +152,21 @@ fn mixed_script(c: usize, rounds: usize, unknown: &[u8]) -> Script {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifty_clients_with_mixed_pipelines_get_every_reply_in_order() {
+    mixed_pipelines_in_order(|_| {}).await;
+}
+
+/// Shared connections hold writes with the cache off (48 requests out, reached by these
+/// pipelines): what waits in corral still goes out, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mixed_pipelines_keep_their_order_while_writes_are_held() {
+    mixed_pipelines_in_order(|c| c.cache.enabled = false).await;
+    // A bar of one request holds after every write, with the cache on too.
+    mixed_pipelines_in_order(|c| c.upstream.hold_writes_at = Some(1)).await;
+}
+
+async fn mixed_pipelines_in_order(tweak: impl FnOnce(&mut corral::config::Config)) {
     let redis = RedisServer::start();
-    let proxy = TestProxy::start(&redis.url()).await;
+    let proxy = TestProxy::start_with(&redis.url(), tweak).await;
     // The unknown-command error is Redis's own text; corral must pass it through unchanged.
     let mut direct = RawClient::connect(redis.addr()).await.unwrap();
     let unknown = direct.cmd("NOSUCHCMD x").await;
