@@ -184,3 +184,40 @@ async fn cool_connections_join_a_read_in_flight() {
     }
     panic!("could not send the GETs within {PAUSE_MS} ms in 3 tries");
 }
+
+/// Shared connections hold writes (`upstream.hold_writes_at`) while the cache serves few
+/// GETs, and not while it serves many; INFO shows the bar in force.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_are_held_only_while_the_cache_serves_few_gets() {
+    const FIELD: &str = "upstream_hold_writes_at";
+    let (_redis, proxy, mut direct, mut c) = start().await;
+    assert_eq!(info_field(&mut c, FIELD).await, "48", "nothing served yet");
+    direct.cmd("SET hot v").await;
+    make_cached(&mut c, "hot", b"$1\r\nv\r\n").await;
+    let hits: Vec<u8> = (0..200).flat_map(|_| encode(&[b"GET", b"hot"])).collect();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while info_field(&mut c, FIELD).await != "0" {
+        assert!(Instant::now() < deadline, "holding never turned off");
+        c.pipeline(&hits, 64 * 1024, 200).await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut round = 0;
+    while info_field(&mut c, FIELD).await != "48" {
+        assert!(Instant::now() < deadline, "holding never came back");
+        cold_gets(&mut c, &round.to_string(), 500).await;
+        round += 1;
+    }
+    proxy.stop().await;
+    // Without the cache, and with the bar set to 0.
+    let redis = RedisServer::start();
+    for (cache, bar, want) in [(false, None, "48"), (true, Some(0), "0")] {
+        let proxy = TestProxy::start_with(&redis.url(), |cfg| {
+            cfg.cache.enabled = cache;
+            cfg.upstream.hold_writes_at = bar;
+        })
+        .await;
+        let mut c = connect(proxy.addr).await;
+        assert_eq!(info_field(&mut c, FIELD).await, want);
+        proxy.stop().await;
+    }
+}

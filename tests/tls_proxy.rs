@@ -12,8 +12,8 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use common::{
-    Deadline, RawClient, RedisServer, TestProxy, bulk, encode, get_until, http_get, make_cached,
-    poll_until, reply_text, resp_len, show, tls_dial, tls_trusting, unused_port,
+    Deadline, RawClient, RedisServer, TestProxy, bulk, encode, get_until, http_get, info_field,
+    make_cached, poll_until, reply_text, resp_len, show, tls_dial, tls_trusting, unused_port,
 };
 use corral::Config;
 use corral::tls::Stream;
@@ -56,16 +56,6 @@ async fn healthz_until(proxy: &TestProxy, status: u16, part: &str) -> String {
         },
     )
     .await
-}
-
-/// corral's `# Proxy` INFO field `name`.
-async fn info_field(c: &mut RawClient, name: &str) -> String {
-    let info = reply_text(&c.cmd("INFO proxy").await);
-    info.lines()
-        .find_map(|l| l.strip_prefix(&format!("{name}:")))
-        .unwrap_or_else(|| panic!("no {name} in {info}"))
-        .trim()
-        .to_string()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -259,6 +259,16 @@ pub async fn client_list(addr: SocketAddr) -> Vec<String> {
     list.unwrap_or_else(|| panic!("CLIENT LIST on {addr} failed"))
 }
 
+/// corral's `# Proxy` INFO field `name`.
+pub async fn info_field(c: &mut RawClient, name: &str) -> String {
+    let info = super::resp::reply_text(&c.cmd("INFO proxy").await);
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name}:")))
+        .unwrap_or_else(|| panic!("no {name} in {info}"))
+        .trim()
+        .to_string()
+}
+
 /// The `name=value` field of a CLIENT LIST line.
 pub fn field<'a>(line: &'a str, name: &str) -> Option<&'a str> {
     line.split(' ')
