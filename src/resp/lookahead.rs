@@ -6,6 +6,8 @@
 //! anything else (an inline request, a frame cut short, a malformed header). The requests
 //! themselves are parsed and checked by [`super::RequestParser`].
 
+use super::request::digits_line;
+
 /// A request found ahead: the key of a `GET key`, or of a `SET key value ...`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Found<'a> {
@@ -129,23 +131,15 @@ fn bulk(buf: &[u8], at: usize) -> Option<(usize, usize)> {
     }
 }
 
-/// A header line `<kind><digits>\r\n` at the start of `buf`: its number and the length of
-/// the line. Up to 9 digits: more than any request this looks through needs.
+/// A header line `<kind><digits>\r\n` at the start of `buf` (see [`digits_line`]): its number
+/// and the length of the line. Up to 9 digits: more than any request this looks through needs.
 fn line_int(buf: &[u8], kind: u8) -> Option<(usize, usize)> {
     let (&first, rest) = buf.split_first()?;
     if first != kind {
         return None;
     }
-    let mut n = 0;
-    for (i, &b) in rest.iter().take(10).enumerate() {
-        let digit = b.wrapping_sub(b'0');
-        if digit < 10 {
-            n = n * 10 + usize::from(digit);
-        } else {
-            return (b == b'\r' && i > 0 && rest.get(i + 1) == Some(&b'\n')).then_some((n, i + 3));
-        }
-    }
-    None
+    let (n, len) = digits_line(rest, 9)?;
+    Some((usize::try_from(n).ok()?, len + 1))
 }
 
 #[cfg(test)]

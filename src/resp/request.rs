@@ -325,13 +325,12 @@ pub fn encode_request(args: &[&[u8]], out: &mut bytes::BytesMut) {
     }
 }
 
-/// The common header line, read in one pass: after `skip` bytes, 1 to 18 digits (and no more
-/// than `max_line`) with no leading zero (or a lone `0`) and CRLF, as
-/// [`RequestParser::header`] returns it. `None` for
-/// anything else, which `header` then reads the long way, with Redis's errors: this path
-/// accepts only lines that way reads the same, so it changes no outcome. Three header lines
-/// make a GET, and searching each for its CR before reading its digits was a fifth of the
-/// instructions corral spent on one.
+/// The common header line, read in one pass: after `skip` bytes, a [`digits_line`] of no more
+/// than `max_line` digits, as [`RequestParser::header`] returns it. `None` for anything else,
+/// which `header` then reads the long way, with Redis's errors: this path accepts only lines
+/// that way reads the same, so it changes no outcome. Three header lines make a GET, and
+/// searching each for its CR before reading its digits was a fifth of the instructions
+/// corral spent on one.
 #[inline(always)]
 fn short_header(buf: &[u8], skip: usize, max_line: usize) -> Option<(Option<i64>, usize)> {
     let (kind, digits) = buf.split_at_checked(skip)?;
@@ -339,19 +338,30 @@ fn short_header(buf: &[u8], skip: usize, max_line: usize) -> Option<(Option<i64>
     if kind.contains(&b'\r') {
         return None;
     }
+    let (n, len) = digits_line(digits, max_line)?;
+    Some((Some(n), skip + len))
+}
+
+/// Nearly every RESP length or count line, read in one pass: 1 to `most` (and at most 18)
+/// decimal digits, no leading zero but for a lone `0`, then CRLF, at the start of `line`. Its
+/// value and the line's length with the CRLF; `None` for anything else (a sign, a space, a
+/// 19th digit, a line cut short), for the caller's general path, which [`parse_int`] reads.
+/// Requests, reply frames and the lookahead's hints all read their lines here.
+#[inline(always)]
+pub(super) fn digits_line(line: &[u8], most: usize) -> Option<(i64, usize)> {
     let mut n: i64 = 0;
-    for (i, &b) in digits.iter().take(max_line.min(18) + 1).enumerate() {
+    for (i, &b) in line.iter().take(most.min(18) + 1).enumerate() {
         let d = b.wrapping_sub(b'0');
         if d < 10 {
             if i == 18 {
-                // A 19th digit may not fit: the long way checks.
+                // A 19th digit may not fit.
                 return None;
             }
             n = n * 10 + i64::from(d);
             continue;
         }
-        let shape = b == b'\r' && i > 0 && (i == 1 || digits[0] != b'0');
-        return (shape && digits.get(i + 1) == Some(&b'\n')).then_some((Some(n), skip + i + 2));
+        let shape = b == b'\r' && i > 0 && (i == 1 || line[0] != b'0');
+        return (shape && line.get(i + 1) == Some(&b'\n')).then_some((n, i + 2));
     }
     None
 }

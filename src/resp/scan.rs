@@ -9,6 +9,8 @@
 //! holds one counter per open aggregate, each opened by at least four bytes already in the
 //! buffer. Its memory is therefore bounded by the bytes buffered, like the buffer itself.
 
+use super::request::digits_line;
+
 /// The upstream sent bytes that are not RESP; the connection cannot be trusted any more.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid reply from upstream: {0}")]
@@ -174,29 +176,10 @@ fn length_line(buf: &[u8], from: usize) -> Result<Option<(i64, usize)>, ScanErro
     Ok(Some((int(&buf[from..line_end])?, line_end + 2)))
 }
 
-/// Nearly every length line: plain decimal digits, no sign, no leading zero, read in one
-/// pass where the general path finds the line's end and then parses it (about half the
-/// scanner's instructions per bulk reply). Its value and the offset past the line; `None` for
-/// anything else, left to the general path, which also gives the errors.
+/// A length line read in one pass (see [`digits_line`]): its value and the offset past it.
 #[inline]
 fn plain_length(buf: &[u8], from: usize) -> Option<(i64, usize)> {
-    let line = buf.get(from..)?;
-    let first = *line.first()?;
-    if !(b'1'..=b'9').contains(&first) {
-        return (first == b'0' && line.get(1..3) == Some(b"\r\n")).then_some((0, from + 3));
-    }
-    let mut n = i64::from(first - b'0');
-    let mut i = 1;
-    // 18 digits at most: the value stays below `i64::MAX`.
-    while i < 18 {
-        let b = *line.get(i)?;
-        if !b.is_ascii_digit() {
-            break;
-        }
-        n = n * 10 + i64::from(b - b'0');
-        i += 1;
-    }
-    (line.get(i..i + 2)? == b"\r\n").then_some((n, from + i + 2))
+    digits_line(buf.get(from..)?, usize::MAX).map(|(n, len)| (n, from + len))
 }
 
 fn find_crlf(buf: &[u8], from: usize) -> Option<usize> {
