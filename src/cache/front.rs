@@ -1,5 +1,5 @@
-//! A per-thread memo of the store's recent hits, in front of it: a direct-mapped table of
-//! slots indexed by the key's hash, each holding a key and its entry.
+//! A per-thread memo of the store's recent hits, in front of it: a table of slots in sets of
+//! two, the set picked by the key's hash, each slot holding a key and its entry.
 //!
 //! Why: a hit in the store follows three dependent pointers (`quick_cache`'s table, its slab
 //! entry, the entry), on a large store three cache misses: 81-123 ns per request at
@@ -12,11 +12,17 @@
 //! replaced, evicted, cleared, expired) before that removal returns. A front hit that saw
 //! the flag set came before the removal returned, as a store hit would have.
 //!
+//! Size: a thread's front starts with [`MIN_SLOTS`] and grows (empty again) to the size the
+//! store asks for, twice its entries rounded up to a power of two: with a fixed 16,384
+//! direct-mapped slots and 100,000 entries read uniformly, most hits missed the front and
+//! paid `quick_cache`'s misses (37% of corral's time in perf, 0.89 µs per request; with
+//! 131,072 slots in sets of two, 0.58-0.60 µs).
+//!
 //! Bounds: a slot may still hold an entry that left the store until another store hit that
 //! maps to the slot replaces it. Only entries of values up to [`MAX_VALUE`] bytes and keys up
-//! to [`INLINE`] bytes go in, so what slots hold outside the store's budget is at most
-//! [`SLOTS`] × (`MAX_VALUE` + an entry's overhead), about 12 MB per worker thread, besides
-//! the 1 MiB of slots themselves.
+//! to [`INLINE`] bytes go in, so what a front holds outside the store's budget is at most its
+//! slots × ([`PIN_BYTES`]); the store caps the slots it asks for so that this stays within
+//! 3/8 of its budget per worker thread (see [`max_slots`]).
 
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -25,11 +31,34 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use super::entry::Entry;
 use super::short_key::{INLINE, ShortKey};
 
-/// Slots per thread (a power of two): 64 bytes each, 1 MiB. With 8,192, on Zipf GETs over
-/// 1M keys (about 6,600 entries) one hit in 14 missed the front for a slot another key held.
-pub(super) const SLOTS: usize = 16384;
+/// Slots a thread's front starts with (a power of two): 64 bytes each, 1 MiB. With 8,192,
+/// on Zipf GETs over 1M keys (about 6,600 entries) one hit in 14 missed the front for a slot
+/// another key held.
+pub(super) const MIN_SLOTS: usize = 16384;
 /// Largest value whose entry goes in a slot.
 pub(super) const MAX_VALUE: usize = 512;
+/// The most memory one slot may keep outside the store's budget: the slot and an entry that
+/// left the store (its allocation, with a value of up to [`MAX_VALUE`] outside it).
+pub(super) const PIN_BYTES: u64 = 64 + 192 + MAX_VALUE as u64;
+
+/// The most slots a front of a store of `max_bytes` grows to: a power of two, whose slots may
+/// keep up to 3/8 of `max_bytes` (256 MiB: 131,072 slots, 8 MiB of them).
+pub(super) fn max_slots(max_bytes: u64) -> usize {
+    let most = usize::try_from(max_bytes * 3 / 8 / PIN_BYTES).unwrap_or(usize::MAX);
+    // The largest power of two not above `most`, and never below the starting size.
+    let pow = most.checked_next_power_of_two().unwrap_or(1 << 30);
+    let pow = if pow > most { pow / 2 } else { pow };
+    pow.clamp(MIN_SLOTS, 1 << 24)
+}
+
+/// The slots a front should have for a store of `entries` (at most `max`).
+pub(super) fn slots_for(entries: usize, max: usize) -> usize {
+    entries
+        .saturating_mul(2)
+        .checked_next_power_of_two()
+        .unwrap_or(max)
+        .clamp(MIN_SLOTS, max.max(MIN_SLOTS))
+}
 /// Every this many hits through a slot, the lookup also reads the store, so that its
 /// eviction policy still sees the key in use (once the store is over half full: see
 /// `Store::filling`).
@@ -61,8 +90,35 @@ thread_local! {
     static FRONT: RefCell<Option<Box<[Slot]>>> = const { RefCell::new(None) };
 }
 
-fn index(hash: u64) -> usize {
-    hash as usize & (SLOTS - 1)
+/// Slots a key may take: the key's hash picks a set of this many neighbouring slots. With
+/// one (direct-mapped) and 100,000 entries read uniformly through 131,072 slots, a fifth of
+/// the hits found their slot held by another key and read the store.
+const WAYS: usize = 2;
+
+/// The set of slots of `hash` in `slots` (a power of two of them).
+fn set(slots: &[Slot], hash: u64) -> &[Slot] {
+    let first = (hash as usize & (slots.len() / WAYS - 1)) * WAYS;
+    &slots[first..first + WAYS]
+}
+
+fn set_mut(slots: &mut [Slot], hash: u64) -> &mut [Slot] {
+    let first = (hash as usize & (slots.len() / WAYS - 1)) * WAYS;
+    &mut slots[first..first + WAYS]
+}
+
+impl Slot {
+    /// Whether it holds `key` (whose hash is `hash`) for store `owner`.
+    fn holds(&self, owner: u32, hash: u64, key: &[u8]) -> bool {
+        self.owner == owner
+            && self.hash == hash
+            && self.key.as_ref().is_some_and(|k| k.bytes() == key)
+    }
+
+    /// Whether it holds a live entry of store `owner`: one that a colder key must not take
+    /// at once.
+    fn taken(&self, owner: u32) -> bool {
+        self.owner == owner && self.entry.as_ref().is_some_and(|e| e.live())
+    }
 }
 
 /// A hit through the front.
@@ -72,25 +128,27 @@ pub(super) struct Hit {
     pub(super) touch: bool,
 }
 
-/// Asks the CPU to load the slot of the key with this hash.
+/// Asks the CPU to load the slots of the key with this hash.
 pub(super) fn prefetch(hash: u64) {
     FRONT.with(|f| {
         if let Ok(f) = f.try_borrow()
             && let Some(slots) = f.as_ref()
         {
-            crate::prefetch::read(&slots[index(hash)]);
+            for slot in set(slots, hash) {
+                crate::prefetch::read(slot);
+            }
         }
     });
 }
 
-/// Asks the CPU to load the entry in this thread's slot for `hash`, once the slot itself is
-/// at hand (after [`prefetch`]), if the slot is the key's: a cold key's slot holds another
-/// key's entry, not worth loading.
+/// Asks the CPU to load the entry in this thread's front for `hash`, once the slots
+/// themselves are at hand (after [`prefetch`]), if a slot is the key's: a cold key's slots
+/// hold other keys' entries, not worth loading.
 pub(super) fn prefetch_entry(hash: u64) {
     FRONT.with(|f| {
         if let Ok(f) = f.try_borrow()
-            && let Some(slot) = f.as_ref().and_then(|s| s.get(index(hash)))
-            && slot.hash == hash
+            && let Some(slots) = f.as_ref()
+            && let Some(slot) = set(slots, hash).iter().find(|s| s.hash == hash)
             && let Some(e) = &slot.entry
         {
             e.prefetch();
@@ -98,17 +156,16 @@ pub(super) fn prefetch_entry(hash: u64) {
     });
 }
 
-/// The live entry of `key` in this thread's slot for `hash`, if the slot holds it for `owner`;
+/// The live entry of `key` in this thread's front, if a slot of `hash` holds it for `owner`;
 /// `reads` is the key's read estimate (see [`put`]).
 pub(super) fn get(owner: u32, hash: u64, key: &[u8], reads: u8) -> Option<Hit> {
     FRONT.with(|f| {
         let mut f = f.try_borrow_mut().ok()?;
-        let slot = f.as_mut()?.get_mut(index(hash))?;
-        if slot.owner != owner || slot.hash != hash {
-            return None;
-        }
+        let slot = set_mut(f.as_mut()?, hash)
+            .iter_mut()
+            .find(|s| s.holds(owner, hash, key))?;
         let entry = slot.entry.as_ref()?;
-        if slot.key.as_ref()?.bytes() != key || !entry.live() {
+        if !entry.live() {
             return None;
         }
         slot.hits = slot.hits.wrapping_add(1);
@@ -120,12 +177,15 @@ pub(super) fn get(owner: u32, hash: u64, key: &[u8], reads: u8) -> Option<Hit> {
     })
 }
 
-/// Puts a store hit in this thread's slot for `hash`, unless its key or value is too long,
-/// or the slot holds a live entry of a key read more often (see [`Slot::bar`]): `reads` is
-/// the key's read estimate. With more entries than slots, a hot key's slot would otherwise
-/// go to each colder key that maps there, and its next hit would read the store again; a
-/// holder that stopped being read loses the slot after a few keys turned away.
-pub(super) fn put(owner: u32, hash: u64, key: &[u8], entry: &Arc<Entry>, reads: u8) {
+/// Puts a store hit in this thread's front for `hash`: in the slot of its set that holds the
+/// key, else one that holds no live entry, else the one whose holder is read least often,
+/// unless that holder is read more often than the key (see [`Slot::bar`]): `reads` is the
+/// key's read estimate. Keys too long or values too large stay out. With more entries than
+/// slots, a hot key's slot would otherwise go to each colder key that maps there, and its
+/// next hit would read the store again; a holder that stopped being read loses the slot
+/// after a few keys turned away. A front smaller than `size` slots (a power of two) is first
+/// replaced by an empty one of that size.
+pub(super) fn put(owner: u32, hash: u64, key: &[u8], entry: &Arc<Entry>, reads: u8, size: usize) {
     if key.len() > INLINE || entry.size() > MAX_VALUE {
         return;
     }
@@ -133,24 +193,35 @@ pub(super) fn put(owner: u32, hash: u64, key: &[u8], entry: &Arc<Entry>, reads: 
         let Ok(mut f) = f.try_borrow_mut() else {
             return;
         };
-        let slots = f.get_or_insert_with(|| (0..SLOTS).map(|_| Slot::default()).collect());
-        if let Some(slot) = slots.get_mut(index(hash)) {
-            if slot.owner == owner
-                && slot.bar > reads
-                && slot.entry.as_ref().is_some_and(|e| e.live())
-            {
-                slot.bar -= 1;
-                return;
-            }
-            *slot = Slot {
-                owner,
-                hits: 0,
-                bar: reads,
-                hash,
-                key: Some(ShortKey::new(key)),
-                entry: Some(entry.clone()),
-            };
+        if f.as_ref().is_none_or(|s| s.len() < size) {
+            *f = Some((0..size.max(WAYS)).map(|_| Slot::default()).collect());
         }
+        let Some(slots) = f.as_mut() else {
+            return;
+        };
+        let set = set_mut(slots, hash);
+        let at = match set.iter().position(|s| s.holds(owner, hash, key)) {
+            Some(i) => i,
+            None => match set.iter().position(|s| !s.taken(owner)) {
+                Some(i) => i,
+                None => {
+                    let i = (0..WAYS).min_by_key(|&i| set[i].bar).unwrap_or(0);
+                    if set[i].bar > reads {
+                        set[i].bar -= 1;
+                        return;
+                    }
+                    i
+                }
+            },
+        };
+        set[at] = Slot {
+            owner,
+            hits: 0,
+            bar: reads,
+            hash,
+            key: Some(ShortKey::new(key)),
+            entry: Some(entry.clone()),
+        };
     });
 }
 
@@ -158,16 +229,19 @@ pub(super) fn put(owner: u32, hash: u64, key: &[u8], entry: &Arc<Entry>, reads: 
 mod tests {
     use super::*;
 
+    /// Sets in a front of `MIN_SLOTS`: hashes this far apart share a set.
+    const SETS: u64 = (MIN_SLOTS / WAYS) as u64;
+
     #[test]
     fn a_slot_serves_only_its_own_key_of_its_own_store_while_live() {
         let (a, b) = (new_owner(), new_owner());
         let e = Entry::of(b"v");
-        put(a, 7, b"k", &e, 0);
+        put(a, 7, b"k", &e, 0, MIN_SLOTS);
         assert!(get(a, 7, b"k", 0).is_some_and(|h| Arc::ptr_eq(&h.entry, &e)));
         assert!(get(b, 7, b"k", 0).is_none(), "another store's slot");
         assert!(get(a, 7, b"j", 0).is_none(), "another key, same hash");
         assert!(
-            get(a, 7 + SLOTS as u64, b"k", 0).is_none(),
+            get(a, 7 + MIN_SLOTS as u64, b"k", 0).is_none(),
             "another hash, same slot"
         );
         e.retire();
@@ -177,7 +251,7 @@ mod tests {
     #[test]
     fn every_so_many_hits_ask_for_the_store_to_be_read_too() {
         let owner = new_owner();
-        put(owner, 9, b"k", &Entry::of(b"v"), 0);
+        put(owner, 9, b"k", &Entry::of(b"v"), 0, MIN_SLOTS);
         let touches = (0..TOUCH_EVERY * 3)
             .filter(|_| get(owner, 9, b"k", 0).is_some_and(|h| h.touch))
             .count();
@@ -187,37 +261,112 @@ mod tests {
     #[test]
     fn a_key_read_less_often_takes_a_live_slot_only_after_others_were_turned_away() {
         let owner = new_owner();
-        let (hot, cold) = (Entry::of(b"h"), Entry::of(b"c"));
-        let other = 21 + SLOTS as u64;
-        put(owner, 21, b"hot", &hot, 9);
-        // Turned away while the holder's bar (9, less one per key turned away) is higher.
-        for _ in 0..3 {
-            put(owner, other, b"cold", &cold, 6);
+        let (hot, warm, cold) = (Entry::of(b"h"), Entry::of(b"w"), Entry::of(b"c"));
+        // Three hashes of one set: the hot and the warm key fill its two slots.
+        let (h, w, other) = (21, 21 + SETS, 21 + 2 * SETS);
+        put(owner, h, b"hot", &hot, 9, MIN_SLOTS);
+        put(owner, w, b"warm", &warm, 8, MIN_SLOTS);
+        // Turned away while the least read holder's bar (8, less one per key turned away)
+        // is higher.
+        for _ in 0..2 {
+            put(owner, other, b"cold", &cold, 6, MIN_SLOTS);
             assert!(get(owner, other, b"cold", 6).is_none());
         }
         // A hit of the holder raises its bar again.
-        assert!(get(owner, 21, b"hot", 9).is_some());
-        for _ in 0..3 {
-            put(owner, other, b"cold", &cold, 6);
+        assert!(get(owner, w, b"warm", 8).is_some());
+        for _ in 0..2 {
+            put(owner, other, b"cold", &cold, 6, MIN_SLOTS);
         }
-        put(owner, other, b"cold", &cold, 6);
+        put(owner, other, b"cold", &cold, 6, MIN_SLOTS);
         assert!(get(owner, other, b"cold", 6).is_some(), "the bar fell to 6");
+        assert!(
+            get(owner, w, b"warm", 8).is_none(),
+            "the warm key's slot went"
+        );
+        assert!(
+            get(owner, h, b"hot", 9).is_some(),
+            "the hot key kept its own"
+        );
         // A dead holder is replaced whatever its bar.
-        put(owner, 21, b"hot", &hot, 15);
+        put(owner, w, b"warm", &warm, 15, MIN_SLOTS);
+        put(owner, h, b"hot", &hot, 15, MIN_SLOTS);
+        assert!(get(owner, other, b"cold", 0).is_none());
         hot.retire();
-        put(owner, other, b"cold", &cold, 0);
+        put(owner, other, b"cold", &cold, 0, MIN_SLOTS);
         assert!(get(owner, other, b"cold", 0).is_some());
+        assert!(get(owner, w, b"warm", 15).is_some());
     }
 
     #[test]
     fn long_keys_and_large_values_stay_out() {
         let owner = new_owner();
-        put(owner, 11, &[b'k'; INLINE + 1], &Entry::of(b"v"), 0);
+        put(
+            owner,
+            11,
+            &[b'k'; INLINE + 1],
+            &Entry::of(b"v"),
+            0,
+            MIN_SLOTS,
+        );
         assert!(get(owner, 11, &[b'k'; INLINE + 1], 0).is_none());
-        put(owner, 12, b"k", &Entry::of(&[b'v'; MAX_VALUE + 1]), 0);
+        put(
+            owner,
+            12,
+            b"k",
+            &Entry::of(&[b'v'; MAX_VALUE + 1]),
+            0,
+            MIN_SLOTS,
+        );
         assert!(get(owner, 12, b"k", 0).is_none());
-        put(owner, 13, b"k", &Entry::of(&[b'v'; MAX_VALUE]), 0);
+        put(
+            owner,
+            13,
+            b"k",
+            &Entry::of(&[b'v'; MAX_VALUE]),
+            0,
+            MIN_SLOTS,
+        );
         assert!(get(owner, 13, b"k", 0).is_some());
+    }
+
+    #[test]
+    fn a_front_grows_to_the_size_asked_for_and_then_serves_from_it() {
+        let owner = new_owner();
+        let e = Entry::of(b"v");
+        // Three hashes sharing a set among MIN_SLOTS, not among twice as many.
+        let (a, b, c) = (5, 5 + SETS, 5 + 2 * SETS);
+        put(owner, a, b"a", &e, 0, MIN_SLOTS);
+        put(owner, b, b"b", &e, 0, MIN_SLOTS);
+        put(owner, c, b"c", &e, 0, MIN_SLOTS);
+        let held = [(a, b"a"), (b, b"b"), (c, b"c")];
+        let served = |owner| {
+            held.iter()
+                .filter(|(h, k)| get(owner, *h, *k, 0).is_some())
+                .count()
+        };
+        assert_eq!(served(owner), 2, "one of the three lost its slot");
+        for (h, k) in held {
+            put(owner, h, k, &e, 0, MIN_SLOTS * 2);
+        }
+        assert_eq!(served(owner), 3);
+        // A smaller size asked for later does not shrink it.
+        put(owner, a, b"a", &e, 0, MIN_SLOTS);
+        assert_eq!(served(owner), 3);
+    }
+
+    #[test]
+    fn fronts_grow_with_the_store_within_their_cap() {
+        assert_eq!(slots_for(0, 1 << 20), MIN_SLOTS);
+        assert_eq!(slots_for(100_000, 1 << 20), 262_144);
+        assert_eq!(slots_for(100_000, 131_072), 131_072);
+        assert_eq!(slots_for(usize::MAX, 131_072), 131_072);
+        assert_eq!(max_slots(256 << 20), 131_072);
+        assert_eq!(max_slots(1 << 20), MIN_SLOTS, "never below the start");
+        for mb in [1u64, 64, 256, 1000, 100_000] {
+            let n = max_slots(mb << 20);
+            assert!(n.is_power_of_two());
+            assert!(n == MIN_SLOTS || n as u64 * PIN_BYTES <= (mb << 20) * 3 / 8);
+        }
     }
 
     #[test]

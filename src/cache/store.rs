@@ -4,7 +4,7 @@
 
 use std::hash::BuildHasher;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Instant;
 
 use quick_cache::sync::Cache;
@@ -74,9 +74,13 @@ pub struct Store {
     /// Below that, nothing is evicted, and showing them cost a full lookup each (about a
     /// tenth of a hit's time on Zipf GETs).
     filling: AtomicBool,
+    /// The slots each thread's front should have now (see `front::slots_for`), up to
+    /// `front_cap`.
+    front_slots: AtomicUsize,
+    front_cap: usize,
 }
 
-/// Inserts between two looks at the map's weight (which locks every shard in turn).
+/// Inserts between two looks at the map's weight and length (which lock every shard in turn).
 const WEIGH_EVERY: u64 = 64;
 
 impl Store {
@@ -102,6 +106,8 @@ impl Store {
             max_bytes,
             inserts: AtomicU64::new(0),
             filling: AtomicBool::new(false),
+            front_slots: AtomicUsize::new(front::MIN_SLOTS),
+            front_cap: front::max_slots(max_bytes),
         }
     }
 
@@ -138,7 +144,8 @@ impl Store {
             self.remove(key);
             return None;
         }
-        front::put(self.owner, hash, key, &e, reads);
+        let size = self.front_slots.load(Ordering::Relaxed);
+        front::put(self.owner, hash, key, &e, reads, size);
         Some(e)
     }
 
@@ -168,6 +175,8 @@ impl Store {
         {
             let filling = self.map.weight() > self.max_bytes / 2;
             self.filling.store(filling, Ordering::Relaxed);
+            let slots = front::slots_for(self.map.len(), self.front_cap);
+            self.front_slots.fetch_max(slots, Ordering::Relaxed);
         }
     }
 
@@ -283,6 +292,36 @@ mod tests {
             let got = served(&s, k.as_bytes(), hash(k.as_bytes())).is_some();
             assert_eq!(got, s.contains(k.as_bytes()), "{k}");
         }
+    }
+
+    #[test]
+    fn fronts_are_asked_to_grow_with_the_entries_up_to_the_cap() {
+        let s = Store::for_test(256 << 20);
+        let slots = || s.front_slots.load(Ordering::Relaxed);
+        assert_eq!(slots(), front::MIN_SLOTS);
+        for i in 0..20_000 {
+            let k = format!("key:{i}");
+            s.insert(k.as_bytes(), entry(b"v", Duration::from_secs(60)));
+        }
+        assert_eq!(slots(), 65_536, "about twice 20,000 entries");
+        // The entries stay served through the larger front.
+        for i in (0..20_000).step_by(97) {
+            let k = format!("key:{i}");
+            assert!(served(&s, k.as_bytes(), hash(k.as_bytes())).is_some());
+            assert!(served(&s, k.as_bytes(), hash(k.as_bytes())).is_some());
+        }
+        let small = Store::for_test(1 << 20);
+        for i in 0..20_000 {
+            small.insert(
+                format!("key:{i}").as_bytes(),
+                entry(b"v", Duration::from_secs(60)),
+            );
+        }
+        assert_eq!(
+            small.front_slots.load(Ordering::Relaxed),
+            front::MIN_SLOTS,
+            "capped"
+        );
     }
 
     #[test]
