@@ -18,6 +18,9 @@
 #            corral-load: Zipf(0.99) GET, Zipf 90/10 GET/SET, uniform GET (cold keys), each
 #            at -P 16 and -P 1. redis-benchmark: GET and SET over -r LOAD_KEYS random keys
 #            (cold), -P 16 and -P 1.
+#   warm     a warm set the cache holds whole: corral-load uniform GET over WARM_KEYS (100,000)
+#            keys, -P 16 and -P 1, direct vs --no-cache vs cache on; each cache-on target is
+#            first warmed for 12 s (unmeasured), as a long-running proxy would be
 #   cluster  a 3-master cluster through corral vs one standalone Redis
 #   cluster  corral --cluster in front of a 3-master Redis Cluster (started here) against the
 #            standalone redis-server and standalone corral: redis-benchmark -c 50 -t set,get
@@ -42,9 +45,10 @@ cd "$(dirname "$0")/.."
 N=200000
 N16=""
 ROUNDS=3
-SCENARIOS="p1 p16 hot load skew cluster"
+SCENARIOS="p1 p16 hot load skew warm cluster"
 LOAD_SECONDS=5
 LOAD_KEYS=1000000
+WARM_KEYS=100000
 CLIENTS=50
 OUT=""
 BUILD=1
@@ -380,6 +384,25 @@ scenario_skew() {
   done
 }
 
+# A warm set: uniform GETs over WARM_KEYS keys, all of which the cache can hold.
+scenario_warm() {
+  local r target pipe
+  timeout "$RUN_TIMEOUT" "$LOAD" --addr "127.0.0.1:$REDIS_PORT" --fill -k "$WARM_KEYS" -c 8
+  for target in cached $BASE_ON; do
+    timeout "$RUN_TIMEOUT" "$LOAD" --addr "127.0.0.1:${PORT[$target]}" -c "$CLIENTS" -P 16 \
+      -k "$WARM_KEYS" --dist uniform --duration 12 >/dev/null
+  done
+  for r in $(seq 1 "$ROUNDS"); do
+    for pipe in 16 1; do
+      for target in direct corral cached $BASE_OFF $BASE_ON; do
+        measure "wget-p$pipe" LOAD "$target" "$r" parse_load -- \
+          "$LOAD" --addr "127.0.0.1:${PORT[$target]}" -c "$CLIENTS" -P "$pipe" -k "$WARM_KEYS" \
+          --dist uniform --get-ratio 1 --duration "$LOAD_SECONDS" --seed "$r" --csv
+      done
+    done
+  done
+}
+
 # GETs Redis has executed so far (inside MULTI/EXEC included).
 redis_gets() {
   redis-cli -p "$REDIS_PORT" info commandstats | tr -d '\r' |
@@ -555,6 +578,8 @@ titles = {
        " corral = --no-cache, cached = cache on"
        for w, d in (("zget", "Zipf(0.99) GET"), ("zmix", "Zipf(0.99) 90% GET / 10% SET"),
                     ("uget", "uniform GET (cold keys)")) for p in (1, 16)},
+    **{f"wget-p{p}": f"corral-load -c 50 -P {p}, uniform GET over 100000 keys (a warm set, cache"
+       f" warmed first), {load_s} s; corral = --no-cache, cached = cache on" for p in (1, 16)},
     **{f"rb{t}-p{p}": f"redis-benchmark -c 50 -t {t} -P {p} -r {load_keys} -d 64 (cold keys);"
        " corral = --no-cache, cached = cache on"
        for t in ("get", "set") for p in (1, 16)},
