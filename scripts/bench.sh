@@ -19,8 +19,8 @@
 #            at -P 16 and -P 1. redis-benchmark: GET and SET over -r LOAD_KEYS random keys
 #            (cold), -P 16 and -P 1.
 #   warm     a warm set the cache holds whole: corral-load uniform GET over WARM_KEYS (100,000)
-#            keys, -P 16 and -P 1, direct vs --no-cache vs cache on; each cache-on target is
-#            first warmed for 12 s (unmeasured), as a long-running proxy would be
+#            keys, -P 16 and -P 1, direct vs --no-cache vs cache on; each round first warms
+#            each cache-on target for 10 s (unmeasured), as a long-running proxy would be
 #   cluster  a 3-master cluster through corral vs one standalone Redis
 #   cluster  corral --cluster in front of a 3-master Redis Cluster (started here) against the
 #            standalone redis-server and standalone corral: redis-benchmark -c 50 -t set,get
@@ -388,11 +388,12 @@ scenario_skew() {
 scenario_warm() {
   local r target pipe
   timeout "$RUN_TIMEOUT" "$LOAD" --addr "127.0.0.1:$REDIS_PORT" --fill -k "$WARM_KEYS" -c 8
-  for target in cached $BASE_ON; do
-    timeout "$RUN_TIMEOUT" "$LOAD" --addr "127.0.0.1:${PORT[$target]}" -c "$CLIENTS" -P 16 \
-      -k "$WARM_KEYS" --dist uniform --duration 12 >/dev/null
-  done
   for r in $(seq 1 "$ROUNDS"); do
+    # Entries live at most max_age_ms (60 s): each round warms the caches again first.
+    for target in cached $BASE_ON; do
+      timeout "$RUN_TIMEOUT" "$LOAD" --addr "127.0.0.1:${PORT[$target]}" -c "$CLIENTS" -P 16 \
+        -k "$WARM_KEYS" --dist uniform --get-ratio 1 --duration 10 >/dev/null
+    done
     for pipe in 16 1; do
       for target in direct corral cached $BASE_OFF $BASE_ON; do
         measure "wget-p$pipe" LOAD "$target" "$r" parse_load -- \
