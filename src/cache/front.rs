@@ -44,7 +44,7 @@ pub(super) const PIN_BYTES: u64 = 64 + 192 + MAX_VALUE as u64;
 /// The most slots a front of a store of `max_bytes` grows to: a power of two, whose slots may
 /// keep up to 3/8 of `max_bytes` (256 MiB: 131,072 slots, 8 MiB of them).
 pub(super) fn max_slots(max_bytes: u64) -> usize {
-    let most = usize::try_from(max_bytes * 3 / 8 / PIN_BYTES).unwrap_or(usize::MAX);
+    let most = usize::try_from(max_bytes / 8 * 3 / PIN_BYTES).unwrap_or(usize::MAX);
     // The largest power of two not above `most`, and never below the starting size.
     let pow = most.checked_next_power_of_two().unwrap_or(1 << 30);
     let pow = if pow > most { pow / 2 } else { pow };
@@ -362,6 +362,7 @@ mod tests {
         assert_eq!(slots_for(usize::MAX, 131_072), 131_072);
         assert_eq!(max_slots(256 << 20), 131_072);
         assert_eq!(max_slots(1 << 20), MIN_SLOTS, "never below the start");
+        assert!(max_slots(u64::MAX).is_power_of_two(), "no overflow");
         for mb in [1u64, 64, 256, 1000, 100_000] {
             let n = max_slots(mb << 20);
             assert!(n.is_power_of_two());
