@@ -41,12 +41,12 @@ impl<'a> Iterator for Keys<'a> {
             self.left -= 1;
             let buf = self.rest;
             // What clients send for a GET, in any case, checked as two words.
-            if let Some(at) = get_header(buf) {
-                let Some((start, end)) = bulk(buf, at) else {
+            if get_header(buf).is_some() {
+                let Some((key, len)) = plain_get(buf) else {
                     return self.stop();
                 };
-                self.rest = &buf[end + 2..];
-                return Some(Found::Get(&buf[start..end]));
+                self.rest = &buf[len..];
+                return Some(Found::Get(key));
             }
             // A plain SET: its key, and its value stepped over.
             if let Some(at) = set_header(buf) {
@@ -90,6 +90,14 @@ impl Keys<'_> {
         self.left = 0;
         None
     }
+}
+
+/// A complete `GET key` request at the start of `buf`, in the multibulk form clients send
+/// (the name in any case): its key and the request's length. `None` for anything else,
+/// including a GET not complete yet.
+pub fn plain_get(buf: &[u8]) -> Option<(&[u8], usize)> {
+    let (start, end) = bulk(buf, get_header(buf)?)?;
+    Some((&buf[start..end], end + 2))
 }
 
 /// `*2\r\n$3\r\nGET\r\n` (the command's name in any case) at the start of `buf`: where the

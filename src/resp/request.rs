@@ -141,6 +141,12 @@ impl RequestParser {
         }
     }
 
+    /// Whether no request is part-way parsed: the next [`RequestParser::parse`] starts at the
+    /// buffer's first byte, so a request there may be taken by other means and skipped.
+    pub fn at_start(&self) -> bool {
+        matches!(self.state, State::Start)
+    }
+
     /// Arguments of the request last returned by [`RequestParser::parse`]; `buf` is the buffer
     /// that was parsed.
     pub fn args<'a>(&'a self, buf: &'a [u8]) -> Args<'a> {

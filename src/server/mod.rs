@@ -20,6 +20,7 @@ mod permit;
 mod pin;
 mod plan;
 mod pubcount;
+mod quick;
 mod redirects;
 mod round;
 mod route;

@@ -40,9 +40,24 @@ impl Conn {
         let mut parser = std::mem::take(&mut self.parser);
         let mut ahead = (self.shared.cache.as_ref())
             .map(|c| c.prefetch(lookahead::keys(&rbuf, PREFETCH_MAX), &self.writes.clock));
+        let mut quick = self.quick_gets();
         while !self.closing {
             if handled == MAX_PER_ROUND || self.batch.len_bytes() >= MAX_ROUND_BYTES {
                 break;
+            }
+            if quick
+                && parser.at_start()
+                && let Some((len, plan)) = self.quick_get(&rbuf[off..])
+            {
+                off += len;
+                handled += 1;
+                if let (Some(cache), Some(ahead)) = (&self.shared.cache, &mut ahead) {
+                    cache.prefetch_next(ahead);
+                }
+                if let Err(plan) = self.handle_now(plan) {
+                    self.handle(plan).await;
+                }
+                continue;
             }
             let parsed = match parser.parse(&rbuf[off..], self.session.authenticated) {
                 Ok(Some(p)) => p,
@@ -108,6 +123,7 @@ impl Conn {
                 // upstream connection): end the round so Redis sees them in order.
                 break;
             }
+            quick = self.quick_gets();
         }
         self.rbuf = rbuf;
         self.parser = parser;

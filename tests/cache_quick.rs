@@ -1,0 +1,117 @@
+//! GETs answered from the cache before they are parsed (a client whose last round served a
+//! hit): every rule the usual path applies to a GET still holds when the GET comes right
+//! after a request that changes it, in the same pipelined write.
+
+mod common;
+
+use common::*;
+
+const OK: &[u8] = b"+OK\r\n";
+
+/// corral and a client of it whose last round served a hit of `key` (value `value`), so
+/// its next GETs may be answered before they are parsed.
+async fn warm(key: &str, value: &str) -> (RedisServer, TestProxy, RawClient, RawClient) {
+    let (redis, proxy, mut direct, mut c) = start().await;
+    assert_eq!(direct.cmd(&format!("SET {key} {value}")).await, OK);
+    make_cached(&mut c, key, &bulk(value)).await;
+    stays(&mut c, key, &bulk(value), 3).await;
+    (redis, proxy, direct, c)
+}
+
+/// The requests, as one write, and their `n` replies.
+async fn pipelined(c: &mut RawClient, requests: &[&[&[u8]]], n: usize) -> Vec<Vec<u8>> {
+    let bytes: Vec<u8> = requests.iter().flat_map(|r| encode(r)).collect();
+    c.pipeline(&bytes, bytes.len(), n).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_earlier_in_the_pipeline_is_read_back() {
+    let (_redis, proxy, _direct, mut c) = warm("k", "old").await;
+    let hits = Stats::of(&mut c).await.n("cache_hits");
+    stays(&mut c, "k", &bulk("old"), 2).await;
+    let got = pipelined(
+        &mut c,
+        &[&[b"GET", b"k"], &[b"SET", b"k", b"new"], &[b"GET", b"k"]],
+        3,
+    )
+    .await;
+    assert_eq!(got, vec![bulk("old"), OK.to_vec(), bulk("new")]);
+    assert!(Stats::of(&mut c).await.n("cache_hits") >= hits + 3);
+    stays(&mut c, "k", &bulk("new"), 5).await;
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_get_inside_multi_is_queued() {
+    let (_redis, proxy, _direct, mut c) = warm("k", "v").await;
+    let got = pipelined(
+        &mut c,
+        &[&[b"GET", b"k"], &[b"MULTI"], &[b"GET", b"k"], &[b"EXEC"]],
+        4,
+    )
+    .await;
+    let exec = [b"*1\r\n".as_slice(), &bulk("v")].concat();
+    assert_eq!(
+        got,
+        vec![bulk("v"), OK.to_vec(), b"+QUEUED\r\n".to_vec(), exec]
+    );
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_reply_off_and_skip_silence_hits() {
+    let (_redis, proxy, _direct, mut c) = warm("k", "v").await;
+    let got = pipelined(
+        &mut c,
+        &[
+            &[b"GET", b"k"],
+            &[b"CLIENT", b"REPLY", b"OFF"],
+            &[b"GET", b"k"],
+            &[b"CLIENT", b"REPLY", b"ON"],
+            &[b"CLIENT", b"REPLY", b"SKIP"],
+            &[b"GET", b"k"],
+            &[b"ECHO", b"after"],
+        ],
+        3,
+    )
+    .await;
+    assert_eq!(got, vec![bulk("v"), OK.to_vec(), bulk("after")]);
+    assert!(!c.has_pending_reply(), "a silenced GET was answered");
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_get_after_select_reads_the_selected_database() {
+    // The front holds database 0's entries only.
+    let (_redis, proxy, mut direct, mut c) = warm("k", "zero").await;
+    assert_eq!(direct.cmd("SELECT 1").await, OK);
+    assert_eq!(direct.cmd("SET k one").await, OK);
+    let got = pipelined(
+        &mut c,
+        &[&[b"GET", b"k"], &[b"SELECT", b"1"], &[b"GET", b"k"]],
+        3,
+    )
+    .await;
+    assert_eq!(got, vec![bulk("zero"), OK.to_vec(), bulk("one")]);
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_list_names_get_as_the_last_command() {
+    let (_redis, proxy, _direct, mut c) = warm("k", "v").await;
+    // A round with a hit (so the next is warm) that ends with another command.
+    let got = pipelined(&mut c, &[&[b"GET", b"k"], &[b"CLIENT", b"ID"]], 2).await;
+    assert_eq!(got[0], bulk("v"));
+    let id = String::from_utf8_lossy(&got[1])
+        .trim_start_matches(':')
+        .trim()
+        .to_string();
+    assert_eq!(get(&mut c, "k").await, bulk("v"));
+    let line = client_list(proxy.addr)
+        .await
+        .into_iter()
+        .find(|l| field(l, "id") == Some(id.as_str()))
+        .expect("the client in CLIENT LIST");
+    assert_eq!(field(&line, "cmd"), Some("get"), "{line}");
+    proxy.stop().await;
+}
