@@ -236,6 +236,14 @@ impl Conn {
     /// End-of-round bookkeeping: release a finished pin, publish session changes.
     pub(super) fn after_round(&mut self) {
         self.release_pin_if_done();
+        self.publish_session();
+    }
+
+    /// Shows session changes (the last command, flags) to CLIENT LIST and CLIENT INFO. Done
+    /// once the round's requests are routed, before their replies are written, as Redis
+    /// updates a client before it replies: a client that got its reply and asks another
+    /// connection's CLIENT LIST sees the command it sent last.
+    pub(super) fn publish_session(&mut self) {
         if self.info_changed || self.session.last_cmd != self.published_cmd {
             self.info_changed = false;
             self.published_cmd = self.session.last_cmd;

@@ -42,6 +42,7 @@ pub async fn run(
     };
     loop {
         let wants_input = c.dispatch().await;
+        c.publish_session();
         if !c.replies.is_empty() {
             c.collect(&mut stream).await;
             if c.is_gone() {

@@ -26,12 +26,13 @@ impl Conn {
     /// cache with nothing else to decide. Standalone, corral's own connections (no pin, no
     /// Redis user, database 0), authenticated, no transaction, no corral user with
     /// restrictions, GET neither renamed nor refused, every reply sent, not subscribed in
-    /// RESP2, no pause, and the last round served a hit (else the front was not loaded).
+    /// RESP2, no pause, and the last round's hits were a fair share of its GETs
+    /// ([`crate::cache::Clock::quick`]: else most GETs would be looked for in vain).
     /// Asked at the start of a round and after each request that took the usual way, since
     /// any of those can change this.
     pub(super) fn quick_gets(&self) -> bool {
         self.shared.cache.is_some()
-            && self.writes.clock.warm()
+            && self.writes.clock.quick()
             && self.pin.is_none()
             && !self.deferred_multi
             && self.session.db == 0
