@@ -41,12 +41,12 @@ impl<'a> Iterator for Keys<'a> {
             self.left -= 1;
             let buf = self.rest;
             // What clients send for a GET, in any case, checked as two words.
-            if get_header(buf).is_some() {
-                let Some((key, len)) = plain_get(buf) else {
+            if let Some(at) = get_header(buf) {
+                let Some((start, end)) = bulk(buf, at) else {
                     return self.stop();
                 };
-                self.rest = &buf[len..];
-                return Some(Found::Get(key));
+                self.rest = &buf[end + 2..];
+                return Some(Found::Get(&buf[start..end]));
             }
             // A plain SET: its key, and its value stepped over.
             if let Some(at) = set_header(buf) {
@@ -162,6 +162,31 @@ mod tests {
                 Found::Set(_) => None,
             })
             .collect()
+    }
+
+    #[test]
+    fn a_plain_get_is_taken_whole_or_not_at_all() {
+        let get = b"*2\r\n$3\r\ngEt\r\n$3\r\nkey\r\n*1\r\n$4\r\nPING\r\n";
+        assert_eq!(plain_get(get), Some((&b"key"[..], 22)));
+        // Cut anywhere short of its last byte, it is not one yet.
+        assert!((0..22).all(|n| plain_get(&get[..n]).is_none()));
+        assert_eq!(
+            plain_get(b"*2\r\n$3\r\nGET\r\n$0\r\n\r\n"),
+            Some((&b""[..], 19))
+        );
+        for other in [
+            &b"*3\r\n$3\r\nGET\r\n$1\r\nk\r\n$1\r\nx\r\n"[..],
+            b"*2\r\n$3\r\nSET\r\n$1\r\nk\r\n",
+            b"*2\r\n$4\r\nGETX\r\n$1\r\nk\r\n",
+            b"*2\r\n$3\r\nGET\r\n$2\r\nk\r\n",
+            b"GET k\r\n",
+        ] {
+            assert!(
+                plain_get(other).is_none(),
+                "{}",
+                String::from_utf8_lossy(other)
+            );
+        }
     }
 
     #[test]
