@@ -115,3 +115,26 @@ async fn client_list_names_get_as_the_last_command() {
     assert_eq!(field(&line, "cmd"), Some("get"), "{line}");
     proxy.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hits_read_as_redis_replies_in_both_protocols() {
+    let (redis, proxy, mut direct, mut stats) = start().await;
+    assert_eq!(direct.cmd("SET k v").await, OK);
+    for resp3 in [false, true] {
+        let mut c = client_in(proxy.addr, resp3).await;
+        let mut d = client_in(redis.addr(), resp3).await;
+        for key in ["k", "missing"] {
+            let want = d.request(&[b"GET", key.as_bytes()]).await;
+            let before = Stats::of(&mut stats).await.n("cache_hits");
+            // Enough GETs for the key to be admitted, then rounds of hits.
+            for _ in 0..40 {
+                assert_eq!(get(&mut c, key).await, want, "GET {key}, RESP3 {resp3}");
+            }
+            let req: &[&[u8]] = &[b"GET", key.as_bytes()];
+            let got = pipelined(&mut c, &[req; 8], 8).await;
+            assert!(got.iter().all(|g| *g == want), "RESP3 {resp3}: {got:?}");
+            assert!(Stats::of(&mut stats).await.n("cache_hits") >= before + 20);
+        }
+    }
+    proxy.stop().await;
+}
