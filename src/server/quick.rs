@@ -28,8 +28,8 @@ impl Conn {
     /// restrictions, GET neither renamed nor refused, every reply sent, not subscribed in
     /// RESP2, no pause, and the last round's hits were a fair share of its GETs
     /// ([`crate::cache::Clock::quick`]: else most GETs would be looked for in vain).
-    /// Asked at the start of a round and after each request that took the usual way, since
-    /// any of those can change this.
+    /// Asked at the start of a round and after each request of it routed other than as a
+    /// plain forward (see `round::dispatch`), since those can change this.
     pub(super) fn quick_gets(&self) -> bool {
         self.shared.cache.is_some()
             && self.writes.clock.quick()

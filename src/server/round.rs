@@ -94,6 +94,10 @@ impl Conn {
             if let (Some(cache), Some(ahead)) = (&self.shared.cache, &mut ahead) {
                 cache.prefetch_next(ahead);
             }
+            // Only a request routed other than as a plain forward can change what
+            // `quick_gets` depends on (a pin, a transaction, the database, the user, reply
+            // modes, subscriptions, a pause): scripts and CLIENT PAUSE are `special`.
+            let recheck = cmd.kind.special || !matches!(cmd.route(), Route::Forward(_));
             let (proto, db) = (self.session.proto, self.session.db);
             let skip = self.reply_mode == ReplyMode::Skip;
             if skip {
@@ -123,7 +127,9 @@ impl Conn {
                 // upstream connection): end the round so Redis sees them in order.
                 break;
             }
-            quick = self.quick_gets();
+            if recheck {
+                quick = self.quick_gets();
+            }
         }
         self.rbuf = rbuf;
         self.parser = parser;
