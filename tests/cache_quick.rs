@@ -138,3 +138,78 @@ async fn hits_read_as_redis_replies_in_both_protocols() {
     }
     proxy.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_get_after_subscribe_in_resp2_is_refused_as_by_redis() {
+    let (redis, proxy, _direct, mut c) = warm("k", "v").await;
+    let requests: &[&[&[u8]]] = &[&[b"GET", b"k"], &[b"SUBSCRIBE", b"ch"], &[b"GET", b"k"]];
+    let mut d = connect(redis.addr()).await;
+    let want = pipelined(&mut d, requests, 3).await;
+    assert!(want[2].starts_with(b"-ERR"), "{}", show(&want[2]));
+    assert_eq!(pipelined(&mut c, requests, 3).await, want);
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_get_after_auth_as_a_restricted_user_is_checked() {
+    let redis = RedisServer::start();
+    let proxy = TestProxy::start_with(&redis.url(), |c| {
+        c.users = vec![corral::acl::UserSpec {
+            name: "reader".into(),
+            password: Some("r-pass".into()),
+            password_sha256: None,
+            rules: "+@read ~cache:*".into(),
+        }];
+    })
+    .await;
+    let mut direct = connect(redis.addr()).await;
+    assert_eq!(direct.cmd("SET secret v").await, OK);
+    let mut c = connect(proxy.addr).await;
+    make_cached(&mut c, "secret", &bulk("v")).await;
+    stays(&mut c, "secret", &bulk("v"), 3).await;
+    let got = pipelined(
+        &mut c,
+        &[
+            &[b"GET", b"secret"],
+            &[b"AUTH", b"reader", b"r-pass"],
+            &[b"GET", b"secret"],
+        ],
+        3,
+    )
+    .await;
+    assert_eq!(got[..2], [bulk("v"), OK.to_vec()]);
+    assert!(got[2].starts_with(b"-NOPERM"), "{}", show(&got[2]));
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renamed_get_is_unknown_by_its_old_name() {
+    let redis = RedisServer::start();
+    let proxy = TestProxy::start_with(&redis.url(), |c| {
+        c.commands = corral::acl::GuardConfig {
+            deny: Vec::new(),
+            rename: [("GET".to_string(), "MYGET".to_string())].into(),
+        };
+    })
+    .await;
+    let mut direct = connect(redis.addr()).await;
+    assert_eq!(direct.cmd("SET k v").await, OK);
+    let mut c = connect(proxy.addr).await;
+    // Warmed by its new name: rounds of hits, then the old name right after one.
+    let hits = Stats::of(&mut c).await.n("cache_hits");
+    for _ in 0..40 {
+        assert_eq!(c.request(&[b"MYGET", b"k"]).await, bulk("v"));
+    }
+    assert!(Stats::of(&mut c).await.n("cache_hits") > hits);
+    for _ in 0..3 {
+        assert_eq!(c.request(&[b"MYGET", b"k"]).await, bulk("v"));
+    }
+    let got = pipelined(&mut c, &[&[b"MYGET", b"k"], &[b"GET", b"k"]], 2).await;
+    assert_eq!(got[0], bulk("v"));
+    assert!(
+        got[1].starts_with(b"-ERR unknown command"),
+        "{}",
+        show(&got[1])
+    );
+    proxy.stop().await;
+}
