@@ -212,14 +212,11 @@ impl Admission {
     /// fill took longer.
     #[inline]
     pub(super) fn should_refresh(&self, e: &Entry, now: Instant) -> bool {
-        self.may_refresh(e, now) && self.draw_refresh(e, now)
-    }
-
-    /// Whether a hit on `e` at `now` could draw an early refresh: not far from expiry (see
-    /// `refresh_window`), and refreshes on.
-    #[inline]
-    pub(super) fn may_refresh(&self, e: &Entry, now: Instant) -> bool {
-        !e.fresh_at(now) && self.beta > 0.0
+        // Far from expiry no draw can make it early enough (see `refresh_window`).
+        if e.fresh_at(now) || self.beta <= 0.0 {
+            return false;
+        }
+        self.draw_refresh(e, now)
     }
 
     fn draw_refresh(&self, e: &Entry, now: Instant) -> bool {

@@ -15,12 +15,8 @@ use std::time::Instant;
 #[derive(Debug, Default)]
 pub struct Clock {
     now: Option<Instant>,
-    /// This round's GETs (looked up, skipped or answered before parsing), and its hits.
-    round_gets: u32,
-    round_hits: u32,
+    hit: bool,
     warm: bool,
-    /// See [`Clock::quick`].
-    quick: bool,
     /// GETs (looked up or skipped) in the current window, and how many of them were served.
     window: u32,
     served: u32,
@@ -52,12 +48,6 @@ pub(super) const COOL_RATE: u32 = 16;
 /// relative, so one sampled GET in sixteen of every cool connection finds the same keys hot,
 /// later) and for a stampede to start a read the rest can join.
 pub(super) const COOL_SAMPLE: u64 = 16;
-/// A round whose hits were at least one GET in this many makes the next try its GETs in the
-/// front before parsing them (see [`Clock::quick`]). A GET tried there and not found costs
-/// about 250 instructions more than the usual path alone; one found saves 500 to 900. The
-/// Zipf 90/10 mix, whose GETs hit about one time in six (writes keep most keys out of the
-/// cache), tried nearly every GET for a hit in few.
-pub(super) const QUICK_SHARE: u32 = 4;
 
 impl Clock {
     /// The round's time.
@@ -68,10 +58,8 @@ impl Clock {
     /// A new round: the next lookup reads the clock again.
     pub fn reset(&mut self) {
         self.now = None;
-        self.warm = self.round_hits > 0;
-        self.quick = self.warm && self.round_hits.saturating_mul(QUICK_SHARE) >= self.round_gets;
-        self.round_hits = 0;
-        self.round_gets = 0;
+        self.warm = self.hit;
+        self.hit = false;
     }
 
     /// Whether the connection is cool (see [`COOL_WINDOW`]): its rounds prefetch only the
@@ -83,7 +71,6 @@ impl Clock {
     /// A GET was looked up or skipped: one more in the window, which closes at
     /// [`COOL_WINDOW`].
     pub(super) fn counted(&mut self) {
-        self.round_gets = self.round_gets.saturating_add(1);
         self.window += 1;
         if self.window >= COOL_WINDOW {
             self.cool = self.served.saturating_mul(COOL_RATE) < self.window;
@@ -95,7 +82,7 @@ impl Clock {
     /// The GET was a local hit: served, and the round warm for the next (see
     /// [`Clock::warm`]).
     pub(super) fn hit(&mut self) {
-        self.round_hits = self.round_hits.saturating_add(1);
+        self.hit = true;
         self.served();
     }
 
@@ -109,42 +96,5 @@ impl Clock {
     /// then leaves the store's front alone, and so do this round's lookups.
     pub fn warm(&self) -> bool {
         self.warm
-    }
-
-    /// Whether the previous round's hits were at least one GET in [`QUICK_SHARE`]: this
-    /// round's GETs are then looked for in the front before they are parsed
-    /// ([`super::Cache::quick_hit`]), most of them likely to be found there.
-    pub fn quick(&self) -> bool {
-        self.quick
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A round of `gets` GETs, `hits` of them hits, then the next round's start.
-    fn round(c: &mut Clock, gets: u32, hits: u32) {
-        for i in 0..gets {
-            c.counted();
-            if i < hits {
-                c.hit();
-            }
-        }
-        c.reset();
-    }
-
-    #[test]
-    fn a_round_is_quick_after_one_whose_hits_were_a_fair_share() {
-        let mut c = Clock::default();
-        assert!(!c.warm() && !c.quick(), "nothing served yet");
-        round(&mut c, 16, 4);
-        assert!(c.warm() && c.quick(), "one GET in four");
-        round(&mut c, 16, 3);
-        assert!(c.warm() && !c.quick(), "three in sixteen: warm, not quick");
-        round(&mut c, 1, 1);
-        assert!(c.quick());
-        round(&mut c, 0, 0);
-        assert!(!c.warm() && !c.quick(), "a round with no GET");
     }
 }

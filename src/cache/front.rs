@@ -161,27 +161,20 @@ pub(super) fn prefetch_entry(hash: u64) {
     });
 }
 
-/// The entry of `key` in this thread's front, if a slot of `hash` holds it for `owner`, it is
-/// live, and `usable` accepts it. Only then is `reads` asked for the key's read estimate
-/// (see [`put`]): a key not found here leaves no trace.
-pub(super) fn get(
-    owner: u32,
-    hash: u64,
-    key: &[u8],
-    usable: impl FnOnce(&Entry) -> bool,
-    reads: impl FnOnce() -> u8,
-) -> Option<Hit> {
+/// The live entry of `key` in this thread's front, if a slot of `hash` holds it for `owner`;
+/// `reads` is the key's read estimate (see [`put`]).
+pub(super) fn get(owner: u32, hash: u64, key: &[u8], reads: u8) -> Option<Hit> {
     FRONT.with(|f| {
         let mut f = f.try_borrow_mut().ok()?;
         let slot = set_mut(f.as_mut()?, hash)
             .iter_mut()
             .find(|s| s.holds(owner, hash, key))?;
         let entry = slot.entry.as_ref()?;
-        if !entry.live() || !usable(entry) {
+        if !entry.live() {
             return None;
         }
         slot.hits = slot.hits.wrapping_add(1);
-        slot.bar = reads();
+        slot.bar = reads;
         Some(Hit {
             entry: entry.clone(),
             touch: slot.hits.is_multiple_of(TOUCH_EVERY),
@@ -240,11 +233,6 @@ pub(super) fn put(owner: u32, hash: u64, key: &[u8], entry: &Arc<Entry>, reads: 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A lookup with every live entry usable, by a key read `reads` times.
-    fn get(owner: u32, hash: u64, key: &[u8], reads: u8) -> Option<Hit> {
-        super::get(owner, hash, key, |_| true, || reads)
-    }
 
     /// Sets in a front of `MIN_SLOTS`: hashes this far apart share a set.
     const SETS: u64 = (MIN_SLOTS / WAYS) as u64;

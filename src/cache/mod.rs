@@ -212,15 +212,6 @@ impl Cache {
         self.core.lookup(key, route, clock)
     }
 
-    /// A GET of `key` answered from this thread's front of recent hits alone, before its
-    /// request is even parsed: the entry is there, live, and not due for an early refresh.
-    /// Counted as [`Cache::get`] counts a hit. `None` (the connection's last round served no
-    /// hit, or the key is not in the front) leaves no trace: the GET then takes the usual way.
-    #[inline]
-    pub fn quick_hit(&self, key: &[u8], clock: &mut Clock) -> Option<Value> {
-        self.core.quick_hit(key, clock)
-    }
-
     /// A client's round ended: counts the GETs it forwarded without a lookup
     /// ([`Cache::skips`]).
     pub fn end_round(&self, clock: &mut Clock) {

@@ -11,7 +11,6 @@ use dashmap::mapref::entry::Entry as MapEntry;
 use super::admission::one_in;
 use super::clock::{COOL_SAMPLE, Clock};
 use super::coherence::{Core, Key};
-use super::entry::Entry;
 use super::flight::{self, Fill, FillRx};
 use super::lane::LaneHandle;
 use super::leads::Slot;
@@ -126,32 +125,6 @@ impl Core {
         true
     }
 
-    /// A GET of `key` served from this thread's front alone: see [`super::Cache::quick_hit`].
-    #[inline]
-    pub(super) fn quick_hit(&self, key: &[u8], clock: &mut Clock) -> Option<Value> {
-        if !clock.warm() {
-            return None;
-        }
-        let hash = self.admission.hash(key);
-        let now = clock.now();
-        // An entry that may be due for an early refresh takes the full lookup, which has
-        // the key's lane at hand to send the refresh over.
-        let usable = |e: &Entry| e.live_at(now) && !self.admission.may_refresh(e, now);
-        let e = self.store.front_hit(key, hash, usable, || {
-            self.admission.record_get(hash, key).count
-        })?;
-        clock.counted();
-        self.served_hit(&e, clock);
-        Some(Value::Cached(e))
-    }
-
-    /// Counts a local hit on `e`.
-    fn served_hit(&self, e: &Entry, clock: &mut Clock) {
-        clock.hit();
-        self.stats.hits.inc();
-        e.mark_hit();
-    }
-
     /// A GET of `key`: see [`super::Cache::get`].
     pub(super) fn lookup<L>(
         self: &Arc<Self>,
@@ -178,7 +151,9 @@ impl Core {
             .flatten()
         {
             let now = clock.now();
-            self.served_hit(&e, clock);
+            clock.hit();
+            self.stats.hits.inc();
+            e.mark_hit();
             if self.admission.should_refresh(&e, now)
                 && let Some(lane) = (route.lane)()
             {

@@ -130,8 +130,14 @@ impl Store {
         front: bool,
         reads: u8,
     ) -> Option<Arc<Entry>> {
-        if front && let Some(e) = self.front_hit(key, hash, |e| e.live_at(now), || reads) {
-            return Some(e);
+        if front
+            && let Some(hit) = front::get(self.owner, hash, key, reads)
+            && hit.entry.live_at(now)
+        {
+            if hit.touch && self.filling.load(Ordering::Relaxed) {
+                self.map.get(key);
+            }
+            return Some(hit.entry);
         }
         let e = self.map.get(key)?;
         if !e.live_at(now) {
@@ -141,22 +147,6 @@ impl Store {
         let size = self.front_slots.load(Ordering::Relaxed);
         front::put(self.owner, hash, key, &e, reads, size);
         Some(e)
-    }
-
-    /// The entry of `key` (hash `hash`) in this thread's front, if there and `usable` accepts
-    /// it; `reads` gives the key's read estimate, asked for only then (see `front::get`).
-    pub fn front_hit(
-        &self,
-        key: &[u8],
-        hash: u64,
-        usable: impl FnOnce(&Entry) -> bool,
-        reads: impl FnOnce() -> u8,
-    ) -> Option<Arc<Entry>> {
-        let hit = front::get(self.owner, hash, key, usable, reads)?;
-        if hit.touch && self.filling.load(Ordering::Relaxed) {
-            self.map.get(key);
-        }
-        Some(hit.entry)
     }
 
     /// Asks the CPU to load this thread's front slot for `hash`.

@@ -166,13 +166,6 @@ impl LastCmd {
         }
     }
 
-    /// Records a command without subcommands by its upper-cased `name` (a GET served before
-    /// it was parsed), as [`LastCmd::set`] would.
-    pub fn set_name(&mut self, name: Name) {
-        self.name = name;
-        self.sub_len = None;
-    }
-
     /// The name (`name|sub` for a subcommand), lower-case; empty before the first command and
     /// for a name longer than any command.
     pub fn to_vec(&self) -> Vec<u8> {

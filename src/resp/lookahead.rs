@@ -92,12 +92,15 @@ impl Keys<'_> {
     }
 }
 
+/// Where a plain GET's name is in its request (see [`plain_get`]).
+pub const GET_NAME: std::ops::Range<usize> = 8..11;
+
 /// A complete `GET key` request at the start of `buf`, in the multibulk form clients send
-/// (the name in any case): its key and the request's length. `None` for anything else,
-/// including a GET not complete yet.
-pub fn plain_get(buf: &[u8]) -> Option<(&[u8], usize)> {
+/// (the name, at [`GET_NAME`], in any case): where its key is and the request's length.
+/// `None` for anything else, including a GET not complete yet.
+pub fn plain_get(buf: &[u8]) -> Option<(std::ops::Range<usize>, usize)> {
     let (start, end) = bulk(buf, get_header(buf)?)?;
-    Some((&buf[start..end], end + 2))
+    Some((start..end, end + 2))
 }
 
 /// `*2\r\n$3\r\nGET\r\n` (the command's name in any case) at the start of `buf`: where the
@@ -167,12 +170,13 @@ mod tests {
     #[test]
     fn a_plain_get_is_taken_whole_or_not_at_all() {
         let get = b"*2\r\n$3\r\ngEt\r\n$3\r\nkey\r\n*1\r\n$4\r\nPING\r\n";
-        assert_eq!(plain_get(get), Some((&b"key"[..], 22)));
+        assert_eq!(plain_get(get), Some((17..20, 22)));
+        assert_eq!(&get[GET_NAME], b"gEt");
         // Cut anywhere short of its last byte, it is not one yet.
         assert!((0..22).all(|n| plain_get(&get[..n]).is_none()));
         assert_eq!(
             plain_get(b"*2\r\n$3\r\nGET\r\n$0\r\n\r\n"),
-            Some((&b""[..], 19))
+            Some((17..17, 19))
         );
         for other in [
             &b"*3\r\n$3\r\nGET\r\n$1\r\nk\r\n$1\r\nx\r\n"[..],

@@ -291,6 +291,17 @@ impl Conn {
                 then: Then::Counted(count),
             }));
         }
+        self.through_cache(cmd, access, req)
+    }
+
+    /// The end of a forward: the cache's step (a GET looked up, a write's keys
+    /// invalidated), then the batch unless the cache answered.
+    pub(super) fn through_cache(
+        &mut self,
+        cmd: &Command<'_>,
+        access: Access,
+        req: &Request<'_>,
+    ) -> Plan {
         if let Some(cache) = &self.shared.cache {
             // Never for a Redis user's client: a cached value, or a read coalesced with
             // another client's, would bypass Redis's check of the user's key permissions.
