@@ -54,8 +54,12 @@ impl Conn {
                 if let (Some(cache), Some(ahead)) = (&self.shared.cache, &mut ahead) {
                     cache.prefetch_next(ahead);
                 }
-                if let Err(plan) = self.handle_now(plan) {
-                    self.handle(plan).await;
+                let barrier = match self.handle_now(plan) {
+                    Ok(()) => false,
+                    Err(plan) => self.handle(plan).await,
+                };
+                if barrier {
+                    break;
                 }
                 continue;
             }
