@@ -213,3 +213,20 @@ async fn a_renamed_get_is_unknown_by_its_old_name() {
     );
     proxy.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_get_whose_key_is_over_the_bulk_limit_is_refused() {
+    let redis = RedisServer::start();
+    let proxy = TestProxy::start_with(&redis.url(), |c| {
+        c.limits.proto_max_bulk_len = 1024;
+    })
+    .await;
+    let key = vec![b'k'; 1025];
+    // The whole request in one write: it is complete when first looked at.
+    let got = send_until_closed(proxy.addr, &encode(&[b"GET", &key])).await;
+    assert_eq!(got, b"-ERR Protocol error: invalid bulk length\r\n");
+    let mut c = connect(proxy.addr).await;
+    let at_limit = vec![b'k'; 1024];
+    assert_eq!(c.request(&[b"GET", &at_limit]).await, b"$-1\r\n");
+    proxy.stop().await;
+}

@@ -141,6 +141,11 @@ impl RequestParser {
         }
     }
 
+    /// The limits this parser enforces.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
     /// Whether no request is part-way parsed: the next [`RequestParser::parse`] starts at the
     /// buffer's first byte, so a request there may be taken by other means and skipped.
     pub fn at_start(&self) -> bool {

@@ -47,7 +47,7 @@ impl Conn {
             }
             if quick
                 && parser.at_start()
-                && let Some((len, plan)) = self.quick_get(&rbuf[off..])
+                && let Some((len, plan)) = self.quick_get(&rbuf[off..], parser.limits())
             {
                 off += len;
                 handled += 1;
