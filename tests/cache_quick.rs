@@ -230,3 +230,15 @@ async fn a_get_whose_key_is_over_the_bulk_limit_is_refused() {
     assert_eq!(c.request(&[b"GET", &at_limit]).await, b"$-1\r\n");
     proxy.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_get_over_the_multibulk_limit_is_refused() {
+    let redis = RedisServer::start();
+    let proxy = TestProxy::start_with(&redis.url(), |c| {
+        c.limits.max_multibulk_len = 1;
+    })
+    .await;
+    let got = send_until_closed(proxy.addr, &encode(&[b"GET", b"k"])).await;
+    assert_eq!(got, b"-ERR Protocol error: invalid multibulk length\r\n");
+    proxy.stop().await;
+}

@@ -141,9 +141,10 @@ impl RequestParser {
         }
     }
 
-    /// The limits this parser enforces.
-    pub fn limits(&self) -> &Limits {
-        &self.limits
+    /// Whether a complete request of `args` bulk strings, none longer than `longest`, is
+    /// within the limits this parser enforces on an authenticated client's requests.
+    pub fn within_limits(&self, args: usize, longest: usize) -> bool {
+        args <= self.limits.max_multibulk_len && longest <= self.limits.max_bulk_len
     }
 
     /// Whether no request is part-way parsed: the next [`RequestParser::parse`] starts at the

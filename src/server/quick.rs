@@ -15,7 +15,7 @@ use super::route::Request;
 use crate::acl::Verdict;
 use crate::commands::{Access, Command, Kind};
 use crate::resp::lookahead::{GET_NAME, plain_get};
-use crate::resp::{Args, Limits};
+use crate::resp::{Args, RequestParser};
 
 /// What a GET is, as `Kind::of` finds it for every request.
 static GET: LazyLock<Kind> =
@@ -48,11 +48,15 @@ impl Conn {
 
     /// Takes the plain GET at the start of `buf` (the rest of the read buffer) to the cache
     /// as the route would: its length and plan. `None`, with nothing changed, when `buf`
-    /// does not start with a complete plain GET, or its key is longer than the parser's
-    /// `limits` allow (the parser then refuses it, as Redis would).
-    pub(super) fn quick_get(&mut self, buf: &[u8], limits: &Limits) -> Option<(usize, Plan)> {
+    /// does not start with a complete plain GET, or `parser` would refuse it for its limits
+    /// (it then does, as Redis would).
+    pub(super) fn quick_get(
+        &mut self,
+        buf: &[u8],
+        parser: &RequestParser,
+    ) -> Option<(usize, Plan)> {
         let (key, len) = plain_get(buf)?;
-        if key.len() > limits.max_bulk_len {
+        if !parser.within_limits(2, key.len()) {
             return None;
         }
         let frame = &buf[..len];

@@ -47,13 +47,14 @@ impl Conn {
             }
             if quick
                 && parser.at_start()
-                && let Some((len, plan)) = self.quick_get(&rbuf[off..], parser.limits())
+                && let Some((len, plan)) = self.quick_get(&rbuf[off..], &parser)
             {
                 off += len;
                 handled += 1;
                 if let (Some(cache), Some(ahead)) = (&self.shared.cache, &mut ahead) {
                     cache.prefetch_next(ahead);
                 }
+                // As below: `handle_now` first, with no `async` call when it is enough.
                 let barrier = match self.handle_now(plan) {
                     Ok(()) => false,
                     Err(plan) => self.handle(plan).await,
