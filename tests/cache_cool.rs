@@ -1,7 +1,7 @@
 //! A connection that reads mostly cold keys (a uniform key space, say) becomes cool: its
 //! GETs of keys the cache has nothing of are forwarded uncounted, bar a sample. These tests
 //! check what must not change for it: it still hits cached keys, joins reads in flight, and
-//! becomes warm again once the cache serves enough of its GETs.
+//! becomes warm again once enough of its GETs hit.
 
 mod common;
 
@@ -13,8 +13,8 @@ use tokio::task::JoinSet;
 const NIL: &[u8] = b"$-1\r\n";
 /// More GETs than the window over which a connection's served share is judged (1024).
 const COOLING_GETS: usize = 1500;
-/// A window of GETs is 1,024: three of them, with a hit in eight, hold at least one whole
-/// window that the cache served enough of.
+/// A window of GETs is 1,024: three of them, with a hit in four, hold at least one whole
+/// window with enough hits.
 const WARMING_GETS: usize = 3 * 1024;
 
 /// Sends `n` GETs of distinct keys that do not exist, in one pipeline; every reply is nil.
@@ -27,12 +27,12 @@ async fn cold_gets(c: &mut RawClient, tag: &str, n: usize) {
     assert!(replies.iter().all(|r| r == NIL), "cold GETs answer nil");
 }
 
-/// Sends `n` GETs in one pipeline, every eighth of `hot` (whose value is `value`), the rest
-/// of distinct keys that do not exist.
-async fn mixed_gets(c: &mut RawClient, tag: &str, hot: &str, value: &[u8], n: usize) {
+/// Sends `n` GETs in one pipeline, one in `every` of `hot` (whose value is `value`), the
+/// rest of distinct keys that do not exist.
+async fn mixed_gets(c: &mut RawClient, tag: &str, hot: &str, value: &[u8], every: usize, n: usize) {
     let mut reqs = Vec::new();
     for i in 0..n {
-        let key = match i % 8 {
+        let key = match i % every {
             0 => hot.to_string(),
             _ => format!("cold:{tag}:{i}"),
         };
@@ -40,7 +40,7 @@ async fn mixed_gets(c: &mut RawClient, tag: &str, hot: &str, value: &[u8], n: us
     }
     let replies = c.pipeline(&reqs, 64 * 1024, n).await;
     for (i, r) in replies.iter().enumerate() {
-        let want = if i % 8 == 0 { value } else { NIL };
+        let want = if i % every == 0 { value } else { NIL };
         assert_eq!(r, want, "GET {i}");
     }
 }
@@ -84,11 +84,22 @@ async fn a_cool_connection_skips_cold_keys_and_still_hits_cached_ones() {
         after.0
     );
 
-    // A window of GETs the cache served one in eight of makes it warm: every cold GET is
-    // then looked up.
-    mixed_gets(&mut cool, "d", "hot", b"$1\r\nv\r\n", WARMING_GETS).await;
+    // A hit in eight leaves it cool: it does not pay for counting and looking up every GET.
+    mixed_gets(&mut cool, "d", "hot", b"$1\r\nv\r\n", 8, WARMING_GETS).await;
     let before = Stats::of(&mut cool).await;
     cold_gets(&mut cool, "e", 100).await;
+    let after = Stats::of(&mut cool).await;
+    assert!(
+        after.n("cache_skipped") - before.n("cache_skipped") >= 60,
+        "{:?}",
+        after.0
+    );
+
+    // A window of GETs one in four of which hit makes it warm: every cold GET is then
+    // looked up.
+    mixed_gets(&mut cool, "f", "hot", b"$1\r\nv\r\n", 4, WARMING_GETS).await;
+    let before = Stats::of(&mut cool).await;
+    cold_gets(&mut cool, "g", 100).await;
     let after = Stats::of(&mut cool).await;
     assert_eq!(after.n("cache_skipped"), before.n("cache_skipped"));
     assert_eq!(after.n("cache_misses") - before.n("cache_misses"), 100);

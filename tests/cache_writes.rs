@@ -315,9 +315,12 @@ async fn direct_swapdb_is_seen() {
 async fn lua_write_to_an_undeclared_key_is_read_back() {
     let redis = RedisServer::start();
     let proxy = TestProxy::start(&redis.url()).await;
-    let mut c = connect(proxy.addr).await;
     let mut stale = 0;
     for i in 0..300 {
+        // A connection of its own for each key: one that got a key cached, wrote it and read
+        // it back, over and over, hits about one GET in eight and turns cool, and a cool
+        // connection counts only a sample of its GETs of a fresh key (see `cache_cool.rs`).
+        let mut c = connect(proxy.addr).await;
         let key = format!("undeclared:{i}");
         assert_eq!(c.cmd(&format!("SET {key} old")).await, OK);
         make_cached(&mut c, &key, &bulk("old")).await;

@@ -10,39 +10,50 @@ use std::time::Instant;
 /// have. Reads started at it count their keys' TTLs from it, which is earlier than Redis ran
 /// them: their entries expire early, never late.
 ///
-/// It also remembers whether the last round served a hit (see [`Clock::warm`]), and how much
-/// of the connection's recent GETs the cache served (see [`COOL_WINDOW`]).
+/// It also remembers whether the last round served a hit (see [`Clock::warm`]), and how many
+/// of the connection's recent GETs were hits or joined reads (see [`COOL_WINDOW`]).
 #[derive(Debug, Default)]
 pub struct Clock {
     now: Option<Instant>,
     hit: bool,
     warm: bool,
-    /// GETs (looked up or skipped) in the current window, and how many of them were served.
+    /// GETs (looked up or skipped) in the current window, how many of them were local hits,
+    /// and how many joined a read in flight.
     window: u32,
-    served: u32,
-    /// The last full window served fewer than one GET in [`COOL_RATE`].
+    hits: u32,
+    joined: u32,
+    /// The last full window had too few hits and joins to pay for its lookups (see
+    /// [`COOL_WINDOW`]).
     cool: bool,
     /// GETs forwarded without a lookup since the cache last counted them.
     pub(super) skipped: u64,
 }
 
-/// GETs over which a connection's share of GETs the cache served (hits, and reads joined) is
-/// judged. Under one in [`COOL_RATE`], the connection is cool for the next window: it reads
-/// keys the cache neither holds nor sees read by anyone else (cold keys, most of them). A
-/// cool connection's GET of a key with nothing here (`presence.rs`) is forwarded as it is,
+/// GETs over which a connection's hits and joins are judged. A window with under one hit in
+/// [`HIT_RATE`] GETs and under one join in [`JOIN_RATE`] makes the connection cool for the
+/// next: it reads keys the cache neither holds nor sees read by anyone else (cold keys, most
+/// of them), or keys it can hold only briefly (written about as often as read). A cool
+/// connection's GET of a key with nothing here (`presence.rs`) is forwarded as it is,
 /// uncounted, unless it is one of the [`COOL_SAMPLE`]: a cold GET then costs about what
 /// forwarding does, where counting and looking it up cost another 40% (instructions,
 /// uniform GET -P 16). The GETs of keys with an entry or a read in flight are still looked
 /// up, so they hit or join as before.
 pub(super) const COOL_WINDOW: u32 = 1024;
-/// A connection the cache served fewer than one GET in this many over a window is cool. A
-/// connection that hits now and then is cool too: after skewed loads had left a few thousand
-/// entries, uniform GETs over 1M keys hit one time in 380, and when any hit made a
-/// connection warm again 92% of its GETs were counted and looked up (1.19-1.22x the proxy
-/// CPU of `--no-cache`; 1.11-1.12x judged by share). Its hits are the same, since a key with
-/// an entry is looked up either way; what it gives up is counting the others' reads but for
-/// a sample, and prefetching.
-pub(super) const COOL_RATE: u32 = 16;
+/// A window needs at least one local hit in this many GETs to keep a connection warm. Hits
+/// are what pay for a warm connection's work on every GET (counting, lookup, a read others
+/// may join, the fills and invalidations of keys admitted): on Zipf 90/10 GET/SET over 1M
+/// keys, -P 16, warm connections hit 17% of GETs and joined 20%, at 0.65-0.78x the
+/// throughput of `--no-cache` and 1.8x its proxy CPU; cool ones at 0.97-1.03x and 1.08-1.11x
+/// (Redis's CPU per request the same either way: the GETs hits and joins saved were of its
+/// cheapest, hottest keys). On Zipf GETs (s 0.85 and 0.99: 44% and 69% hits when warm, 29%
+/// and 56% when cool) warm connections had 7-20% more throughput than cool ones; at s 0.7
+/// (23% hits) the same throughput for 1.25x the CPU.
+pub(super) const HIT_RATE: u32 = 4;
+/// ... or at least one GET in this many joining a read in flight: clients that mostly read
+/// keys at the same moment (a stampede, a fan-out of fresh keys) keep every GET counted and
+/// coalesced, which is what spares Redis there; a cool connection's stampede would send
+/// about [`COOL_SAMPLE`] reads before a sampled one registered a read to join.
+pub(super) const JOIN_RATE: u32 = 2;
 /// A cool connection looks up one GET in this many (a power of two) of keys with nothing
 /// here, at random: enough for a key that grows hot to be counted (the sketch's counts are
 /// relative, so one sampled GET in sixteen of every cool connection finds the same keys hot,
@@ -73,22 +84,23 @@ impl Clock {
     pub(super) fn counted(&mut self) {
         self.window += 1;
         if self.window >= COOL_WINDOW {
-            self.cool = self.served.saturating_mul(COOL_RATE) < self.window;
+            self.cool = self.hits.saturating_mul(HIT_RATE) < self.window
+                && self.joined.saturating_mul(JOIN_RATE) < self.window;
             self.window = 0;
-            self.served = 0;
+            self.hits = 0;
+            self.joined = 0;
         }
     }
 
-    /// The GET was a local hit: served, and the round warm for the next (see
-    /// [`Clock::warm`]).
+    /// The GET was a local hit; the round is warm for the next (see [`Clock::warm`]).
     pub(super) fn hit(&mut self) {
         self.hit = true;
-        self.served();
+        self.hits = self.hits.saturating_add(1);
     }
 
-    /// The GET was a hit or joined a read.
-    pub(super) fn served(&mut self) {
-        self.served = self.served.saturating_add(1);
+    /// The GET joined a read in flight.
+    pub(super) fn joined(&mut self) {
+        self.joined = self.joined.saturating_add(1);
     }
 
     /// Whether the previous round served a local hit. A connection whose last round had

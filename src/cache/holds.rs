@@ -9,12 +9,13 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::clock::COOL_RATE;
 use super::stats::Stats;
 use crate::upstream::UpstreamStatus;
 
 /// How often the share of GETs served is looked at.
 const EVERY: Duration = Duration::from_millis(250);
+/// Writes may be held while the cache serves under one GET in this many.
+const HOLD_RATE: u64 = 16;
 
 /// GETs looked at (or skipped) and GETs served (hits, joined reads), counted since start.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -36,10 +37,10 @@ impl Seen {
 }
 
 /// Whether writes may be held after a period in which the cache saw `gets` GETs and served
-/// `served` of them: when it served under one in [`COOL_RATE`] (as for a cool connection),
-/// or saw none.
+/// `served` of them: when it served under one in [`HOLD_RATE`] (where most connections are
+/// cool, say), or saw none.
 fn may_hold(gets: u64, served: u64) -> bool {
-    gets == 0 || served.saturating_mul(u64::from(COOL_RATE)) < gets
+    gets == 0 || served.saturating_mul(HOLD_RATE) < gets
 }
 
 /// Turns holding on and off as the cache's share of GETs served (`seen`) moves, until

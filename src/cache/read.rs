@@ -180,14 +180,14 @@ impl Core {
                 && slot.joinable(now, self.join_bound)
             {
                 self.stats.coalesced.inc();
-                clock.served();
+                clock.joined();
                 return Lookup::Wait(self.join_lead(&mut slot, Some(route.conn)));
             }
             if let Some(f) = self.fills.get(key)
                 && f.joinable(now, self.join_bound)
             {
                 self.stats.coalesced.inc();
-                clock.served();
+                clock.joined();
                 return Lookup::Wait(f.waiter());
             }
         }
@@ -212,7 +212,7 @@ impl Core {
                 MapEntry::Occupied(mut o) if o.get().is_for(key) => {
                     if o.get().joinable(now, self.join_bound) {
                         self.stats.coalesced.inc();
-                        clock.served();
+                        clock.joined();
                         return Lookup::Wait(self.join_lead(o.get_mut(), Some(route.conn)));
                     }
                     // A read sent too long ago (stuck behind a dead connection, say) is not
@@ -423,7 +423,7 @@ mod tests {
 
     use tokio_util::sync::CancellationToken;
 
-    use super::super::clock::{COOL_RATE, COOL_WINDOW};
+    use super::super::clock::{COOL_WINDOW, HIT_RATE, JOIN_RATE};
     use super::*;
     use crate::config::{Config, UpstreamUrl};
     use crate::upstream::{Access, ConnSettings, UpstreamAccess, UpstreamStatus};
@@ -437,22 +437,35 @@ mod tests {
         UpstreamConn::spawn(settings, status, CancellationToken::new(), None)
     }
 
-    /// A connection the cache served less than one GET in [`COOL_RATE`] over a window turns
-    /// cool: its GETs of keys with nothing here are then skipped, bar a sample; a key with
-    /// something here never is; a window it served more of makes it warm again.
-    #[test]
-    fn a_connection_cools_over_a_window_that_served_little() {
-        let core = Core::for_test();
-        let mut clock = Clock::default();
-        // A window with a hit now and then, under one in COOL_RATE: cool after it.
-        for i in 0..COOL_WINDOW {
-            assert!(!core.skips(b"cold", &mut clock));
-            clock.counted();
-            if i.is_multiple_of(2 * COOL_RATE) {
-                clock.served();
+    /// Runs GETs of `key` through `clock`, each looked up unless skipped, with a hit every
+    /// `hit_every` GETs and a join every `join_every` (0: none): twice a window, so that the
+    /// last window closed holds only these.
+    fn window(core: &Core, clock: &mut Clock, key: &[u8], hit_every: u32, join_every: u32) {
+        for i in 0..2 * COOL_WINDOW {
+            if !core.skips(key, clock) {
+                clock.counted();
+            }
+            if hit_every > 0 && i.is_multiple_of(hit_every) {
+                clock.hit();
+            }
+            if join_every > 0 && i.is_multiple_of(join_every) {
+                clock.joined();
             }
         }
+    }
+
+    /// A connection with fewer than one hit in [`HIT_RATE`] GETs and one join in
+    /// [`JOIN_RATE`] over a window turns cool: its GETs of keys with nothing here are then
+    /// skipped, bar a sample; a key with something here never is; a window with enough hits,
+    /// or enough joins, makes it warm again.
+    #[test]
+    fn a_connection_cools_over_a_window_with_few_hits_and_joins() {
+        let core = Core::for_test();
+        let mut clock = Clock::default();
+        // Hits and joins each just under their bar: cool after the window.
+        window(&core, &mut clock, b"cold", HIT_RATE + 1, JOIN_RATE + 1);
         assert!(clock.cool());
+        let before = clock.skipped;
         let n = 1600;
         let skipped = (0..n)
             .filter(|i| core.skips(format!("k{i}").as_bytes(), &mut clock))
@@ -462,25 +475,23 @@ mod tests {
             (expected - 100..n).contains(&skipped),
             "{skipped} of {n} skipped, about {expected} expected"
         );
-        assert_eq!(clock.skipped, skipped as u64);
+        assert_eq!(clock.skipped - before, skipped as u64);
         let hash = core.admission.hash(b"present");
         core.presence.add(hash, Held::Read);
         assert!((0..100).all(|_| !core.skips(b"present", &mut clock)));
         core.presence.remove(hash, Held::Read);
-        // Skipped GETs count towards the window too: one served in COOL_RATE, warm again
-        // once the window closes.
-        let mut gets = 0u32;
-        while clock.cool() {
-            if !core.skips(b"cold", &mut clock) {
-                clock.counted();
-            }
-            if gets.is_multiple_of(COOL_RATE) {
-                clock.served();
-            }
-            gets += 1;
-            assert!(gets <= 2 * COOL_WINDOW, "still cool after {gets} GETs");
+        // Skipped GETs count towards the window too: a hit in HIT_RATE makes it warm again
+        // once the window closes; so does a join in JOIN_RATE, with no hits at all.
+        for (hit_every, join_every) in [(HIT_RATE, 0), (0, JOIN_RATE)] {
+            window(&core, &mut clock, b"cold", HIT_RATE + 1, 0);
+            assert!(clock.cool());
+            window(&core, &mut clock, b"cold", hit_every, join_every);
+            assert!(
+                !clock.cool(),
+                "hit every {hit_every}, join every {join_every}"
+            );
+            assert!(!core.skips(b"cold", &mut clock));
         }
-        assert!(!core.skips(b"cold", &mut clock));
     }
 
     /// Two GETs of a key read again, racing on two threads, make one lead: the other joins it.
