@@ -423,7 +423,7 @@ mod tests {
 
     use tokio_util::sync::CancellationToken;
 
-    use super::super::clock::{COOL_WINDOW, HIT_RATE, JOIN_RATE};
+    use super::super::clock::{COOL_WINDOW, HIT_RATE, JOIN_RATE, WARM_AGAIN_RATE};
     use super::*;
     use crate::config::{Config, UpstreamUrl};
     use crate::upstream::{Access, ConnSettings, UpstreamAccess, UpstreamStatus};
@@ -437,35 +437,30 @@ mod tests {
         UpstreamConn::spawn(settings, status, CancellationToken::new(), None)
     }
 
-    /// Runs GETs of `key` through `clock`, each looked up unless skipped, with a hit every
-    /// `hit_every` GETs and a join every `join_every` (0: none): twice a window, so that the
-    /// last window closed holds only these.
-    fn window(core: &Core, clock: &mut Clock, key: &[u8], hit_every: u32, join_every: u32) {
-        for i in 0..2 * COOL_WINDOW {
-            if !core.skips(key, clock) {
-                clock.counted();
-            }
+    /// Runs one window of GETs through `clock` (which must be at a window's start), a hit
+    /// every `hit_every` GETs and a join every `join_every` (0: none).
+    fn window(clock: &mut Clock, hit_every: u32, join_every: u32) {
+        for i in 0..COOL_WINDOW {
             if hit_every > 0 && i.is_multiple_of(hit_every) {
                 clock.hit();
             }
             if join_every > 0 && i.is_multiple_of(join_every) {
                 clock.joined();
             }
+            clock.counted();
         }
     }
 
     /// A connection with fewer than one hit in [`HIT_RATE`] GETs and one join in
     /// [`JOIN_RATE`] over a window turns cool: its GETs of keys with nothing here are then
-    /// skipped, bar a sample; a key with something here never is; a window with enough hits,
-    /// or enough joins, makes it warm again.
+    /// skipped, bar a sample; a key with something here never is.
     #[test]
     fn a_connection_cools_over_a_window_with_few_hits_and_joins() {
         let core = Core::for_test();
         let mut clock = Clock::default();
         // Hits and joins each just under their bar: cool after the window.
-        window(&core, &mut clock, b"cold", HIT_RATE + 1, JOIN_RATE + 1);
+        window(&mut clock, HIT_RATE + 1, JOIN_RATE + 1);
         assert!(clock.cool());
-        let before = clock.skipped;
         let n = 1600;
         let skipped = (0..n)
             .filter(|i| core.skips(format!("k{i}").as_bytes(), &mut clock))
@@ -475,22 +470,32 @@ mod tests {
             (expected - 100..n).contains(&skipped),
             "{skipped} of {n} skipped, about {expected} expected"
         );
-        assert_eq!(clock.skipped - before, skipped as u64);
+        assert_eq!(clock.skipped, skipped as u64);
         let hash = core.admission.hash(b"present");
         core.presence.add(hash, Held::Read);
         assert!((0..100).all(|_| !core.skips(b"present", &mut clock)));
         core.presence.remove(hash, Held::Read);
-        // Skipped GETs count towards the window too: a hit in HIT_RATE makes it warm again
-        // once the window closes; so does a join in JOIN_RATE, with no hits at all.
-        for (hit_every, join_every) in [(HIT_RATE, 0), (0, JOIN_RATE)] {
-            window(&core, &mut clock, b"cold", HIT_RATE + 1, 0);
+    }
+
+    /// A cool connection turns warm again after a window with one hit in
+    /// [`WARM_AGAIN_RATE`], too few to keep a warm one warm; or one join in [`JOIN_RATE`],
+    /// which keeps it warm with no hits at all.
+    #[test]
+    fn a_cool_connection_warms_on_fewer_hits_than_keep_it_warm() {
+        const { assert!(WARM_AGAIN_RATE > HIT_RATE + 1) };
+        for (hit_every, join_every) in [(WARM_AGAIN_RATE, 0), (0, JOIN_RATE)] {
+            let mut clock = Clock::default();
+            window(&mut clock, WARM_AGAIN_RATE + 1, 0);
             assert!(clock.cool());
-            window(&core, &mut clock, b"cold", hit_every, join_every);
+            window(&mut clock, WARM_AGAIN_RATE + 1, 0);
+            assert!(clock.cool(), "just under the bar to warm again");
+            window(&mut clock, hit_every, join_every);
             assert!(
                 !clock.cool(),
                 "hit every {hit_every}, join every {join_every}"
             );
-            assert!(!core.skips(b"cold", &mut clock));
+            window(&mut clock, hit_every, join_every);
+            assert_eq!(clock.cool(), join_every == 0, "warm: the same window again");
         }
     }
 
