@@ -318,8 +318,8 @@ async fn lua_write_to_an_undeclared_key_is_read_back() {
     let mut stale = 0;
     for i in 0..300 {
         // A connection of its own for each key: one that got a key cached, wrote it and read
-        // it back, over and over, hits about one GET in eight and turns cool, and a cool
-        // connection counts only a sample of its GETs of a fresh key (see `cache_cool.rs`).
+        // it back, over and over, hits about one GET in eight, too few to stay warm, and a
+        // cool connection counts only a sample of its GETs of a fresh key (`cache_cool.rs`).
         let mut c = connect(proxy.addr).await;
         let key = format!("undeclared:{i}");
         assert_eq!(c.cmd(&format!("SET {key} old")).await, OK);

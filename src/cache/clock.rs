@@ -31,9 +31,9 @@ pub struct Clock {
 
 /// GETs over which a connection's hits and joins are judged. A window with under one hit in
 /// [`HIT_RATE`] GETs (in [`WARM_AGAIN_RATE`] if it was cool) and under one join in
-/// [`JOIN_RATE`] makes the connection cool for the next: it reads keys the cache neither holds nor sees read by anyone else (cold keys, most
-/// of them), or keys it can hold only briefly (written about as often as read). A cool
-/// connection's GET of a key with nothing here (`presence.rs`) is forwarded as it is,
+/// [`JOIN_RATE`] makes the connection cool for the next: it reads keys the cache neither
+/// holds nor sees read by anyone else (cold keys, most of them), or keys it can hold only
+/// briefly (written about as often as read). A cool connection's GET of a key with nothing here (`presence.rs`) is forwarded as it is,
 /// uncounted, unless it is one of the [`COOL_SAMPLE`]: a cold GET then costs about what
 /// forwarding does, where counting and looking it up cost another 40% (instructions,
 /// uniform GET -P 16). The GETs of keys with an entry or a read in flight are still looked
@@ -42,10 +42,12 @@ pub(super) const COOL_WINDOW: u32 = 1024;
 /// A window needs at least one local hit in this many GETs to keep a connection warm. Hits
 /// are what pay for a warm connection's work on every GET (counting, lookup, a read others
 /// may join, the fills and invalidations of keys admitted): on Zipf 90/10 GET/SET over 1M
-/// keys, -P 16, warm connections hit 17% of GETs and joined 20%, at 0.65-0.78x the
-/// throughput of `--no-cache` and 1.8x its proxy CPU; cool ones at 0.97-1.03x and 1.08-1.11x
-/// (Redis's CPU per request the same either way: the GETs hits and joins saved were of its
-/// cheapest, hottest keys). On Zipf GETs (s 0.85 and 0.99: 44% and 69% hits when warm, 29%
+/// keys, -P 16, from an empty cache, warm connections hit 17% of GETs and joined 20%, at
+/// 0.65-0.78x the throughput of `--no-cache` and 1.8x its proxy CPU; cool ones at
+/// 0.81-1.03x and 1.08-1.24x (Redis's CPU per request the same either way: the GETs hits
+/// and joins saved were of its cheapest, hottest keys). Where Zipf GETs had left the hot
+/// keys cached, the mix stays at about 0.70x: a cool connection still looks up the keys
+/// there are entries of, which keeps them counted and refilled after each write. On Zipf GETs (s 0.85 and 0.99: 44% and 69% hits when warm, 29%
 /// and 56% when cool) warm connections had 7-20% more throughput than cool ones; at s 0.7
 /// (23% hits) the same throughput for 1.25x the CPU.
 pub(super) const HIT_RATE: u32 = 4;
