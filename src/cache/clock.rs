@@ -56,7 +56,7 @@ pub(super) const HIT_RATE: u32 = 4;
 /// (uniform GETs over 100,000 keys) starts with no hits, turns cool, and has its keys
 /// admitted only from a cool connection's sample; with one bar at one hit in 4 it stayed
 /// cool, at 0.71x the throughput of the previous rule (one GET served in 16, either way) and
-/// 4x Redis's CPU per request. Between the bars (Zipf GETs at s 0.7: 23% hits warm, 11%
+/// 4x Redis's CPU per request (-P 16, one bench round after 10 s of warming). Between the bars (Zipf GETs at s 0.7: 23% hits warm, 11%
 /// cool) a connection is warm every other window.
 pub(super) const WARM_AGAIN_RATE: u32 = 16;
 /// ... or at least one GET in this many joining a read in flight: clients that mostly read
