@@ -308,6 +308,31 @@ async fn direct_swapdb_is_seen() {
     proxy.stop().await;
 }
 
+/// A key written after every few reads: each entry serves a few hits, too few to repay its
+/// fill, so after a few such entries the key is no longer filled (`cache/churn.rs`), and
+/// every read still sees the last write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_written_every_few_reads_stops_being_filled() {
+    let redis = RedisServer::start();
+    let proxy = TestProxy::start(&redis.url()).await;
+    let mut c = connect(proxy.addr).await;
+    let mut fills_at = Vec::new();
+    for i in 0..40 {
+        let v = format!("v{i}");
+        assert_eq!(c.request(&[b"SET", b"k", v.as_bytes()]).await, OK);
+        for _ in 0..10 {
+            assert_eq!(get(&mut c, "k").await, bulk(&v));
+        }
+        fills_at.push(Stats::of(&mut c).await.n("cache_fills"));
+    }
+    assert!(fills_at[9] > 0, "the key was filled at first: {fills_at:?}");
+    assert_eq!(
+        fills_at[39], fills_at[19],
+        "filled again after 20 short-lived entries: {fills_at:?}"
+    );
+    proxy.stop().await;
+}
+
 /// A script that writes a key it does not declare in KEYS: corral cannot see which key it
 /// writes, so only Redis's invalidation push (racing the EVAL reply) removes the entry, and
 /// a GET sent right after the EVAL reply can still be answered from the cache.

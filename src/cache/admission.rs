@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use rand::Rng;
 use tokio_util::sync::CancellationToken;
 
+use super::churn::Churn;
 use super::entry::Entry;
 use super::hotkeys::{self, HotKey, HotKeys};
 use super::lately::ReadLately;
@@ -71,6 +72,8 @@ pub(super) struct Admission {
     /// Keys read above the noise floor since the last decay tick: only their writes weigh
     /// against reads.
     lately: ReadLately,
+    /// Keys whose entries writes end before they repay their fill: not admitted.
+    churn: Churn,
     hot: HotKeys,
     hasher: foldhash::fast::RandomState,
     hot_threshold: u8,
@@ -84,6 +87,7 @@ impl Admission {
         Admission {
             reads: FrequencySketch::new(candidates),
             lately: ReadLately::default(),
+            churn: Churn::default(),
             hot: HotKeys::default(),
             hasher: foldhash::fast::RandomState::default(),
             hot_threshold,
@@ -176,20 +180,28 @@ impl Admission {
         reads
     }
 
-    /// Hot enough to keep: reads net of [`WRITE_WEIGHT`] per write and per wasted fill.
+    /// A write (through corral or not) ended an entry of the key with this hash after it
+    /// served `hits`: the key's entries may not repay their fills (see `churn.rs`).
+    pub(super) fn entry_ended(&self, hash: u64, hits: u8) {
+        self.churn.ended(hash, hits);
+    }
+
+    /// Hot enough to keep: reads net of [`WRITE_WEIGHT`] per write and per wasted fill,
+    /// and entries that writes let serve enough hits (see [`Admission::hot`]).
     ///
     /// Hot means read `hot_threshold` times more than the sketch's noise floor: over a key
     /// space far larger than the sketch every counter is shared, and a key read once would
     /// otherwise often look hot and cost a tracked fill for nothing. With few
     /// keys the floor is 0 and the threshold is what it says.
-    pub(super) fn admit(&self, reads: u8, lane: &LaneState) -> bool {
-        lane.tracking() != Tracking::Down && self.hot(reads)
+    pub(super) fn admit(&self, reads: u8, hash: u64, lane: &LaneState) -> bool {
+        lane.tracking() != Tracking::Down && self.hot(reads, hash)
     }
 
-    /// Whether a key read `reads` times (its estimate) is hot enough to be admitted, whatever
-    /// the state of its lane (see [`Admission::admit`]).
-    pub(super) fn hot(&self, reads: u8) -> bool {
-        reads >= self.bar(self.reads.noise_floor())
+    /// Whether the key with this hash, read `reads` times (its estimate), is hot enough to
+    /// be admitted, whatever the state of its lane (see [`Admission::admit`]): read often
+    /// enough since its last write, and not one whose entries writes end too soon.
+    pub(super) fn hot(&self, reads: u8, hash: u64) -> bool {
+        reads >= self.bar(self.reads.noise_floor()) && !self.churn.shut_out(hash)
     }
 
     /// The estimate a key needs to be admitted, over a noise floor of `floor`.
@@ -238,6 +250,7 @@ impl Admission {
                 _ = tick.tick() => {
                     self.hot.decay();
                     self.lately.clear();
+                    self.churn.halve();
                 }
                 _ = shutdown.cancelled() => return,
             }
@@ -289,7 +302,7 @@ mod tests {
             a.record_get(hash, &key.to_le_bytes());
             if key != 7 {
                 misses += 1;
-                admitted += usize::from(a.admit(a.reads.estimate(hash), &lane));
+                admitted += usize::from(a.admit(a.reads.estimate(hash), hash, &lane));
             }
         }
         assert!(
@@ -297,7 +310,7 @@ mod tests {
             "{admitted} of {misses} cold keys admitted"
         );
         let hot = a.hash(&7u64.to_le_bytes());
-        assert!(a.admit(a.reads.estimate(hot), &lane));
+        assert!(a.admit(a.reads.estimate(hot), hot, &lane));
     }
 
     /// GETs, out of the last `measured` of `total` uniform GETs over a million keys, whose
@@ -314,7 +327,7 @@ mod tests {
             let key = (x % 1_000_000).to_le_bytes();
             let hash = a.hash(&key);
             let reads = a.record_get(hash, &key);
-            if i >= total - measured && a.admit(reads.count, &lane) {
+            if i >= total - measured && a.admit(reads.count, hash, &lane) {
                 admitted += 1;
             }
         }
@@ -363,18 +376,19 @@ mod tests {
         let lane = LaneState::new("test", Tracking::On);
         let (busy, calm) = (b"busy".as_slice(), b"calm".as_slice());
         let read = |key: &[u8]| a.record_get(a.hash(key), key).count;
+        let (b, c) = (a.hash(busy), a.hash(calm));
         for _ in 0..100 {
             // Written after every read: never admitted.
-            assert!(!a.admit(read(busy), &lane));
-            a.record_write(a.hash(busy));
+            assert!(!a.admit(read(busy), b, &lane));
+            a.record_write(b);
         }
         for _ in 0..20 {
             read(calm);
         }
-        assert!(a.admit(a.reads.estimate(a.hash(calm)), &lane));
-        a.record_write(a.hash(calm));
-        assert!(!a.admit(read(calm), &lane), "one read since the write");
-        assert!(a.admit(read(calm), &lane), "two since the write");
+        assert!(a.admit(a.reads.estimate(c), c, &lane));
+        a.record_write(c);
+        assert!(!a.admit(read(calm), c, &lane), "one read since the write");
+        assert!(a.admit(read(calm), c, &lane), "two since the write");
     }
 
     #[test]

@@ -12,7 +12,6 @@
 //!    missed. A lane that goes silent counts as lost within `lane_check_ms + lane_deadline_ms`.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use dashmap::DashMap;
@@ -93,11 +92,12 @@ impl Core {
         // Even with no entry counted above: a read unlinked here may have completed into one
         // since.
         let removed = self.store.remove(key);
-        if let Some(e) = &removed
-            && unseen
-            && !e.hit.load(Ordering::Relaxed)
-        {
-            self.admission.record_write(hash);
+        if let Some(e) = &removed {
+            let hits = e.hits();
+            if unseen && hits == 0 {
+                self.admission.record_write(hash);
+            }
+            self.admission.entry_ended(hash, hits);
         }
         unlinked || removed.is_some()
     }
@@ -306,6 +306,40 @@ mod tests {
         assert!(c.store.get(b"k", 0, Instant::now(), true, 0).is_some());
         assert!(c.fills.is_empty());
         assert_eq!(rx.peek(), Some(&Ok(Value::bulk(b"v"))));
+    }
+
+    /// Fills `key`, serves `hits` from its entry, then has a write end it: `lives` times.
+    fn lives(c: &Core, key: &'static [u8], hits: usize, lives: usize) {
+        for _ in 0..lives {
+            let f = fill(c, key);
+            c.complete_fill(&Key::from(key), &f, Ok(Bytes::from_static(REPLY)));
+            let hash = c.admission.hash(key);
+            for _ in 0..hits {
+                let e = c.store.get(key, hash, Instant::now(), true, 0);
+                e.expect("the entry is cached").mark_hit();
+            }
+            assert!(c.invalidate(key, false));
+        }
+    }
+
+    #[test]
+    fn a_key_whose_entries_writes_end_young_is_no_longer_admitted() {
+        let hot = |c: &Core| c.admission.hot(15, c.admission.hash(b"k"));
+        let c = Core::for_test();
+        assert!(hot(&c));
+        lives(&c, b"k", 3, 4);
+        assert!(!hot(&c), "four fills of three hits each");
+        let c = Core::for_test();
+        lives(&c, b"k", 100, 50);
+        assert!(hot(&c), "entries that served a hundred hits");
+        // Entries not ended by a write (evicted, expired, flushed) say nothing of it.
+        let c = Core::for_test();
+        for _ in 0..10 {
+            let f = fill(&c, b"k");
+            c.complete_fill(&Key::from(&b"k"[..]), &f, Ok(Bytes::from_static(REPLY)));
+            c.flush();
+        }
+        assert!(hot(&c));
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! flags the store and its front keep on it.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
@@ -18,6 +18,8 @@ const OUTLINE_OVERHEAD: usize = 32;
 /// Longest reply frame kept inside the entry itself: `$64\r\n` + 64 bytes + CRLF fits.
 /// Together with the entry's other fields this stays within two cache lines.
 const INLINE_FRAME: usize = 72;
+/// Hits counted per entry: all that admission needs to know (see `churn.rs`).
+pub(super) const COUNTED_HITS: u8 = 64;
 
 /// A cached GET result. In declaration order (`repr(C)`): what every hit reads first, next
 /// to the reference counts, then the frame.
@@ -29,8 +31,9 @@ pub struct Entry {
     /// alone, where working out the refresh window from `delta_us` on every hit cost about
     /// 40 instructions.
     fresh_until: Instant,
-    /// Served at least once: an entry invalidated before any hit was a wasted fill.
-    pub hit: AtomicBool,
+    /// Hits served, up to [`COUNTED_HITS`]: an entry invalidated before any hit was a
+    /// wasted fill, and one a write ends after few hits did not repay its fill (`churn.rs`).
+    hits: AtomicU8,
     /// In the store: cleared when it leaves, so that the front (`front.rs`) stops serving it.
     live: AtomicBool,
     /// How long the fill took, in microseconds (saturating): XFetch refreshes earlier for
@@ -84,7 +87,7 @@ impl Entry {
         };
         Arc::new(Entry {
             fresh_until,
-            hit: AtomicBool::new(false),
+            hits: AtomicU8::new(0),
             live: AtomicBool::new(true),
             delta_us: u32::try_from(delta.as_micros()).unwrap_or(u32::MAX),
             early_us,
@@ -173,11 +176,19 @@ impl Entry {
         )
     }
 
-    /// Records a hit; a plain load first keeps the hot path free of writes to shared memory.
+    /// Records a hit. Only the first [`COUNTED_HITS`] write to the entry: past them a hit
+    /// only loads, and the hot path stays free of writes to shared memory. Two hits on two
+    /// threads at once may count as one: the count only steers admission.
     pub fn mark_hit(&self) {
-        if !self.hit.load(Ordering::Relaxed) {
-            self.hit.store(true, Ordering::Relaxed);
+        let hits = self.hits.load(Ordering::Relaxed);
+        if hits < COUNTED_HITS {
+            self.hits.store(hits + 1, Ordering::Relaxed);
         }
+    }
+
+    /// Hits served so far, up to [`COUNTED_HITS`].
+    pub(super) fn hits(&self) -> u8 {
+        self.hits.load(Ordering::Relaxed)
     }
 }
 

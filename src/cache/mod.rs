@@ -20,6 +20,7 @@
 //! - `flight.rs`: one in-flight read that waiters share: a `Fill` ([`FillRx`]).
 //! - `admission.rs`: which keys are worth keeping (sketches, hot keys, early refresh).
 //! - `lately.rs`: which keys were read lately (a write to any other skips the sketch).
+//! - `churn.rs`: keys whose entries writes end before they repay their fill (not admitted).
 //! - `stats.rs`: counters and their INFO / Prometheus forms.
 //! - `holds.rs`: whether shared upstream connections hold writes, by the share of GETs
 //!   served.
@@ -27,6 +28,7 @@
 //! - `entry.rs`, `value.rs`, `sketch.rs`, `hotkeys.rs`, `tracking.rs`, `short_key.rs`: leaves.
 
 mod admission;
+mod churn;
 mod clock;
 mod coherence;
 mod entry;

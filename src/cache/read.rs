@@ -196,10 +196,10 @@ impl Core {
         // also waits for the stores before it (2.9 ns per request on the 90/10 mix).
         let lane = self
             .admission
-            .hot(reads.count)
+            .hot(reads.count, hash)
             .then(|| (route.lane)())
             .flatten()
-            .filter(|l| self.admission.admit(reads.count, &l.info));
+            .filter(|l| self.admission.admit(reads.count, hash, &l.info));
         // A plain read others may join is registered under the map's lock, in the same step
         // as the check for one to join: of GETs racing here on several threads, one leads.
         let lead = (lane.is_none() && route.lead).then(flight::lead_id);
