@@ -7,7 +7,8 @@
 //! Only hits count as served: a hit is answered at once unless a held write holds up the
 //! reply it rides behind, where a joined read waits for Redis like a forwarded one. On the
 //! 90/10 mix, whose joins (6% of GETs) and hits (3%) together passed the bar, holding
-//! writes again took corral from 0.53-0.58M to 0.62-0.67M requests/s.
+//! writes again took corral from 0.52-0.55M to 0.63-0.71M requests/s (0.78-0.85M with
+//! `--no-cache` in the same rounds).
 
 use std::sync::Arc;
 use std::time::Duration;
