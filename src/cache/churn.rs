@@ -22,12 +22,15 @@ const CREDIT: u8 = 3 * PAYS;
 /// A bucket at or above this admits nothing: its entries fell about two fills' worth of
 /// hits short in all, net of what the others served beyond [`PAYS`].
 const SHUT_OUT: i8 = 2 * PAYS as i8;
-/// Scores stay within this of zero, so the halving can bring any bucket back within a few
-/// ticks.
-const BOUND: i8 = 4 * PAYS as i8;
-/// 64K one-byte buckets, 64 KiB: touched only when an entry ends and when a key is about to
-/// be admitted.
-const BUCKETS: usize = 1 << 16;
+/// Scores stay within this of zero: one halving brings any bucket back under [`SHUT_OUT`],
+/// so a key is shut out for at most one tick (10 s) after its last short-lived entry, and
+/// a key whose writes stopped is cached again soon. A key still written as often gets one
+/// more fill per tick, which shuts it out again.
+const BOUND: i8 = SHUT_OUT + PAYS as i8;
+/// 256K one-byte buckets, 256 KiB: touched only when an entry ends and when a key is about
+/// to be admitted. A shut-out bucket shuts out every key in it: on the 90/10 mix over 1M
+/// keys, thousands of keys are, and fewer buckets would shut out a share of other keys too.
+const BUCKETS: usize = 1 << 18;
 
 /// The buckets' scores.
 #[derive(Debug)]
@@ -121,9 +124,9 @@ mod tests {
         }
         assert!(c.shut_out(hash));
         c.halve();
-        assert!(c.shut_out(hash), "one halving leaves a full bucket shut");
-        c.halve();
-        assert!(!c.shut_out(hash));
+        assert!(!c.shut_out(hash), "one halving opens even a full bucket");
+        c.ended(hash, 0);
+        assert!(c.shut_out(hash), "one more short life shuts it again");
         assert!(!c.shut_out(4u64 << 40), "other buckets are untouched");
     }
 }
