@@ -24,8 +24,8 @@ pub(super) const COUNTED: u8 = PAYS + CREDIT;
 /// A bucket at or above this admits nothing: its entries fell about one fill's worth of
 /// hits short, net of what the others served beyond [`PAYS`]. With two fills' worth, the
 /// 90/10 mix run after Zipf GETs took seconds longer to shut its keys out: 0.63-0.68M
-/// requests/s over its first 4 s and 0.79-0.80M from then on, against 0.71-0.72M and
-/// 0.83-0.85M at one.
+/// requests/s over its first 4 s and 0.79-0.80M from then on, against 0.70-0.72M and
+/// 0.79-0.85M at one.
 const SHUT_OUT: i8 = PAYS as i8;
 /// The highest score: one halving brings any bucket back under [`SHUT_OUT`], so a key is
 /// shut out for at most one tick (10 s) after its last short-lived entry, and a key whose
