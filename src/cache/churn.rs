@@ -6,21 +6,18 @@
 //! that ratio however hot it is) serves about nine hits per fill whatever the bar, and a
 //! tracked fill with its invalidation costs corral and Redis more than nine forwarded GETs
 //! save them. Each entry a write ends scores its bucket the hits it fell short of
-//! [`PAYS`] by (or takes off what it served beyond, up to [`CREDIT`]); a bucket at
+//! [`PAYS`] by (or takes off what it served beyond, as far as entries count hits); a bucket at
 //! [`SHUT_OUT`] or above admits nothing until the periodic halving brings it down, when
 //! its keys get another fill to prove themselves. A key read far more often than written
 //! keeps its bucket well below zero, so the odd entry written early does not shut it out.
 
 use std::sync::atomic::{AtomicI8, Ordering::Relaxed};
 
+use super::entry::COUNTED_HITS;
+
 /// Hits an entry must serve before a write ends it for its fill to have paid: on the 90/10
 /// mix the cache cost more than it saved at about 8 hits per fill.
 pub(super) const PAYS: u8 = 16;
-/// The most one long-lived entry takes off its bucket's score: three more fills' worth
-/// of the most one can add.
-const CREDIT: u8 = 3 * PAYS;
-/// Hits an entry counts (`Entry::mark_hit`): past this many its count says nothing more.
-pub(super) const COUNTED: u8 = PAYS + CREDIT;
 /// A bucket at or above this admits nothing: its entries fell about one fill's worth of
 /// hits short, net of what the others served beyond [`PAYS`]. With two fills' worth, the
 /// 90/10 mix run after Zipf GETs took seconds longer to shut its keys out: 0.63-0.68M
@@ -65,7 +62,7 @@ impl Churn {
     /// served `hits`. Two racing updates may lose one: the score only steers admission.
     pub(super) fn ended(&self, hash: u64, hits: u8) {
         let b = self.bucket(hash);
-        let change = i16::from(PAYS) - i16::from(hits.min(COUNTED));
+        let change = i16::from(PAYS) - i16::from(hits.min(COUNTED_HITS));
         let score = (i16::from(b.load(Relaxed)) + change).clamp(FLOOR.into(), BOUND.into());
         b.store(score as i8, Relaxed);
     }

@@ -18,8 +18,8 @@ const OUTLINE_OVERHEAD: usize = 32;
 /// Longest reply frame kept inside the entry itself: `$64\r\n` + 64 bytes + CRLF fits.
 /// Together with the entry's other fields this stays within two cache lines.
 const INLINE_FRAME: usize = 72;
-/// Hits counted per entry: all that admission needs to know.
-const COUNTED_HITS: u8 = super::churn::COUNTED;
+/// Hits counted per entry: all that admission needs to know (`churn.rs`).
+pub(super) const COUNTED_HITS: u8 = 64;
 
 /// A cached GET result. In declaration order (`repr(C)`): what every hit reads first, next
 /// to the reference counts, then the frame.

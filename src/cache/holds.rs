@@ -20,7 +20,7 @@ use crate::upstream::UpstreamStatus;
 
 /// How often the share of GETs served is looked at.
 const EVERY: Duration = Duration::from_millis(250);
-/// Writes may be held while the cache serves under one GET in this many.
+/// Writes may be held while the cache hits under one GET in this many.
 const HOLD_RATE: u64 = 16;
 
 /// GETs looked at (or skipped) and GETs served from the store, counted since start.

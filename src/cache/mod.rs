@@ -23,7 +23,7 @@
 //! - `churn.rs`: keys whose entries writes end before they repay their fill (not admitted).
 //! - `stats.rs`: counters and their INFO / Prometheus forms.
 //! - `holds.rs`: whether shared upstream connections hold writes, by the share of GETs
-//!   served.
+//!   hit.
 //! - `store.rs`: the entries, bounded in bytes → `front.rs`: each thread's recent hits.
 //! - `entry.rs`, `value.rs`, `sketch.rs`, `hotkeys.rs`, `tracking.rs`, `short_key.rs`: leaves.
 
