@@ -3,6 +3,7 @@
 //! address for MONITOR. [`dial`] is the only place a socket to a node is opened.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use tokio::net::TcpStream;
 use tokio::time::timeout;
@@ -62,9 +63,10 @@ pub(super) async fn connect(
         return user_connect(s, status, revoked).await;
     }
     let access = s.access.current();
+    let started = Instant::now();
     match connect_once(s, &access, status).await {
         Ok(up) => {
-            status.connect_succeeded();
+            status.connect_succeeded(started);
             Ok(up)
         }
         // Credentials replaced (a reload) while this attempt ran: its refusal says nothing

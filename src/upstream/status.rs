@@ -21,8 +21,9 @@ pub struct UpstreamStatus {
     version: Mutex<Option<String>>,
     last_error: Mutex<Option<String>>,
     /// Why the upstream refuses corral's new connections (credentials or TLS), while it does:
-    /// set by a failed connect, cleared by the next successful one.
-    refusal: Mutex<Option<String>>,
+    /// set by a failed connect, cleared by the next successful one started after it, with
+    /// when it was recorded.
+    refusal: Mutex<Option<(String, Instant)>>,
     /// Scripts and functions sent through corral and not answered yet.
     scripts: Arc<AtomicUsize>,
     /// When Redis last answered `-BUSY` or `-LOADING`, in ms since [`epoch`] (plus one, so
@@ -173,17 +174,20 @@ impl UpstreamStatus {
         };
         let text = format!("{what}: {cause}");
         let mut cur = self.refusal.lock().unwrap_or_else(|p| p.into_inner());
-        if cur.as_deref() != Some(text.as_str()) {
+        if cur.as_ref().map(|(t, _)| t.as_str()) != Some(text.as_str()) {
             tracing::error!(cause = %text, "upstream refuses corral's connections");
-            *cur = Some(text.clone());
         }
+        *cur = Some((text.clone(), Instant::now()));
         text
     }
 
-    /// A connect (handshake included) succeeded: any refusal is over.
-    pub fn connect_succeeded(&self) {
+    /// A connect (handshake included) that began at `started` succeeded: a refusal recorded
+    /// before then is over. One recorded since stands: this connect may have been accepted
+    /// just before the change that refuses the others (a new password on Redis).
+    pub fn connect_succeeded(&self, started: Instant) {
         let mut cur = self.refusal.lock().unwrap_or_else(|p| p.into_inner());
-        if cur.take().is_some() {
+        if cur.as_ref().is_some_and(|(_, at)| *at <= started) {
+            *cur = None;
             tracing::info!("upstream accepts corral's connections again");
         }
     }
@@ -195,7 +199,8 @@ impl UpstreamStatus {
         self.refusal
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .clone()
+            .as_ref()
+            .map(|(text, _)| text.clone())
     }
 
     /// Records why a connection attempt failed or a live connection was lost.
@@ -404,6 +409,7 @@ mod tests {
     #[test]
     fn refusals_are_kept_until_a_connect_succeeds() {
         let s = UpstreamStatus::default();
+        let before = Instant::now();
         assert_eq!(
             s.connect_failed("Connection refused".into()),
             "Connection refused"
@@ -418,7 +424,10 @@ mod tests {
         // A failure of another kind (Redis down meanwhile) does not hide the refusal.
         s.connect_failed("Connection refused".into());
         assert!(s.refused().is_some());
-        s.connect_succeeded();
+        // A connect begun before the refusal was recorded says nothing of it.
+        s.connect_succeeded(before);
+        assert!(s.refused().is_some());
+        s.connect_succeeded(Instant::now());
         assert_eq!(s.refused(), None);
         let tls = s.connect_failed("tls handshake with 127.0.0.1:1 failed: bad cert".into());
         assert!(tls.starts_with("TLS failed"), "{tls}");
