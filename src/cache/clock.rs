@@ -33,8 +33,9 @@ pub struct Clock {
 /// [`HIT_RATE`] GETs (in [`WARM_AGAIN_RATE`] if it was cool) and under one join in
 /// [`JOIN_RATE`] makes the connection cool for the next: it reads keys the cache neither
 /// holds nor sees read by anyone else (cold keys, most of them), or keys it can hold only
-/// briefly (written about as often as read). A cool connection's GET of a key with nothing here (`presence.rs`) is forwarded as it is,
-/// uncounted, unless it is one of the [`COOL_SAMPLE`]: a cold GET then costs about what
+/// briefly (written about as often as read). A cool connection's GET of a key with nothing
+/// here (`presence.rs`) is forwarded as it is, uncounted, unless it is one of the
+/// [`COOL_SAMPLE`]: a cold GET then costs about what
 /// forwarding does, where counting and looking it up cost another 40% (instructions,
 /// uniform GET -P 16). The GETs of keys with an entry or a read in flight are still looked
 /// up, so they hit or join as before.
@@ -46,18 +47,20 @@ pub(super) const COOL_WINDOW: u32 = 1024;
 /// 0.65-0.78x the throughput of `--no-cache` and 1.8x its proxy CPU; cool ones at
 /// 0.81-1.03x and 1.08-1.24x (Redis's CPU per request the same either way: the GETs hits
 /// and joins saved were of its cheapest, hottest keys). Where Zipf GETs had left the hot
-/// keys cached, the mix stays at about 0.70x: a cool connection still looks up the keys
-/// there are entries of, which keeps them counted and refilled after each write. On Zipf GETs (s 0.85 and 0.99: 44% and 69% hits when warm, 29%
-/// and 56% when cool) warm connections had 7-20% more throughput than cool ones; at s 0.7
-/// (23% hits) the same throughput for 1.25x the CPU.
+/// keys cached, the mix stayed at about 0.70x: a cool connection still looks up the keys
+/// there are entries of, which kept them counted and refilled after each write, until keys
+/// written too often to pay were shut out (`churn.rs`). On Zipf GETs (s 0.85 and 0.99: 44%
+/// and 69% hits when warm, 29% and 56% when cool) warm connections had 7-20% more
+/// throughput than cool ones; at s 0.7 (23% hits) the same throughput for 1.25x the CPU.
 pub(super) const HIT_RATE: u32 = 4;
 /// A cool connection turns warm again after a window with one hit in this many GETs. A
 /// lower bar than [`HIT_RATE`]'s: a set of keys read evenly that the cache could hold whole
 /// (uniform GETs over 100,000 keys) starts with no hits, turns cool, and has its keys
 /// admitted only from a cool connection's sample; with one bar at one hit in 4 it stayed
 /// cool, at 0.71x the throughput of the previous rule (one GET served in 16, either way) and
-/// 4x Redis's CPU per request (-P 16, one bench round after 10 s of warming). Between the bars (Zipf GETs at s 0.7: 23% hits warm, 11%
-/// cool) a connection is warm every other window.
+/// 4x Redis's CPU per request (-P 16, one bench round after 10 s of warming). Between the
+/// bars (Zipf GETs at s 0.7: 23% hits warm, 11% cool) a connection is warm every other
+/// window.
 pub(super) const WARM_AGAIN_RATE: u32 = 16;
 /// ... or at least one GET in this many joining a read in flight: clients that mostly read
 /// keys at the same moment (a stampede, a fan-out of fresh keys) keep every GET counted and

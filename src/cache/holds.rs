@@ -1,8 +1,9 @@
 //! Whether shared upstream connections hold writes (`ConnSettings::hold_at`), by what the
 //! cache serves. Holding gathers the requests of more clients into each write, which pays
 //! while corral forwards nearly every GET: GETs of cold keys, 50 clients 16 deep, went from
-//! 0.60-0.68M to 0.74-0.75M requests/s with the cache on. Where the cache served many GETs (Zipf GET,
-//! 90/10 mix) the same hold cost 3-12% of the throughput, so it is off while it does.
+//! 0.60-0.68M to 0.74-0.75M requests/s with the cache on. Where the cache served many GETs
+//! (Zipf GET, 90/10 mix) the same hold cost 3-12% of the throughput, so it is off while it
+//! does.
 //!
 //! Only hits count as served: a hit is answered at once unless a held write holds up the
 //! reply it rides behind, where a joined read waits for Redis like a forwarded one. On the
