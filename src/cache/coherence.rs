@@ -173,14 +173,6 @@ impl Core {
         removed
     }
 
-    /// Puts `fill` in `fills` as the read of `key`, whose hash is `hash`, counted first.
-    pub(super) fn add_fill(&self, key: Key, hash: u64, fill: Arc<Fill>) {
-        self.presence.add(hash, Held::Read);
-        if self.fills.insert(key, fill).is_some() {
-            self.presence.remove(hash, Held::Read);
-        }
-    }
-
     /// Removes `fill` from `fills` if it is still the key's read, uncounting it.
     fn remove_fill(&self, key: &[u8], fill: &Arc<Fill>) {
         if self
@@ -291,8 +283,16 @@ mod tests {
 
     fn fill_on(c: &Core, key: &'static [u8], lane: Arc<LaneState>) -> Arc<Fill> {
         let f = Fill::new(Key::from(key), Instant::now(), Some(lane), None);
-        c.add_fill(Key::from(key), c.admission.hash(key), f.clone());
+        add_fill(c, Key::from(key), c.admission.hash(key), f.clone());
         f
+    }
+
+    /// Puts `fill` in `fills` as the read of `key`, whose hash is `hash`, counted first.
+    fn add_fill(c: &Core, key: Key, hash: u64, fill: Arc<Fill>) {
+        c.presence.add(hash, Held::Read);
+        if c.fills.insert(key, fill).is_some() {
+            c.presence.remove(hash, Held::Read);
+        }
     }
 
     const REPLY: &[u8] = b":-1\r\n$1\r\nv\r\n";
@@ -481,7 +481,7 @@ mod tests {
             let hash = c.admission.hash(key);
             let k = Key::from(key.as_slice());
             let f = Fill::new(k.clone(), Instant::now(), Some(lane_on()), None);
-            c.add_fill(k.clone(), hash, f.clone());
+            add_fill(&c, k.clone(), hash, f.clone());
             match i % 6 {
                 0 => c.complete_fill(&k, &f, Ok(reply.clone())),
                 1 => c.complete_fill(&k, &f, Err(UpstreamError::ShuttingDown)),
@@ -497,7 +497,7 @@ mod tests {
                     // Filled twice: the second entry replaces the first.
                     c.complete_fill(&k, &f, Ok(reply.clone()));
                     let again = Fill::new(k.clone(), Instant::now(), Some(lane_on()), None);
-                    c.add_fill(k.clone(), hash, again.clone());
+                    add_fill(&c, k.clone(), hash, again.clone());
                     c.complete_fill(&k, &again, Ok(reply.clone()));
                     // Found expired by a lookup an hour later.
                     c.store.get(key, hash, later, false, 0);

@@ -35,6 +35,18 @@ pub(super) struct LaneHandle {
     stop: CancellationToken,
 }
 
+#[cfg(test)]
+impl LaneHandle {
+    /// A lane over `conn` whose tracking is on, for tests of what a GET does with it.
+    pub(super) fn for_test(conn: UpstreamConn) -> Self {
+        LaneHandle {
+            conn,
+            info: Arc::new(LaneState::new("test", Tracking::On)),
+            stop: CancellationToken::new(),
+        }
+    }
+}
+
 impl Drop for LaneHandle {
     /// A lane dropped with the topology must not keep reconnecting to a node that left.
     fn drop(&mut self) {

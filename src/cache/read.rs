@@ -15,7 +15,7 @@ use super::flight::{self, Fill, FillRx};
 use super::lane::LaneHandle;
 use super::leads::Slot;
 use super::presence::Held;
-use super::tracking::Tracking;
+use super::tracking::{LaneState, Tracking};
 use super::value::Value;
 use crate::error::UpstreamError;
 use crate::resp::request::encode_request;
@@ -200,72 +200,104 @@ impl Core {
             .then(|| (route.lane)())
             .flatten()
             .filter(|l| self.admission.admit(reads.count, hash, &l.info));
-        // A plain read others may join is registered under the map's lock, in the same step
-        // as the check for one to join: of GETs racing here on several threads, one leads.
-        let lead = (lane.is_none() && route.lead).then(flight::lead_id);
-        // With no read of the key in flight there is nothing to join, and unless this GET
-        // leads there is nothing to register either.
-        let registered = if !reading && lead.is_none() {
-            false
-        } else {
-            match self.leads.entry(hash) {
-                MapEntry::Occupied(mut o) if o.get().is_for(key) => {
-                    if o.get().joinable(now, self.join_bound) {
-                        self.stats.coalesced.inc();
-                        clock.joined();
-                        return Lookup::Wait(self.join_lead(o.get_mut(), Some(route.conn)));
-                    }
-                    // A read sent too long ago (stuck behind a dead connection, say) is not
-                    // joined: a new one takes its place (its waiters stay in `joined`).
-                    match lead {
-                        Some(id) => {
-                            o.insert(Slot::new(id, now, key));
-                            true
-                        }
-                        None => {
-                            o.remove();
-                            self.presence.remove(hash, Held::Read);
-                            false
-                        }
-                    }
+        if route.lead {
+            return self.read_led(key, hash, now, lane, route.conn, clock);
+        }
+        // No leads (a cluster): every read is in `fills`, registered under its shard's lock.
+        let key = Key::from(key);
+        let info = lane.as_ref().map(|l| l.info.clone());
+        let conn = lane.as_ref().map_or(route.conn, |l| &l.conn);
+        let fill = match self.register(&key, hash, now, info, conn) {
+            Ok(fill) => fill,
+            Err(rx) => return self.joined(rx, clock),
+        };
+        match lane {
+            Some(lane) => self.start_tracked(key, fill, &lane),
+            None => self.send_read(key, fill, route.conn),
+        }
+    }
+
+    /// The read of a GET where plain reads are leads (`route.lead`). Every read of the key is
+    /// registered, and every read to join is looked for, under the lock of the key's shard of
+    /// `leads`: of GETs racing here on several threads, one reads (a lead, or a tracked fill
+    /// if the key is admitted) and the rest join it. A GET that found no read in flight
+    /// before it counted the key past the admission bar would otherwise start a tracked fill
+    /// beside the lead another thread was registering.
+    fn read_led(
+        self: &Arc<Self>,
+        key: &[u8],
+        hash: u64,
+        now: Instant,
+        lane: Option<Arc<LaneHandle>>,
+        conn: &UpstreamConn,
+        clock: &mut Clock,
+    ) -> Lookup {
+        let mut slot = self.leads.entry(hash);
+        let ours = matches!(&slot, MapEntry::Occupied(o) if o.get().is_for(key));
+        if let MapEntry::Occupied(o) = &mut slot
+            && ours
+            && o.get().joinable(now, self.join_bound)
+        {
+            let rx = self.join_lead(o.get_mut(), Some(conn));
+            return self.joined(rx, clock);
+        }
+        // A read of the key sent too long ago (stuck behind a dead connection, say) is not
+        // joined: a new one takes its place (its waiters stay in `joined`).
+        if let Some(lane) = lane {
+            let key = Key::from(key);
+            let fill = self.register(&key, hash, now, Some(lane.info.clone()), &lane.conn);
+            match slot {
+                MapEntry::Occupied(o) if ours => {
+                    o.remove();
+                    self.presence.remove(hash, Held::Read);
                 }
-                // A read of another key with the same hash is in flight: this one is sent
-                // unregistered.
-                MapEntry::Occupied(_) => false,
-                MapEntry::Vacant(v) => match lead {
-                    Some(id) => {
-                        self.presence.add(hash, Held::Read);
-                        v.insert(Slot::new(id, now, key));
-                        true
-                    }
-                    None => false,
-                },
+                // Unlocked before the fill is sent.
+                other => drop(other),
+            }
+            return match fill {
+                Ok(fill) => self.start_tracked(key, fill, &lane),
+                Err(rx) => self.joined(rx, clock),
+            };
+        }
+        // A tracked fill of the key, registered by a GET that counted it past the bar.
+        if self.presence.counts(hash).read()
+            && let Some(f) = self.fills.get(key)
+            && f.joinable(now, self.join_bound)
+        {
+            let rx = f.waiter();
+            return self.joined(rx, clock);
+        }
+        let id = flight::lead_id();
+        let registered = match slot {
+            MapEntry::Occupied(mut o) if ours => {
+                o.insert(Slot::new(id, now, key));
+                true
+            }
+            // A read of another key with the same hash is in flight: this one is sent
+            // unregistered.
+            MapEntry::Occupied(_) => false,
+            MapEntry::Vacant(v) => {
+                self.presence.add(hash, Held::Read);
+                v.insert(Slot::new(id, now, key));
+                true
             }
         };
         if registered {
             self.epochs.registered(hash);
         }
-        if let Some(lane) = lane {
-            return self.start_tracked(key, hash, now, &lane);
-        }
         self.stats.reads.inc();
-        if let Some(id) = lead {
-            return Lookup::Lead(Lead {
-                core: self.clone(),
-                hash,
-                id,
-                done: false,
-            });
-        }
-        // Sent from here: the caller waits on a `Fill` from the start.
-        let key = Key::from(key);
-        let fill = Fill::new(key.clone(), now, None, Some(route.conn.clone()));
-        self.add_fill(key.clone(), hash, fill.clone());
-        self.epochs.registered(hash);
-        let rx = fill.waiter();
-        let mut req = BytesMut::with_capacity(REQUEST_ROOM + key.len());
-        encode_request(&[b"GET", &key], &mut req);
-        self.send(route.conn, req, 1, key, fill, false);
+        Lookup::Lead(Lead {
+            core: self.clone(),
+            hash,
+            id,
+            done: false,
+        })
+    }
+
+    /// A GET that joined a read in flight waits for `rx`.
+    fn joined(&self, rx: FillRx, clock: &mut Clock) -> Lookup {
+        self.stats.coalesced.inc();
+        clock.joined();
         Lookup::Wait(rx)
     }
 
@@ -283,47 +315,44 @@ impl Core {
         fill.waiter()
     }
 
-    /// Starts a tracked fill of `key` over the lane, or joins the one a concurrent GET just
-    /// started.
-    fn start_tracked(
-        self: &Arc<Self>,
-        key: &[u8],
+    /// Registers a read of `key` in `fills` (a tracked fill if `lane` is the lane's state, a
+    /// plain read otherwise, sent over `conn`), or finds the read in flight to join (`Err`).
+    fn register(
+        &self,
+        key: &Key,
         hash: u64,
         now: Instant,
-        lane: &LaneHandle,
-    ) -> Lookup {
-        let key = Key::from(key);
+        lane: Option<Arc<LaneState>>,
+        conn: &UpstreamConn,
+    ) -> Result<Arc<Fill>, FillRx> {
         let fill = match self.fills.entry(key.clone()) {
             MapEntry::Occupied(o) if o.get().joinable(now, self.join_bound) => {
-                self.stats.coalesced.inc();
-                return Lookup::Wait(o.get().waiter());
+                return Err(o.get().waiter());
             }
             // A stale read is replaced: it can no longer insert.
             MapEntry::Occupied(mut o) => {
-                let fill = Fill::new(
-                    key.clone(),
-                    now,
-                    Some(lane.info.clone()),
-                    Some(lane.conn.clone()),
-                );
+                let fill = Fill::new(key.clone(), now, lane, Some(conn.clone()));
                 o.insert(fill.clone());
                 fill
             }
             MapEntry::Vacant(v) => {
-                let fill = Fill::new(
-                    key.clone(),
-                    now,
-                    Some(lane.info.clone()),
-                    Some(lane.conn.clone()),
-                );
+                let fill = Fill::new(key.clone(), now, lane, Some(conn.clone()));
                 self.presence.add(hash, Held::Read);
                 v.insert(fill.clone());
                 fill
             }
         };
         self.epochs.registered(hash);
+        Ok(fill)
+    }
+
+    /// Sends a plain GET of `key` for `fill` over `conn`.
+    fn send_read(self: &Arc<Self>, key: Key, fill: Arc<Fill>, conn: &UpstreamConn) -> Lookup {
+        self.stats.reads.inc();
         let rx = fill.waiter();
-        self.start_fill(key, fill, lane);
+        let mut req = BytesMut::with_capacity(REQUEST_ROOM + key.len());
+        encode_request(&[b"GET", &key], &mut req);
+        self.send(conn, req, 1, key, fill, false);
         Lookup::Wait(rx)
     }
 
@@ -347,6 +376,13 @@ impl Core {
         };
         let reply = ReplyTo::Call(Box::new(move |r| done.run(r)));
         conn.try_send_to(req.freeze(), n, reply);
+    }
+
+    /// Sends the tracked fill `fill` of `key` over `lane`; the GET waits for it.
+    fn start_tracked(self: &Arc<Self>, key: Key, fill: Arc<Fill>, lane: &LaneHandle) -> Lookup {
+        let rx = fill.waiter();
+        self.start_fill(key, fill, lane);
+        Lookup::Wait(rx)
     }
 
     /// Sends a tracked fill for `key` over the lane.
@@ -430,7 +466,12 @@ mod tests {
 
     /// A connection nothing is sent on: a lead's read is the caller's to send.
     fn idle_conn() -> UpstreamConn {
-        let url = UpstreamUrl::parse("redis://127.0.0.1:1").expect("a valid URL");
+        conn_to("redis://127.0.0.1:1")
+    }
+
+    /// A connection to `url`.
+    fn conn_to(url: &str) -> UpstreamConn {
+        let url = UpstreamUrl::parse(url).expect("a valid URL");
         let access = Arc::new(UpstreamAccess::new(Access::default()));
         let settings = ConnSettings::new(&Config::default(), &url, access);
         let status = Arc::new(UpstreamStatus::default());
@@ -534,5 +575,66 @@ mod tests {
             });
             assert_eq!(leads, 1, "GETs of {i} made {leads} leads");
         }
+    }
+
+    /// A GET that counts a key past the admission bar races one that leads its plain read,
+    /// both finding no read in flight when they looked: one read is started (the lead or the
+    /// tracked fill) and the other GET joins it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn a_lead_and_a_tracked_fill_racing_make_one_read() {
+        let core = Arc::new(Core::for_test());
+        let conn = idle_conn();
+        // A listener that never answers: a fill sent to it stays in flight.
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("a loopback port");
+        let addr = silent.local_addr().expect("the listener's address");
+        let lane = Arc::new(LaneHandle::for_test(conn_to(&format!("redis://{addr}"))));
+        let mut tracked_first = 0;
+        for i in 0..2_000u32 {
+            let key = format!("race:{i}").into_bytes();
+            let hash = core.admission.hash(&key);
+            // One GET short of the bar: both racers count the key past it.
+            while !core
+                .admission
+                .hot(core.admission.record_get(hash, &key).count + 1, hash)
+            {}
+            let fills = core.stats.fills.get();
+            let start = Barrier::new(2);
+            let leads = std::thread::scope(|s| {
+                let racers: Vec<_> = [false, true]
+                    .into_iter()
+                    .map(|tracked| {
+                        let (conn, lane, start, core, key) = (&conn, &lane, &start, &core, &key);
+                        s.spawn(move || {
+                            let route = Route {
+                                conn,
+                                lane: || tracked.then(|| lane.clone()),
+                                lead: true,
+                            };
+                            start.wait();
+                            core.lookup(key, route, &mut Clock::default())
+                        })
+                    })
+                    .collect();
+                // Both held until both ran (see `racing_gets_of_a_key_make_one_lead`).
+                let looked: Vec<Lookup> =
+                    racers.into_iter().filter_map(|r| r.join().ok()).collect();
+                looked
+                    .iter()
+                    .filter(|l| matches!(l, Lookup::Lead(_)))
+                    .count() as u64
+            });
+            let tracked = core.stats.fills.get() - fills;
+            tracked_first += tracked;
+            assert_eq!(
+                leads + tracked,
+                1,
+                "GETs of {i}: {leads} leads, {tracked} fills"
+            );
+        }
+        // Both orders were run: the race was a race.
+        assert!(
+            (1..2_000).contains(&tracked_first),
+            "a tracked fill was first {tracked_first} times in 2,000"
+        );
     }
 }
