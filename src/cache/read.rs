@@ -540,6 +540,40 @@ mod tests {
         }
     }
 
+    /// Runs two GETs of `key` at once, one with each lane (`None`: the key has none), and
+    /// counts the leads they made. Both lookups are held until both ran: a lead dropped ends
+    /// its read, and a GET after that rightly starts another.
+    fn race(
+        core: &Arc<Core>,
+        conn: &UpstreamConn,
+        key: &[u8],
+        lanes: [Option<Arc<LaneHandle>>; 2],
+    ) -> u64 {
+        let start = Barrier::new(2);
+        std::thread::scope(|s| {
+            let racers: Vec<_> = lanes
+                .into_iter()
+                .map(|lane| {
+                    let start = &start;
+                    s.spawn(move || {
+                        let route = Route {
+                            conn,
+                            lane: || lane.clone(),
+                            lead: true,
+                        };
+                        start.wait();
+                        core.lookup(key, route, &mut Clock::default())
+                    })
+                })
+                .collect();
+            let looked: Vec<Lookup> = racers.into_iter().filter_map(|r| r.join().ok()).collect();
+            looked
+                .iter()
+                .filter(|l| matches!(l, Lookup::Lead(_)))
+                .count() as u64
+        })
+    }
+
     /// Two GETs of a key read again, racing on two threads, make one lead: the other joins it.
     #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
     async fn racing_gets_of_a_key_make_one_lead() {
@@ -549,30 +583,7 @@ mod tests {
             let key = format!("race:{i}").into_bytes();
             // Read once already: the next GETs take the full path and may be joined.
             core.recent.read_again(core.admission.hash(&key));
-            let start = Barrier::new(2);
-            let leads = std::thread::scope(|s| {
-                let racers: Vec<_> = (0..2)
-                    .map(|_| {
-                        s.spawn(|| {
-                            let route = Route {
-                                conn: &conn,
-                                lane: || None,
-                                lead: true,
-                            };
-                            start.wait();
-                            core.lookup(&key, route, &mut Clock::default())
-                        })
-                    })
-                    .collect();
-                // Both held until both ran: a lead dropped ends its read, and a GET after
-                // that rightly starts another.
-                let looked: Vec<Lookup> =
-                    racers.into_iter().filter_map(|r| r.join().ok()).collect();
-                looked
-                    .iter()
-                    .filter(|l| matches!(l, Lookup::Lead(_)))
-                    .count()
-            });
+            let leads = race(&core, &conn, &key, [None, None]);
             assert_eq!(leads, 1, "GETs of {i} made {leads} leads");
         }
     }
@@ -598,31 +609,7 @@ mod tests {
                 .hot(core.admission.record_get(hash, &key).count + 1, hash)
             {}
             let fills = core.stats.fills.get();
-            let start = Barrier::new(2);
-            let leads = std::thread::scope(|s| {
-                let racers: Vec<_> = [false, true]
-                    .into_iter()
-                    .map(|tracked| {
-                        let (conn, lane, start, core, key) = (&conn, &lane, &start, &core, &key);
-                        s.spawn(move || {
-                            let route = Route {
-                                conn,
-                                lane: || tracked.then(|| lane.clone()),
-                                lead: true,
-                            };
-                            start.wait();
-                            core.lookup(key, route, &mut Clock::default())
-                        })
-                    })
-                    .collect();
-                // Both held until both ran (see `racing_gets_of_a_key_make_one_lead`).
-                let looked: Vec<Lookup> =
-                    racers.into_iter().filter_map(|r| r.join().ok()).collect();
-                looked
-                    .iter()
-                    .filter(|l| matches!(l, Lookup::Lead(_)))
-                    .count() as u64
-            });
+            let leads = race(&core, &conn, &key, [None, Some(lane.clone())]);
             let tracked = core.stats.fills.get() - fills;
             tracked_first += tracked;
             assert_eq!(
