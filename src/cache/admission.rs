@@ -9,9 +9,10 @@ use std::time::{Duration, Instant};
 use rand::Rng;
 use tokio_util::sync::CancellationToken;
 
-use super::churn::Churn;
+use super::churn::{Churn, PAYS};
 use super::entry::Entry;
 use super::hotkeys::{self, HotKey, HotKeys};
+use super::lasting::{self, Lasting};
 use super::lately::ReadLately;
 use super::sketch::FrequencySketch;
 use super::tracking::{LaneState, Tracking};
@@ -74,6 +75,8 @@ pub(super) struct Admission {
     lately: ReadLately,
     /// Keys whose entries writes end before they repay their fill: not admitted.
     churn: Churn,
+    /// Whether the entries filled lately last.
+    lasting: Lasting,
     hot: HotKeys,
     hasher: foldhash::fast::RandomState,
     hot_threshold: u8,
@@ -88,6 +91,7 @@ impl Admission {
             reads: FrequencySketch::new(candidates),
             lately: ReadLately::default(),
             churn: Churn::default(),
+            lasting: Lasting::default(),
             hot: HotKeys::default(),
             hasher: foldhash::fast::RandomState::default(),
             hot_threshold,
@@ -184,6 +188,21 @@ impl Admission {
     /// served `hits`: the key's entries may not repay their fills (see `churn.rs`).
     pub(super) fn entry_ended(&self, hash: u64, hits: u8) {
         self.churn.ended(hash, hits);
+        if hits < PAYS {
+            self.lasting.ended_young();
+        }
+    }
+
+    /// A tracked fill started; returns whether the entries filled lately last (see
+    /// `lasting.rs`).
+    pub(super) fn filled(&self) -> bool {
+        self.lasting.filled()
+    }
+
+    /// Works out again whether fills last, from the fills and young endings since the last
+    /// look (every [`lasting::LOOK`]).
+    pub(super) fn look_at_fills(&self) {
+        self.lasting.look();
     }
 
     /// Hot enough to keep: reads net of [`WRITE_WEIGHT`] per write and per wasted fill,
@@ -242,9 +261,11 @@ impl Admission {
         self.hot.top(n)
     }
 
-    /// Ages the top keys.
+    /// Ages the top keys, the writes weighed and the churn scores; and looks at whether fills
+    /// last (more often).
     pub(super) async fn decay(self: Arc<Self>, shutdown: CancellationToken) {
         let mut tick = tokio::time::interval(Duration::from_secs(10));
+        let mut look = tokio::time::interval(lasting::LOOK);
         loop {
             tokio::select! {
                 _ = tick.tick() => {
@@ -252,6 +273,7 @@ impl Admission {
                     self.lately.clear();
                     self.churn.halve();
                 }
+                _ = look.tick() => self.look_at_fills(),
                 _ = shutdown.cancelled() => return,
             }
         }

@@ -21,6 +21,8 @@
 //! - `admission.rs`: which keys are worth keeping (sketches, hot keys, early refresh).
 //! - `lately.rs`: which keys were read lately (a write to any other skips the sketch).
 //! - `churn.rs`: keys whose entries writes end before they repay their fill (not admitted).
+//! - `lasting.rs`: whether writes end the entries filled lately young (while they do not, a
+//!   connection's fills keep it warm).
 //! - `stats.rs`: counters and their INFO / Prometheus forms.
 //! - `holds.rs`: whether shared upstream connections hold writes, by the share of GETs
 //!   hit.
@@ -38,6 +40,7 @@ mod front;
 mod holds;
 mod hotkeys;
 mod lane;
+mod lasting;
 mod lately;
 mod leads;
 mod presence;

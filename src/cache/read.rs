@@ -212,7 +212,7 @@ impl Core {
             Err(rx) => return self.joined(rx, clock),
         };
         match lane {
-            Some(lane) => self.start_tracked(key, fill, &lane),
+            Some(lane) => self.start_tracked(key, fill, &lane, clock),
             None => self.send_read(key, fill, route.conn),
         }
     }
@@ -255,7 +255,7 @@ impl Core {
                 other => drop(other),
             }
             return match fill {
-                Ok(fill) => self.start_tracked(key, fill, &lane),
+                Ok(fill) => self.start_tracked(key, fill, &lane, clock),
                 Err(rx) => self.joined(rx, clock),
             };
         }
@@ -379,7 +379,16 @@ impl Core {
     }
 
     /// Sends the tracked fill `fill` of `key` over `lane`; the GET waits for it.
-    fn start_tracked(self: &Arc<Self>, key: Key, fill: Arc<Fill>, lane: &LaneHandle) -> Lookup {
+    fn start_tracked(
+        self: &Arc<Self>,
+        key: Key,
+        fill: Arc<Fill>,
+        lane: &LaneHandle,
+        clock: &mut Clock,
+    ) -> Lookup {
+        if self.admission.filled() {
+            clock.filled();
+        }
         let rx = fill.waiter();
         self.start_fill(key, fill, lane);
         Lookup::Wait(rx)
@@ -540,6 +549,66 @@ mod tests {
         }
     }
 
+    /// A lane whose connection never answers: a fill sent over it stays in flight. The
+    /// listener must outlive the lane's use.
+    fn silent_lane() -> (Arc<LaneHandle>, std::net::TcpListener) {
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("a loopback port");
+        let addr = silent.local_addr().expect("the listener's address");
+        let lane = Arc::new(LaneHandle::for_test(conn_to(&format!("redis://{addr}"))));
+        (lane, silent)
+    }
+
+    /// Reads `key` until the next GET takes it past the admission bar.
+    fn one_short_of_the_bar(core: &Core, key: &[u8]) {
+        let hash = core.admission.hash(key);
+        while !core
+            .admission
+            .hot(core.admission.record_get(hash, key).count + 1, hash)
+        {}
+    }
+
+    /// Two GETs in a window that start tracked fills keep a connection warm with no hit, as
+    /// long as the cache's fills last; while writes end half of them or more young, they
+    /// do not count.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn fills_that_last_keep_a_connection_warm() {
+        let core = Arc::new(Core::for_test());
+        let conn = idle_conn();
+        let (lane, _silent) = silent_lane();
+        let mut keys = (0..).map(|i: u32| format!("fill:{i}").into_bytes());
+        let mut fill_window = |clock: &mut Clock| {
+            let before = core.stats.fills.get();
+            for key in keys.by_ref().take(2) {
+                one_short_of_the_bar(&core, &key);
+                let route = Route {
+                    conn: &conn,
+                    lane: || Some(lane.clone()),
+                    lead: true,
+                };
+                drop(core.lookup(&key, route, clock));
+            }
+            for _ in 2..COOL_WINDOW {
+                clock.counted();
+            }
+            core.stats.fills.get() - before
+        };
+        let mut clock = Clock::default();
+        assert_eq!(fill_window(&mut clock), 2);
+        assert!(!clock.cool(), "two fills that last keep it warm");
+        // Half the fills since the last look ended young.
+        core.admission.entry_ended(1, 0);
+        core.admission.look_at_fills();
+        assert_eq!(fill_window(&mut clock), 2);
+        assert!(
+            clock.cool(),
+            "fills whose entries writes end young do not count"
+        );
+        // Those last: the next window's count again.
+        core.admission.look_at_fills();
+        assert_eq!(fill_window(&mut clock), 2);
+        assert!(!clock.cool(), "fills that last warm a cool connection");
+    }
+
     /// Runs two GETs of `key` at once, one with each lane (`None`: the key has none), and
     /// counts the leads they made. Both lookups are held until both ran: a lead dropped ends
     /// its read, and a GET after that rightly starts another.
@@ -595,19 +664,12 @@ mod tests {
     async fn a_lead_and_a_tracked_fill_racing_make_one_read() {
         let core = Arc::new(Core::for_test());
         let conn = idle_conn();
-        // A listener that never answers: a fill sent to it stays in flight.
-        let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("a loopback port");
-        let addr = silent.local_addr().expect("the listener's address");
-        let lane = Arc::new(LaneHandle::for_test(conn_to(&format!("redis://{addr}"))));
+        let (lane, _silent) = silent_lane();
         let mut tracked_first = 0;
         for i in 0..2_000u32 {
             let key = format!("race:{i}").into_bytes();
-            let hash = core.admission.hash(&key);
-            // One GET short of the bar: both racers count the key past it.
-            while !core
-                .admission
-                .hot(core.admission.record_get(hash, &key).count + 1, hash)
-            {}
+            // Both racers count the key past the bar.
+            one_short_of_the_bar(&core, &key);
             let fills = core.stats.fills.get();
             let leads = race(&core, &conn, &key, [None, Some(lane.clone())]);
             let tracked = core.stats.fills.get() - fills;
