@@ -24,7 +24,7 @@ pub struct Clock {
     hits: u32,
     joined: u32,
     fills: u32,
-    /// The last full window had too few hits and joins to pay for its lookups (see
+    /// The last full window had too few hits, joins and fills to pay for its lookups (see
     /// [`COOL_WINDOW`]).
     cool: bool,
     /// GETs forwarded without a lookup since the cache last counted them.

@@ -41,8 +41,8 @@ impl Lasting {
         self.young.fetch_add(1, Relaxed);
     }
 
-    /// Fills last while under half as many entries end young as fills start. A period
-    /// with no fill leaves the answer as it was.
+    /// Fills last while writes end young fewer than half as many entries as fills start. A
+    /// period with no fill leaves the answer as it was.
     pub(super) fn look(&self) {
         let fills = self.fills.swap(0, Relaxed);
         let young = self.young.swap(0, Relaxed);
