@@ -17,7 +17,9 @@
 #            with its cache on ("cached"), LOAD_KEYS keys of 64 bytes preloaded.
 #            corral-load: Zipf(0.99) GET, Zipf 90/10 GET/SET, uniform GET (cold keys), each
 #            at -P 16 and -P 1. redis-benchmark: GET and SET over -r LOAD_KEYS random keys
-#            (cold), -P 16 and -P 1.
+#            (cold), -P 16 and -P 1. Each workload first runs --warmup S seconds (default 3,
+#            unmeasured) on the cache-on targets; "zsw-p16" is the 90/10 mix measured right
+#            after Zipf GETs instead, the cache switching over from one to the other.
 #   warm     a warm set the cache holds whole: corral-load uniform GET over WARM_KEYS (100,000)
 #            keys, -P 16 and -P 1, direct vs --no-cache vs cache on; each round first warms
 #            each cache-on target for 10 s (unmeasured), as a long-running proxy would be
@@ -38,7 +40,7 @@
 #
 # Usage: scripts/bench.sh [-n N] [--n16 N] [-r ROUNDS] [--quick] [--scenarios "p1 p16 load"]
 #                         [--load-seconds S] [--load-keys K] [--out FILE] [--no-build]
-#                         [--baseline BIN]
+#                         [--baseline BIN] [--warmup S]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -47,6 +49,7 @@ N16=""
 ROUNDS=3
 SCENARIOS="p1 p16 hot load skew warm cluster"
 LOAD_SECONDS=5
+WARMUP=3
 LOAD_KEYS=1000000
 WARM_KEYS=100000
 CLIENTS=50
@@ -64,10 +67,11 @@ while [ $# -gt 0 ]; do
     -n) N="$2"; shift 2 ;;
     --n16) N16="$2"; shift 2 ;;
     -r|--rounds) ROUNDS="$2"; shift 2 ;;
-    --quick) N=50000; ROUNDS=1; LOAD_SECONDS=2; LOAD_KEYS=100000; shift ;;
+    --quick) N=50000; ROUNDS=1; LOAD_SECONDS=2; LOAD_KEYS=100000; WARMUP=1; shift ;;
     --scenarios) SCENARIOS="$2"; shift 2 ;;
     --load-seconds) LOAD_SECONDS="$2"; shift 2 ;;
     --load-keys) LOAD_KEYS="$2"; shift 2 ;;
+    --warmup) WARMUP="$2"; shift 2 ;;
     --out) OUT="$2"; shift 2 ;;
     --no-build) BUILD=0; shift ;;
     --baseline) BASELINE="$2"; shift 2 ;;
@@ -356,7 +360,22 @@ scenario_load() {
   done
 }
 
+# The command of a skew run (its variables are scenario_skew's), in CMD: corral-load on
+# TARGET for SECONDS, or redis-benchmark on TARGET for N requests.
+skew_load() {
+  CMD=("$LOAD" --addr "127.0.0.1:${PORT[$1]}" -c "$CLIENTS" -P "$pipe" -k "$LOAD_KEYS"
+    --dist "$dist" --zipf-s 0.99 --get-ratio "$ratio" --duration "$2" --seed "$r" --csv)
+}
+skew_rb() {
+  CMD=(redis-benchmark -h 127.0.0.1 -p "${PORT[$1]}" -c "$CLIENTS" -n "$2"
+    -r "$LOAD_KEYS" -d 64 -t "$test" -P "$pipe" --csv)
+}
+
 # The cache's workloads: every target of a round back to back (direct, corral, cached).
+# Each workload first runs WARMUP seconds, unmeasured, on the cache-on targets: a cache holds
+# what the workload before left, and a run right after another workload measures the switch
+# from one to the other. That switch is measured on its own once per round: the 90/10 mix
+# right after Zipf GETs ("zsw-p16"), on every target, before the mix's warm-up.
 scenario_skew() {
   local r target pipe n name dist ratio test
   timeout "$RUN_TIMEOUT" "$LOAD" --addr "127.0.0.1:$REDIS_PORT" --fill -k "$LOAD_KEYS" -c 8
@@ -364,20 +383,31 @@ scenario_skew() {
     for pipe in 16 1; do
       for name in zget:zipf:1 zmix:zipf:0.9 uget:uniform:1; do
         IFS=: read -r name dist ratio <<<"$name"
+        if [ "$name" = zmix ] && [ "$pipe" = 16 ]; then
+          for target in direct corral cached $BASE_OFF $BASE_ON; do
+            skew_load "$target" "$LOAD_SECONDS"
+            measure "zsw-p$pipe" LOAD "$target" "$r" parse_load -- "${CMD[@]}"
+          done
+        fi
+        for target in cached $BASE_ON; do
+          skew_load "$target" "$WARMUP"
+          timeout "$RUN_TIMEOUT" "${CMD[@]}" >/dev/null
+        done
         for target in direct corral cached $BASE_OFF $BASE_ON; do
-          measure "$name-p$pipe" LOAD "$target" "$r" parse_load -- \
-            "$LOAD" --addr "127.0.0.1:${PORT[$target]}" -c "$CLIENTS" -P "$pipe" -k "$LOAD_KEYS" \
-            --dist "$dist" --zipf-s 0.99 --get-ratio "$ratio" --duration "$LOAD_SECONDS" \
-            --seed "$r" --csv
+          skew_load "$target" "$LOAD_SECONDS"
+          measure "$name-p$pipe" LOAD "$target" "$r" parse_load -- "${CMD[@]}"
         done
       done
       n=$N
       [ "$pipe" = 16 ] && n=$N16
       for test in get set; do
+        for target in cached $BASE_ON; do
+          skew_rb "$target" $((n / 2))
+          timeout "$RUN_TIMEOUT" "${CMD[@]}" >/dev/null
+        done
         for target in direct corral cached $BASE_OFF $BASE_ON; do
-          measure "rb$test-p$pipe" "${test^^}" "$target" "$r" "parse_rb $n" -- \
-            redis-benchmark -h 127.0.0.1 -p "${PORT[$target]}" -c "$CLIENTS" -n "$n" \
-            -r "$LOAD_KEYS" -d 64 -t "$test" -P "$pipe" --csv
+          skew_rb "$target" "$n"
+          measure "rb$test-p$pipe" "${test^^}" "$target" "$r" "parse_rb $n" -- "${CMD[@]}"
         done
       done
     done
@@ -538,11 +568,11 @@ done
 
 [ -n "$OUT" ] && cp "$RESULTS" "$OUT"
 
-python3 - "$RESULTS" "$N" "$N16" "$ROUNDS" "$LOAD_SECONDS" "$LOAD_KEYS" <<'EOF'
+python3 - "$RESULTS" "$N" "$N16" "$ROUNDS" "$LOAD_SECONDS" "$LOAD_KEYS" "$WARMUP" <<'EOF'
 import statistics, sys
 from collections import defaultdict
 
-path, n, n16, rounds, load_s, load_keys = sys.argv[1:]
+path, n, n16, rounds, load_s, load_keys, warmup = sys.argv[1:]
 runs = defaultdict(list)
 rps_by_round = defaultdict(dict)
 order = []
@@ -575,13 +605,18 @@ titles = {
              " redis us/req summed over the masters",
     "cl-p16": f"cluster: redis-benchmark -c 50 -n {n16} -r 100000 -P 16; cluster = corral over 3 masters,"
               " redis us/req summed over the masters",
-    **{f"{w}-p{p}": f"corral-load -c 50 -P {p}, {d} over {load_keys} keys, {load_s} s;"
+    **{f"{w}-p{p}": f"corral-load -c 50 -P {p}, {d} over {load_keys} keys, {load_s} s after"
+       f" {warmup} s unmeasured on the cache-on targets;"
        " corral = --no-cache, cached = cache on"
        for w, d in (("zget", "Zipf(0.99) GET"), ("zmix", "Zipf(0.99) 90% GET / 10% SET"),
                     ("uget", "uniform GET (cold keys)")) for p in (1, 16)},
+    "zsw-p16": f"corral-load -c 50 -P 16, Zipf(0.99) 90% GET / 10% SET over {load_keys} keys,"
+               f" {load_s} s right after Zipf GETs (no warm-up: the cache switching over);"
+               " corral = --no-cache, cached = cache on",
     **{f"wget-p{p}": f"corral-load -c 50 -P {p}, uniform GET over 100000 keys (a warm set, cache"
        f" warmed first), {load_s} s; corral = --no-cache, cached = cache on" for p in (1, 16)},
-    **{f"rb{t}-p{p}": f"redis-benchmark -c 50 -t {t} -P {p} -r {load_keys} -d 64 (cold keys);"
+    **{f"rb{t}-p{p}": f"redis-benchmark -c 50 -t {t} -P {p} -r {load_keys} -d 64 (cold keys;"
+       " half as many requests first, unmeasured, on the cache-on targets);"
        " corral = --no-cache, cached = cache on"
        for t in ("get", "set") for p in (1, 16)},
     **{f"tls-p{p}": f"TLS: redis-benchmark -c 50 -n {n if p == 1 else n16} -P {p}; rplain/rtls ="

@@ -113,11 +113,13 @@ impl Admission {
         self.reads.prefetch(hash);
     }
 
-    /// Asks the CPU to load what a write of the key with this hash reads first: whether
-    /// it was read lately ([`Admission::record_write`]), a cache miss on most SETs of a
-    /// write-only load.
+    /// Asks the CPU to load what a write of the key with this hash reads: whether it was
+    /// read lately ([`Admission::record_write`]), a cache miss on most SETs of a write-only
+    /// load, and its read counters, which a write of a key read lately takes from: a miss
+    /// on nearly every SET of the 90/10 mix (about 80 ns each, 8 ns per request).
     pub(super) fn prefetch_write(&self, hash: u64) {
         self.lately.prefetch(hash);
+        self.reads.prefetch(hash);
     }
 
     /// Counts a GET of `key` (hash `hash`), and samples it for the top keys. Returns the

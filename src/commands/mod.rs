@@ -16,5 +16,5 @@ pub use command::{Command, Kind, Name};
 pub use keys::Access;
 pub use local::{LocalCtx, Outcome};
 pub use positions::{KeyPositions, command_keys};
-pub use session::Session;
+pub use session::{LastCmd, Session};
 pub use table::{Local, PubSub, Route, Tx, classify};
