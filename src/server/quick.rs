@@ -22,8 +22,9 @@ static GET: LazyLock<Kind> =
     LazyLock::new(|| Kind::of(&Args::Ranges(b"GET", std::slice::from_ref(&(0..3)))));
 
 /// A GET as the client's last command. Copied whole: recorded from the `Command` just built
-/// on the stack, its name was read back from stores still in flight, across two of them,
-/// which stalled each GET by about 12 ns (the 90/10 mix, -P 16).
+/// on the stack, its name was read back from stores still in flight, across two of them (a
+/// failed store forwarding: 12 ns per GET in a profile of the 90/10 mix at -P 16 of a build
+/// where the call was not inlined; where it was, `quick_get` went from 5.6 to 4.8 ns).
 static GET_LAST: LazyLock<LastCmd> = LazyLock::new(|| {
     let mut last = LastCmd::default();
     last.set(&Command {
