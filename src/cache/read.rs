@@ -179,16 +179,13 @@ impl Core {
                 && slot.is_for(key)
                 && slot.joinable(now, self.join_bound)
             {
-                self.stats.coalesced.inc();
-                clock.joined();
-                return Lookup::Wait(self.join_lead(&mut slot, Some(route.conn)));
+                let rx = self.join_lead(&mut slot, Some(route.conn));
+                return self.joined(rx, clock);
             }
             if let Some(f) = self.fills.get(key)
                 && f.joinable(now, self.join_bound)
             {
-                self.stats.coalesced.inc();
-                clock.joined();
-                return Lookup::Wait(f.waiter());
+                return self.joined(f.waiter(), clock);
             }
         }
         // The lane is looked for only for a key hot enough to be admitted over it: its handle
