@@ -16,6 +16,7 @@ use super::lasting::{self, Lasting};
 use super::lately::ReadLately;
 use super::sketch::FrequencySketch;
 use super::tracking::{LaneState, Tracking};
+use super::written::WrittenLately;
 
 /// What a write weighs against a key's reads, in reads: all a counter holds (15), so a write
 /// resets the key's estimate, and only the reads since its last write count towards its
@@ -77,6 +78,8 @@ pub(super) struct Admission {
     churn: Churn,
     /// Whether the entries filled lately last.
     lasting: Lasting,
+    /// Keys written lately: not worth a read others may join.
+    written: WrittenLately,
     hot: HotKeys,
     hasher: foldhash::fast::RandomState,
     hot_threshold: u8,
@@ -92,6 +95,7 @@ impl Admission {
             lately: ReadLately::default(),
             churn: Churn::default(),
             lasting: Lasting::default(),
+            written: WrittenLately::default(),
             hot: HotKeys::default(),
             hasher: foldhash::fast::RandomState::default(),
             hot_threshold,
@@ -173,9 +177,16 @@ impl Admission {
     /// A key not read since the last decay tick has nothing in the sketch worth taking off
     /// (see `lately.rs`); its write leaves the sketch alone.
     pub(super) fn record_write(&self, hash: u64) {
+        self.written.wrote(hash);
         if self.lately.seen(hash) {
             self.reads.decrement(hash, WRITE_WEIGHT);
         }
+    }
+
+    /// Whether the key with this hash was written through corral lately: its GETs are
+    /// forwarded rather than made reads others join (see `written.rs`).
+    pub(super) fn written_lately(&self, hash: u64) -> bool {
+        self.written.lately(hash)
     }
 
     /// Counts a read of the key with this hash for hotness only (MGET); returns its estimate.
@@ -202,8 +213,15 @@ impl Admission {
         self.lasting.filled()
     }
 
+    /// Every [`lasting::LOOK`]: works out again whether fills last, and ages the keys
+    /// written lately.
+    pub(super) fn look(&self) {
+        self.look_at_fills();
+        self.written.tick();
+    }
+
     /// Works out again whether fills last, from the fills and young endings since the last
-    /// look (every [`lasting::LOOK`]).
+    /// look.
     pub(super) fn look_at_fills(&self) {
         self.lasting.look();
     }
@@ -264,8 +282,8 @@ impl Admission {
         self.hot.top(n)
     }
 
-    /// Ages the top keys, the writes weighed and the churn scores; and looks at whether fills
-    /// last (more often).
+    /// Ages the top keys, the writes weighed and the churn scores; and (more often) looks at
+    /// whether fills last and ages the keys written lately.
     pub(super) async fn decay(self: Arc<Self>, shutdown: CancellationToken) {
         let mut tick = tokio::time::interval(Duration::from_secs(10));
         let mut look = tokio::time::interval(lasting::LOOK);
@@ -276,7 +294,7 @@ impl Admission {
                     self.lately.clear();
                     self.churn.halve();
                 }
-                _ = look.tick() => self.look_at_fills(),
+                _ = look.tick() => self.look(),
                 _ = shutdown.cancelled() => return,
             }
         }

@@ -52,6 +52,7 @@ mod stats;
 mod store;
 mod tracking;
 mod value;
+mod written;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

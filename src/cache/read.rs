@@ -197,6 +197,12 @@ impl Core {
             .then(|| (route.lane)())
             .flatten()
             .filter(|l| self.admission.admit(reads.count, hash, &l.info));
+        // A key written lately is not worth a read others join (`written.rs`), unless it is
+        // admitted: then its tracked fill is what its next GETs hit.
+        if lane.is_none() && self.admission.written_lately(hash) {
+            self.stats.reads.inc();
+            return Lookup::Forward;
+        }
         if route.lead {
             return self.read_led(key, hash, now, lane, route.conn, clock);
         }
@@ -638,6 +644,33 @@ mod tests {
                 .filter(|l| matches!(l, Lookup::Lead(_)))
                 .count() as u64
         })
+    }
+
+    /// A GET of a key written lately is forwarded where it would have led a read others
+    /// join; two looks later (250 to 500 ms) the key leads again. Other keys are not touched.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn a_key_written_lately_is_forwarded_not_led() {
+        let core = Arc::new(Core::for_test());
+        let conn = idle_conn();
+        let get = |key: &[u8]| {
+            // Read once already: the next GET takes the full path and may be joined.
+            core.recent.read_again(core.admission.hash(key));
+            let route = Route {
+                conn: &conn,
+                lane: || None,
+                lead: true,
+            };
+            core.lookup(key, route, &mut Clock::default())
+        };
+        let leads = |key: &[u8]| matches!(get(key), Lookup::Lead(_));
+        assert!(leads(b"written"));
+        core.admission.record_write(core.admission.hash(b"written"));
+        assert!(matches!(get(b"written"), Lookup::Forward));
+        assert!(leads(b"unwritten"));
+        core.admission.look();
+        assert!(matches!(get(b"written"), Lookup::Forward), "one look later");
+        core.admission.look();
+        assert!(leads(b"written"), "two looks later");
     }
 
     /// Two GETs of a key read again, racing on two threads, make one lead: the other joins it.
