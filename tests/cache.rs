@@ -419,7 +419,9 @@ fn spawn_readers(
 /// Two rounds. In the first every iteration uses a fresh key, warmed up to the hot threshold
 /// just before the write, so the write races a cached entry and tracked fills; this is needed
 /// because the admission sketch stops caching a key soon after it has been written a few
-/// times. In the second one key takes all 500 writes, racing mostly coalesced reads.
+/// times. In the second one key takes all 500 writes, racing reads that hit it or join its
+/// tracked fills once it is admitted; while it is not, they are forwarded (a key written
+/// lately is not coalesced).
 async fn read_your_writes(w: &WriteKind) {
     let redis = RedisServer::start();
     let proxy = TestProxy::start(&redis.url()).await;

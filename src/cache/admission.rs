@@ -183,8 +183,9 @@ impl Admission {
         }
     }
 
-    /// Whether the key with this hash was written through corral lately: its GETs are
-    /// forwarded rather than made reads others join (see `written.rs`).
+    /// Whether the key with this hash was written lately (see [`Admission::record_write`]):
+    /// unless it is admitted, its GETs are forwarded rather than made reads others join
+    /// (see `written.rs`).
     pub(super) fn written_lately(&self, hash: u64) -> bool {
         self.written.lately(hash)
     }
