@@ -4,8 +4,11 @@
 #
 # Runs are interleaved (each round: direct, nutcracker, corral) so that the noise of a shared
 # machine hits every target alike; each figure is the median over the rounds. For every run it
-# records throughput and p99 latency (from the client) and the CPU time per request of the
-# proxy and of redis-server (utime+stime from /proc/PID/stat around the run).
+# records throughput and p99 latency (from the client), the CPU time per request of the
+# proxy and of redis-server (utime+stime from /proc/PID/stat around the run), and the share
+# of the machine left idle meanwhile (/proc/stat): a run with much idle time is bound by the
+# latency of its round trips rather than by CPU, and its throughput ratios say less about
+# the CPU each target spends.
 #
 # Scenarios, one function each (scenario_NAME), chosen with --scenarios:
 #   p1, p16  redis-benchmark -c 50 -n N -t set / -t get at pipeline depth 1 / 16
@@ -162,6 +165,14 @@ redis_ticks() {
   echo "$sum"
 }
 
+# The machine's idle and total ticks so far ("idle total", /proc/stat): a run that leaves
+# much of it idle is bound by its round trips' latency, not by CPU.
+machine_ticks() {
+  local _cpu user nice system idle iowait irq softirq steal
+  read -r _cpu user nice system idle iowait irq softirq steal _ </proc/stat
+  echo "$(( idle + iowait )) $(( user + nice + system + idle + iowait + irq + softirq + steal ))"
+}
+
 start_redis() {
   REDIS_PORT=$(free_port)
   redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no \
@@ -262,18 +273,21 @@ start_corral_cluster() {
 }
 
 # measure SCENARIO TEST TARGET ROUND PARSER -- CMD...: runs CMD with the CPU counters of
-# redis-server and of the target's proxy read around it; PARSER (a function and its
-# arguments, word-split) turns CMD's output into "requests rps p99_ms"; appends one line to
-# $RESULTS.
+# redis-server, of the target's proxy and of the machine read around it; PARSER (a function
+# and its arguments, word-split) turns CMD's output into "requests rps p99_ms"; appends one
+# line to $RESULTS.
 measure() {
   local scenario=$1 test=$2 target=$3 round=$4 parser=$5
   shift 6
   local ppid=${PROXY_PID[$target]} out r0 r1 p0=0 p1=0 requests rps p99 proxy_us redis_us
+  local m0 m1 idle_pct
   r0=$(redis_ticks "$target")
   [ -n "$ppid" ] && p0=$(cpu_ticks "$ppid")
+  m0=$(machine_ticks)
   out=$(timeout "$RUN_TIMEOUT" "$@" 2>"$WORK/client.err") || {
     echo "bench.sh: $scenario $test on $target failed:" >&2; cat "$WORK/client.err" >&2; exit 1
   }
+  m1=$(machine_ticks)
   r1=$(redis_ticks "$target")
   [ -n "$ppid" ] && p1=$(cpu_ticks "$ppid")
   # shellcheck disable=SC2086
@@ -283,10 +297,12 @@ measure() {
   redis_us=$(python3 -c "print(f'{($r1-$r0)*1e6/$CLK_TCK/$requests:.3f}')")
   proxy_us=-
   [ -n "$ppid" ] && proxy_us=$(python3 -c "print(f'{($p1-$p0)*1e6/$CLK_TCK/$requests:.3f}')")
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$scenario" "$test" "$target" "$round" \
-    "$rps" "$p99" "$proxy_us" "$redis_us" >>"$RESULTS"
-  printf '  %-5s %-4s %-11s round %s: %10.0f req/s  p99 %6s ms  proxy %6s us/req  redis %6s us/req\n' \
-    "$scenario" "$test" "$target" "$round" "$rps" "$p99" "$proxy_us" "$redis_us"
+  idle_pct=$(python3 -c "i0, t0, i1, t1 = map(int, '$m0 $m1'.split())
+print(f'{100 * (i1 - i0) / max(t1 - t0, 1):.0f}')")
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$scenario" "$test" "$target" "$round" \
+    "$rps" "$p99" "$proxy_us" "$redis_us" "$idle_pct" >>"$RESULTS"
+  printf '  %-5s %-4s %-11s round %s: %10.0f req/s  p99 %6s ms  proxy %6s us/req  redis %6s us/req  idle %3s%%\n' \
+    "$scenario" "$test" "$target" "$round" "$rps" "$p99" "$proxy_us" "$redis_us" "$idle_pct"
 }
 
 # redis-benchmark --csv: "test","rps","avg","min","p50","p95","p99","max".
@@ -577,11 +593,12 @@ runs = defaultdict(list)
 rps_by_round = defaultdict(dict)
 order = []
 for line in open(path):
-    sc, test, target, rnd, rps, p99, proxy, redis = line.rstrip("\n").split("\t")
+    sc, test, target, rnd, rps, p99, proxy, redis, idle = line.rstrip("\n").split("\t")
     if (sc, test) not in order:
         order.append((sc, test))
     runs[(sc, test, target)].append(
-        (float(rps), float(p99), None if proxy == "-" else float(proxy), float(redis)))
+        (float(rps), float(p99), None if proxy == "-" else float(proxy), float(redis),
+         float(idle)))
     rps_by_round[(sc, test, target)][rnd] = float(rps)
 
 def med(key, i):
@@ -630,7 +647,8 @@ last = None
 for sc, test in order:
     if sc != last:
         print(f"\n== {titles.get(sc, sc)}  (median of {rounds} rounds) ==")
-        print(f"{'test':<5}{'target':<12}{'req/s':>12}{'p99 ms':>9}{'proxy us/req':>14}{'redis us/req':>14}")
+        print(f"{'test':<5}{'target':<12}{'req/s':>12}{'p99 ms':>9}{'proxy us/req':>14}"
+              f"{'redis us/req':>14}{'idle %':>8}")
         last = sc
     m = {}
     for target in ("direct", "nutcracker", "corral", "cached", "cluster", "base", "basecached",
@@ -638,9 +656,10 @@ for sc, test in order:
         key = (sc, test, target)
         if key not in runs:
             continue
-        m[target] = [med(key, i) for i in range(4)]
-        rps, p99, proxy, redis = m[target]
-        print(f"{test:<5}{target:<12}{rps:>12,.0f}{p99:>9.3f}{fmt(proxy, '>14.3f')}{redis:>14.3f}")
+        m[target] = [med(key, i) for i in range(5)]
+        rps, p99, proxy, redis, idle = m[target]
+        print(f"{test:<5}{target:<12}{rps:>12,.0f}{p99:>9.3f}{fmt(proxy, '>14.3f')}{redis:>14.3f}"
+              f"{idle:>8.0f}")
     if {"direct", "corral", "cached"} <= m.keys():
         on_off = ratio(sc, test, "cached", "corral")
         cd = ratio(sc, test, "cached", "direct")
