@@ -6,7 +6,7 @@
 //! that ratio however hot it is) serves about nine hits per fill whatever the bar, and a
 //! tracked fill with its invalidation costs corral and Redis more than nine forwarded GETs
 //! save them. Each entry a write ends scores its bucket the hits it fell short of
-//! [`PAYS`] by (or takes off what it served beyond, as far as entries count hits); a bucket at
+//! [`PAYS`] by (or takes off what it served beyond, up to one fill's worth); a bucket at
 //! [`SHUT_OUT`] or above admits nothing until the periodic halving brings it down, when
 //! its keys get another fill to prove themselves. A key read far more often than written
 //! keeps its bucket well below zero, so the odd entry written early does not shut it out.
@@ -32,6 +32,12 @@ const BOUND: i8 = 2 * SHUT_OUT - 1;
 /// The lowest score: a key read far more often than written sits here, and it would take
 /// several short-lived entries in a row (each up to [`PAYS`]) to shut it out.
 const FLOOR: i8 = -(3 * PAYS as i8);
+/// The most one entry's hits take off its bucket's score: one fill's worth. A key earns its
+/// standing over several entries, not in one long life: an entry filled in a spell of reads
+/// with no writes (Zipf GETs before the 90/10 mix) served up to [`COUNTED_HITS`] hits, and
+/// taking all of them off left its key at [`FLOOR`], to be refilled and invalidated about
+/// ten times (9 reads per write) before the mix shut it out.
+const MOST_CREDIT: i16 = PAYS as i16;
 /// 256K one-byte buckets, 256 KiB: touched only when an entry ends and when a key is about
 /// to be admitted. A shut-out bucket shuts out every key in it: on the 90/10 mix over 1M
 /// keys, thousands of keys are, and fewer buckets would shut out a share of other keys too.
@@ -62,7 +68,7 @@ impl Churn {
     /// served `hits`. Two racing updates may lose one: the score only steers admission.
     pub(super) fn ended(&self, hash: u64, hits: u8) {
         let b = self.bucket(hash);
-        let change = i16::from(PAYS) - i16::from(hits.min(COUNTED_HITS));
+        let change = (i16::from(PAYS) - i16::from(hits.min(COUNTED_HITS))).max(-MOST_CREDIT);
         let score = (i16::from(b.load(Relaxed)) + change).clamp(FLOOR.into(), BOUND.into());
         b.store(score as i8, Relaxed);
     }
@@ -118,6 +124,20 @@ mod tests {
             lives(&c, read_mostly, 100, 1, &mut seed);
             assert!(!c.shut_out(read_mostly));
         }
+    }
+
+    #[test]
+    fn one_long_life_earns_at_most_one_fill_of_credit() {
+        let c = Churn::default();
+        let hash = 5u64 << 40;
+        // An entry of a spell of reads with no writes: it served every hit counted.
+        c.ended(hash, COUNTED_HITS);
+        // Two entries that served nothing shut the key out: the long life earned one
+        // fill's worth, not three.
+        c.ended(hash, 0);
+        assert!(!c.shut_out(hash));
+        c.ended(hash, 0);
+        assert!(c.shut_out(hash));
     }
 
     #[test]
