@@ -6,10 +6,11 @@
 //! that ratio however hot it is) serves about nine hits per fill whatever the bar, and a
 //! tracked fill with its invalidation costs corral and Redis more than nine forwarded GETs
 //! save them. Each entry a write ends scores its bucket the hits it fell short of
-//! [`PAYS`] by (or takes off what it served beyond, up to one fill's worth); a bucket at
-//! [`SHUT_OUT`] or above admits nothing until the periodic halving brings it down, when
-//! its keys get another fill to prove themselves. A key read far more often than written
-//! keeps its bucket well below zero, so the odd entry written early does not shut it out.
+//! [`PAYS`] by (or takes off what it served beyond, as far as entries count hits: one
+//! fill's worth); a bucket at [`SHUT_OUT`] or above admits nothing until the periodic
+//! halving brings it down, when its keys get another fill to prove themselves. A key read
+//! far more often than written keeps its bucket well below zero (over several entries), so
+//! the odd entry written early does not shut it out.
 
 use std::sync::atomic::{AtomicI8, Ordering::Relaxed};
 
@@ -32,12 +33,6 @@ const BOUND: i8 = 2 * SHUT_OUT - 1;
 /// The lowest score: a key read far more often than written sits here, and it would take
 /// several short-lived entries in a row (each up to [`PAYS`]) to shut it out.
 const FLOOR: i8 = -(3 * PAYS as i8);
-/// The most one entry's hits take off its bucket's score: one fill's worth. A key earns its
-/// standing over several entries, not in one long life: an entry filled in a spell of reads
-/// with no writes (Zipf GETs before the 90/10 mix) served up to [`COUNTED_HITS`] hits, and
-/// taking all of them off left its key at [`FLOOR`], to be refilled and invalidated about
-/// ten times (9 reads per write) before the mix shut it out.
-const MOST_CREDIT: i16 = PAYS as i16;
 /// 256K one-byte buckets, 256 KiB: touched only when an entry ends and when a key is about
 /// to be admitted. A shut-out bucket shuts out every key in it: on the 90/10 mix over 1M
 /// keys, thousands of keys are, and fewer buckets would shut out a share of other keys too.
@@ -68,7 +63,7 @@ impl Churn {
     /// served `hits`. Two racing updates may lose one: the score only steers admission.
     pub(super) fn ended(&self, hash: u64, hits: u8) {
         let b = self.bucket(hash);
-        let change = (i16::from(PAYS) - i16::from(hits.min(COUNTED_HITS))).max(-MOST_CREDIT);
+        let change = i16::from(PAYS) - i16::from(hits.min(COUNTED_HITS));
         let score = (i16::from(b.load(Relaxed)) + change).clamp(FLOOR.into(), BOUND.into());
         b.store(score as i8, Relaxed);
     }
