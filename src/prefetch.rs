@@ -29,6 +29,14 @@ pub(crate) fn read_all<T>(p: &T) {
     line(start.wrapping_add(size.saturating_sub(1)));
 }
 
+/// [`read`] for an address that may no longer hold a `T`: one computed from a table's base
+/// pointer read without its lock, which a resize may just have freed. The hint loads nothing
+/// the program reads, so a stale address costs at most one useless cache fill.
+#[inline]
+pub(crate) fn read_addr<T>(p: *const T) {
+    line(p.cast::<u8>());
+}
+
 /// Cache line size of x86_64 CPUs.
 const LINE: usize = 64;
 

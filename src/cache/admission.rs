@@ -441,6 +441,7 @@ mod tests {
         let now = Instant::now();
         let delta = Duration::from_millis(1);
         let far = Entry::new(
+            b"k",
             super::super::value::Value::Nil,
             now + Duration::from_secs(60),
             delta,
@@ -448,6 +449,7 @@ mod tests {
         );
         assert!((0..1000).all(|_| !a.should_refresh(&far, now)));
         let due = Entry::new(
+            b"k",
             super::super::value::Value::Nil,
             now,
             delta,

@@ -1,5 +1,5 @@
-//! A cached GET result: its value (a short one's reply frame inline), its expiry, and the
-//! flags the store and its front keep on it.
+//! A cached GET result: its key, its value (a short one's reply frame inline), its expiry,
+//! and the flags the store and its front keep on it.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
@@ -8,12 +8,14 @@ use std::time::{Duration, Instant};
 use bytes::BytesMut;
 
 use super::churn::PAYS;
+use super::short_key::ShortKey;
 use super::value::Value;
 use crate::resp::Proto;
 
 /// Bytes charged per entry besides its key: the entry's allocation (with room for an inline
-/// frame) and its slot in the table.
-const ENTRY_OVERHEAD: usize = 192;
+/// frame and a short key) and its slots in the store's table (`table.rs`: 16 bytes each, at
+/// least 3/8 of them in use, so up to about 43 bytes an entry).
+const ENTRY_OVERHEAD: usize = 224;
 /// Charged on top for a value kept outside the entry: its own allocation's header.
 const OUTLINE_OVERHEAD: usize = 32;
 /// Longest reply frame kept inside the entry itself: `$64\r\n` + 64 bytes + CRLF fits.
@@ -29,7 +31,8 @@ const INLINE_FRAME: usize = 72;
 pub(super) const COUNTED_HITS: u8 = 2 * PAYS;
 
 /// A cached GET result. In declaration order (`repr(C)`): what every hit reads first, next
-/// to the reference counts, then the frame.
+/// to the reference counts, then the frame, then the key (which the store compares on a
+/// lookup that did not come through the front).
 #[derive(Debug)]
 #[repr(C)]
 pub struct Entry {
@@ -43,6 +46,9 @@ pub struct Entry {
     hits: AtomicU8,
     /// In the store: cleared when it leaves, so that the front (`front.rs`) stops serving it.
     live: AtomicBool,
+    /// The store's eviction mark (`table.rs`): raised by hits up to [`MAX_USE`], lowered each
+    /// time the store's clock hand passes; an entry the hand finds at zero is evicted.
+    used: AtomicU8,
     /// How long the fill took, in microseconds (saturating): XFetch refreshes earlier for
     /// slower keys. Kept small so a 64-byte value still fits the entry's two cache lines.
     delta_us: u32,
@@ -53,7 +59,13 @@ pub struct Entry {
     /// hit reads one block of memory and counts one reference (a separate value cost a
     /// second cache miss and a second reference count on every hit).
     body: Body,
+    /// The key it is the value of.
+    key: ShortKey,
 }
+
+/// The highest [`Entry::used`] mark: an entry hit often survives this many passes of the
+/// store's clock hand without a hit.
+pub(super) const MAX_USE: u8 = 3;
 
 #[derive(Debug, PartialEq, Eq)]
 enum Body {
@@ -72,9 +84,15 @@ impl PartialEq for Entry {
 impl Eq for Entry {}
 
 impl Entry {
-    /// A new, not yet served entry that expires at `expires`, filled in `delta`, and may be
-    /// refreshed at most `window` before it expires (see `Admission::refresh_window`).
-    pub fn new(value: Value, expires: Instant, delta: Duration, window: Duration) -> Arc<Entry> {
+    /// A new, not yet served entry of `key` that expires at `expires`, filled in `delta`, and
+    /// may be refreshed at most `window` before it expires (see `Admission::refresh_window`).
+    pub fn new(
+        key: &[u8],
+        value: Value,
+        expires: Instant,
+        delta: Duration,
+        window: Duration,
+    ) -> Arc<Entry> {
         let early_us = u32::try_from(window.as_micros()).unwrap_or(u32::MAX);
         let (fresh_until, early_us) =
             match expires.checked_sub(Duration::from_micros(early_us.into())) {
@@ -96,10 +114,39 @@ impl Entry {
             fresh_until,
             hits: AtomicU8::new(0),
             live: AtomicBool::new(true),
+            // One pass of the clock hand's grace: it was just read.
+            used: AtomicU8::new(1),
             delta_us: u32::try_from(delta.as_micros()).unwrap_or(u32::MAX),
             early_us,
             body,
+            key: ShortKey::new(key),
         })
+    }
+
+    /// The key it is the value of.
+    #[inline]
+    pub(super) fn key(&self) -> &[u8] {
+        self.key.bytes()
+    }
+
+    /// A lookup found it: it stays longer in the store. Writes only below [`MAX_USE`], so a
+    /// hot entry's hits on two threads do not take its cache line from each other.
+    #[inline]
+    pub(super) fn mark_used(&self) {
+        let used = self.used.load(Ordering::Relaxed);
+        if used < MAX_USE {
+            self.used.store(used + 1, Ordering::Relaxed);
+        }
+    }
+
+    /// The store's clock hand passes it: whether it was used since the last pass (and is
+    /// kept, its mark lowered by one), or is to be evicted.
+    pub(super) fn pass_hand(&self) -> bool {
+        let used = self.used.load(Ordering::Relaxed);
+        if used > 0 {
+            self.used.store(used - 1, Ordering::Relaxed);
+        }
+        used > 0
     }
 
     /// When it must stop being served (the key's TTL in Redis, or corral's maximum age).
@@ -172,10 +219,11 @@ impl Entry {
         self.live.swap(false, Ordering::Release)
     }
 
-    /// An entry of the bulk string `v`, live for a minute: for unit tests.
+    /// An entry of key `k` and the bulk string `v`, live for a minute: for unit tests.
     #[cfg(test)]
     pub(super) fn of(v: &[u8]) -> Arc<Entry> {
         Entry::new(
+            b"k",
             Value::bulk(v),
             Instant::now() + Duration::from_secs(60),
             Duration::ZERO,
@@ -204,9 +252,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn an_entry_with_a_64_byte_value_is_one_allocation_of_two_cache_lines() {
-        // The Arc's two counts come on top of the entry.
-        assert!(std::mem::size_of::<Entry>() + 16 <= 128);
+    fn an_entry_with_a_64_byte_value_is_one_allocation_within_its_charge() {
+        // The Arc's two counts come on top of the entry; the table's slots take up to 48.
+        assert!(std::mem::size_of::<Entry>() + 16 + 48 <= ENTRY_OVERHEAD);
         let e = Entry::of(&[b'x'; 64]);
         assert!(matches!(e.body, Body::Inline { .. }));
     }
@@ -215,13 +263,19 @@ mod tests {
     fn an_entry_is_fresh_until_its_refresh_window_and_live_until_it_expires() {
         let t = Instant::now();
         let expires = t + Duration::from_secs(60);
-        let e = Entry::new(Value::Nil, expires, Duration::ZERO, Duration::from_secs(10));
+        let e = Entry::new(
+            b"k",
+            Value::Nil,
+            expires,
+            Duration::ZERO,
+            Duration::from_secs(10),
+        );
         assert_eq!(e.expires(), expires);
         assert!(e.fresh_at(t + Duration::from_secs(49)));
         assert!(!e.fresh_at(t + Duration::from_secs(51)));
         assert!(e.live_at(t + Duration::from_millis(59_999)));
         assert!(!e.live_at(expires));
-        let no_window = Entry::new(Value::Nil, expires, Duration::ZERO, Duration::ZERO);
+        let no_window = Entry::new(b"k", Value::Nil, expires, Duration::ZERO, Duration::ZERO);
         assert!(no_window.fresh_at(t + Duration::from_millis(59_999)));
         assert!(!no_window.live_at(expires));
     }
@@ -236,7 +290,13 @@ mod tests {
             assert_eq!(got, want);
             assert_eq!(e.size(), v.len());
         }
-        let nil = Entry::new(Value::Nil, Instant::now(), Duration::ZERO, Duration::ZERO);
+        let nil = Entry::new(
+            b"k",
+            Value::Nil,
+            Instant::now(),
+            Duration::ZERO,
+            Duration::ZERO,
+        );
         let mut out = BytesMut::new();
         nil.encode(Proto::Resp2, &mut out);
         assert_eq!(&out[..], b"$-1\r\n");

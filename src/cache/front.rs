@@ -1,9 +1,10 @@
 //! A per-thread memo of the store's recent hits, in front of it: a table of slots in sets of
 //! two, the set picked by the key's hash, each slot holding a key and its entry.
 //!
-//! Why: a hit in the store follows three dependent pointers (`quick_cache`'s table, its slab
-//! entry, the entry), on a large store three cache misses: 81-123 ns per request at
-//! pipeline depth 16 (perf, Zipfian GETs over a million keys, about 0.6 of them hits). A front slot's address follows from
+//! Why: a hit in the store reads its shard's lock, a bucket, and the entry; measured when the
+//! store was a `quick_cache` map (its table, its slab entry, the entry: three cache misses on
+//! a large store), 81-123 ns per request at pipeline depth 16 (perf, Zipfian GETs over a
+//! million keys, about 0.6 of them hits). A front slot's address follows from
 //! the hash alone, so a round prefetches its GETs' slots with their sketch blocks and a hit
 //! then reads its slot from the CPU's cache and the entry itself.
 //!
@@ -59,10 +60,6 @@ pub(super) fn slots_for(entries: usize, max: usize) -> usize {
         .unwrap_or(max)
         .clamp(MIN_SLOTS, max.max(MIN_SLOTS))
 }
-/// Every this many hits through a slot, the lookup also reads the store, so that its
-/// eviction policy still sees the key in use (once the store is over half full: see
-/// `Store::filling`).
-pub(super) const TOUCH_EVERY: u16 = 32;
 
 static OWNERS: AtomicU32 = AtomicU32::new(1);
 
@@ -75,7 +72,6 @@ pub(super) fn new_owner() -> u32 {
 #[repr(align(64))]
 struct Slot {
     owner: u32,
-    hits: u16,
     /// What a store hit of another key must be read as often as (its sketch estimate) to
     /// take the slot: the holder's estimate at its last hit, less one for each key turned
     /// away since.
@@ -126,13 +122,6 @@ impl Slot {
     }
 }
 
-/// A hit through the front.
-pub(super) struct Hit {
-    pub(super) entry: Arc<Entry>,
-    /// The store should be read too (see [`TOUCH_EVERY`]).
-    pub(super) touch: bool,
-}
-
 /// Asks the CPU to load the slots of the key with this hash.
 pub(super) fn prefetch(hash: u64) {
     FRONT.with(|f| {
@@ -163,7 +152,7 @@ pub(super) fn prefetch_entry(hash: u64) {
 
 /// The live entry of `key` in this thread's front, if a slot of `hash` holds it for `owner`;
 /// `reads` is the key's read estimate (see [`put`]).
-pub(super) fn get(owner: u32, hash: u64, key: &[u8], reads: u8) -> Option<Hit> {
+pub(super) fn get(owner: u32, hash: u64, key: &[u8], reads: u8) -> Option<Arc<Entry>> {
     FRONT.with(|f| {
         let mut f = f.try_borrow_mut().ok()?;
         let slot = set_mut(f.as_mut()?, hash)
@@ -173,12 +162,8 @@ pub(super) fn get(owner: u32, hash: u64, key: &[u8], reads: u8) -> Option<Hit> {
         if !entry.live() {
             return None;
         }
-        slot.hits = slot.hits.wrapping_add(1);
         slot.bar = reads;
-        Some(Hit {
-            entry: entry.clone(),
-            touch: slot.hits.is_multiple_of(TOUCH_EVERY),
-        })
+        Some(entry.clone())
     })
 }
 
@@ -221,7 +206,6 @@ pub(super) fn put(owner: u32, hash: u64, key: &[u8], entry: &Arc<Entry>, reads: 
         };
         set[at] = Slot {
             owner,
-            hits: 0,
             bar: reads,
             hash,
             key: Some(ShortKey::new(key)),
@@ -242,7 +226,7 @@ mod tests {
         let (a, b) = (new_owner(), new_owner());
         let e = Entry::of(b"v");
         put(a, 7, b"k", &e, 0, MIN_SLOTS);
-        assert!(get(a, 7, b"k", 0).is_some_and(|h| Arc::ptr_eq(&h.entry, &e)));
+        assert!(get(a, 7, b"k", 0).is_some_and(|h| Arc::ptr_eq(&h, &e)));
         assert!(get(b, 7, b"k", 0).is_none(), "another store's slot");
         assert!(get(a, 7, b"j", 0).is_none(), "another key, same hash");
         assert!(
@@ -251,16 +235,6 @@ mod tests {
         );
         e.retire();
         assert!(get(a, 7, b"k", 0).is_none(), "an entry that left the store");
-    }
-
-    #[test]
-    fn every_so_many_hits_ask_for_the_store_to_be_read_too() {
-        let owner = new_owner();
-        put(owner, 9, b"k", &Entry::of(b"v"), 0, MIN_SLOTS);
-        let touches = (0..TOUCH_EVERY * 3)
-            .filter(|_| get(owner, 9, b"k", 0).is_some_and(|h| h.touch))
-            .count();
-        assert_eq!(touches, 3);
     }
 
     #[test]

@@ -50,6 +50,7 @@ mod short_key;
 mod sketch;
 mod stats;
 mod store;
+mod table;
 mod tracking;
 mod value;
 mod written;

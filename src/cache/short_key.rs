@@ -1,9 +1,6 @@
 //! A key held inline when short: most keys are, so storing or registering one allocates
 //! nothing, and comparing one reads memory already in hand instead of following a pointer.
 
-use std::borrow::Borrow;
-use std::hash::{Hash, Hasher};
-
 /// Keys up to this long are held inline.
 pub(super) const INLINE: usize = 30;
 
@@ -45,34 +42,16 @@ impl PartialEq for ShortKey {
 
 impl Eq for ShortKey {}
 
-/// Hashes as its bytes do, as `Borrow<[u8]>` requires: maps keyed by `ShortKey` are looked up
-/// by `&[u8]`.
-impl Hash for ShortKey {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        self.bytes().hash(state);
-    }
-}
-
-impl Borrow<[u8]> for ShortKey {
-    fn borrow(&self) -> &[u8] {
-        self.bytes()
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use std::hash::BuildHasher;
-
     use super::*;
 
     #[test]
-    fn keys_compare_and_hash_as_their_bytes_inline_or_not() {
-        let hasher = std::collections::hash_map::RandomState::new();
+    fn keys_compare_as_their_bytes_inline_or_not() {
         let long = vec![b'k'; 100];
         for key in [&b""[..], b"k", &[b'x'; INLINE], &long] {
             let k = ShortKey::new(key);
             assert_eq!(k.bytes(), key);
-            assert_eq!(hasher.hash_one(&k), hasher.hash_one(key));
             let mut other = key.to_vec();
             other.push(b'!');
             assert_ne!(k, ShortKey::new(&other));
