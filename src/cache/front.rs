@@ -138,7 +138,8 @@ pub(super) fn prefetch(hash: u64) {
 /// Asks the CPU to load the entry in this thread's front for `hash`, once the slots
 /// themselves are at hand (after [`prefetch`]), if a slot is the key's: a cold key's slots
 /// hold other keys' entries, not worth loading.
-pub(super) fn prefetch_entry(hash: u64) {
+/// Returns whether a slot was the key's.
+pub(super) fn prefetch_entry(hash: u64) -> bool {
     FRONT.with(|f| {
         if let Ok(f) = f.try_borrow()
             && let Some(slots) = f.as_ref()
@@ -146,8 +147,10 @@ pub(super) fn prefetch_entry(hash: u64) {
             && let Some(e) = &slot.entry
         {
             e.prefetch();
+            return true;
         }
-    });
+        false
+    })
 }
 
 /// The live entry of `key` in this thread's front, if a slot of `hash` holds it for `owner`;

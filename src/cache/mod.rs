@@ -286,7 +286,11 @@ impl Cache {
     /// Called once per request handled, it runs [`ENTRY_LEAD`] GETs ahead of the lookups.
     pub fn prefetch_next(&self, ahead: &mut Ahead) {
         if let Some(&hash) = ahead.hashes[..ahead.len].get(ahead.next) {
-            self.core.store.prefetch_entry(hash);
+            // Not in the front: its bucket in the table, if the key may have an entry (its
+            // presence count was loaded with the front's slot).
+            if !self.core.store.prefetch_entry(hash) && self.core.presence.counts(hash).entry() {
+                self.core.store.prefetch_table(hash);
+            }
             ahead.next += 1;
         }
     }
