@@ -14,19 +14,20 @@ pub(crate) fn read<T>(p: &T) {
     line((p as *const T).cast::<u8>());
 }
 
-/// [`read`] for every cache line `*p` spans (a value larger than a line, or one that
-/// straddles two), without reading any of it: a prefetch that waited for a load of the
-/// value would wait for the very miss it is meant to hide.
+/// [`read`] for every cache line the first `len` bytes of `*p` span (all of it when `len` is
+/// its size: a value larger than a line, or one that straddles two), without reading any
+/// of it: a prefetch that waited for a load of the value would wait for the very miss it
+/// is meant to hide.
 #[inline]
-pub(crate) fn read_all<T>(p: &T) {
+pub(crate) fn read_prefix<T>(p: &T, len: usize) {
     let start = (p as *const T).cast::<u8>();
-    let size = std::mem::size_of::<T>();
+    let len = len.clamp(1, std::mem::size_of::<T>().max(1));
     let mut off = 0;
-    while off < size {
+    while off < len {
         line(start.wrapping_add(off));
         off += LINE;
     }
-    line(start.wrapping_add(size.saturating_sub(1)));
+    line(start.wrapping_add(len - 1));
 }
 
 /// [`read`] for an address that may no longer hold a `T`: one computed from a table's base

@@ -203,9 +203,10 @@ impl Entry {
         }
     }
 
-    /// Asks the CPU to load what a hit reads: the whole entry, a short value's frame with it.
+    /// Asks the CPU to load what a hit reads: the entry up to its key (which only a lookup
+    /// in the table compares), a short value's frame with it.
     pub(super) fn prefetch(&self) {
-        crate::prefetch::read_all(self);
+        crate::prefetch::read_prefix(self, std::mem::offset_of!(Entry, key));
     }
 
     /// Whether the entry is still in the store.
