@@ -218,7 +218,7 @@ impl Core {
                 let delta = fill.started.elapsed();
                 let window = self.admission.refresh_window(delta);
                 let entry = Entry::new(key, value.clone(), fill.started + life, delta, window);
-                self.store.insert(key, entry);
+                self.store.insert(entry);
                 self.stats.inserts.inc();
             }
             o.remove();

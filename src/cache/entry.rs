@@ -14,8 +14,9 @@ use crate::resp::Proto;
 
 /// Bytes charged per entry besides its key: the entry's allocation (with room for an inline
 /// frame and a short key) and its slots in the store's table (`table.rs`: 16 bytes each, at
-/// least 3/8 of them in use, so up to about 43 bytes an entry).
-const ENTRY_OVERHEAD: usize = 224;
+/// least a quarter of them in use once the table grew for its entries, so up to 64 bytes an
+/// entry).
+const ENTRY_OVERHEAD: usize = 240;
 /// Charged on top for a value kept outside the entry: its own allocation's header.
 const OUTLINE_OVERHEAD: usize = 32;
 /// Longest reply frame kept inside the entry itself: `$64\r\n` + 64 bytes + CRLF fits.
@@ -139,6 +140,13 @@ impl Entry {
         }
     }
 
+    /// It replaces `old`, of the same key, in the store: it keeps the standing `old` had
+    /// with the clock hand (a refresh of a hot key does not start it again at one pass).
+    pub(super) fn keep_use_of(&self, old: &Entry) {
+        let used = old.used.load(Ordering::Relaxed).max(1);
+        self.used.store(used, Ordering::Relaxed);
+    }
+
     /// The store's clock hand passes it: whether it was used since the last pass (and is
     /// kept, its mark lowered by one), or is to be evicted.
     pub(super) fn pass_hand(&self) -> bool {
@@ -254,8 +262,8 @@ mod tests {
 
     #[test]
     fn an_entry_with_a_64_byte_value_is_one_allocation_within_its_charge() {
-        // The Arc's two counts come on top of the entry; the table's slots take up to 48.
-        assert!(std::mem::size_of::<Entry>() + 16 + 48 <= ENTRY_OVERHEAD);
+        // The Arc's two counts come on top of the entry; the table's slots take up to 64.
+        assert!(std::mem::size_of::<Entry>() + 16 + 64 <= ENTRY_OVERHEAD);
         let e = Entry::of(&[b'x'; 64]);
         assert!(matches!(e.body, Body::Inline { .. }));
     }

@@ -261,14 +261,14 @@ mod tests {
     fn invalidation_push_removes_keys_and_null_flushes() {
         let lane = lane();
         for k in [&b"a"[..], b"b"] {
-            lane.core.store.insert(k, entry(k));
+            lane.core.store.insert(entry(k));
         }
         lane.push(b">2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\na\r\n");
         assert!(!lane.core.store.contains(b"a"));
         assert!(lane.core.store.contains(b"b"));
         // Several keys in one push, each read from its own place in the frame.
         for k in [&b"key:1"[..], b"key:22"] {
-            lane.core.store.insert(k, entry(k));
+            lane.core.store.insert(entry(k));
         }
         lane.push(b">2\r\n$10\r\ninvalidate\r\n*2\r\n$5\r\nkey:1\r\n$6\r\nkey:22\r\n");
         assert!(!lane.core.store.contains(b"key:1"));
@@ -284,7 +284,7 @@ mod tests {
     #[test]
     fn a_lost_lane_drops_every_entry_and_records_why() {
         let lane = lane();
-        lane.core.store.insert(b"a", entry(b"a"));
+        lane.core.store.insert(entry(b"a"));
         lane.down("no reply to a health-check PING within 500 ms");
         assert_eq!(lane.core.store.len(), 0);
         assert_eq!(lane.info.tracking(), Tracking::Down);

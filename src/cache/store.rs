@@ -142,11 +142,10 @@ impl Store {
         self.table.prefetch(hash);
     }
 
-    /// Inserts or replaces `key`'s entry (may evict others to stay within the budget). A
-    /// replaced entry is retired like any other that leaves.
-    pub fn insert(&self, key: &[u8], entry: Arc<Entry>) {
-        debug_assert_eq!(key, entry.key());
-        let hash = self.hasher.hash_one(key);
+    /// Inserts or replaces the entry of `entry`'s key (may evict others to stay within the
+    /// budget). A replaced entry is retired like any other that leaves.
+    pub fn insert(&self, entry: Arc<Entry>) {
+        let hash = self.hasher.hash_one(entry.key());
         // Counted before it is in the table: a lookup that finds it must find it counted.
         self.exits.presence.add(hash, Held::Entry);
         self.table.insert(hash, entry, |e, why| {
@@ -225,9 +224,9 @@ mod tests {
     #[test]
     fn expired_entries_are_not_served() {
         let s = Store::for_test(1 << 20);
-        s.insert(b"k", entry(b"k", b"v", Duration::ZERO));
+        s.insert(entry(b"k", b"v", Duration::ZERO));
         assert!(s.get(b"k", s.hash(b"k"), Instant::now(), true, 0).is_none());
-        s.insert(b"k", entry(b"k", b"v", Duration::from_secs(60)));
+        s.insert(entry(b"k", b"v", Duration::from_secs(60)));
         assert!(s.get(b"k", s.hash(b"k"), Instant::now(), true, 0).is_some());
     }
 
@@ -241,16 +240,16 @@ mod tests {
         let s = Store::for_test(1 << 20);
         let h = s.hash(b"k");
         let first = entry(b"k", b"1", Duration::from_secs(60));
-        s.insert(b"k", first.clone());
+        s.insert(first.clone());
         assert!(served(&s, b"k", h).is_some_and(|e| Arc::ptr_eq(&e, &first)));
         // Served from the front now; replaced, removed, cleared: never the old entry.
         assert!(served(&s, b"k", h).is_some_and(|e| Arc::ptr_eq(&e, &first)));
         let second = entry(b"k", b"2", Duration::from_secs(60));
-        s.insert(b"k", second.clone());
+        s.insert(second.clone());
         assert!(served(&s, b"k", h).is_some_and(|e| Arc::ptr_eq(&e, &second)));
         assert!(s.remove(b"k").is_some());
         assert!(served(&s, b"k", h).is_none());
-        s.insert(b"k", entry(b"k", b"3", Duration::from_secs(60)));
+        s.insert(entry(b"k", b"3", Duration::from_secs(60)));
         assert!(served(&s, b"k", h).is_some());
         s.clear();
         assert!(served(&s, b"k", h).is_none());
@@ -260,7 +259,7 @@ mod tests {
     fn the_front_never_serves_an_expired_or_evicted_entry() {
         let s = Store::for_test(1 << 20);
         let h = s.hash(b"k");
-        s.insert(b"k", entry(b"k", b"v", Duration::from_millis(30)));
+        s.insert(entry(b"k", b"v", Duration::from_millis(30)));
         assert!(served(&s, b"k", h).is_some());
         std::thread::sleep(Duration::from_millis(40));
         assert!(served(&s, b"k", h).is_none());
@@ -269,10 +268,7 @@ mod tests {
         // Each key is read right after its insert, so the front holds it when it is evicted.
         let keys: Vec<String> = (0..20_000).map(|i| format!("key:{i}")).collect();
         for k in &keys {
-            s.insert(
-                k.as_bytes(),
-                entry(k.as_bytes(), b"v", Duration::from_secs(60)),
-            );
+            s.insert(entry(k.as_bytes(), b"v", Duration::from_secs(60)));
             served(&s, k.as_bytes(), s.hash(k.as_bytes()));
         }
         assert!(s.evictions() > 0);
@@ -289,10 +285,7 @@ mod tests {
         assert_eq!(slots(), front::MIN_SLOTS);
         for i in 0..20_000 {
             let k = format!("key:{i}");
-            s.insert(
-                k.as_bytes(),
-                entry(k.as_bytes(), b"v", Duration::from_secs(60)),
-            );
+            s.insert(entry(k.as_bytes(), b"v", Duration::from_secs(60)));
         }
         assert_eq!(slots(), 65_536, "about twice 20,000 entries");
         // The entries stay served through the larger front.
@@ -304,10 +297,7 @@ mod tests {
         let small = Store::for_test(1 << 20);
         for i in 0..20_000 {
             let k = format!("key:{i}");
-            small.insert(
-                k.as_bytes(),
-                entry(k.as_bytes(), b"v", Duration::from_secs(60)),
-            );
+            small.insert(entry(k.as_bytes(), b"v", Duration::from_secs(60)));
         }
         assert_eq!(
             small.front_slots.load(Ordering::Relaxed),
@@ -322,10 +312,7 @@ mod tests {
         let big = vec![7u8; 64 * 1024];
         for i in 0..100 {
             let k = format!("k{i}");
-            s.insert(
-                k.as_bytes(),
-                entry(k.as_bytes(), &big, Duration::from_secs(60)),
-            );
+            s.insert(entry(k.as_bytes(), &big, Duration::from_secs(60)));
         }
         assert!(s.bytes() <= 1 << 20, "{}", s.bytes());
         assert!(s.evictions() > 0);

@@ -169,19 +169,21 @@ impl Slots {
         }
     }
 
-    /// Evicts entries until the shard is within `budget` (at most every entry, after the hand
-    /// went round often enough to bring each mark down to zero).
+    /// Evicts entries until the shard is within `budget`: each entry the hand finds marked
+    /// used loses one mark and stays, until the hand has gone round often enough to bring
+    /// every mark to zero; past that (hits on other threads may keep raising marks, without
+    /// the lock) it evicts what it finds.
     fn evict(&mut self, budget: u64, leave: &mut impl FnMut(Arc<Entry>, Exit)) {
         let slots = self.buckets.len() * WAYS;
-        let mut steps = slots * (usize::from(super::entry::MAX_USE) + 2);
-        while self.bytes > budget && steps > 0 {
-            steps -= 1;
+        let mut passes = slots * (usize::from(super::entry::MAX_USE) + 1);
+        while self.bytes > budget && self.live > 0 {
             let (b, i) = (self.hand / WAYS, self.hand % WAYS);
             self.hand = (self.hand + 1) % slots;
             let stays = match &self.buckets[b].entries[i] {
-                Some(e) => e.pass_hand(),
+                Some(e) => passes > 0 && e.pass_hand(),
                 None => true,
             };
+            passes = passes.saturating_sub(1);
             if !stays && let Some(e) = self.take(b, i) {
                 leave(e, Exit::Evicted);
             }
@@ -290,10 +292,9 @@ impl Table {
     /// An empty table holding at most `max_bytes` of entries (as [`Entry::weight`] and their
     /// keys count them).
     pub(super) fn new(max_bytes: u64) -> Table {
-        let shards = (max_bytes / MIN_SHARD_BYTES)
-            .clamp(1, MAX_SHARDS)
-            .next_power_of_two()
-            .min(MAX_SHARDS);
+        // A power of two, rounded down: every shard keeps at least MIN_SHARD_BYTES.
+        let most = (max_bytes / MIN_SHARD_BYTES).clamp(1, MAX_SHARDS);
+        let shards: u64 = 1 << most.ilog2();
         Table {
             shards: (0..shards).map(|_| Shard::new()).collect(),
             shift: 64 - shards.trailing_zeros(),
@@ -329,8 +330,10 @@ impl Table {
         self.shard(hash).read().find(hash, key).is_some()
     }
 
-    /// Holds `entry` for its key, in place of the key's entry if it had one; evicts others
-    /// (or, if larger than a shard's budget, `entry` itself) to stay within the budget.
+    /// Holds `entry` for its key, in place of the key's entry if it had one (whose standing
+    /// with the clock it keeps); evicts others to stay within the budget. An entry larger
+    /// than a shard's budget is handed straight to `leave`, as evicted: placed, it would
+    /// have taken the whole shard out before itself.
     pub(super) fn insert(
         &self,
         hash: u64,
@@ -342,7 +345,13 @@ impl Table {
         if let Some((b, i)) = slots.find(hash, entry.key())
             && let Some(old) = slots.take(b, i)
         {
+            entry.keep_use_of(&old);
             leave(old, Exit::Replaced);
+        }
+        if weight(&entry) > self.shard_bytes {
+            leave(entry, Exit::Evicted);
+            shard.publish(&slots);
+            return;
         }
         slots.make_room();
         slots.place(tag(hash), entry);
@@ -517,9 +526,45 @@ mod tests {
             Duration::ZERO,
             Duration::ZERO,
         );
+        t.insert(spread(b"small"), entry(b"small"), ignore);
         t.insert(spread(b"big"), big, |e, why| left.push((e, why)));
         assert_eq!(left.len(), 1);
-        assert_eq!((t.len(), t.bytes()), (0, 0));
+        assert_eq!(left[0].1, Exit::Evicted);
+        assert_eq!(left[0].0.key(), b"big");
+        assert!(t.contains(spread(b"small"), b"small"), "the others stay");
+        assert_eq!(t.len(), 1);
+    }
+
+    #[test]
+    fn every_shard_has_at_least_its_minimum_budget() {
+        for mb in [1u64, 4, 12, 20, 36, 100, 256, 1024] {
+            let t = Table::new(mb << 20);
+            assert!(t.shards.len().is_power_of_two());
+            assert!(t.shards.len() as u64 <= MAX_SHARDS);
+            assert!(
+                t.shard_bytes >= MIN_SHARD_BYTES || t.shards.len() == 1,
+                "{mb} MiB: {} shards",
+                t.shards.len()
+            );
+            assert!(t.shard_bytes * t.shards.len() as u64 <= mb << 20);
+        }
+    }
+
+    #[test]
+    fn a_replaced_entry_passes_its_standing_on() {
+        let t = Table::new(1 << 20);
+        let old = entry(b"k");
+        for _ in 0..5 {
+            old.mark_used();
+        }
+        t.insert(spread(b"k"), old, ignore);
+        let new = entry(b"k");
+        t.insert(spread(b"k"), new.clone(), ignore);
+        // Three passes of the hand: the new entry stays for each, as the old one would have.
+        for _ in 0..3 {
+            assert!(new.pass_hand());
+        }
+        assert!(!new.pass_hand());
     }
 
     #[test]
