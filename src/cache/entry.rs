@@ -20,7 +20,8 @@ const ENTRY_OVERHEAD: usize = 240;
 /// Charged on top for a value kept outside the entry: its own allocation's header.
 const OUTLINE_OVERHEAD: usize = 32;
 /// Longest reply frame kept inside the entry itself: `$64\r\n` + 64 bytes + CRLF fits.
-/// Together with the entry's other fields this stays within two cache lines.
+/// Together with the entry's fields before the key, what a hit reads, this stays within two
+/// cache lines.
 const INLINE_FRAME: usize = 72;
 /// Hits counted per entry: all that admission needs to know. An entry's hits beyond
 /// [`PAYS`] are its key's credit against being shut out (`churn.rs`), at most one fill's
@@ -51,7 +52,7 @@ pub struct Entry {
     /// time the store's clock hand passes; an entry the hand finds at zero is evicted.
     used: AtomicU8,
     /// How long the fill took, in microseconds (saturating): XFetch refreshes earlier for
-    /// slower keys. Kept small so a 64-byte value still fits the entry's two cache lines.
+    /// slower keys. Kept small so a 64-byte value still fits the two cache lines a hit reads.
     delta_us: u32,
     /// The longest an early refresh can come before expiry, in microseconds (0 with refreshes
     /// off): the expiry is `fresh_until` plus this.
@@ -264,6 +265,8 @@ mod tests {
     fn an_entry_with_a_64_byte_value_is_one_allocation_within_its_charge() {
         // The Arc's two counts come on top of the entry; the table's slots take up to 64.
         assert!(std::mem::size_of::<Entry>() + 16 + 64 <= ENTRY_OVERHEAD);
+        // What a hit reads, from the Arc's counts up to the key, is two cache lines.
+        assert!(std::mem::offset_of!(Entry, key) + 16 <= 128);
         let e = Entry::of(&[b'x'; 64]);
         assert!(matches!(e.body, Body::Inline { .. }));
     }

@@ -149,7 +149,7 @@ impl Store {
         // Counted before it is in the table: a lookup that finds it must find it counted.
         self.exits.presence.add(hash, Held::Entry);
         self.table.insert(hash, entry, |e, why| {
-            // An evicted entry is another key's: its hash is worked out again.
+            // An evicted entry may be of another key: its hash is worked out again.
             let h = if why == Exit::Replaced {
                 hash
             } else {
