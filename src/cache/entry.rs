@@ -135,10 +135,7 @@ impl Entry {
     /// hot entry's hits on two threads do not take its cache line from each other.
     #[inline]
     pub(super) fn mark_used(&self) {
-        let used = self.used.load(Ordering::Relaxed);
-        if used < MAX_USE {
-            self.used.store(used + 1, Ordering::Relaxed);
-        }
+        count_up_to(&self.used, MAX_USE);
     }
 
     /// It replaces `old`, of the same key, in the store: it keeps the standing `old` had
@@ -245,15 +242,23 @@ impl Entry {
     /// only loads, and the hot path stays free of writes to shared memory. Two hits on two
     /// threads at once may count as one: the count only steers admission.
     pub fn mark_hit(&self) {
-        let hits = self.hits.load(Ordering::Relaxed);
-        if hits < COUNTED_HITS {
-            self.hits.store(hits + 1, Ordering::Relaxed);
-        }
+        count_up_to(&self.hits, COUNTED_HITS);
     }
 
     /// Hits served so far, up to [`COUNTED_HITS`].
     pub(super) fn hits(&self) -> u8 {
         self.hits.load(Ordering::Relaxed)
+    }
+}
+
+/// Adds one to `counter` unless it is at `max`. A load and a plain store, not a locked add:
+/// once at `max` the counter is only read, and an increment two threads race on may be
+/// lost, which only blurs what the counters steer.
+#[inline]
+fn count_up_to(counter: &AtomicU8, max: u8) {
+    let n = counter.load(Ordering::Relaxed);
+    if n < max {
+        counter.store(n + 1, Ordering::Relaxed);
     }
 }
 

@@ -77,6 +77,8 @@ struct Slot {
     /// away since.
     bar: u8,
     hash: u64,
+    /// The entry holds its key too, at its end: kept here as well, a hit compares the key in
+    /// the slot's own line, and loads of the entry stop before its key.
     key: Option<ShortKey>,
     entry: Option<Arc<Entry>>,
 }
