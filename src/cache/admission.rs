@@ -153,6 +153,15 @@ impl Admission {
         }
     }
 
+    /// A front hit served without counting it ([`Admission::record_get`]): sampled for the
+    /// top keys at the rate a counted GET of a key past the bar is, so keys the front serves
+    /// rank among the others by their real rates.
+    pub(super) fn sample_hit(&self, hash: u64, key: &[u8]) {
+        if one_in(hotkeys::SAMPLE_EVERY) {
+            self.hot.record(hash, key);
+        }
+    }
+
     /// Whether a key read `reads` times (its estimate) can be in the store at all: a key is
     /// admitted only once read `hot_threshold` times above the noise floor, so one at or
     /// below the floor is a cold key, and its GET skips the store lookup (on a large key
@@ -160,6 +169,12 @@ impl Admission {
     /// not served but read from Redis, which is always correct.
     pub(super) fn may_be_cached(&self, reads: u8) -> bool {
         reads > self.reads.noise_floor()
+    }
+
+    /// The key's read estimate, as it stands.
+    #[cfg(test)]
+    pub(super) fn estimate(&self, hash: u64) -> u8 {
+        self.reads.estimate(hash)
     }
 
     /// The read sketch's noise floor (see `FrequencySketch::noise_floor`), for the stats.

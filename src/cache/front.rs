@@ -172,6 +172,19 @@ pub(super) fn get(owner: u32, hash: u64, key: &[u8], reads: u8) -> Option<Arc<En
     })
 }
 
+/// The live entry this thread's front holds for `key`, if any, as [`get`] finds it but
+/// leaving the slot's standing as it is (no read estimate is at hand).
+pub(super) fn peek(owner: u32, hash: u64, key: &[u8]) -> Option<Arc<Entry>> {
+    FRONT.with(|f| {
+        let f = f.try_borrow().ok()?;
+        let slot = set(f.as_ref()?, hash)
+            .iter()
+            .find(|s| s.holds(owner, hash, key))?;
+        let entry = slot.entry.as_ref()?;
+        entry.live().then(|| entry.clone())
+    })
+}
+
 /// Puts a store hit in this thread's front for `hash`: in the slot of its set that holds the
 /// key, else one that holds no live entry, else the one whose holder is read least often,
 /// unless that holder is read more often than the key (see [`Slot::bar`]): `reads` is the

@@ -11,6 +11,7 @@ use dashmap::mapref::entry::Entry as MapEntry;
 use super::admission::one_in;
 use super::clock::{COOL_SAMPLE, Clock};
 use super::coherence::{Core, Key};
+use super::entry::Entry;
 use super::flight::{self, Fill, FillRx};
 use super::lane::LaneHandle;
 use super::leads::Slot;
@@ -20,6 +21,15 @@ use super::value::Value;
 use crate::error::UpstreamError;
 use crate::resp::request::encode_request;
 use crate::upstream::{JobResult, ReplyTo, UpstreamConn};
+
+/// A front hit is counted in the read sketch (with what counting does besides: the slot's
+/// standing, the key noted as read lately) one time in this many, the rest served straight
+/// from the front. The sketch's count was the dearest part of a hit, mostly a wait for the
+/// key's counters: with every GET a hit (2,000 keys, 50 clients, -P 64), perf put the count
+/// at 18-19 ns per hit before and 4-5 after, the lookup's whole part 10-14 ns lower. A key
+/// the front serves is read often: a quarter of its reads keeps its estimate above the bar,
+/// and a write still finds it read lately.
+const COUNT_FRONT_HITS: u64 = 4;
 
 /// Room for a one-key request's framing besides the key: `*2`, `$3`, the command, `$<len>`
 /// and the line ends.
@@ -137,6 +147,17 @@ impl Core {
     {
         clock.counted();
         let hash = self.admission.hash(key);
+        // A warm connection's GET is looked for in this thread's front first, and served
+        // from there uncounted but for one in `COUNT_FRONT_HITS`: see that constant.
+        let mut front = clock.warm();
+        if front && !one_in(COUNT_FRONT_HITS) {
+            if let Some(e) = self.store.front_hit(key, hash, clock.now()) {
+                self.admission.sample_hit(hash, key);
+                return self.served(key, hash, e, &route, clock);
+            }
+            // Looked at: the store need not look again.
+            front = false;
+        }
         let reads = self.admission.record_get(hash, key);
         let resident = reads.warm;
         // Only a key warm enough to be cached is looked for (see `Admission::may_be_cached`),
@@ -144,22 +165,10 @@ impl Core {
         let counts = resident.then(|| self.presence.counts(hash));
         if let Some(e) = counts
             .is_some_and(|c| c.entry())
-            .then(|| {
-                self.store
-                    .get(key, hash, clock.now(), clock.warm(), reads.count)
-            })
+            .then(|| self.store.get(key, hash, clock.now(), front, reads.count))
             .flatten()
         {
-            let now = clock.now();
-            clock.hit();
-            self.stats.hits.inc();
-            e.mark_hit();
-            if self.admission.should_refresh(&e, now)
-                && let Some(lane) = (route.lane)()
-            {
-                self.refresh(key, hash, &lane);
-            }
-            return Lookup::Hit(Value::Cached(e));
+            return self.served(key, hash, e, &route, clock);
         }
         self.stats.misses.inc();
         // A cold key (see `recent.rs`), or one barely above the noise (`Reads::settled`):
@@ -218,6 +227,31 @@ impl Core {
             Some(lane) => self.start_tracked(key, fill, &lane, clock),
             None => self.send_read(key, fill, route.conn),
         }
+    }
+
+    /// A hit on `e`, the entry of `key`: counted, and refreshed early if its expiry is near
+    /// (XFetch).
+    fn served<L>(
+        self: &Arc<Self>,
+        key: &[u8],
+        hash: u64,
+        e: Arc<Entry>,
+        route: &Route<'_, L>,
+        clock: &mut Clock,
+    ) -> Lookup
+    where
+        L: Fn() -> Option<Arc<LaneHandle>>,
+    {
+        let now = clock.now();
+        clock.hit();
+        self.stats.hits.inc();
+        e.mark_hit();
+        if self.admission.should_refresh(&e, now)
+            && let Some(lane) = (route.lane)()
+        {
+            self.refresh(key, hash, &lane);
+        }
+        Lookup::Hit(Value::Cached(e))
     }
 
     /// The read of a GET where plain reads are leads (`route.lead`). Every read of the key is
@@ -502,6 +536,45 @@ mod tests {
             }
             clock.counted();
         }
+    }
+
+    /// A warm connection's hits on an entry in this thread's front are served from there,
+    /// and only some of them counted in the read sketch; a key whose entry left is not
+    /// served from it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn front_hits_are_served_and_counted_one_time_in_a_few() {
+        let core = Arc::new(Core::for_test());
+        let conn = idle_conn();
+        let (key, hash) = (b"front".as_slice(), core.admission.hash(b"front"));
+        let expires = Instant::now() + std::time::Duration::from_secs(60);
+        let value = Value::Nil;
+        // No fill time, and so no early refresh.
+        let quick = std::time::Duration::ZERO;
+        core.store
+            .insert(Entry::new(key, value, expires, quick, quick));
+        let mut clock = Clock::default();
+        let get = |clock: &mut Clock| {
+            let route = Route {
+                conn: &conn,
+                lane: || None,
+                lead: true,
+            };
+            matches!(core.lookup(key, route, clock), Lookup::Hit(_))
+        };
+        // A cold connection's first GET takes the full path: counted, and put in the front.
+        assert!(get(&mut clock));
+        clock.reset();
+        let first = core.admission.estimate(hash);
+        assert!((0..12).all(|_| get(&mut clock)), "served from the front");
+        let after = core.admission.estimate(hash);
+        assert!(after < first + 12, "every hit counted: {first} -> {after}");
+        assert!((0..60).all(|_| get(&mut clock)));
+        assert!(
+            core.admission.estimate(hash) > first,
+            "no hit counted in 72"
+        );
+        assert!(core.store.remove(key).is_some());
+        assert!((0..20).all(|_| !get(&mut clock)), "the entry left");
     }
 
     /// A connection with fewer than one hit in [`HIT_RATE`] GETs and one join in

@@ -121,6 +121,18 @@ impl Store {
         Some(e)
     }
 
+    /// The entry of `key` if this thread's front holds it, live at `now`: a hit that reads
+    /// neither the table nor the read sketch (see `read.rs`).
+    pub fn front_hit(&self, key: &[u8], hash: u64, now: Instant) -> Option<Arc<Entry>> {
+        let e = front::peek(self.owner, hash, key)?;
+        if !e.live_at(now) {
+            return None;
+        }
+        // The table's clock sees the key in use, as a hit there would have shown it.
+        e.mark_used();
+        Some(e)
+    }
+
     /// Asks the CPU to load this thread's front slot for `hash`.
     pub fn prefetch(&self, hash: u64) {
         front::prefetch(hash);
@@ -253,6 +265,39 @@ mod tests {
         assert!(served(&s, b"k", h).is_some());
         s.clear();
         assert!(served(&s, b"k", h).is_none());
+    }
+
+    /// [`Store::front_hit`] finds only the live entry the front holds, as a lookup would.
+    #[test]
+    fn a_front_hit_is_never_an_entry_that_left_or_expired() {
+        let s = Store::for_test(1 << 20);
+        let h = s.hash(b"k");
+        let now = Instant::now;
+        assert!(s.front_hit(b"k", h, now()).is_none(), "nothing cached");
+        let first = entry(b"k", b"1", Duration::from_secs(60));
+        s.insert(first.clone());
+        assert!(
+            s.front_hit(b"k", h, now()).is_none(),
+            "not in the front yet"
+        );
+        assert!(served(&s, b"k", h).is_some());
+        assert!(
+            s.front_hit(b"k", h, now())
+                .is_some_and(|e| Arc::ptr_eq(&e, &first))
+        );
+        s.insert(entry(b"k", b"2", Duration::from_secs(60)));
+        assert!(s.front_hit(b"k", h, now()).is_none(), "replaced");
+        assert!(served(&s, b"k", h).is_some());
+        assert!(s.front_hit(b"k", h, now()).is_some());
+        assert!(s.remove(b"k").is_some());
+        assert!(s.front_hit(b"k", h, now()).is_none(), "removed");
+        s.insert(entry(b"k", b"3", Duration::from_millis(30)));
+        assert!(served(&s, b"k", h).is_some());
+        assert!(
+            s.front_hit(b"k", h, now() + Duration::from_millis(40))
+                .is_none(),
+            "expired"
+        );
     }
 
     #[test]
