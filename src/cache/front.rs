@@ -156,8 +156,9 @@ pub(super) fn prefetch_entry(hash: u64) -> bool {
 }
 
 /// The live entry of `key` in this thread's front, if a slot of `hash` holds it for `owner`;
-/// `reads` is the key's read estimate (see [`put`]).
-pub(super) fn get(owner: u32, hash: u64, key: &[u8], reads: u8) -> Option<Arc<Entry>> {
+/// `reads`, the key's read estimate when it was counted, becomes the slot's standing (see
+/// [`put`]), which `None` leaves as it is.
+pub(super) fn get(owner: u32, hash: u64, key: &[u8], reads: Option<u8>) -> Option<Arc<Entry>> {
     FRONT.with(|f| {
         let mut f = f.try_borrow_mut().ok()?;
         let slot = set_mut(f.as_mut()?, hash)
@@ -167,21 +168,10 @@ pub(super) fn get(owner: u32, hash: u64, key: &[u8], reads: u8) -> Option<Arc<En
         if !entry.live() {
             return None;
         }
-        slot.bar = reads;
+        if let Some(reads) = reads {
+            slot.bar = reads;
+        }
         Some(entry.clone())
-    })
-}
-
-/// The live entry this thread's front holds for `key`, if any, as [`get`] finds it but
-/// leaving the slot's standing as it is (no read estimate is at hand).
-pub(super) fn peek(owner: u32, hash: u64, key: &[u8]) -> Option<Arc<Entry>> {
-    FRONT.with(|f| {
-        let f = f.try_borrow().ok()?;
-        let slot = set(f.as_ref()?, hash)
-            .iter()
-            .find(|s| s.holds(owner, hash, key))?;
-        let entry = slot.entry.as_ref()?;
-        entry.live().then(|| entry.clone())
     })
 }
 
@@ -244,15 +234,18 @@ mod tests {
         let (a, b) = (new_owner(), new_owner());
         let e = Entry::of(b"v");
         put(a, 7, b"k", &e, 0, MIN_SLOTS);
-        assert!(get(a, 7, b"k", 0).is_some_and(|h| Arc::ptr_eq(&h, &e)));
-        assert!(get(b, 7, b"k", 0).is_none(), "another store's slot");
-        assert!(get(a, 7, b"j", 0).is_none(), "another key, same hash");
+        assert!(get(a, 7, b"k", Some(0)).is_some_and(|h| Arc::ptr_eq(&h, &e)));
+        assert!(get(b, 7, b"k", Some(0)).is_none(), "another store's slot");
+        assert!(get(a, 7, b"j", Some(0)).is_none(), "another key, same hash");
         assert!(
-            get(a, 7 + MIN_SLOTS as u64, b"k", 0).is_none(),
+            get(a, 7 + MIN_SLOTS as u64, b"k", Some(0)).is_none(),
             "another hash, same slot"
         );
         e.retire();
-        assert!(get(a, 7, b"k", 0).is_none(), "an entry that left the store");
+        assert!(
+            get(a, 7, b"k", Some(0)).is_none(),
+            "an entry that left the store"
+        );
     }
 
     #[test]
@@ -267,31 +260,34 @@ mod tests {
         // is higher.
         for _ in 0..2 {
             put(owner, other, b"cold", &cold, 6, MIN_SLOTS);
-            assert!(get(owner, other, b"cold", 6).is_none());
+            assert!(get(owner, other, b"cold", Some(6)).is_none());
         }
         // A hit of the holder raises its bar again.
-        assert!(get(owner, w, b"warm", 8).is_some());
+        assert!(get(owner, w, b"warm", Some(8)).is_some());
         for _ in 0..2 {
             put(owner, other, b"cold", &cold, 6, MIN_SLOTS);
         }
         put(owner, other, b"cold", &cold, 6, MIN_SLOTS);
-        assert!(get(owner, other, b"cold", 6).is_some(), "the bar fell to 6");
         assert!(
-            get(owner, w, b"warm", 8).is_none(),
+            get(owner, other, b"cold", Some(6)).is_some(),
+            "the bar fell to 6"
+        );
+        assert!(
+            get(owner, w, b"warm", Some(8)).is_none(),
             "the warm key's slot went"
         );
         assert!(
-            get(owner, h, b"hot", 9).is_some(),
+            get(owner, h, b"hot", Some(9)).is_some(),
             "the hot key kept its own"
         );
         // A dead holder is replaced whatever its bar.
         put(owner, w, b"warm", &warm, 15, MIN_SLOTS);
         put(owner, h, b"hot", &hot, 15, MIN_SLOTS);
-        assert!(get(owner, other, b"cold", 0).is_none());
+        assert!(get(owner, other, b"cold", Some(0)).is_none());
         hot.retire();
         put(owner, other, b"cold", &cold, 0, MIN_SLOTS);
-        assert!(get(owner, other, b"cold", 0).is_some());
-        assert!(get(owner, w, b"warm", 15).is_some());
+        assert!(get(owner, other, b"cold", Some(0)).is_some());
+        assert!(get(owner, w, b"warm", Some(15)).is_some());
     }
 
     #[test]
@@ -305,7 +301,7 @@ mod tests {
             0,
             MIN_SLOTS,
         );
-        assert!(get(owner, 11, &[b'k'; INLINE + 1], 0).is_none());
+        assert!(get(owner, 11, &[b'k'; INLINE + 1], Some(0)).is_none());
         put(
             owner,
             12,
@@ -314,7 +310,7 @@ mod tests {
             0,
             MIN_SLOTS,
         );
-        assert!(get(owner, 12, b"k", 0).is_none());
+        assert!(get(owner, 12, b"k", Some(0)).is_none());
         put(
             owner,
             13,
@@ -323,7 +319,7 @@ mod tests {
             0,
             MIN_SLOTS,
         );
-        assert!(get(owner, 13, b"k", 0).is_some());
+        assert!(get(owner, 13, b"k", Some(0)).is_some());
     }
 
     #[test]
@@ -338,7 +334,7 @@ mod tests {
         let held = [(a, b"a"), (b, b"b"), (c, b"c")];
         let served = |owner| {
             held.iter()
-                .filter(|(h, k)| get(owner, *h, *k, 0).is_some())
+                .filter(|(h, k)| get(owner, *h, *k, Some(0)).is_some())
                 .count()
         };
         assert_eq!(served(owner), 2, "one of the three lost its slot");

@@ -98,12 +98,7 @@ impl Store {
         front: bool,
         reads: u8,
     ) -> Option<Arc<Entry>> {
-        if front
-            && let Some(e) = front::get(self.owner, hash, key, reads)
-            && e.live_at(now)
-        {
-            // The table's clock sees the key in use, as a hit there would have shown it.
-            e.mark_used();
+        if front && let Some(e) = self.in_front(key, hash, now, Some(reads)) {
             return Some(e);
         }
         let e = self.table.get(hash, key)?;
@@ -124,7 +119,18 @@ impl Store {
     /// The entry of `key` if this thread's front holds it, live at `now`: a hit that reads
     /// neither the table nor the read sketch (see `read.rs`).
     pub fn front_hit(&self, key: &[u8], hash: u64, now: Instant) -> Option<Arc<Entry>> {
-        let e = front::peek(self.owner, hash, key)?;
+        self.in_front(key, hash, now, None)
+    }
+
+    /// The front's part of a lookup: see `front::get` for `reads`.
+    fn in_front(
+        &self,
+        key: &[u8],
+        hash: u64,
+        now: Instant,
+        reads: Option<u8>,
+    ) -> Option<Arc<Entry>> {
+        let e = front::get(self.owner, hash, key, reads)?;
         if !e.live_at(now) {
             return None;
         }
