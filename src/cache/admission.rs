@@ -223,6 +223,11 @@ impl Admission {
         }
     }
 
+    /// Whether the entries filled lately last (see `lasting.rs`).
+    pub(super) fn fills_last(&self) -> bool {
+        self.lasting.last()
+    }
+
     /// A tracked fill started; returns whether the entries filled lately last (see
     /// `lasting.rs`).
     pub(super) fn filled(&self) -> bool {

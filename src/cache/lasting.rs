@@ -36,6 +36,11 @@ impl Lasting {
         self.last.load(Relaxed)
     }
 
+    /// Whether fills lately last, as the last look with fills found.
+    pub(super) fn last(&self) -> bool {
+        self.last.load(Relaxed)
+    }
+
     /// A write ended an entry before it repaid its fill (`churn::PAYS`).
     pub(super) fn ended_young(&self) {
         self.young.fetch_add(1, Relaxed);

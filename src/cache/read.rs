@@ -131,7 +131,7 @@ impl Core {
             return false;
         }
         clock.skipped += 1;
-        clock.counted();
+        clock.counted(|| self.admission.fills_last());
         true
     }
 
@@ -145,7 +145,7 @@ impl Core {
     where
         L: Fn() -> Option<Arc<LaneHandle>>,
     {
-        clock.counted();
+        clock.counted(|| self.admission.fills_last());
         let hash = self.admission.hash(key);
         // A warm connection's GET is looked for in this thread's front first, and served
         // from there uncounted but for one in `COUNT_FRONT_HITS`: see that constant.
@@ -525,8 +525,14 @@ mod tests {
     }
 
     /// Runs one window of GETs through `clock` (which must be at a window's start), a hit
-    /// every `hit_every` GETs and a join every `join_every` (0: none).
+    /// every `hit_every` GETs and a join every `join_every` (0: none), while the cache's
+    /// fills last.
     fn window(clock: &mut Clock, hit_every: u32, join_every: u32) {
+        window_lasting(clock, hit_every, join_every, true);
+    }
+
+    /// [`window`], with the cache's fills lasting or not.
+    fn window_lasting(clock: &mut Clock, hit_every: u32, join_every: u32, fills_last: bool) {
         for i in 0..COOL_WINDOW {
             if hit_every > 0 && i.is_multiple_of(hit_every) {
                 clock.hit();
@@ -534,7 +540,7 @@ mod tests {
             if join_every > 0 && i.is_multiple_of(join_every) {
                 clock.joined();
             }
-            clock.counted();
+            clock.counted(|| fills_last);
         }
     }
 
@@ -625,6 +631,21 @@ mod tests {
         }
     }
 
+    /// Where writes end the cache's entries young, a cool connection needs as many hits to
+    /// turn warm again as a warm one needs to stay warm.
+    #[test]
+    fn a_cool_connection_warms_on_the_higher_bar_while_fills_do_not_last() {
+        let mut clock = Clock::default();
+        window_lasting(&mut clock, WARM_AGAIN_RATE + 1, 0, false);
+        assert!(clock.cool());
+        window_lasting(&mut clock, WARM_AGAIN_RATE, 0, false);
+        assert!(clock.cool(), "enough to warm while fills last, not now");
+        window_lasting(&mut clock, HIT_RATE, 0, false);
+        assert!(!clock.cool(), "a warm connection's bar");
+        window_lasting(&mut clock, HIT_RATE, 0, false);
+        assert!(!clock.cool(), "and it stays warm on it");
+    }
+
     /// A lane whose connection never answers: a fill sent over it stays in flight. The
     /// listener must outlive the lane's use.
     fn silent_lane() -> (Arc<LaneHandle>, std::net::TcpListener) {
@@ -664,7 +685,7 @@ mod tests {
                 drop(core.lookup(&key, route, clock));
             }
             for _ in 2..COOL_WINDOW {
-                clock.counted();
+                clock.counted(|| true);
             }
             core.stats.fills.get() - before
         };
