@@ -33,7 +33,7 @@ impl Lasting {
     /// A tracked fill started; returns whether fills lately last.
     pub(super) fn filled(&self) -> bool {
         self.fills.fetch_add(1, Relaxed);
-        self.last.load(Relaxed)
+        self.last()
     }
 
     /// Whether fills lately last, as the last look with fills found.
