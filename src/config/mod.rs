@@ -335,16 +335,16 @@ impl Config {
     /// while many requests are out lets the requests of every client arriving meanwhile go
     /// out as one write. Without the cache, Zipf GETs from 50 clients 16 deep went from
     /// 0.65M to 0.88M requests/s with it (corral's CPU per request 0.47 → 0.39 µs, Redis's
-    /// unchanged). With the cache serving many GETs the same runs lost 3-12% of their
-    /// throughput, so unless the bar is set the cache turns holding off while it serves
-    /// (see [`Config::holds_follow_cache`]).
+    /// unchanged). With the cache serving many GETs a round sends Redis only its misses, so
+    /// unless the bar is set the cache lowers it to 1 while it serves (see
+    /// [`Config::holds_follow_cache`] and `cache/holds.rs`).
     pub fn hold_writes_at(&self) -> usize {
         self.upstream
             .hold_writes_at
             .unwrap_or(upstream::HOLD_WRITES_AT)
     }
 
-    /// Whether the cache decides when writes are held: `upstream.hold_writes_at` is unset.
+    /// Whether the cache lowers the bar writes are held at: `upstream.hold_writes_at` is unset.
     pub fn holds_follow_cache(&self) -> bool {
         self.upstream.hold_writes_at.is_none()
     }

@@ -72,13 +72,9 @@ pub fn proxy_section(shared: &Shared) -> String {
             .replace(['\r', '\n'], " "),
     );
     line("upstream_tls", &u8::from(shared.upstream.is_tls()));
-    // The bar shared connections hold their writes at now: 0 while the cache serves many
-    // GETs (see `cache/holds.rs`) or when `upstream.hold_writes_at` is 0.
-    let held = if status.holds_writes() {
-        shared.cfg.hold_writes_at()
-    } else {
-        0
-    };
+    // The bar shared connections hold their writes at now: lower while the cache serves
+    // many GETs (see `cache/holds.rs`); 0 when `upstream.hold_writes_at` is 0.
+    let held = status.hold_bar(shared.cfg.hold_writes_at());
     line("upstream_hold_writes_at", &held);
     let (pools, clients) = shared.upstream.users.counts();
     line("upstream_user_pools", &pools);

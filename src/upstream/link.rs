@@ -228,7 +228,7 @@ impl Link {
     /// Whether the next write waits for replies: see [`Link::hold_at`]. A write begun is
     /// always finished.
     fn holds(&self) -> bool {
-        self.hold_at > 0 && !self.writing && self.owed >= self.hold_at && self.status.holds_writes()
+        self.hold_at > 0 && !self.writing && self.owed >= self.status.hold_bar(self.hold_at)
     }
 
     /// Notes a write made: once `wbuf` is all out, every waiter's requests are.
@@ -510,7 +510,7 @@ mod tests {
     }
 
     #[test]
-    fn a_write_begun_is_finished_and_nothing_waits_without_a_bar_or_with_holding_off() {
+    fn a_write_begun_is_finished_and_nothing_waits_without_a_bar() {
         let mut link = link();
         link.hold_at = 1;
         let (a, _ra) = job(2);
@@ -524,12 +524,24 @@ mod tests {
         write_all(&mut link);
         assert_eq!(link.owed, 1, "only the reply still missing is owed");
         assert!(link.holds());
-        // The cache serving many GETs turns holding off for every connection.
-        link.status.set_holds_writes(false);
-        assert!(!link.holds());
-        link.status.set_holds_writes(true);
-        assert!(link.holds());
         link.hold_at = 0;
         assert!(!link.holds());
+        // The cache's cap lowers a bar, and never makes a connection hold that has none.
+        link.status.cap_hold_bar(Some(1));
+        assert!(!link.holds());
+    }
+
+    #[test]
+    fn the_caches_cap_lowers_the_bar_while_it_is_set() {
+        let mut link = link();
+        link.hold_at = 48;
+        let (a, _ra) = job(2);
+        link.enqueue(a);
+        write_all(&mut link);
+        assert!(!link.holds(), "2 out, under 48");
+        link.status.cap_hold_bar(Some(1));
+        assert!(link.holds(), "2 out, at or over the cap of 1");
+        link.status.cap_hold_bar(None);
+        assert!(!link.holds(), "the connection's own bar again");
     }
 }

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -38,9 +38,10 @@ pub struct UpstreamStatus {
     paused_until_ms: AtomicU64,
     /// When each node last sent anything on any of corral's health-checked connections.
     lives: Mutex<HashMap<String, Arc<NodeLife>>>,
-    /// The cache serves enough GETs that shared connections do not hold writes (see
-    /// `ConnSettings::hold_at`): set and cleared by the cache.
-    holds_off: AtomicBool,
+    /// The most requests a shared connection may have out before its next write waits,
+    /// whatever its own bar (see `ConnSettings::hold_at`); 0: its own bar. Set and cleared by
+    /// the cache, by what it serves.
+    hold_cap: AtomicUsize,
 }
 
 /// When a node last sent corral anything, on any health-checked connection: tells a silent
@@ -305,14 +306,20 @@ impl UpstreamStatus {
         &self.book
     }
 
-    /// Whether shared connections may hold writes now (see `ConnSettings::hold_at`).
-    pub fn holds_writes(&self) -> bool {
-        !self.holds_off.load(Ordering::Relaxed)
+    /// The bar a shared connection whose own is `own` holds its writes at now (see
+    /// `ConnSettings::hold_at`): `own`, lowered to the cap the cache sets while it serves
+    /// many GETs. 0 (never hold) stays 0.
+    pub fn hold_bar(&self, own: usize) -> usize {
+        match self.hold_cap.load(Ordering::Relaxed) {
+            0 => own,
+            cap => own.min(cap),
+        }
     }
 
-    /// Lets shared connections hold writes, or stops them (the cache, by what it serves).
-    pub fn set_holds_writes(&self, on: bool) {
-        self.holds_off.store(!on, Ordering::Relaxed);
+    /// Caps every shared connection's bar (see [`UpstreamStatus::hold_bar`]), or lifts the
+    /// cap (`None`): the cache, by what it serves.
+    pub fn cap_hold_bar(&self, cap: Option<usize>) {
+        self.hold_cap.store(cap.unwrap_or(0), Ordering::Relaxed);
     }
 
     /// A client sent CLIENT PAUSE for `ms` through corral (`None`: CLIENT UNPAUSE).
