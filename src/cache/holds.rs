@@ -5,11 +5,11 @@
 //! GETs of cold keys, 50 clients 16 deep, went from 0.60-0.68M to 0.74-0.75M requests/s with
 //! the cache on.
 //!
-//! While the cache hits many GETs, a round sends Redis only its misses, and few connections'
-//! worth of requests is ever 48 out: corral wrote each round's few misses on their own. With
-//! Zipf GETs 16 deep that took one upstream write per 42 client requests (against one per
-//! 250 with `--no-cache`) and four times the `epoll_wait`s, and corral's CPU per request to
-//! 1.4-1.8x `--no-cache`'s. So while the cache hits one GET in [`HOLD_RATE`] or more, every
+//! While the cache hits many GETs, a round sends Redis only its misses, a connection seldom
+//! has 48 requests out, and each round's few misses went out on their own. With Zipf GETs 16
+//! deep that took one upstream write per 42 client requests (against one per 250 with
+//! `--no-cache`), four times the `epoll_wait`s, and corral's CPU per request to 1.4-1.7x
+//! `--no-cache`'s. So while the cache hits one GET in [`HOLD_RATE`] or more, every
 //! shared connection holds at [`SERVING_BAR`] instead: a write waits while any request
 //! written before it is unanswered.
 //!
