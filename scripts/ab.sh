@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# Side-by-side runs of corral builds or settings under one corral-load workload, for a change
+# too small for scripts/bench.sh to see through the machine's noise. One redis-server (KEYS
+# keys of 64 bytes) and one corral per target, each on free 127.0.0.1 ports; every target is
+# first loaded for WARM seconds (unmeasured), then ROUNDS interleaved rounds of SECS seconds
+# each print the target's requests/s and corral's CPU per request (utime+stime from
+# /proc/PID/stat around the run). Compare targets within a run, round by round.
+#
+# Usage: scripts/ab.sh [-r ROUNDS] [-s SECS] [-w WARM] [-k KEYS] [-P DEPTH] [--dist zipf|uniform]
+#                      [--get-ratio R] NAME=BIN[,FLAG...] ...
+#   e.g. scripts/ab.sh -r 6 new=target/release/corral old=/tmp/corral-old \
+#          off=target/release/corral,--no-cache held=target/release/corral,--config,/tmp/h1.toml
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+ROUNDS=3 SECS=4 WARM=6 KEYS=1000000 DEPTH=16 DIST=zipf RATIO=1.0
+TARGETS=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -r) ROUNDS=$2; shift 2 ;;
+    -s) SECS=$2; shift 2 ;;
+    -w) WARM=$2; shift 2 ;;
+    -k) KEYS=$2; shift 2 ;;
+    -P) DEPTH=$2; shift 2 ;;
+    --dist) DIST=$2; shift 2 ;;
+    --get-ratio) RATIO=$2; shift 2 ;;
+    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    *=*) TARGETS+=("$1"); shift ;;
+    *) echo "ab.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+[ ${#TARGETS[@]} -gt 0 ] || { echo "ab.sh: no target (NAME=BIN[,FLAG...])" >&2; exit 2; }
+command -v redis-server >/dev/null || { echo "ab.sh: needs redis-server" >&2; exit 1; }
+LOAD=target/release/corral-load
+[ -x "$LOAD" ] || cargo build --release --bin corral-load >&2
+
+WORK=$(mktemp -d)
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+# wait_ready PORT PID NAME: PING until it answers (bounded), failing early if PID died.
+wait_ready() {
+  for _ in $(seq 1 100); do
+    kill -0 "$2" 2>/dev/null || { echo "ab.sh: $3 exited; its log:" >&2; cat "$WORK/$3.log" >&2; exit 1; }
+    [ "$(redis-cli -p "$1" ping 2>/dev/null)" = PONG ] && return 0
+    sleep 0.05
+  done
+  echo "ab.sh: $3 never answered on port $1" >&2; exit 1
+}
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+
+REDIS_PORT=$(free_port)
+redis-server --port "$REDIS_PORT" --save '' --appendonly no >"$WORK/redis.log" 2>&1 &
+PIDS+=($!)
+wait_ready "$REDIS_PORT" $! redis
+"$LOAD" --addr "127.0.0.1:$REDIS_PORT" --fill -k "$KEYS" -d 64 >/dev/null
+
+NAMES=() PORTS=() CPIDS=()
+for t in "${TARGETS[@]}"; do
+  name=${t%%=*}
+  IFS=, read -ra argv <<< "${t#*=}"
+  port=$(free_port)
+  "${argv[0]}" --listen "127.0.0.1:$port" --upstream "redis://127.0.0.1:$REDIS_PORT" \
+    --log-level warn "${argv[@]:1}" >"$WORK/$name.log" 2>&1 &
+  pid=$!
+  PIDS+=("$pid")
+  wait_ready "$port" "$pid" "$name"
+  NAMES+=("$name") PORTS+=("$port") CPIDS+=("$pid")
+done
+
+run() { # PORT SECONDS: prints the requests/s corral-load reports
+  "$LOAD" --addr "127.0.0.1:$1" -c 50 -P "$DEPTH" -k "$KEYS" --dist "$DIST" \
+    --get-ratio "$RATIO" -d 64 --duration "$2" 2>&1 | grep -oE '[0-9.]+ req/s' | head -1 | cut -d' ' -f1
+}
+TICK=$(getconf CLK_TCK)
+for i in "${!NAMES[@]}"; do run "${PORTS[$i]}" "$WARM" >/dev/null; done
+echo "corral-load -c 50 -P $DEPTH -k $KEYS --dist $DIST --get-ratio $RATIO, $SECS s rounds after $WARM s"
+for r in $(seq 1 "$ROUNDS"); do
+  for i in "${!NAMES[@]}"; do
+    c0=$(cpu_ticks "${CPIDS[$i]}")
+    rps=$(run "${PORTS[$i]}" "$SECS")
+    c1=$(cpu_ticks "${CPIDS[$i]}")
+    awk -v n="${NAMES[$i]}" -v r="$r" -v rps="${rps:-0}" -v c=$((c1 - c0)) -v s="$SECS" -v t="$TICK" \
+      'BEGIN { us = (rps > 0) ? c * 1e6 / t / (rps * s) : 0
+               printf "%-12s round %d  %10.0f req/s  corral %.3f us/req\n", n, r, rps, us }'
+  done
+done
