@@ -34,34 +34,15 @@ command -v redis-server >/dev/null || { echo "ab.sh: needs redis-server" >&2; ex
 LOAD=target/release/corral-load
 [ -x "$LOAD" ] || cargo build --release --bin corral-load >&2
 
-WORK=$(mktemp -d)
+WORK=$(mktemp -d /tmp/corral-ab.XXXXXX)
 PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
-# wait_ready PORT PID NAME: PING until it answers (bounded), failing early if PID died.
-wait_ready() {
-  for _ in $(seq 1 100); do
-    kill -0 "$2" 2>/dev/null || { echo "ab.sh: $3 exited; its log:" >&2; cat "$WORK/$3.log" >&2; exit 1; }
-    [ "$(redis-cli -p "$1" ping 2>/dev/null)" = PONG ] && return 0
-    sleep 0.05
-  done
-  echo "ab.sh: $3 never answered on port $1" >&2; exit 1
-}
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# shellcheck source=scripts/procs.sh
+. scripts/procs.sh
 
 REDIS_PORT=$(free_port)
 redis-server --port "$REDIS_PORT" --save '' --appendonly no >"$WORK/redis.log" 2>&1 &
 PIDS+=($!)
-wait_ready "$REDIS_PORT" $! redis
+wait_ready "$REDIS_PORT" redis $!
 "$LOAD" --addr "127.0.0.1:$REDIS_PORT" --fill -k "$KEYS" -d 64 >/dev/null
 
 NAMES=() PORTS=() CPIDS=()
@@ -73,7 +54,7 @@ for t in "${TARGETS[@]}"; do
     --log-level warn "${argv[@]:1}" >"$WORK/$name.log" 2>&1 &
   pid=$!
   PIDS+=("$pid")
-  wait_ready "$port" "$pid" "$name"
+  wait_ready "$port" "$name" "$pid"
   NAMES+=("$name") PORTS+=("$port") CPIDS+=("$pid")
 done
 
@@ -81,7 +62,6 @@ run() { # PORT SECONDS: prints the requests/s corral-load reports
   "$LOAD" --addr "127.0.0.1:$1" -c 50 -P "$DEPTH" -k "$KEYS" --dist "$DIST" \
     --get-ratio "$RATIO" -d 64 --duration "$2" 2>&1 | grep -oE '[0-9.]+ req/s' | head -1 | cut -d' ' -f1
 }
-TICK=$(getconf CLK_TCK)
 for i in "${!NAMES[@]}"; do run "${PORTS[$i]}" "$WARM" >/dev/null; done
 echo "corral-load -c 50 -P $DEPTH -k $KEYS --dist $DIST --get-ratio $RATIO, $SECS s rounds after $WARM s"
 for r in $(seq 1 "$ROUNDS"); do
@@ -89,7 +69,7 @@ for r in $(seq 1 "$ROUNDS"); do
     c0=$(cpu_ticks "${CPIDS[$i]}")
     rps=$(run "${PORTS[$i]}" "$SECS")
     c1=$(cpu_ticks "${CPIDS[$i]}")
-    awk -v n="${NAMES[$i]}" -v r="$r" -v rps="${rps:-0}" -v c=$((c1 - c0)) -v s="$SECS" -v t="$TICK" \
+    awk -v n="${NAMES[$i]}" -v r="$r" -v rps="${rps:-0}" -v c=$((c1 - c0)) -v s="$SECS" -v t="$CLK_TCK" \
       'BEGIN { us = (rps > 0) ? c * 1e6 / t / (rps * s) : 0
                printf "%-12s round %d  %10.0f req/s  corral %.3f us/req\n", n, r, rps, us }'
   done
