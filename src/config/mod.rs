@@ -79,7 +79,7 @@ impl Default for AuthConfig {
         AuthConfig {
             passthrough: true,
             max_user_pools: 64,
-            user_connections: 1,
+            user_connections: 2,
             user_pool_idle_ms: 60_000,
         }
     }

@@ -90,16 +90,16 @@ pub struct UpstreamConfig {
     pub tls: UpstreamTls,
 }
 
-/// `upstream.hold_writes_at` when unset: more than one 16-deep pipeline's requests, so a
-/// connection holds only while several clients' pipelines are out, or 48 unpipelined
-/// clients' requests.
+/// `upstream.hold_writes_at` when unset: more than one 16-deep pipeline's requests, and more
+/// than 50 clients sending one request each can have on one of two connections, so
+/// unpipelined clients are never held.
 pub const HOLD_WRITES_AT: usize = 48;
 
 impl Default for UpstreamConfig {
     fn default() -> Self {
         UpstreamConfig {
             url: "redis://127.0.0.1:6379".into(),
-            connections: 1,
+            connections: 2,
             connect_timeout_ms: 1_000,
             request_timeout_ms: 5_000,
             reconnect_min_ms: 50,
