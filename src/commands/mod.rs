@@ -15,6 +15,6 @@ pub use busy::Exclusive;
 pub use command::{Command, Kind, Name};
 pub use keys::Access;
 pub use local::{LocalCtx, Outcome};
-pub use positions::{KeyPositions, command_keys};
+pub use positions::{Indices, KeyPositions, command_keys};
 pub use session::{LastCmd, Session};
 pub use table::{Local, PubSub, Route, Tx, classify};
