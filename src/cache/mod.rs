@@ -249,11 +249,21 @@ impl Cache {
     /// ([`Cache::prefetch_next`]): only once a slot has arrived is its entry known. Unless
     /// the connection's last round served a hit ([`Clock::warm`]), neither is: the slots of
     /// keys that are not cached hold other keys' entries, and loading them would only cost.
-    /// A cool connection's GETs ([`Clock::cool`]) need their presence counts only.
-    pub fn prefetch<'a>(&self, found: impl Iterator<Item = Found<'a>>, clock: &Clock) -> Ahead {
+    /// A cool connection's GETs ([`Clock::cool`]) need their presence counts only. `None`,
+    /// with nothing looked at, on a connection whose rounds lately had no GET (see
+    /// `clock::LOOK_AGAIN`).
+    pub fn prefetch<'a>(
+        &self,
+        found: impl Iterator<Item = Found<'a>>,
+        clock: &mut Clock,
+    ) -> Option<Ahead> {
+        if !clock.looks_ahead() {
+            return None;
+        }
         let core = &self.core;
         let (front, cool) = (clock.warm(), clock.cool());
         let mut ahead = Ahead::default();
+        let mut gets = false;
         for found in found.take(PREFETCH_MAX) {
             let (Found::Get(key) | Found::Set(key)) = found;
             let hash = core.admission.hash(key);
@@ -262,6 +272,7 @@ impl Cache {
                 core.admission.prefetch_write(hash);
                 continue;
             }
+            gets = true;
             if cool {
                 continue;
             }
@@ -279,7 +290,8 @@ impl Cache {
         for _ in 0..ENTRY_LEAD {
             self.prefetch_next(&mut ahead);
         }
-        ahead
+        clock.found_gets(gets);
+        Some(ahead)
     }
 
     /// Starts loading the entry of the next GET in `ahead`, if its front slot holds one.

@@ -39,7 +39,7 @@ impl Conn {
         let rbuf = std::mem::take(&mut self.rbuf);
         let mut parser = std::mem::take(&mut self.parser);
         let mut ahead = (self.shared.cache.as_ref())
-            .map(|c| c.prefetch(lookahead::keys(&rbuf, PREFETCH_MAX), &self.writes.clock));
+            .and_then(|c| c.prefetch(lookahead::keys(&rbuf, PREFETCH_MAX), &mut self.writes.clock));
         let mut quick = self.quick_gets();
         while !self.closing {
             if handled == MAX_PER_ROUND || self.batch.len_bytes() >= MAX_ROUND_BYTES {
