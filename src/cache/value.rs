@@ -6,7 +6,7 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 
 use super::entry::Entry;
-use crate::resp::request::parse_int;
+use crate::resp::digits::parse_int;
 use crate::resp::{Encoder, Proto, ReplyScanner};
 
 /// The result of a GET: a string, nil, or an error reply (e.g. WRONGTYPE).

@@ -6,8 +6,8 @@ use super::session::Session;
 use super::table::Local;
 use crate::error::replies::{self, Canned};
 use crate::resp::Args;
+use crate::resp::digits::parse_int;
 use crate::resp::reply::{self, Encoder, Proto};
-use crate::resp::request::parse_int;
 
 /// What the server needs to know to answer local commands.
 #[derive(Debug, Clone, Copy)]

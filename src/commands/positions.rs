@@ -11,7 +11,7 @@ use std::sync::LazyLock;
 
 use super::key_table::{KEYED, KEYLESS, MOVABLE};
 use crate::resp::Args;
-use crate::resp::request::parse_int;
+use crate::resp::digits::parse_int;
 
 /// What the tables say of a command name: its fixed key positions, or that it has none.
 #[derive(Clone, Copy)]

@@ -1,7 +1,7 @@
 //! Splitting complete replies into their frames: the one place the connection layer cuts a
 //! buffer of replies (a batch's, or an array's elements) into pieces.
 
-use super::request::parse_int;
+use super::digits::parse_int;
 use super::scan::ReplyScanner;
 
 /// One complete top-level frame of a buffer of replies.

@@ -6,7 +6,7 @@
 //! anything else (an inline request, a frame cut short, a malformed header). The requests
 //! themselves are parsed and checked by [`super::RequestParser`].
 
-use super::request::digits_line;
+use super::digits::digits_line;
 
 /// A request found ahead: the key of a `GET key`, or of a `SET key value ...`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,5 +1,6 @@
 //! RESP wire format: the client request parser, the upstream reply scanner and reply encoding.
 
+pub mod digits;
 pub mod frames;
 pub mod lookahead;
 pub mod reply;

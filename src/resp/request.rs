@@ -8,6 +8,8 @@
 
 use std::ops::Range;
 
+use super::digits::{digits_line, parse_int};
+
 /// Limits applied while parsing, mirroring Redis's.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
@@ -354,59 +356,8 @@ fn short_header(buf: &[u8], skip: usize, max_line: usize) -> Option<(Option<i64>
     Some((Some(n), skip + len))
 }
 
-/// Nearly every RESP length or count line, read in one pass: 1 to `most` (and at most 18)
-/// decimal digits, no leading zero but for a lone `0`, then CRLF, at the start of `line`. Its
-/// value and the line's length with the CRLF; `None` for anything else (a sign, a space, a
-/// 19th digit, a line cut short), for the caller's general path, which [`parse_int`] reads.
-/// Requests, reply frames and the lookahead's hints all read their lines here.
-#[inline(always)]
-pub(super) fn digits_line(line: &[u8], most: usize) -> Option<(i64, usize)> {
-    let mut n: i64 = 0;
-    for (i, &b) in line.iter().take(most.min(18) + 1).enumerate() {
-        let d = b.wrapping_sub(b'0');
-        if d < 10 {
-            if i == 18 {
-                // A 19th digit may not fit.
-                return None;
-            }
-            n = n * 10 + i64::from(d);
-            continue;
-        }
-        let shape = b == b'\r' && i > 0 && (i == 1 || line[0] != b'0');
-        return (shape && line.get(i + 1) == Some(&b'\n')).then_some((n, i + 2));
-    }
-    None
-}
-
 fn memchr(needle: u8, hay: &[u8]) -> Option<usize> {
     hay.iter().position(|&b| b == needle)
-}
-
-/// Redis's `string2ll`: an optional '-', then digits with no leading zero, fitting in i64.
-pub fn parse_int(s: &[u8]) -> Option<i64> {
-    let (neg, digits) = match s {
-        [b'-', rest @ ..] => (true, rest),
-        _ => (false, s),
-    };
-    match digits {
-        [] => return None,
-        [b'0'] => return (!neg).then_some(0),
-        [b'0', ..] => return None,
-        _ => {}
-    }
-    let mut v: i64 = 0;
-    for &d in digits {
-        if !d.is_ascii_digit() {
-            return None;
-        }
-        let d = i64::from(d - b'0');
-        v = if neg {
-            v.checked_mul(10)?.checked_sub(d)?
-        } else {
-            v.checked_mul(10)?.checked_add(d)?
-        };
-    }
-    Some(v)
 }
 
 /// Splits an inline line into arguments like Redis's `sdssplitargs`: whitespace-separated,
@@ -700,16 +651,5 @@ mod tests {
         let mut p = RequestParser::new(Limits::default());
         assert_eq!(p.parse(b"*1\r\n$100000\r\nab", true).unwrap(), None);
         assert_eq!(p.needed(), 13 + 100_000 + 2);
-    }
-
-    #[test]
-    fn parse_int_is_strict() {
-        assert_eq!(parse_int(b"0"), Some(0));
-        assert_eq!(parse_int(b"-12"), Some(-12));
-        assert_eq!(parse_int(b"012"), None);
-        assert_eq!(parse_int(b"+1"), None);
-        assert_eq!(parse_int(b"-0"), None);
-        assert_eq!(parse_int(b""), None);
-        assert_eq!(parse_int(b"99999999999999999999"), None);
     }
 }

@@ -9,7 +9,7 @@
 //! holds one counter per open aggregate, each opened by at least four bytes already in the
 //! buffer. Its memory is therefore bounded by the bytes buffered, like the buffer itself.
 
-use super::request::digits_line;
+use super::digits::digits_line;
 
 /// The upstream sent bytes that are not RESP; the connection cannot be trusted any more.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -197,7 +197,7 @@ fn find_crlf(buf: &[u8], from: usize) -> Option<usize> {
 }
 
 fn int(s: &[u8]) -> Result<i64, ScanError> {
-    super::request::parse_int(s).ok_or(ScanError("bad length"))
+    super::digits::parse_int(s).ok_or(ScanError("bad length"))
 }
 
 #[cfg(test)]
@@ -266,7 +266,7 @@ mod tests {
     }
 
     fn parse(s: &[u8]) -> Option<i64> {
-        super::super::request::parse_int(s)
+        super::super::digits::parse_int(s)
     }
 
     #[test]

@@ -11,8 +11,8 @@ use tokio_util::sync::CancellationToken;
 use crate::commands::Session;
 use crate::error::replies;
 use crate::resp::Args;
+use crate::resp::digits::parse_int;
 use crate::resp::reply::{self, Encoder};
-use crate::resp::request::parse_int;
 
 /// A registered client: a snapshot of its session and the token that disconnects it.
 #[derive(Debug)]

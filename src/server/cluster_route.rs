@@ -11,8 +11,8 @@ use super::route::Request;
 use super::routed;
 use crate::commands::{Command, Local, Route, Tx};
 use crate::error::replies;
+use crate::resp::digits::parse_int;
 use crate::resp::reply::{self, Encoder};
-use crate::resp::request::parse_int;
 
 impl Conn {
     /// Cluster mode: routes by slot, answers CLUSTER/READONLY/READWRITE/SELECT as a single

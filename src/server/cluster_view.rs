@@ -77,7 +77,7 @@ pub(super) fn execute(
         b"COUNTKEYSINSLOT" | b"GETKEYSINSLOT" => {
             match args
                 .get(2)
-                .and_then(crate::resp::request::parse_int)
+                .and_then(crate::resp::digits::parse_int)
                 .and_then(|n| u16::try_from(n).ok())
                 .filter(|&n| usize::from(n) < crate::cluster::SLOTS)
             {

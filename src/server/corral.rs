@@ -6,7 +6,7 @@ use bytes::{Bytes, BytesMut};
 
 use super::shared::Shared;
 use crate::error::replies;
-use crate::resp::request::parse_int;
+use crate::resp::digits::parse_int;
 use crate::resp::{Args, Encoder, Proto};
 
 const HELP: &[&str] = &[

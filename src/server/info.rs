@@ -6,8 +6,8 @@ use bytes::{Bytes, BytesMut};
 
 use super::shared::Shared;
 use crate::resp::Args;
+use crate::resp::digits::parse_int;
 use crate::resp::reply::{Encoder, Proto};
-use crate::resp::request::parse_int;
 
 /// Whether `INFO [section ...]` asks for corral's sections: with no section, or with `all`,
 /// `everything`, `default`, `proxy` or `cache` among them.

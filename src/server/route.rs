@@ -15,8 +15,9 @@ use crate::commands::{
     self, Access, Command, Exclusive, Local, LocalCtx, Outcome, PubSub, Route, Tx,
 };
 use crate::error::replies;
+use crate::resp::digits::parse_int;
 use crate::resp::reply::Encoder;
-use crate::resp::request::{encode_request, parse_int};
+use crate::resp::request::encode_request;
 
 /// The bytes of the request being routed, as the client sent them.
 pub(super) struct Request<'a> {

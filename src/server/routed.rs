@@ -12,7 +12,8 @@ use crate::cluster::keys::split_by_slot;
 use crate::cluster::{Addr, KeySlot, MultiKey, SplitKind, classify_multi};
 use crate::commands::{Access, Command};
 use crate::error::replies;
-use crate::resp::request::{encode_request, parse_int};
+use crate::resp::digits::parse_int;
+use crate::resp::request::encode_request;
 use crate::resp::{Args, Proto};
 use crate::upstream::cluster::ClusterUpstream;
 

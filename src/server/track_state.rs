@@ -11,7 +11,8 @@ use tokio::sync::{Notify, OnceCell, OwnedSemaphorePermit};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::replies;
-use crate::resp::request::{encode_request, parse_int};
+use crate::resp::digits::parse_int;
+use crate::resp::request::encode_request;
 use crate::upstream::{LinkObserver, Upstream, UpstreamConn};
 
 /// Most bytes of pushes waiting for one client before it is disconnected (Redis's default

@@ -14,8 +14,9 @@ use super::pending::{AloneReply, PendingReply, Then};
 use super::track_state::{Change, Inbox, OwnPushes, Tracking};
 use crate::error::replies;
 use crate::resp::Proto;
+use crate::resp::digits::parse_int;
 use crate::resp::reply::Encoder;
-use crate::resp::request::{encode_request, parse_int};
+use crate::resp::request::encode_request;
 use crate::upstream::LinkObserver;
 
 impl Conn {

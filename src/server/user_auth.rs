@@ -4,7 +4,7 @@
 use bytes::Bytes;
 
 use crate::commands::Local;
-use crate::resp::request::parse_int;
+use crate::resp::digits::parse_int;
 use crate::resp::{Args, Proto};
 use crate::upstream::Secret;
 
