@@ -1,10 +1,12 @@
-//! Plain GETs taken to the cache without being parsed or routed.
+//! Plain GETs taken to the cache, or to the batch, without being parsed or routed.
 //!
 //! A GET taken the usual way is parsed, named, guarded and routed before the cache sees it:
 //! some 700 instructions, about as many as the cache's own work on a hit. A client whose
 //! state leaves the route nothing to decide for a GET (see [`Conn::quick_gets`]) has each
 //! complete `GET key` at the head of its buffer taken straight to the cache's step, as the
 //! route would take it: a hit, a read joined or led, or the GET forwarded in the batch.
+//! With `--no-cache` the GET goes to the batch the same way: Zipf GETs at -P 16 took 1,022
+//! instructions per request instead of 1,625 (callgrind), and 8-18% less of corral's CPU.
 
 use std::sync::LazyLock;
 
@@ -36,15 +38,14 @@ static GET_LAST: LazyLock<LastCmd> = LazyLock::new(|| {
 
 impl Conn {
     /// Whether a plain GET may skip the parser and the route: nothing there would decide
-    /// other than to take it to the cache. Standalone, corral's own connections (no pin, no
-    /// Redis user, database 0), authenticated, no transaction, no corral user with
-    /// restrictions, GET neither renamed nor refused, every reply sent, not subscribed in
-    /// RESP2, no pause, and the cache on. Asked at the start of a round and after each
-    /// request of it routed other than as a plain forward (see `round::dispatch`), since
-    /// those can change this.
+    /// other than to take it to the cache (or, without one, to the batch). Standalone,
+    /// corral's own connections (no pin, no Redis user, database 0), authenticated, no
+    /// transaction, no corral user with restrictions, GET neither renamed nor refused, every
+    /// reply sent, not subscribed in RESP2, and no pause. Asked at the start of a round and
+    /// after each request of it routed other than as a plain forward (see
+    /// `round::dispatch`), since those can change this.
     pub(super) fn quick_gets(&self) -> bool {
-        self.shared.cache.is_some()
-            && self.pin.is_none()
+        self.pin.is_none()
             && !self.deferred_multi
             && self.session.db == 0
             && self.session.authenticated

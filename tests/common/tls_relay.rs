@@ -38,8 +38,10 @@ pub async fn tls_relay(target: SocketAddr, settings: UpstreamTls) -> SocketAddr 
         while let Ok((mut plain, _)) = listener.accept().await {
             let settings = settings.clone();
             tokio::spawn(async move {
-                let Ok(mut tls) = tls_dial(target, &settings).await else {
-                    return;
+                let mut tls = match tls_dial(target, &settings).await {
+                    Ok(tls) => tls,
+                    // The client then sees its connection reset: say why.
+                    Err(e) => return eprintln!("tls relay: dialing {target}: {e}"),
                 };
                 let _ = tokio::io::copy_bidirectional(&mut plain, &mut tls).await;
             });
