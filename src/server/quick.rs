@@ -6,7 +6,7 @@
 //! complete `GET key` at the head of its buffer taken straight to the cache's step, as the
 //! route would take it: a hit, a read joined or led, or the GET forwarded in the batch.
 //! With `--no-cache` the GET goes to the batch the same way: Zipf GETs at -P 16 took 1,022
-//! instructions per request instead of 1,625 (callgrind), and 8-18% less of corral's CPU.
+//! instructions per request instead of 1,625 (callgrind), and 3-18% less of corral's CPU.
 
 use std::sync::LazyLock;
 
