@@ -30,6 +30,7 @@
 //! - `entry.rs`, `value.rs`, `sketch.rs`, `hotkeys.rs`, `tracking.rs`, `short_key.rs`: leaves.
 
 mod admission;
+mod ahead;
 mod churn;
 mod clock;
 mod coherence;
@@ -64,6 +65,7 @@ use dashmap::DashMap;
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 
+pub use ahead::{Ahead, PREFETCH_MAX};
 pub use clock::Clock;
 pub use flight::{FillResult, FillRx};
 pub use hotkeys::HotKey;
@@ -85,20 +87,9 @@ use tracking::LaneState;
 
 /// Oldest in-flight read a GET may join when requests have no timeout.
 const DEFAULT_JOIN_BOUND: Duration = Duration::from_secs(5);
-/// Most keys [`Cache::prefetch`] takes at once: a full pipeline of a usual depth.
-pub const PREFETCH_MAX: usize = 32;
 /// How many GETs ahead of the lookups their entries are loaded: enough for the loads to
 /// arrive in time, at the few hundred nanoseconds a request takes to handle.
 const ENTRY_LEAD: usize = 2;
-
-/// The hashes of a round's GET keys ([`Cache::prefetch`]), and how many of their entries were
-/// asked for.
-#[derive(Debug, Default)]
-pub struct Ahead {
-    hashes: [u64; PREFETCH_MAX],
-    len: usize,
-    next: usize,
-}
 
 /// The cache facade used by client connections.
 #[derive(Debug)]
@@ -200,11 +191,12 @@ impl Cache {
     /// started goes over the tracking lane for hot keys, else over `conn`.
     ///
     /// With `lead`, a read that is not a tracked fill is returned as [`Lookup::Lead`] for the
-    /// caller to send in its own batch; else it is sent here over `conn`. `clock` is the
-    /// client's round's (see [`Clock`]).
+    /// caller to send in its own batch; else it is sent here over `conn`. `hash` is the key's
+    /// [`Cache::hash`]; `clock` is the client's round's (see [`Clock`]).
     pub fn get(
         &self,
         key: &[u8],
+        hash: u64,
         conn: &UpstreamConn,
         node: Option<&str>,
         lead: bool,
@@ -216,7 +208,7 @@ impl Cache {
             lane: || self.lane(node),
             lead,
         };
-        self.core.lookup(key, route, clock)
+        self.core.lookup(key, hash, route, clock)
     }
 
     /// A client's round ended: counts the GETs it forwarded without a lookup
@@ -230,12 +222,18 @@ impl Cache {
         }
     }
 
-    /// Whether a GET of `key` is forwarded as it is, with no lookup: the connection reads
-    /// only cold keys, and `key` is one (see [`Clock::cool`]). Else it goes to
-    /// [`Cache::get`].
+    /// Whether a GET of the key whose [`Cache::hash`] is `hash` is forwarded as it is, with
+    /// no lookup: the connection reads only cold keys, and the key is one (see
+    /// [`Clock::cool`]). Else it goes to [`Cache::get`].
     #[inline]
-    pub fn skips(&self, key: &[u8], clock: &mut Clock) -> bool {
-        self.core.skips(key, clock)
+    pub fn skips(&self, hash: u64, clock: &mut Clock) -> bool {
+        self.core.skips(hash, clock)
+    }
+
+    /// The hash the cache gives `key`: what [`Cache::get`] and [`Cache::skips`] take.
+    #[inline]
+    pub fn hash(&self, key: &[u8]) -> u64 {
+        self.core.admission.hash(key)
     }
 
     /// Starts loading what the GETs of these keys will read first: their sketch counters,
@@ -249,30 +247,36 @@ impl Cache {
     /// ([`Cache::prefetch_next`]): only once a slot has arrived is its entry known. Unless
     /// the connection's last round served a hit ([`Clock::warm`]), neither is: the slots of
     /// keys that are not cached hold other keys' entries, and loading them would only cost.
-    /// A cool connection's GETs ([`Clock::cool`]) need their presence counts only. `None`,
-    /// with nothing looked at, on a connection whose rounds lately had no GET (see
-    /// `clock::LOOK_AGAIN`).
+    /// A cool connection's GETs ([`Clock::cool`]) need their presence counts only. Nothing
+    /// is looked at on a connection whose rounds lately had no GET (see
+    /// `clock::LOOK_AGAIN`). `ahead` is filled with what was found (emptied first).
     pub fn prefetch<'a>(
         &self,
         found: impl Iterator<Item = Found<'a>>,
         clock: &mut Clock,
-    ) -> Option<Ahead> {
+        ahead: &mut Ahead,
+    ) {
+        ahead.clear();
         if !clock.looks_ahead() {
-            return None;
+            return;
         }
         let core = &self.core;
         let (front, cool) = (clock.warm(), clock.cool());
-        let mut ahead = Ahead::default();
         let mut gets = false;
         for found in found.take(PREFETCH_MAX) {
-            let (Found::Get(key) | Found::Set(key)) = found;
+            let (key, plain) = match found {
+                Found::Get(key, plain) => (key, plain),
+                Found::Set(key) => {
+                    let hash = core.admission.hash(key);
+                    core.presence.prefetch(hash);
+                    core.admission.prefetch_write(hash);
+                    continue;
+                }
+            };
             let hash = core.admission.hash(key);
             core.presence.prefetch(hash);
-            if matches!(found, Found::Set(_)) {
-                core.admission.prefetch_write(hash);
-                continue;
-            }
             gets = true;
+            ahead.push(hash, plain, key.len());
             if cool {
                 continue;
             }
@@ -281,22 +285,21 @@ impl Cache {
             if front {
                 core.store.prefetch(hash);
             }
-            ahead.hashes[ahead.len] = hash;
-            ahead.len += 1;
         }
-        if !front {
-            ahead.len = 0;
-        }
+        ahead.entries = front && !cool;
         for _ in 0..ENTRY_LEAD {
-            self.prefetch_next(&mut ahead);
+            self.prefetch_next(ahead);
         }
         clock.found_gets(gets);
-        Some(ahead)
     }
 
     /// Starts loading the entry of the next GET in `ahead`, if its front slot holds one.
     /// Called once per request handled, it runs [`ENTRY_LEAD`] GETs ahead of the lookups.
+    #[inline]
     pub fn prefetch_next(&self, ahead: &mut Ahead) {
+        if !ahead.entries {
+            return;
+        }
         if let Some(&hash) = ahead.hashes[..ahead.len].get(ahead.next) {
             // Not in the front: its bucket in the table, if the key may have an entry (its
             // presence count was loaded with the front's slot).

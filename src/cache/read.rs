@@ -125,9 +125,8 @@ impl Core {
     /// Whether a cool connection's GET of `key` is forwarded with no lookup: see
     /// [`COOL_WINDOW`].
     #[inline]
-    pub(super) fn skips(&self, key: &[u8], clock: &mut Clock) -> bool {
-        if !clock.cool() || self.presence.may_hold(self.admission.hash(key)) || one_in(COOL_SAMPLE)
-        {
+    pub(super) fn skips(&self, hash: u64, clock: &mut Clock) -> bool {
+        if !clock.cool() || self.presence.may_hold(hash) || one_in(COOL_SAMPLE) {
             return false;
         }
         clock.skipped += 1;
@@ -139,6 +138,7 @@ impl Core {
     pub(super) fn lookup<L>(
         self: &Arc<Self>,
         key: &[u8],
+        hash: u64,
         route: Route<'_, L>,
         clock: &mut Clock,
     ) -> Lookup
@@ -146,7 +146,6 @@ impl Core {
         L: Fn() -> Option<Arc<LaneHandle>>,
     {
         clock.counted(|| self.admission.fills_last());
-        let hash = self.admission.hash(key);
         // A warm connection's GET is looked for in this thread's front first, and served
         // from there uncounted but for one in `COUNT_FRONT_HITS`: see that constant.
         let mut front = clock.warm();
@@ -565,7 +564,7 @@ mod tests {
                 lane: || None,
                 lead: true,
             };
-            matches!(core.lookup(key, route, clock), Lookup::Hit(_))
+            matches!(core.lookup(key, hash, route, clock), Lookup::Hit(_))
         };
         // A cold connection's first GET takes the full path: counted, and put in the front.
         assert!(get(&mut clock));
@@ -595,7 +594,7 @@ mod tests {
         assert!(clock.cool());
         let n = 1600;
         let skipped = (0..n)
-            .filter(|i| core.skips(format!("k{i}").as_bytes(), &mut clock))
+            .filter(|i| core.skips(core.admission.hash(format!("k{i}").as_bytes()), &mut clock))
             .count();
         let expected = n - n / COOL_SAMPLE as usize;
         assert!(
@@ -605,7 +604,7 @@ mod tests {
         assert_eq!(clock.skipped, skipped as u64);
         let hash = core.admission.hash(b"present");
         core.presence.add(hash, Held::Read);
-        assert!((0..100).all(|_| !core.skips(b"present", &mut clock)));
+        assert!((0..100).all(|_| !core.skips(hash, &mut clock)));
         core.presence.remove(hash, Held::Read);
     }
 
@@ -682,7 +681,7 @@ mod tests {
                     lane: || Some(lane.clone()),
                     lead: true,
                 };
-                drop(core.lookup(&key, route, clock));
+                drop(core.lookup(&key, core.admission.hash(&key), route, clock));
             }
             for _ in 2..COOL_WINDOW {
                 clock.counted(|| true);
@@ -728,7 +727,7 @@ mod tests {
                             lead: true,
                         };
                         start.wait();
-                        core.lookup(key, route, &mut Clock::default())
+                        core.lookup(key, core.admission.hash(key), route, &mut Clock::default())
                     })
                 })
                 .collect();
@@ -754,7 +753,7 @@ mod tests {
                 lane: || None,
                 lead: true,
             };
-            core.lookup(key, route, &mut Clock::default())
+            core.lookup(key, core.admission.hash(key), route, &mut Clock::default())
         };
         let leads = |key: &[u8]| matches!(get(key), Lookup::Lead(_));
         assert!(leads(b"written"));

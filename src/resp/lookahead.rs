@@ -11,10 +11,20 @@ use super::digits::digits_line;
 /// A request found ahead: the key of a `GET key`, or of a `SET key value ...`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Found<'a> {
-    /// A GET's key.
-    Get(&'a [u8]),
+    /// A GET's key, and where the request is.
+    Get(&'a [u8], Plain),
     /// A SET's key.
     Set(&'a [u8]),
+}
+
+/// Where a `GET key` found ahead is in the buffer looked through: what [`plain_get`] gives at
+/// `at`, found without looking again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Plain {
+    /// Where the request starts.
+    pub at: usize,
+    /// Where its key starts.
+    pub key: usize,
 }
 
 /// Iterator over the keys of the GETs and SETs at the start of a buffer, up to a count of
@@ -22,6 +32,8 @@ pub enum Found<'a> {
 #[derive(Debug)]
 pub struct Keys<'a> {
     rest: &'a [u8],
+    /// Where `rest` starts in the buffer.
+    at: usize,
     left: usize,
 }
 
@@ -29,6 +41,7 @@ pub struct Keys<'a> {
 pub fn keys(buf: &[u8], max: usize) -> Keys<'_> {
     Keys {
         rest: buf,
+        at: 0,
         left: max,
     }
 }
@@ -45,8 +58,12 @@ impl<'a> Iterator for Keys<'a> {
                 let Some((start, end)) = bulk(buf, at) else {
                     return self.stop();
                 };
-                self.rest = &buf[end + 2..];
-                return Some(Found::Get(&buf[start..end]));
+                let plain = Plain {
+                    at: self.at,
+                    key: self.at + start,
+                };
+                self.step(end + 2);
+                return Some(Found::Get(&buf[start..end], plain));
             }
             // A plain SET: its key, and its value stepped over.
             if let Some(at) = set_header(buf) {
@@ -56,12 +73,14 @@ impl<'a> Iterator for Keys<'a> {
                 let Some((_, past)) = bulk(buf, end + 2) else {
                     return self.stop();
                 };
-                self.rest = &buf[past + 2..];
+                self.step(past + 2);
                 return Some(Found::Set(&buf[start..end]));
             }
             let Some((count, mut at)) = line_int(buf, b'*') else {
                 return self.stop();
             };
+            // Any other request, stepped over; a SET with options is one. A GET's only form
+            // is the one `get_header` matched.
             let mut args = [&buf[..0]; 2];
             for i in 0..count {
                 let Some((start, end)) = bulk(buf, at) else {
@@ -72,10 +91,7 @@ impl<'a> Iterator for Keys<'a> {
                 }
                 at = end + 2;
             }
-            self.rest = &buf[at..];
-            if count == 2 && args[0].eq_ignore_ascii_case(b"GET") {
-                return Some(Found::Get(args[1]));
-            }
+            self.step(at);
             if count >= 3 && args[0].eq_ignore_ascii_case(b"SET") {
                 return Some(Found::Set(args[1]));
             }
@@ -85,6 +101,12 @@ impl<'a> Iterator for Keys<'a> {
 }
 
 impl Keys<'_> {
+    /// Moves past the request of `len` bytes at the start of `rest`.
+    fn step(&mut self, len: usize) {
+        self.rest = &self.rest[len..];
+        self.at += len;
+    }
+
     /// Ends the iteration: what follows is not read.
     fn stop(&mut self) -> Option<Found<'static>> {
         self.left = 0;
@@ -161,7 +183,7 @@ mod tests {
     fn gets(buf: &[u8], max: usize) -> Vec<&[u8]> {
         keys(buf, max)
             .filter_map(|f| match f {
-                Found::Get(k) => Some(k),
+                Found::Get(k, _) => Some(k),
                 Found::Set(_) => None,
             })
             .collect()
@@ -203,6 +225,10 @@ mod tests {
         assert_eq!(gets(buf, 0), Vec::<&[u8]>::new());
         let found: Vec<Found> = keys(buf, 10).collect();
         assert_eq!(found[1], Found::Set(b"b"));
+        // Each plain GET with where it starts and where its key starts, past what came before.
+        assert_eq!(found[0], Found::Get(b"a", Plain { at: 0, key: 17 }));
+        assert_eq!(found[2], Found::Get(b"", Plain { at: 47, key: 64 }));
+        assert_eq!(found[3], Found::Get(b"cd", Plain { at: 80, key: 97 }));
         assert_eq!(found.len(), 4);
         // SET with a value and options; not without a value.
         let buf = b"*5\r\n$3\r\nset\r\n$2\r\nkk\r\n$1\r\nv\r\n$2\r\nEX\r\n$2\r\n10\r\n\
@@ -238,7 +264,7 @@ mod tests {
         matched_in_any_case(
             get_header,
             (b"*2\r\n$3\r\n", b"get", b"$1\r\nk\r\n"),
-            &[Found::Get(b"k")],
+            &[Found::Get(b"k", Plain { at: 0, key: 17 })],
             &[
                 b"*2\r\n$3\r\nGEU\r\n$1\r\nk\r\n",
                 b"*2\r\n$3\r\nSET\r\n$1\r\nk\r\n",
@@ -261,7 +287,10 @@ mod tests {
                 b"set",
                 b"$1\r\nk\r\n$2\r\nvv\r\n*2\r\n$3\r\nGET\r\n$1\r\nj\r\n",
             ),
-            &[Found::Set(b"k"), Found::Get(b"j")],
+            &[
+                Found::Set(b"k"),
+                Found::Get(b"j", Plain { at: 28, key: 45 }),
+            ],
             &[
                 b"*3\r\n$3\r\nSEU\r\n$1\r\nk\r\n$1\r\nv\r\n",
                 b"*3\r\n$3\r\nGET\r\n$1\r\nk\r\n$1\r\nv\r\n",
@@ -323,10 +352,19 @@ mod tests {
             buf.truncate((next() % (buf.len() as u64 + 1)) as usize);
             let within = buf.as_ptr_range();
             for found in keys(&buf, 8) {
-                let (Found::Get(key) | Found::Set(key)) = found;
+                let (Found::Get(key, _) | Found::Set(key)) = found;
                 // Every key found is a part of the buffer.
                 let k = key.as_ptr_range();
                 assert!(within.start <= k.start && k.end <= within.end);
+                // A plain GET is where `plain_get` finds it, and as it finds it.
+                if let Found::Get(key, p) = found {
+                    let (range, len) = plain_get(&buf[p.at..]).expect("a plain GET");
+                    assert_eq!(&buf[p.at..][range.clone()], key);
+                    assert_eq!(
+                        (p.at + range.start, p.at + len),
+                        (p.key, p.key + key.len() + 2)
+                    );
+                }
             }
         }
     }

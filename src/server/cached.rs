@@ -13,7 +13,6 @@ use crate::upstream::UpstreamConn;
 /// The cache's part in a forwarded command: a GET is looked up (and becomes the returned
 /// slot); a write invalidates its keys now, and records them to invalidate again once it is
 /// acknowledged.
-#[allow(clippy::too_many_arguments)]
 pub(super) fn cache_step(
     cache: &Cache,
     conn: &UpstreamConn,
@@ -27,18 +26,7 @@ pub(super) fn cache_step(
     match access {
         Access::Get if args.len() == 2 && may_serve => {
             let key = args.get(1)?;
-            if cache.skips(key, &mut writes.clock) || writes.touched(key) {
-                return None;
-            }
-            // Standalone, a leading read rides in the client's own batch.
-            Some(
-                match cache.get(key, conn, node, node.is_none(), &mut writes.clock) {
-                    Lookup::Hit(v) => Plan::Reply(PendingReply::Value(v)),
-                    Lookup::Forward => return None,
-                    Lookup::Wait(rx) => Plan::Reply(PendingReply::Fill { rx }),
-                    Lookup::Lead(lead) => Plan::Lead(lead),
-                },
-            )
+            get_step(cache, conn, node, writes, key, cache.hash(key))
         }
         // In cluster mode the missing keys of an MGET may span slots: it is routed as usual.
         Access::MGet
@@ -93,6 +81,30 @@ pub(super) fn cache_step(
             None
         }
     }
+}
+
+/// The cache's part in a GET of `key`, whose [`Cache::hash`] is `hash`, from a client the
+/// cache may serve: a hit, a read to join or to lead, or `None` to forward it.
+pub(super) fn get_step(
+    cache: &Cache,
+    conn: &UpstreamConn,
+    node: Option<&str>,
+    writes: &mut Writes,
+    key: &[u8],
+    hash: u64,
+) -> Option<Plan> {
+    if cache.skips(hash, &mut writes.clock) || writes.touched(key) {
+        return None;
+    }
+    // Standalone, a leading read rides in the client's own batch.
+    Some(
+        match cache.get(key, hash, conn, node, node.is_none(), &mut writes.clock) {
+            Lookup::Hit(v) => Plan::Reply(PendingReply::Value(v)),
+            Lookup::Forward => return None,
+            Lookup::Wait(rx) => Plan::Reply(PendingReply::Fill { rx }),
+            Lookup::Lead(lead) => Plan::Lead(lead),
+        },
+    )
 }
 
 /// Invalidates the keys a write command names (before it is forwarded) and returns them, to

@@ -17,6 +17,7 @@ use super::shared::Shared;
 use super::subscriber::Subscriptions;
 use super::track_state::Inbox;
 use super::writes::Writes;
+use crate::cache::Ahead;
 use crate::commands::{self, Session};
 use crate::resp::{Limits, RequestParser};
 use crate::upstream::{Dedicated, UpstreamConn, UserLease, UserPool};
@@ -40,6 +41,8 @@ pub(super) struct Conn {
     pub(super) batch: Batch,
     /// Writes in this round and batch, for the cache.
     pub(super) writes: Writes,
+    /// This round's GETs as the cache's look-ahead found them.
+    pub(super) ahead: Ahead,
     /// This round's replies, in request order.
     pub(super) replies: Vec<Queued>,
     /// Close the connection after this round's replies are written (QUIT, protocol error).
@@ -111,6 +114,7 @@ impl Conn {
             local: BytesMut::new(),
             batch: Batch::default(),
             writes: Writes::default(),
+            ahead: Ahead::default(),
             replies: Vec::new(),
             closing: false,
             gone: false,

@@ -38,8 +38,10 @@ impl Conn {
         // Requests are routed from these while `self` changes; they are put back below.
         let rbuf = std::mem::take(&mut self.rbuf);
         let mut parser = std::mem::take(&mut self.parser);
-        let mut ahead = (self.shared.cache.as_ref())
-            .and_then(|c| c.prefetch(lookahead::keys(&rbuf, PREFETCH_MAX), &mut self.writes.clock));
+        if let Some(cache) = &self.shared.cache {
+            let found = lookahead::keys(&rbuf, PREFETCH_MAX);
+            cache.prefetch(found, &mut self.writes.clock, &mut self.ahead);
+        }
         let mut quick = self.quick_gets();
         while !self.closing {
             if handled == MAX_PER_ROUND || self.batch.len_bytes() >= MAX_ROUND_BYTES {
@@ -47,12 +49,12 @@ impl Conn {
             }
             if quick
                 && parser.at_start()
-                && let Some((len, plan)) = self.quick_get(&rbuf[off..], &parser)
+                && let Some((len, plan)) = self.quick_get(&rbuf, off, &parser)
             {
                 off += len;
                 handled += 1;
-                if let (Some(cache), Some(ahead)) = (&self.shared.cache, &mut ahead) {
-                    cache.prefetch_next(ahead);
+                if let Some(cache) = &self.shared.cache {
+                    cache.prefetch_next(&mut self.ahead);
                 }
                 // As below: `handle_now` first, with no `async` call when it is enough.
                 let barrier = match self.handle_now(plan) {
@@ -96,8 +98,8 @@ impl Conn {
                 break;
             }
             handled += 1;
-            if let (Some(cache), Some(ahead)) = (&self.shared.cache, &mut ahead) {
-                cache.prefetch_next(ahead);
+            if let Some(cache) = &self.shared.cache {
+                cache.prefetch_next(&mut self.ahead);
             }
             // Only a request routed other than as a plain forward can change what
             // `quick_gets` depends on (a pin, a transaction, the database, the user, reply

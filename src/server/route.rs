@@ -313,16 +313,24 @@ impl Conn {
                 .upstream
                 .conn(self.session.proto, self.session.id);
             let step = cache_step(cache, conn, None, &mut self.writes, access, cmd, may_serve);
-            match step {
-                Some(Plan::Lead(lead)) => {
-                    self.batch.lead_next(lead);
-                }
-                Some(p) => return p,
-                None => {}
+            if let Some(plan) = self.cache_plan(step) {
+                return plan;
             }
         }
         self.append_request(cmd, req);
         Plan::Batched
+    }
+
+    /// What the cache's step made of a request standalone: a plan to carry out, or `None`
+    /// when the request goes in the batch (a leading read goes with it, noted here).
+    pub(super) fn cache_plan(&mut self, step: Option<Plan>) -> Option<Plan> {
+        match step {
+            Some(Plan::Lead(lead)) => {
+                self.batch.lead_next(lead);
+                None
+            }
+            step => step,
+        }
     }
 
     /// Standalone mode: a script goes on a connection of its own (or at least is noted as

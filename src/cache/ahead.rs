@@ -1,0 +1,114 @@
+//! The GETs of a round found ahead of handling them (see `Cache::prefetch`).
+
+use crate::resp::lookahead::Plain;
+
+/// Most keys `Cache::prefetch` takes at once: a full pipeline of a usual depth.
+pub const PREFETCH_MAX: usize = 32;
+
+/// The GETs of a round found ahead: their keys' hashes, where they are in the read buffer
+/// (for [`Ahead::plain_at`]), and how many of their entries `Cache::prefetch_next` asked
+/// for. Kept by the connection from round to round, so a round copies none of it.
+#[derive(Debug)]
+pub struct Ahead {
+    pub(super) hashes: [u64; PREFETCH_MAX],
+    places: [Place; PREFETCH_MAX],
+    pub(super) len: usize,
+    /// The next GET whose entry `Cache::prefetch_next` loads, if `entries`.
+    pub(super) next: usize,
+    pub(super) entries: bool,
+    /// The next GET [`Ahead::plain_at`] may be asked for.
+    taken: usize,
+}
+
+/// Where a GET is in the read buffer: its start, and where its key starts and ends.
+#[derive(Debug, Clone, Copy, Default)]
+struct Place {
+    at: usize,
+    key: usize,
+    end: usize,
+}
+
+impl Default for Ahead {
+    fn default() -> Self {
+        Ahead {
+            hashes: [0; PREFETCH_MAX],
+            places: [Place::default(); PREFETCH_MAX],
+            len: 0,
+            next: 0,
+            entries: false,
+            taken: 0,
+        }
+    }
+}
+
+impl Ahead {
+    /// Forgets the last round's GETs.
+    pub(super) fn clear(&mut self) {
+        self.len = 0;
+        self.next = 0;
+        self.taken = 0;
+        self.entries = false;
+    }
+
+    /// Notes a GET of a key of `key_len` bytes at `plain`, with its key's hash, unless
+    /// [`PREFETCH_MAX`] are noted already.
+    pub(super) fn push(&mut self, hash: u64, plain: Plain, key_len: usize) {
+        let (Some(h), Some(p)) = (self.hashes.get_mut(self.len), self.places.get_mut(self.len))
+        else {
+            return;
+        };
+        *h = hash;
+        *p = Place {
+            at: plain.at,
+            key: plain.key,
+            end: plain.key + key_len,
+        };
+        self.len += 1;
+    }
+
+    /// The GET found ahead that starts at `at` in the read buffer, if one does: where its
+    /// key is, and the key's hash. Asked with `at` rising through a round: a GET passed
+    /// over is not looked at again.
+    #[inline]
+    pub fn plain_at(&mut self, at: usize) -> Option<(std::ops::Range<usize>, u64)> {
+        while let Some(p) = self.places[..self.len].get(self.taken) {
+            if p.at > at {
+                return None;
+            }
+            let i = self.taken;
+            self.taken += 1;
+            if p.at == at {
+                return Some((p.key..p.end, self.hashes[i]));
+            }
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gets_are_found_at_their_place_once_in_order() {
+        let mut ahead = Ahead::default();
+        for (i, at) in [0, 30, 60].into_iter().enumerate() {
+            ahead.push(i as u64, Plain { at, key: at + 17 }, 3);
+        }
+        // A place no GET starts at, before one that does: nothing, and nothing passed.
+        assert_eq!(ahead.plain_at(10), None);
+        assert_eq!(ahead.plain_at(30), Some((47..50, 1)));
+        // The first one was passed over, and the second taken.
+        assert_eq!(ahead.plain_at(0), None);
+        assert_eq!(ahead.plain_at(30), None);
+        assert_eq!(ahead.plain_at(60), Some((77..80, 2)));
+        assert_eq!(ahead.plain_at(90), None);
+        ahead.clear();
+        assert_eq!(ahead.plain_at(0), None);
+        for i in 0..=PREFETCH_MAX {
+            ahead.push(0, Plain { at: i, key: i }, 0);
+        }
+        assert_eq!(ahead.plain_at(PREFETCH_MAX - 1), Some((31..31, 0)));
+        assert_eq!(ahead.plain_at(PREFETCH_MAX), None, "full");
+    }
+}
