@@ -125,6 +125,15 @@ pub fn plain_get(buf: &[u8]) -> Option<(std::ops::Range<usize>, usize)> {
     Some((start..end, end + 2))
 }
 
+/// A complete `SET key value` request at the start of `buf`, in the multibulk form clients
+/// send (the name in any case, no options): where its key is, the value's length and the
+/// request's length. `None` for anything else, including a SET not complete yet.
+pub fn plain_set(buf: &[u8]) -> Option<(std::ops::Range<usize>, usize, usize)> {
+    let (start, end) = bulk(buf, set_header(buf)?)?;
+    let (value, past) = bulk(buf, end + 2)?;
+    Some((start..end, past - value, past + 2))
+}
+
 /// `*2\r\n$3\r\nGET\r\n` (the command's name in any case) at the start of `buf`: where the
 /// key's header starts. Compared as words, not byte by byte: this runs on every request.
 fn get_header(buf: &[u8]) -> Option<usize> {
@@ -209,6 +218,30 @@ mod tests {
         ] {
             assert!(
                 plain_get(other).is_none(),
+                "{}",
+                String::from_utf8_lossy(other)
+            );
+        }
+    }
+
+    #[test]
+    fn a_plain_set_is_taken_whole_or_not_at_all() {
+        let set = b"*3\r\n$3\r\nsEt\r\n$3\r\nkey\r\n$5\r\nvalue\r\n*1\r\n$4\r\nPING\r\n";
+        assert_eq!(plain_set(set), Some((17..20, 5, 33)));
+        assert!((0..33).all(|n| plain_set(&set[..n]).is_none()));
+        assert_eq!(
+            plain_set(b"*3\r\n$3\r\nSET\r\n$0\r\n\r\n$0\r\n\r\n"),
+            Some((17..17, 0, 25))
+        );
+        for other in [
+            &b"*4\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n$2\r\nNX\r\n"[..],
+            b"*3\r\n$3\r\nGET\r\n$1\r\nk\r\n$1\r\nv\r\n",
+            b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$2\r\nv\r\n",
+            b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nvv\r\n",
+            b"SET k v\r\n",
+        ] {
+            assert!(
+                plain_set(other).is_none(),
                 "{}",
                 String::from_utf8_lossy(other)
             );

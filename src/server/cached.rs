@@ -107,6 +107,14 @@ pub(super) fn get_step(
     )
 }
 
+/// The cache's part in a write of the one key `key` (a plain SET), as [`cache_step`] takes
+/// any write: the key invalidated now, and recorded to invalidate again once acknowledged.
+pub(super) fn write_one(cache: &Cache, writes: &mut Writes, key: &[u8]) {
+    writes.mark.get_or_insert_with(|| cache.write_mark());
+    cache.write_coming(key);
+    writes.wrote(key);
+}
+
 /// Invalidates the keys a write command names (before it is forwarded) and returns them, to
 /// invalidate again once it is acknowledged. The keys come from the command table of Redis
 /// (every key position, read or written), or the first argument for unknown commands.

@@ -2,7 +2,7 @@
 //!
 //! A GET taken the usual way is parsed, named, guarded and routed before the cache sees it:
 //! some 700 instructions, about as many as the cache's own work on a hit. A client whose
-//! state leaves the route nothing to decide for a GET (see [`Conn::quick_gets`]) has each
+//! state leaves the route nothing to decide for a GET (see [`Conn::quick`]) has each
 //! complete `GET key` at the head of its buffer taken straight to the cache's step, as the
 //! route would take it: a hit, a read joined or led, or the GET forwarded in the batch.
 //! With `--no-cache` the GET goes to the batch the same way: Zipf GETs at -P 16 took 1,022
@@ -15,13 +15,13 @@
 
 use std::sync::LazyLock;
 
-use super::cached::get_step;
+use super::cached::{get_step, write_one};
 use super::client::Conn;
 use super::clients::ReplyMode;
 use super::plan::Plan;
 use crate::acl::Verdict;
 use crate::commands::{Command, LastCmd};
-use crate::resp::lookahead::plain_get;
+use crate::resp::lookahead::{plain_get, plain_set};
 use crate::resp::{Args, RequestParser};
 
 /// A GET as the client's last command, copied whole. Recorded with `LastCmd::set` from a
@@ -29,25 +29,45 @@ use crate::resp::{Args, RequestParser};
 /// two of them (a failed store forwarding: 12 ns per GET in a profile of the 90/10 mix at
 /// -P 16 of a build where the call was not inlined; where it was, `quick_get` went from 5.6
 /// to 4.8 ns).
-static GET_LAST: LazyLock<LastCmd> = LazyLock::new(|| {
+static GET_LAST: LazyLock<LastCmd> = LazyLock::new(|| last_cmd(b"GET"));
+/// A SET as the client's last command (see [`GET_LAST`]).
+static SET_LAST: LazyLock<LastCmd> = LazyLock::new(|| last_cmd(b"SET"));
+
+/// The command `name` as a client's last command.
+fn last_cmd(name: &'static [u8]) -> LastCmd {
     let mut last = LastCmd::default();
+    let name_range = 0..name.len();
     last.set(&Command::new(Args::Ranges(
-        b"GET",
-        std::slice::from_ref(&(0..3)),
+        name,
+        std::slice::from_ref(&name_range),
     )));
     last
-});
+}
+
+/// Which plain requests may skip the parser and the route (see [`Conn::quick`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Quick {
+    /// Plain GETs: taken to the cache, or to the batch.
+    pub(super) gets: bool,
+    /// Plain SETs too: their key invalidated, and batched.
+    pub(super) sets: bool,
+}
 
 impl Conn {
-    /// Whether a plain GET may skip the parser and the route: nothing there would decide
-    /// other than to take it to the cache (or, without one, to the batch). Standalone,
-    /// corral's own connections (no pin, no Redis user, database 0), authenticated, no
-    /// transaction, no corral user with restrictions, GET neither renamed nor refused, every
-    /// reply sent, not subscribed in RESP2, and no pause. Asked at the start of a round and
-    /// after each request of it routed other than as a plain forward (see
-    /// `round::dispatch`), since those can change this.
-    pub(super) fn quick_gets(&self) -> bool {
-        self.pin.is_none()
+    /// Whether plain GETs, and plain SETs, may skip the parser and the route: nothing there
+    /// would decide other than to take a GET to the cache (or, without one, to the batch),
+    /// or a SET to the batch after the cache invalidated its key. Standalone, corral's own
+    /// connections (no pin, no Redis user, database 0), authenticated, no transaction, no
+    /// corral user with restrictions, the command neither renamed nor refused, every reply
+    /// sent, not subscribed in RESP2, and no pause. Asked at the start of a round and after
+    /// each request of it routed other than as a plain forward (see `round::dispatch`),
+    /// since those can change this.
+    pub(super) fn quick(&self) -> Quick {
+        let passes = |name: &[u8]| {
+            self.shared.guard.is_empty()
+                || matches!(self.shared.guard.check(name, None), Verdict::Pass)
+        };
+        let gets = self.pin.is_none()
             && !self.deferred_multi
             && self.session.db == 0
             && self.session.authenticated
@@ -58,14 +78,36 @@ impl Conn {
             && self.session.acl.as_ref().is_none_or(|u| !u.restricted())
             && !self.resp2_subscribed()
             && !self.shared.upstream.status.paused()
-            && (self.shared.guard.is_empty()
-                || matches!(self.shared.guard.check(b"GET", None), Verdict::Pass))
+            && passes(b"GET");
+        Quick {
+            gets,
+            sets: gets && passes(b"SET"),
+        }
+    }
+
+    /// Takes the plain GET or SET at `off` in the read buffer `rbuf` (see
+    /// [`Conn::quick_get`] and [`Conn::quick_set`]), as `quick` allows.
+    pub(super) fn quick_request(
+        &mut self,
+        rbuf: &[u8],
+        off: usize,
+        parser: &RequestParser,
+        quick: Quick,
+    ) -> Option<(usize, Plan)> {
+        if let Some(taken) = self.quick_get(rbuf, off, parser) {
+            return Some(taken);
+        }
+        if quick.sets {
+            return self.quick_set(rbuf.get(off..)?, parser);
+        }
+        None
     }
 
     /// Takes the plain GET at `off` in the read buffer `rbuf` to the cache as the route
     /// would: its length and plan. `None`, with nothing changed, when no complete plain GET
     /// starts there, or `parser` would refuse it for its limits (it then does, as Redis
     /// would). A GET the cache's look-ahead found is not read again, nor its key hashed.
+    #[inline]
     pub(super) fn quick_get(
         &mut self,
         rbuf: &[u8],
@@ -92,7 +134,7 @@ impl Conn {
         // What the route does for every request outside a transaction.
         self.session.last_cmd = *GET_LAST;
         self.tx_failed = false;
-        // What `through_cache` does with a GET, from a client `quick_gets` says it may serve.
+        // What `through_cache` does with a GET, from a client `quick` says it may serve.
         if let Some(cache) = &self.shared.cache {
             let key = frame.get(key)?;
             let hash = hash.unwrap_or_else(|| cache.hash(key));
@@ -105,6 +147,29 @@ impl Conn {
         self.append(frame);
         Some((len, Plan::Batched))
     }
+
+    /// Takes the plain SET at the start of `buf` to the batch as the route would, its key
+    /// invalidated first: its length and plan. `None`, with nothing changed, when `buf` does
+    /// not start with a complete plain SET, or `parser` would refuse it for its limits.
+    #[inline]
+    pub(super) fn quick_set(
+        &mut self,
+        buf: &[u8],
+        parser: &RequestParser,
+    ) -> Option<(usize, Plan)> {
+        let (key, value_len, len) = plain_set(buf)?;
+        if !parser.within_limits(3, key.len().max(value_len)) {
+            return None;
+        }
+        let frame = buf.get(..len)?;
+        self.session.last_cmd = *SET_LAST;
+        self.tx_failed = false;
+        if let Some(cache) = &self.shared.cache {
+            write_one(cache, &mut self.writes, frame.get(key)?);
+        }
+        self.append(frame);
+        Some((len, Plan::Batched))
+    }
 }
 
 #[cfg(test)]
@@ -112,11 +177,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_quick_get_is_the_last_command_a_parsed_one_would_be() {
+    fn a_quick_request_is_the_last_command_a_parsed_one_would_be() {
         let owned = [b"get".to_vec(), b"key".to_vec()];
         let mut parsed = LastCmd::default();
         parsed.set(&Command::new(Args::Owned(&owned)));
         assert_eq!(*GET_LAST, parsed);
         assert_eq!(GET_LAST.to_vec(), b"get");
+        let owned = [b"Set".to_vec(), b"key".to_vec(), b"v".to_vec()];
+        parsed.set(&Command::new(Args::Owned(&owned)));
+        assert_eq!(*SET_LAST, parsed);
+        assert_eq!(SET_LAST.to_vec(), b"set");
     }
 }

@@ -42,14 +42,14 @@ impl Conn {
             let found = lookahead::keys(&rbuf, PREFETCH_MAX);
             cache.prefetch(found, &mut self.writes.clock, &mut self.ahead);
         }
-        let mut quick = self.quick_gets();
+        let mut quick = self.quick();
         while !self.closing {
             if handled == MAX_PER_ROUND || self.batch.len_bytes() >= MAX_ROUND_BYTES {
                 break;
             }
-            if quick
+            if quick.gets
                 && parser.at_start()
-                && let Some((len, plan)) = self.quick_get(&rbuf, off, &parser)
+                && let Some((len, plan)) = self.quick_request(&rbuf, off, &parser, quick)
             {
                 off += len;
                 handled += 1;
@@ -102,7 +102,7 @@ impl Conn {
                 cache.prefetch_next(&mut self.ahead);
             }
             // Only a request routed other than as a plain forward can change what
-            // `quick_gets` depends on (a pin, a transaction, the database, the user, reply
+            // `quick` depends on (a pin, a transaction, the database, the user, reply
             // modes, subscriptions, a pause): scripts and CLIENT PAUSE are `special`.
             let recheck = cmd.kind.special || !matches!(cmd.route(), Route::Forward(_));
             let (proto, db) = (self.session.proto, self.session.db);
@@ -135,7 +135,7 @@ impl Conn {
                 break;
             }
             if recheck {
-                quick = self.quick_gets();
+                quick = self.quick();
             }
         }
         self.rbuf = rbuf;

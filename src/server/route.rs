@@ -323,6 +323,7 @@ impl Conn {
 
     /// What the cache's step made of a request standalone: a plan to carry out, or `None`
     /// when the request goes in the batch (a leading read goes with it, noted here).
+    #[inline]
     pub(super) fn cache_plan(&mut self, step: Option<Plan>) -> Option<Plan> {
         match step {
             Some(Plan::Lead(lead)) => {
