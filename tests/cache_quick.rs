@@ -1,6 +1,6 @@
-//! GETs answered from the cache before they are parsed (a client whose last round served a
-//! hit): every rule the usual path applies to a GET still holds when the GET comes right
-//! after a request that changes it, in the same pipelined write.
+//! GETs answered from the cache, and SETs batched, before they are parsed: every rule the
+//! usual path applies to a GET or a SET still holds when it comes right after a request that
+//! changes it, in the same pipelined write.
 
 mod common;
 
@@ -240,5 +240,135 @@ async fn a_get_over_the_multibulk_limit_is_refused() {
     .await;
     let got = send_until_closed(proxy.addr, &encode(&[b"GET", b"k"])).await;
     assert_eq!(got, b"-ERR Protocol error: invalid multibulk length\r\n");
+    proxy.stop().await;
+}
+
+// Plain SETs skip the parser too, under the same conditions as GETs and SET itself neither
+// renamed nor refused: every rule the usual path applies to a SET still holds.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renamed_set_is_unknown_by_its_old_name() {
+    let redis = RedisServer::start();
+    let proxy = TestProxy::start_with(&redis.url(), |c| {
+        c.commands = corral::acl::GuardConfig {
+            deny: Vec::new(),
+            rename: [("SET".to_string(), "MYSET".to_string())].into(),
+        };
+    })
+    .await;
+    let mut direct = connect(redis.addr()).await;
+    assert_eq!(direct.cmd("SET k v").await, OK);
+    let mut c = connect(proxy.addr).await;
+    make_cached(&mut c, "k", &bulk("v")).await;
+    let got = pipelined(
+        &mut c,
+        &[
+            &[b"GET", b"k"],
+            &[b"SET", b"k", b"old-name"],
+            &[b"MYSET", b"k", b"new-name"],
+            &[b"GET", b"k"],
+        ],
+        4,
+    )
+    .await;
+    assert_eq!(got[0], bulk("v"));
+    assert!(
+        got[1].starts_with(b"-ERR unknown command"),
+        "{}",
+        show(&got[1])
+    );
+    assert_eq!(got[2..], [OK.to_vec(), bulk("new-name")]);
+    assert_eq!(direct.cmd("GET k").await, bulk("new-name"));
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_denied_set_is_refused_and_not_sent() {
+    let redis = RedisServer::start();
+    let proxy = TestProxy::start_with(&redis.url(), |c| {
+        c.commands = corral::acl::GuardConfig {
+            deny: vec!["set".to_string()],
+            rename: Default::default(),
+        };
+    })
+    .await;
+    let mut direct = connect(redis.addr()).await;
+    assert_eq!(direct.cmd("SET k v").await, OK);
+    let mut c = connect(proxy.addr).await;
+    make_cached(&mut c, "k", &bulk("v")).await;
+    let got = pipelined(
+        &mut c,
+        &[&[b"GET", b"k"], &[b"SET", b"k", b"x"], &[b"GET", b"k"]],
+        3,
+    )
+    .await;
+    assert!(got[1].starts_with(b"-"), "{}", show(&got[1]));
+    assert_eq!([&got[0], &got[2]], [&bulk("v"), &bulk("v")]);
+    assert_eq!(direct.cmd("GET k").await, bulk("v"));
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_set_after_auth_as_a_restricted_user_is_checked() {
+    let redis = RedisServer::start();
+    let proxy = TestProxy::start_with(&redis.url(), |c| {
+        c.users = vec![corral::acl::UserSpec {
+            name: "reader".into(),
+            password: Some("r-pass".into()),
+            password_sha256: None,
+            rules: "+@read ~cache:*".into(),
+        }];
+    })
+    .await;
+    let mut c = connect(proxy.addr).await;
+    let got = pipelined(
+        &mut c,
+        &[
+            &[b"SET", b"cache:a", b"1"],
+            &[b"AUTH", b"reader", b"r-pass"],
+            &[b"SET", b"cache:a", b"2"],
+        ],
+        3,
+    )
+    .await;
+    assert_eq!(got[..2], [OK.to_vec(), OK.to_vec()]);
+    assert!(got[2].starts_with(b"-NOPERM"), "{}", show(&got[2]));
+    let mut direct = connect(redis.addr()).await;
+    assert_eq!(direct.cmd("GET cache:a").await, bulk("1"));
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_set_whose_value_is_over_the_bulk_limit_is_refused() {
+    let redis = RedisServer::start();
+    let proxy = TestProxy::start_with(&redis.url(), |c| {
+        c.limits.proto_max_bulk_len = 1024;
+    })
+    .await;
+    // The whole request in one write: it is complete when first looked at.
+    let got = send_until_closed(proxy.addr, &encode(&[b"SET", b"k", &[b'v'; 1025]])).await;
+    assert_eq!(got, b"-ERR Protocol error: invalid bulk length\r\n");
+    let got = send_until_closed(proxy.addr, &encode(&[b"SET", &[b'k'; 1025], b"v"])).await;
+    assert_eq!(got, b"-ERR Protocol error: invalid bulk length\r\n");
+    let mut c = connect(proxy.addr).await;
+    assert_eq!(c.request(&[b"SET", b"k", &[b'v'; 1024]]).await, OK);
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_list_names_set_as_the_last_command() {
+    let (_redis, proxy, _direct, mut c) = warm("k", "v").await;
+    let got = pipelined(&mut c, &[&[b"CLIENT", b"ID"], &[b"SET", b"k", b"w"]], 2).await;
+    assert_eq!(got[1], OK);
+    let id = String::from_utf8_lossy(&got[0])
+        .trim_start_matches(':')
+        .trim()
+        .to_string();
+    let line = client_list(proxy.addr)
+        .await
+        .into_iter()
+        .find(|l| field(l, "id") == Some(id.as_str()))
+        .expect("the client in CLIENT LIST");
+    assert_eq!(field(&line, "cmd"), Some("set"), "{line}");
     proxy.stop().await;
 }
