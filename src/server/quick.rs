@@ -158,7 +158,11 @@ impl Conn {
         parser: &RequestParser,
     ) -> Option<(usize, Plan)> {
         let (key, value_len, len) = plain_set(buf)?;
-        if !parser.within_limits(3, key.len().max(value_len)) {
+        // A pause noted since `quick` was asked: the route sends the write alone, so Redis
+        // parks no shared connection on it (`Conn::paused_alone`).
+        if !parser.within_limits(3, key.len().max(value_len))
+            || self.shared.upstream.status.paused()
+        {
             return None;
         }
         let frame = buf.get(..len)?;
