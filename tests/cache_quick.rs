@@ -18,6 +18,37 @@ async fn warm(key: &str, value: &str) -> (RedisServer, TestProxy, RawClient, Raw
     (redis, proxy, direct, c)
 }
 
+/// corral with a `[[users]]` user `reader` (password `r-pass`) who may only read `cache:*`.
+async fn with_reader() -> (RedisServer, TestProxy) {
+    let redis = RedisServer::start();
+    let proxy = TestProxy::start_with(&redis.url(), |c| {
+        c.users = vec![corral::acl::UserSpec {
+            name: "reader".into(),
+            password: Some("r-pass".into()),
+            password_sha256: None,
+            rules: "+@read ~cache:*".into(),
+        }];
+    })
+    .await;
+    (redis, proxy)
+}
+
+/// corral with `[commands]` denying `deny` and renaming each `(name, new name)`.
+async fn with_guard(deny: &[&str], rename: &[(&str, &str)]) -> (RedisServer, TestProxy) {
+    let redis = RedisServer::start();
+    let proxy = TestProxy::start_with(&redis.url(), |c| {
+        c.commands = corral::acl::GuardConfig {
+            deny: deny.iter().map(|d| d.to_string()).collect(),
+            rename: rename
+                .iter()
+                .map(|(from, to)| (from.to_string(), to.to_string()))
+                .collect(),
+        };
+    })
+    .await;
+    (redis, proxy)
+}
+
 /// The requests, as one write, and their `n` replies.
 async fn pipelined(c: &mut RawClient, requests: &[&[&[u8]]], n: usize) -> Vec<Vec<u8>> {
     let bytes: Vec<u8> = requests.iter().flat_map(|r| encode(r)).collect();
@@ -97,7 +128,7 @@ async fn a_get_after_select_reads_the_selected_database() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn client_list_names_get_as_the_last_command() {
+async fn client_list_names_a_get_or_set_as_the_last_command() {
     let (_redis, proxy, _direct, mut c) = warm("k", "v").await;
     // A round with a hit (so the next is warm) that ends with another command.
     let got = pipelined(&mut c, &[&[b"GET", b"k"], &[b"CLIENT", b"ID"]], 2).await;
@@ -106,13 +137,18 @@ async fn client_list_names_get_as_the_last_command() {
         .trim_start_matches(':')
         .trim()
         .to_string();
+    let last_cmd = || async {
+        let line = client_list(proxy.addr)
+            .await
+            .into_iter()
+            .find(|l| field(l, "id") == Some(id.as_str()))
+            .expect("the client in CLIENT LIST");
+        field(&line, "cmd").map(str::to_string)
+    };
     assert_eq!(get(&mut c, "k").await, bulk("v"));
-    let line = client_list(proxy.addr)
-        .await
-        .into_iter()
-        .find(|l| field(l, "id") == Some(id.as_str()))
-        .expect("the client in CLIENT LIST");
-    assert_eq!(field(&line, "cmd"), Some("get"), "{line}");
+    assert_eq!(last_cmd().await.as_deref(), Some("get"));
+    assert_eq!(c.request(&[b"SET", b"k", b"w"]).await, OK);
+    assert_eq!(last_cmd().await.as_deref(), Some("set"));
     proxy.stop().await;
 }
 
@@ -152,16 +188,7 @@ async fn a_get_after_subscribe_in_resp2_is_refused_as_by_redis() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_get_after_auth_as_a_restricted_user_is_checked() {
-    let redis = RedisServer::start();
-    let proxy = TestProxy::start_with(&redis.url(), |c| {
-        c.users = vec![corral::acl::UserSpec {
-            name: "reader".into(),
-            password: Some("r-pass".into()),
-            password_sha256: None,
-            rules: "+@read ~cache:*".into(),
-        }];
-    })
-    .await;
+    let (redis, proxy) = with_reader().await;
     let mut direct = connect(redis.addr()).await;
     assert_eq!(direct.cmd("SET secret v").await, OK);
     let mut c = connect(proxy.addr).await;
@@ -184,14 +211,7 @@ async fn a_get_after_auth_as_a_restricted_user_is_checked() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_renamed_get_is_unknown_by_its_old_name() {
-    let redis = RedisServer::start();
-    let proxy = TestProxy::start_with(&redis.url(), |c| {
-        c.commands = corral::acl::GuardConfig {
-            deny: Vec::new(),
-            rename: [("GET".to_string(), "MYGET".to_string())].into(),
-        };
-    })
-    .await;
+    let (redis, proxy) = with_guard(&[], &[("GET", "MYGET")]).await;
     let mut direct = connect(redis.addr()).await;
     assert_eq!(direct.cmd("SET k v").await, OK);
     let mut c = connect(proxy.addr).await;
@@ -215,19 +235,25 @@ async fn a_renamed_get_is_unknown_by_its_old_name() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_get_whose_key_is_over_the_bulk_limit_is_refused() {
+async fn a_get_or_set_with_a_string_over_the_bulk_limit_is_refused() {
     let redis = RedisServer::start();
     let proxy = TestProxy::start_with(&redis.url(), |c| {
         c.limits.proto_max_bulk_len = 1024;
     })
     .await;
-    let key = vec![b'k'; 1025];
-    // The whole request in one write: it is complete when first looked at.
-    let got = send_until_closed(proxy.addr, &encode(&[b"GET", &key])).await;
-    assert_eq!(got, b"-ERR Protocol error: invalid bulk length\r\n");
+    let (over, at_limit) = (vec![b'k'; 1025], vec![b'k'; 1024]);
+    // Each whole request in one write: it is complete when first looked at.
+    for request in [
+        &[&b"GET"[..], &over][..],
+        &[b"SET", b"k", &over],
+        &[b"SET", &over, b"v"],
+    ] {
+        let got = send_until_closed(proxy.addr, &encode(request)).await;
+        assert_eq!(got, b"-ERR Protocol error: invalid bulk length\r\n");
+    }
     let mut c = connect(proxy.addr).await;
-    let at_limit = vec![b'k'; 1024];
     assert_eq!(c.request(&[b"GET", &at_limit]).await, b"$-1\r\n");
+    assert_eq!(c.request(&[b"SET", b"k", &at_limit]).await, OK);
     proxy.stop().await;
 }
 
@@ -248,14 +274,7 @@ async fn a_get_over_the_multibulk_limit_is_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_renamed_set_is_unknown_by_its_old_name() {
-    let redis = RedisServer::start();
-    let proxy = TestProxy::start_with(&redis.url(), |c| {
-        c.commands = corral::acl::GuardConfig {
-            deny: Vec::new(),
-            rename: [("SET".to_string(), "MYSET".to_string())].into(),
-        };
-    })
-    .await;
+    let (redis, proxy) = with_guard(&[], &[("SET", "MYSET")]).await;
     let mut direct = connect(redis.addr()).await;
     assert_eq!(direct.cmd("SET k v").await, OK);
     let mut c = connect(proxy.addr).await;
@@ -284,14 +303,7 @@ async fn a_renamed_set_is_unknown_by_its_old_name() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_denied_set_is_refused_and_not_sent() {
-    let redis = RedisServer::start();
-    let proxy = TestProxy::start_with(&redis.url(), |c| {
-        c.commands = corral::acl::GuardConfig {
-            deny: vec!["set".to_string()],
-            rename: Default::default(),
-        };
-    })
-    .await;
+    let (redis, proxy) = with_guard(&["set"], &[]).await;
     let mut direct = connect(redis.addr()).await;
     assert_eq!(direct.cmd("SET k v").await, OK);
     let mut c = connect(proxy.addr).await;
@@ -310,16 +322,7 @@ async fn a_denied_set_is_refused_and_not_sent() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_set_after_auth_as_a_restricted_user_is_checked() {
-    let redis = RedisServer::start();
-    let proxy = TestProxy::start_with(&redis.url(), |c| {
-        c.users = vec![corral::acl::UserSpec {
-            name: "reader".into(),
-            password: Some("r-pass".into()),
-            password_sha256: None,
-            rules: "+@read ~cache:*".into(),
-        }];
-    })
-    .await;
+    let (redis, proxy) = with_reader().await;
     let mut c = connect(proxy.addr).await;
     let got = pipelined(
         &mut c,
@@ -335,40 +338,5 @@ async fn a_set_after_auth_as_a_restricted_user_is_checked() {
     assert!(got[2].starts_with(b"-NOPERM"), "{}", show(&got[2]));
     let mut direct = connect(redis.addr()).await;
     assert_eq!(direct.cmd("GET cache:a").await, bulk("1"));
-    proxy.stop().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_set_whose_value_is_over_the_bulk_limit_is_refused() {
-    let redis = RedisServer::start();
-    let proxy = TestProxy::start_with(&redis.url(), |c| {
-        c.limits.proto_max_bulk_len = 1024;
-    })
-    .await;
-    // The whole request in one write: it is complete when first looked at.
-    let got = send_until_closed(proxy.addr, &encode(&[b"SET", b"k", &[b'v'; 1025]])).await;
-    assert_eq!(got, b"-ERR Protocol error: invalid bulk length\r\n");
-    let got = send_until_closed(proxy.addr, &encode(&[b"SET", &[b'k'; 1025], b"v"])).await;
-    assert_eq!(got, b"-ERR Protocol error: invalid bulk length\r\n");
-    let mut c = connect(proxy.addr).await;
-    assert_eq!(c.request(&[b"SET", b"k", &[b'v'; 1024]]).await, OK);
-    proxy.stop().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn client_list_names_set_as_the_last_command() {
-    let (_redis, proxy, _direct, mut c) = warm("k", "v").await;
-    let got = pipelined(&mut c, &[&[b"CLIENT", b"ID"], &[b"SET", b"k", b"w"]], 2).await;
-    assert_eq!(got[1], OK);
-    let id = String::from_utf8_lossy(&got[0])
-        .trim_start_matches(':')
-        .trim()
-        .to_string();
-    let line = client_list(proxy.addr)
-        .await
-        .into_iter()
-        .find(|l| field(l, "id") == Some(id.as_str()))
-        .expect("the client in CLIENT LIST");
-    assert_eq!(field(&line, "cmd"), Some("set"), "{line}");
     proxy.stop().await;
 }
