@@ -22,7 +22,7 @@ use super::entry::Entry;
 use super::epochs::ReadEpochs;
 use super::flight::Fill;
 use super::leads::{Leads, Slot};
-use super::presence::{Held, Presence};
+use super::presence::{Counts, Held, Presence};
 use super::recent::RecentReads;
 use super::stats::Stats;
 use super::store::Store;
@@ -73,13 +73,16 @@ impl Core {
     }
 
     /// [`Core::invalidate`] with the key's hash already computed.
+    #[inline]
     pub(super) fn invalidate_hashed(&self, key: &[u8], hash: u64, unseen: bool) -> bool {
         // Nearly every write is of a key with nothing here, and most of the rest of a key
         // with an entry but no read in flight.
         let counts = self.presence.counts(hash);
-        if !counts.any() {
-            return false;
-        }
+        counts.any() && self.invalidate_held(key, hash, counts, unseen)
+    }
+
+    /// [`Core::invalidate_hashed`] for a key that may have something here.
+    fn invalidate_held(&self, key: &[u8], hash: u64, counts: Counts, unseen: bool) -> bool {
         let mut unlinked = false;
         if counts.read() {
             let lead = self.remove_lead(hash, |s| s.is_for(key));

@@ -86,12 +86,19 @@ impl Writes {
     }
 
     /// Whether a write earlier in this round may have changed `key`.
+    #[inline]
     pub(super) fn touched(&mut self, key: &[u8]) -> bool {
+        // Inlined for this check: nearly every GET's round has written nothing.
+        if self.round_keys.is_empty() {
+            return self.round_all;
+        }
+        self.touched_by_keys(key)
+    }
+
+    /// [`Writes::touched`] once this round wrote keys.
+    fn touched_by_keys(&mut self, key: &[u8]) -> bool {
         if self.round_all {
             return true;
-        }
-        if self.round_keys.is_empty() {
-            return false;
         }
         let hash = key_hash(key);
         if self.round_keys.len() <= SCAN_AT_MOST {
