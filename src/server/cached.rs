@@ -2,6 +2,7 @@
 
 use bytes::{Bytes, BytesMut};
 
+use super::client::Conn;
 use super::pending::{PendingReply, Then};
 use super::plan::{AloneReq, Plan};
 use super::writes::Writes;
@@ -9,6 +10,21 @@ use crate::cache::{Cache, Lookup};
 use crate::commands::{self, Access, Command, KeyPositions};
 use crate::resp::request::encode_request;
 use crate::upstream::UpstreamConn;
+
+impl Conn {
+    /// What the cache's step made of a request standalone: a plan to carry out, or `None`
+    /// when the request goes in the batch (a leading read goes with it, noted here).
+    #[inline]
+    pub(super) fn cache_plan(&mut self, step: Option<Plan>) -> Option<Plan> {
+        match step {
+            Some(Plan::Lead(lead)) => {
+                self.batch.lead_next(lead);
+                None
+            }
+            step => step,
+        }
+    }
+}
 
 /// The cache's part in a forwarded command: a GET is looked up (and becomes the returned
 /// slot); a write invalidates its keys now, and records them to invalidate again once it is

@@ -321,19 +321,6 @@ impl Conn {
         Plan::Batched
     }
 
-    /// What the cache's step made of a request standalone: a plan to carry out, or `None`
-    /// when the request goes in the batch (a leading read goes with it, noted here).
-    #[inline]
-    pub(super) fn cache_plan(&mut self, step: Option<Plan>) -> Option<Plan> {
-        match step {
-            Some(Plan::Lead(lead)) => {
-                self.batch.lead_next(lead);
-                None
-            }
-            step => step,
-        }
-    }
-
     /// Standalone mode: a script goes on a connection of its own (or at least is noted as
     /// running), a kill goes out of band.
     fn exclusive_step(&mut self, cmd: &Command<'_>, req: &Request<'_>) -> Option<Plan> {
