@@ -3,8 +3,9 @@
 # too small for scripts/bench.sh to see through the machine's noise. One redis-server (KEYS
 # keys of 64 bytes) and one corral per target, each on free 127.0.0.1 ports; every target is
 # first loaded for WARM seconds (unmeasured), then ROUNDS interleaved rounds of SECS seconds
-# each print the target's requests/s and corral's CPU per request (utime+stime from
-# /proc/PID/stat around the run). Compare targets within a run, round by round.
+# each print the target's requests/s and corral's CPU per request, with its user and system
+# parts (utime and stime from /proc/PID/stat around the run). Compare targets within a run,
+# round by round.
 #
 # Usage: scripts/ab.sh [-r ROUNDS] [-s SECS] [-w WARM] [-k KEYS] [-P DEPTH] [--dist zipf|uniform]
 #                      [--get-ratio R] NAME=BIN[,FLAG...] ...
@@ -24,7 +25,7 @@ while [ $# -gt 0 ]; do
     -P) DEPTH=$2; shift 2 ;;
     --dist) DIST=$2; shift 2 ;;
     --get-ratio) RATIO=$2; shift 2 ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
     *=*) TARGETS+=("$1"); shift ;;
     *) echo "ab.sh: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -66,11 +67,13 @@ for i in "${!NAMES[@]}"; do run "${PORTS[$i]}" "$WARM" >/dev/null; done
 echo "corral-load -c 50 -P $DEPTH -k $KEYS --dist $DIST --get-ratio $RATIO, $SECS s rounds after $WARM s"
 for r in $(seq 1 "$ROUNDS"); do
   for i in "${!NAMES[@]}"; do
-    c0=$(cpu_ticks "${CPIDS[$i]}")
+    read -r u0 s0 <<< "$(cpu_split "${CPIDS[$i]}")"
     rps=$(run "${PORTS[$i]}" "$SECS")
-    c1=$(cpu_ticks "${CPIDS[$i]}")
-    awk -v n="${NAMES[$i]}" -v r="$r" -v rps="${rps:-0}" -v c=$((c1 - c0)) -v s="$SECS" -v t="$CLK_TCK" \
-      'BEGIN { us = (rps > 0) ? c * 1e6 / t / (rps * s) : 0
-               printf "%-12s round %d  %10.0f req/s  corral %.3f us/req\n", n, r, rps, us }'
+    read -r u1 s1 <<< "$(cpu_split "${CPIDS[$i]}")"
+    awk -v n="${NAMES[$i]}" -v r="$r" -v rps="${rps:-0}" -v u=$((u1 - u0)) -v k=$((s1 - s0)) \
+      -v s="$SECS" -v t="$CLK_TCK" \
+      'BEGIN { per = (rps > 0) ? 1e6 / t / (rps * s) : 0
+               printf "%-12s round %d  %10.0f req/s  corral %.3f us/req (user %.3f, system %.3f)\n",
+                 n, r, rps, (u + k) * per, u * per, k * per }'
   done
 done

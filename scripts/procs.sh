@@ -40,11 +40,18 @@ CLK_TCK=$(getconf CLK_TCK)
 # cpu_ticks PID: utime+stime of the whole process (all threads). Fields 14 and 15 of
 # /proc/PID/stat, counted after the ")" closing the command name, which may hold spaces.
 cpu_ticks() {
+  local user sys
+  read -r user sys <<< "$(cpu_split "$1")"
+  echo $(( user + sys ))
+}
+
+# cpu_split PID: utime and stime of the whole process, apart ("USER SYS").
+cpu_split() {
   local rest
   rest=$(cat "/proc/$1/stat")
   rest=${rest##*) }
   # shellcheck disable=SC2086
   set -- $rest
-  echo $(( ${12} + ${13} ))
+  echo "${12} ${13}"
 }
 

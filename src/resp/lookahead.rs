@@ -198,6 +198,13 @@ mod tests {
             .collect()
     }
 
+    /// Asserts that `taken` takes none of `others`.
+    fn none_taken(taken: impl Fn(&[u8]) -> bool, others: &[&[u8]]) {
+        for other in others {
+            assert!(!taken(other), "{}", String::from_utf8_lossy(other));
+        }
+    }
+
     #[test]
     fn a_plain_get_is_taken_whole_or_not_at_all() {
         let get = b"*2\r\n$3\r\ngEt\r\n$3\r\nkey\r\n*1\r\n$4\r\nPING\r\n";
@@ -209,19 +216,16 @@ mod tests {
             plain_get(b"*2\r\n$3\r\nGET\r\n$0\r\n\r\n"),
             Some((17..17, 19))
         );
-        for other in [
-            &b"*3\r\n$3\r\nGET\r\n$1\r\nk\r\n$1\r\nx\r\n"[..],
-            b"*2\r\n$3\r\nSET\r\n$1\r\nk\r\n",
-            b"*2\r\n$4\r\nGETX\r\n$1\r\nk\r\n",
-            b"*2\r\n$3\r\nGET\r\n$2\r\nk\r\n",
-            b"GET k\r\n",
-        ] {
-            assert!(
-                plain_get(other).is_none(),
-                "{}",
-                String::from_utf8_lossy(other)
-            );
-        }
+        none_taken(
+            |b| plain_get(b).is_some(),
+            &[
+                &b"*3\r\n$3\r\nGET\r\n$1\r\nk\r\n$1\r\nx\r\n"[..],
+                b"*2\r\n$3\r\nSET\r\n$1\r\nk\r\n",
+                b"*2\r\n$4\r\nGETX\r\n$1\r\nk\r\n",
+                b"*2\r\n$3\r\nGET\r\n$2\r\nk\r\n",
+                b"GET k\r\n",
+            ],
+        );
     }
 
     #[test]
@@ -233,19 +237,16 @@ mod tests {
             plain_set(b"*3\r\n$3\r\nSET\r\n$0\r\n\r\n$0\r\n\r\n"),
             Some((17..17, 0, 25))
         );
-        for other in [
-            &b"*4\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n$2\r\nNX\r\n"[..],
-            b"*3\r\n$3\r\nGET\r\n$1\r\nk\r\n$1\r\nv\r\n",
-            b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$2\r\nv\r\n",
-            b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nvv\r\n",
-            b"SET k v\r\n",
-        ] {
-            assert!(
-                plain_set(other).is_none(),
-                "{}",
-                String::from_utf8_lossy(other)
-            );
-        }
+        none_taken(
+            |b| plain_set(b).is_some(),
+            &[
+                &b"*4\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n$2\r\nNX\r\n"[..],
+                b"*3\r\n$3\r\nGET\r\n$1\r\nk\r\n$1\r\nv\r\n",
+                b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$2\r\nv\r\n",
+                b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nvv\r\n",
+                b"SET k v\r\n",
+            ],
+        );
     }
 
     #[test]

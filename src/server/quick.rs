@@ -104,9 +104,10 @@ impl Conn {
     }
 
     /// Takes the plain GET at `off` in the read buffer `rbuf` to the cache as the route
-    /// would: its length and plan. `None`, with nothing changed, when no complete plain GET
-    /// starts there, or `parser` would refuse it for its limits (it then does, as Redis
-    /// would). A GET the cache's look-ahead found is not read again, nor its key hashed.
+    /// would: its length and plan. `None`, with nothing changed but the look-ahead's place
+    /// (past `off`), when no complete plain GET starts there, or `parser` would refuse it for
+    /// its limits (it then does, as Redis would). A GET the cache's look-ahead found is not
+    /// read again, nor its key hashed.
     #[inline]
     pub(super) fn quick_get(
         &mut self,
