@@ -155,13 +155,21 @@ pub(super) fn prefetch_entry(hash: u64) -> bool {
     })
 }
 
-/// The live entry of `key` in this thread's front, if a slot of `hash` holds it for `owner`;
-/// `reads`, the key's read estimate when it was counted, becomes the slot's standing (see
-/// [`put`]), which `None` leaves as it is.
-pub(super) fn get(owner: u32, hash: u64, key: &[u8], reads: Option<u8>) -> Option<Arc<Entry>> {
-    FRONT.with(|f| {
-        let mut f = f.try_borrow_mut().ok()?;
-        let slot = set_mut(f.as_mut()?, hash)
+/// Hands `f` the live entry of `key` in this thread's front, if a slot of `hash` holds it
+/// for `owner`: what `f` returns, `None` if no slot does. `reads`, the key's read estimate
+/// when it was counted, becomes the slot's standing (see [`put`]), which `None` leaves as it
+/// is.
+#[inline]
+pub(super) fn with_entry<R>(
+    owner: u32,
+    hash: u64,
+    key: &[u8],
+    reads: Option<u8>,
+    f: impl FnOnce(&Arc<Entry>) -> Option<R>,
+) -> Option<R> {
+    FRONT.with(|front| {
+        let mut front = front.try_borrow_mut().ok()?;
+        let slot = set_mut(front.as_mut()?, hash)
             .iter_mut()
             .find(|s| s.holds(owner, hash, key))?;
         let entry = slot.entry.as_ref()?;
@@ -171,8 +179,14 @@ pub(super) fn get(owner: u32, hash: u64, key: &[u8], reads: Option<u8>) -> Optio
         if let Some(reads) = reads {
             slot.bar = reads;
         }
-        Some(entry.clone())
+        f(entry)
     })
+}
+
+/// The live entry of `key` in this thread's front (see [`with_entry`]).
+#[cfg(test)]
+fn get(owner: u32, hash: u64, key: &[u8], reads: Option<u8>) -> Option<Arc<Entry>> {
+    with_entry(owner, hash, key, reads, |e| Some(e.clone()))
 }
 
 /// Puts a store hit in this thread's front for `hash`: in the slot of its set that holds the

@@ -67,6 +67,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use ahead::{Ahead, PREFETCH_MAX};
 pub use clock::Clock;
+pub use entry::Entry;
 pub use flight::{FillResult, FillRx};
 pub use hotkeys::HotKey;
 pub use read::{Lead, Lookup};
@@ -209,6 +210,40 @@ impl Cache {
             lead,
         };
         self.core.lookup(key, hash, route, clock)
+    }
+
+    /// [`Cache::get`] of a standalone upstream's GET, but a hit in this thread's front (most
+    /// hits of a warm connection) is handed to `write`, which writes its reply where the
+    /// caller wants it at once, and no reference to the entry is taken: `None` then. `write`
+    /// may decline the entry (false), which is then looked up as [`Cache::get`] would, with
+    /// `conn` asked for where a read goes only then. A hit in the store is handed to `write`
+    /// as well.
+    #[inline]
+    pub fn get_or_write<'c>(
+        &self,
+        key: &[u8],
+        hash: u64,
+        conn: impl FnOnce() -> &'c UpstreamConn,
+        lead: bool,
+        clock: &mut Clock,
+        mut write: impl FnMut(&Entry) -> bool,
+    ) -> Option<Lookup> {
+        self.check_topology();
+        let lane = || self.lane(None);
+        let front = match (self.core).begin(key, hash, &lane, clock, |e| write(e).then_some(())) {
+            read::Begun::Served(()) => return None,
+            read::Begun::Store { front } => front,
+        };
+        let route = read::Route {
+            conn: conn(),
+            lane,
+            lead,
+        };
+        match self.core.lookup_store(key, hash, route, clock, front) {
+            // A hit counted in the read sketch: written too.
+            Lookup::Hit(v) if v.entry().is_some_and(&mut write) => None,
+            lookup => Some(lookup),
+        }
     }
 
     /// A client's round ended: counts the GETs it forwarded without a lookup

@@ -113,6 +113,17 @@ impl Drop for Completer {
     }
 }
 
+/// How [`Core::begin`] left a GET's lookup.
+pub(super) enum Begun<R> {
+    /// Served from this thread's front: what the server returned.
+    Served(R),
+    /// To be looked up in the store ([`Core::lookup_store`]); `front`, in the front too.
+    Store {
+        /// The front was not looked at: a hit counted in the read sketch is looked for there.
+        front: bool,
+    },
+}
+
 /// Where a GET's read may go: `conn` (the client's upstream), or the lane `lane` finds for
 /// the key's node, if any; `lead` asks for a plain read to be returned, not sent.
 pub(super) struct Route<'a, L: Fn() -> Option<Arc<LaneHandle>>> {
@@ -145,18 +156,62 @@ impl Core {
     where
         L: Fn() -> Option<Arc<LaneHandle>>,
     {
-        clock.counted(|| self.admission.fills_last());
-        // A warm connection's GET is looked for in this thread's front first, and served
-        // from there uncounted but for one in `COUNT_FRONT_HITS`: see that constant.
-        let mut front = clock.warm();
-        if front && !one_in(COUNT_FRONT_HITS) {
-            if let Some(e) = self.store.front_hit(key, hash, clock.now()) {
-                self.admission.sample_hit(hash, key);
-                return self.served(key, hash, e, &route, clock);
-            }
-            // Looked at: the store need not look again.
-            front = false;
+        match self.begin(key, hash, &route.lane, clock, |e| Some(e.clone())) {
+            Begun::Served(e) => Lookup::Hit(Value::Cached(e)),
+            Begun::Store { front } => self.lookup_store(key, hash, route, clock, front),
         }
+    }
+
+    /// The start of every GET's lookup: the GET counted in its connection's window and, on a
+    /// warm connection, looked for in this thread's front, which serves it (handing the entry
+    /// to `serve`, which may decline it) uncounted but for one in `COUNT_FRONT_HITS`: see
+    /// that constant. `lane` gives the lane to refresh the entry over, if its expiry is near.
+    #[inline]
+    pub(super) fn begin<R>(
+        self: &Arc<Self>,
+        key: &[u8],
+        hash: u64,
+        lane: &impl Fn() -> Option<Arc<LaneHandle>>,
+        clock: &mut Clock,
+        serve: impl FnOnce(&Arc<Entry>) -> Option<R>,
+    ) -> Begun<R> {
+        clock.counted(|| self.admission.fills_last());
+        if !clock.warm() {
+            return Begun::Store { front: false };
+        }
+        if one_in(COUNT_FRONT_HITS) {
+            return Begun::Store { front: true };
+        }
+        let now = clock.now();
+        let served = self.store.front_hit(key, hash, now, |e| {
+            let served = serve(e)?;
+            Some((served, self.hit(e, now, clock)))
+        });
+        let Some((served, refresh)) = served else {
+            // Looked at: the store need not look again.
+            return Begun::Store { front: false };
+        };
+        self.admission.sample_hit(hash, key);
+        if refresh && let Some(lane) = lane() {
+            self.refresh(key, hash, &lane);
+        }
+        Begun::Served(served)
+    }
+
+    /// The rest of a GET's lookup once [`Core::begin`] did not serve it: the GET counted in
+    /// the read sketch, then a hit in the store (looked for in the front too if `front`), or
+    /// an upstream read.
+    pub(super) fn lookup_store<L>(
+        self: &Arc<Self>,
+        key: &[u8],
+        hash: u64,
+        route: Route<'_, L>,
+        clock: &mut Clock,
+        front: bool,
+    ) -> Lookup
+    where
+        L: Fn() -> Option<Arc<LaneHandle>>,
+    {
         let reads = self.admission.record_get(hash, key);
         let resident = reads.warm;
         // Only a key warm enough to be cached is looked for (see `Admission::may_be_cached`),
@@ -242,15 +297,21 @@ impl Core {
         L: Fn() -> Option<Arc<LaneHandle>>,
     {
         let now = clock.now();
-        clock.hit();
-        self.stats.hits.inc();
-        e.mark_hit();
-        if self.admission.should_refresh(&e, now)
+        if self.hit(&e, now, clock)
             && let Some(lane) = (route.lane)()
         {
             self.refresh(key, hash, &lane);
         }
         Lookup::Hit(Value::Cached(e))
+    }
+
+    /// Counts a hit on `e` at `now`: whether the entry is to be refreshed early (XFetch).
+    #[inline]
+    fn hit(&self, e: &Entry, now: Instant, clock: &mut Clock) -> bool {
+        clock.hit();
+        self.stats.hits.inc();
+        e.mark_hit();
+        self.admission.should_refresh(e, now)
     }
 
     /// The read of a GET where plain reads are leads (`route.lead`). Every read of the key is
@@ -541,6 +602,57 @@ mod tests {
             }
             clock.counted(|| fills_last);
         }
+    }
+
+    /// A front hit whose server declines it is neither served nor counted: the store's part
+    /// of the lookup then serves it as usual. One it takes is counted as any hit.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn a_declined_front_hit_is_left_to_the_store() {
+        let core = Arc::new(Core::for_test());
+        let conn = idle_conn();
+        let (key, hash) = (b"front".as_slice(), core.admission.hash(b"front"));
+        let expires = Instant::now() + std::time::Duration::from_secs(60);
+        let quick = std::time::Duration::ZERO;
+        core.store
+            .insert(Entry::new(key, Value::Nil, expires, quick, quick));
+        let mut clock = Clock::default();
+        let route = || Route {
+            conn: &conn,
+            lane: || None,
+            lead: true,
+        };
+        // Into the front, and the connection warm.
+        assert!(matches!(
+            core.lookup(key, hash, route(), &mut clock),
+            Lookup::Hit(_)
+        ));
+        clock.reset();
+        let (mut declined, mut served) = (0, 0);
+        for _ in 0..40 {
+            let hits = core.stats.hits.get();
+            match core.begin(key, hash, &|| None, &mut clock, |_| None::<()>) {
+                Begun::Served(()) => panic!("served though declined"),
+                Begun::Store { front } => {
+                    assert_eq!(core.stats.hits.get(), hits, "a declined hit counted");
+                    declined += usize::from(!front);
+                    let lookup = core.lookup_store(key, hash, route(), &mut clock, front);
+                    assert!(matches!(lookup, Lookup::Hit(_)));
+                    assert_eq!(core.stats.hits.get(), hits + 1);
+                }
+            }
+            let hits = core.stats.hits.get();
+            let begun = core.begin(key, hash, &|| None, &mut clock, |e| Some(e.clone()));
+            if let Begun::Served(e) = begun {
+                assert_eq!(e.reply_len(), 5);
+                assert_eq!(core.stats.hits.get(), hits + 1);
+                served += 1;
+            }
+        }
+        // Three in four are looked for in the front; the rest are sampled for counting.
+        assert!(
+            declined > 15 && served > 15,
+            "{declined} declined, {served} served"
+        );
     }
 
     /// A warm connection's hits on an entry in this thread's front are served from there,

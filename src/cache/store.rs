@@ -98,7 +98,7 @@ impl Store {
         front: bool,
         reads: u8,
     ) -> Option<Arc<Entry>> {
-        if front && let Some(e) = self.in_front(key, hash, now, Some(reads)) {
+        if front && let Some(e) = self.in_front(key, hash, now, Some(reads), |e| Some(e.clone())) {
             return Some(e);
         }
         let e = self.table.get(hash, key)?;
@@ -116,27 +116,40 @@ impl Store {
         Some(e)
     }
 
-    /// The entry of `key` if this thread's front holds it, live at `now`: a hit that reads
-    /// neither the table nor the read sketch (see `read.rs`).
-    pub fn front_hit(&self, key: &[u8], hash: u64, now: Instant) -> Option<Arc<Entry>> {
-        self.in_front(key, hash, now, None)
+    /// Hands `serve` the entry of `key` if this thread's front holds it, live at `now`: a hit
+    /// that reads neither the table nor the read sketch (see `read.rs`), and takes no
+    /// reference to the entry. What `serve` returns; `None` if the front does not hold the
+    /// key, or `serve` declined the entry.
+    #[inline]
+    pub fn front_hit<R>(
+        &self,
+        key: &[u8],
+        hash: u64,
+        now: Instant,
+        serve: impl FnOnce(&Arc<Entry>) -> Option<R>,
+    ) -> Option<R> {
+        self.in_front(key, hash, now, None, serve)
     }
 
-    /// The front's part of a lookup: see `front::get` for `reads`.
-    fn in_front(
+    /// The front's part of a lookup: see `front::with_entry` for `reads`.
+    #[inline]
+    fn in_front<R>(
         &self,
         key: &[u8],
         hash: u64,
         now: Instant,
         reads: Option<u8>,
-    ) -> Option<Arc<Entry>> {
-        let e = front::get(self.owner, hash, key, reads)?;
-        if !e.live_at(now) {
-            return None;
-        }
-        // The table's clock sees the key in use, as a hit there would have shown it.
-        e.mark_used();
-        Some(e)
+        serve: impl FnOnce(&Arc<Entry>) -> Option<R>,
+    ) -> Option<R> {
+        front::with_entry(self.owner, hash, key, reads, |e| {
+            if !e.live_at(now) {
+                return None;
+            }
+            let served = serve(e)?;
+            // The table's clock sees the key in use, as a hit there would have shown it.
+            e.mark_used();
+            Some(served)
+        })
     }
 
     /// Asks the CPU to load this thread's front slot for `hash`.
@@ -279,31 +292,37 @@ mod tests {
         let s = Store::for_test(1 << 20);
         let h = s.hash(b"k");
         let now = Instant::now;
-        assert!(s.front_hit(b"k", h, now()).is_none(), "nothing cached");
+        // The entry the front hands over, declined if it is not `first`'s value.
+        let front_hit = |s: &Store, h, now| s.front_hit(b"k", h, now, |e| Some(e.clone()));
+        assert!(front_hit(&s, h, now()).is_none(), "nothing cached");
         let first = entry(b"k", b"1", Duration::from_secs(60));
         s.insert(first.clone());
-        assert!(
-            s.front_hit(b"k", h, now()).is_none(),
-            "not in the front yet"
-        );
+        assert!(front_hit(&s, h, now()).is_none(), "not in the front yet");
         assert!(served(&s, b"k", h).is_some());
-        assert!(
-            s.front_hit(b"k", h, now())
-                .is_some_and(|e| Arc::ptr_eq(&e, &first))
-        );
+        assert!(front_hit(&s, h, now()).is_some_and(|e| Arc::ptr_eq(&e, &first)));
         s.insert(entry(b"k", b"2", Duration::from_secs(60)));
-        assert!(s.front_hit(b"k", h, now()).is_none(), "replaced");
+        assert!(front_hit(&s, h, now()).is_none(), "replaced");
         assert!(served(&s, b"k", h).is_some());
-        assert!(s.front_hit(b"k", h, now()).is_some());
+        assert!(front_hit(&s, h, now()).is_some());
         assert!(s.remove(b"k").is_some());
-        assert!(s.front_hit(b"k", h, now()).is_none(), "removed");
+        assert!(front_hit(&s, h, now()).is_none(), "removed");
         s.insert(entry(b"k", b"3", Duration::from_millis(30)));
         assert!(served(&s, b"k", h).is_some());
         assert!(
-            s.front_hit(b"k", h, now() + Duration::from_millis(40))
-                .is_none(),
+            front_hit(&s, h, now() + Duration::from_millis(40)).is_none(),
             "expired"
         );
+    }
+
+    /// A front hit gives what its server returns, which may decline the entry.
+    #[test]
+    fn a_front_hit_gives_what_its_server_returns() {
+        let s = Store::for_test(1 << 20);
+        let h = s.hash(b"k");
+        s.insert(entry(b"k", b"1", Duration::from_secs(60)));
+        assert!(served(&s, b"k", h).is_some());
+        assert_eq!(s.front_hit(b"k", h, Instant::now(), |_| None::<()>), None);
+        assert_eq!(s.front_hit(b"k", h, Instant::now(), |_| Some(7)), Some(7));
     }
 
     #[test]

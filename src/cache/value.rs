@@ -50,6 +50,14 @@ impl Value {
         }
     }
 
+    /// The store's entry, for a local hit.
+    pub fn entry(&self) -> Option<&Entry> {
+        match self {
+            Value::Cached(e) => Some(e),
+            _ => None,
+        }
+    }
+
     /// Bytes the value occupies, for the cache's memory budget and `max_value_bytes`: the
     /// string's length, without its frame.
     pub fn size(&self) -> usize {

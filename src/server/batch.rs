@@ -109,14 +109,27 @@ impl Batch {
     /// A cache hit, as [`Batch::interleave`]: a short one is encoded in `proto` now, and
     /// joins the hits right before it, if any, as one reply to copy.
     pub(super) fn interleave_hit(&mut self, v: Value, proto: Proto) {
-        if v.reply_len() > ENCODE_AT_MOST {
-            return self.interleave(Interleaved::Value(v));
+        if !self.interleave_encoded(v.reply_len(), |out| v.encode(proto, out)) {
+            self.interleave(Interleaved::Value(v));
+        }
+    }
+
+    /// A cache hit's reply of about `len` bytes, encoded by `encode` as [`Batch::interleave_hit`]
+    /// encodes a short one: false, and nothing encoded, if it is not short.
+    #[inline]
+    pub(super) fn interleave_encoded(
+        &mut self,
+        len: usize,
+        encode: impl FnOnce(&mut BytesMut),
+    ) -> bool {
+        if len > ENCODE_AT_MOST {
+            return false;
         }
         let start = self.encoded.len();
         if self.encoded.capacity() - start < ENCODE_AT_MOST + 64 {
             self.encoded.reserve(ENCODED_BLOCK);
         }
-        v.encode(proto, &mut self.encoded);
+        encode(&mut self.encoded);
         let len = (self.encoded.len() - start) as u32;
         match self.interleaved.last_mut() {
             Some((before, Interleaved::Encoded { len: run })) if *before == self.count => {
@@ -124,6 +137,7 @@ impl Batch {
             }
             _ => self.interleave(Interleaved::Encoded { len }),
         }
+        true
     }
 
     /// Whether a reply can be interleaved: the batch has requests, and its replies are

@@ -6,7 +6,7 @@ use super::client::Conn;
 use super::pending::{PendingReply, Then};
 use super::plan::{AloneReq, Plan};
 use super::writes::Writes;
-use crate::cache::{Cache, Lookup};
+use crate::cache::{Cache, Entry, Lookup};
 use crate::commands::{self, Access, Command, KeyPositions};
 use crate::resp::request::encode_request;
 use crate::upstream::UpstreamConn;
@@ -113,14 +113,48 @@ pub(super) fn get_step(
         return None;
     }
     // Standalone, a leading read rides in the client's own batch.
-    Some(
-        match cache.get(key, hash, conn, node, node.is_none(), &mut writes.clock) {
-            Lookup::Hit(v) => Plan::Reply(PendingReply::Value(v)),
-            Lookup::Forward => return None,
-            Lookup::Wait(rx) => Plan::Reply(PendingReply::Fill { rx }),
-            Lookup::Lead(lead) => Plan::Lead(lead),
-        },
-    )
+    let lookup = cache.get(key, hash, conn, node, node.is_none(), &mut writes.clock);
+    lookup_plan(lookup)
+}
+
+/// What [`get_step_writing`] made of a GET.
+pub(super) enum Written {
+    /// Forward it in the batch.
+    Forward,
+    /// A hit whose reply is written: nothing more to do.
+    Hit,
+    /// A plan to carry out.
+    Plan(Plan),
+}
+
+/// [`get_step`] of a standalone GET whose hit `write` writes at once (see
+/// `Cache::get_or_write`).
+#[inline]
+pub(super) fn get_step_writing<'c>(
+    cache: &Cache,
+    conn: impl FnOnce() -> &'c UpstreamConn,
+    writes: &mut Writes,
+    key: &[u8],
+    hash: u64,
+    write: impl FnMut(&Entry) -> bool,
+) -> Written {
+    if cache.skips(hash, &mut writes.clock) || writes.touched(key) {
+        return Written::Forward;
+    }
+    match cache.get_or_write(key, hash, conn, true, &mut writes.clock, write) {
+        None => Written::Hit,
+        Some(lookup) => lookup_plan(lookup).map_or(Written::Forward, Written::Plan),
+    }
+}
+
+/// The plan for a GET the cache looked up: `None` to forward it.
+fn lookup_plan(lookup: Lookup) -> Option<Plan> {
+    Some(match lookup {
+        Lookup::Hit(v) => Plan::Reply(PendingReply::Value(v)),
+        Lookup::Forward => return None,
+        Lookup::Wait(rx) => Plan::Reply(PendingReply::Fill { rx }),
+        Lookup::Lead(lead) => Plan::Lead(lead),
+    })
 }
 
 /// The cache's part in a write of the one key `key` (a plain SET), as [`cache_step`] takes

@@ -56,6 +56,9 @@ impl Conn {
                 if let Some(cache) = &self.shared.cache {
                     cache.prefetch_next(&mut self.ahead);
                 }
+                let Some(plan) = plan else {
+                    continue;
+                };
                 // As below: `handle_now` first, with no `async` call when it is enough.
                 let barrier = match self.handle_now(plan) {
                     Ok(()) => false,
@@ -322,26 +325,33 @@ impl Conn {
     }
 
     /// Whether a local reply of about `size` bytes may be encoded into the write buffer now
-    /// rather than queued: nothing is pending before it (no batch, no queued reply), replies
-    /// are on, and the buffer stays far below the output limit that `collect` enforces. A
-    /// cache hit then costs no pending-reply slot.
+    /// rather than queued (see [`Conn::write_room`]). A cache hit then costs no pending-reply
+    /// slot.
     fn may_write_now(&self, size: usize) -> bool {
+        self.write_room().is_some_and(|room| size <= room)
+    }
+
+    /// How many bytes of local replies may be encoded into the write buffer now rather than
+    /// queued, if any may: nothing is pending before them (no batch, no queued reply),
+    /// replies are on, and the buffer stays far below the output limit that `collect`
+    /// enforces.
+    pub(super) fn write_room(&self) -> Option<usize> {
         const MOST: usize = 64 * 1024;
         let limit = match self.shared.cfg.limits.client_output_buffer_limit {
             0 => MOST,
             l => l.min(MOST),
         };
-        self.batch.is_empty()
+        (self.batch.is_empty()
             && self.replies.is_empty()
             && !self.silent_now
-            && self.reply_mode != ReplyMode::Off
-            && self.wbuf.len() + size + 32 <= limit
+            && self.reply_mode != ReplyMode::Off)
+            .then(|| limit.saturating_sub(self.wbuf.len() + 32))
     }
 
     /// Whether a cache reply can ride in the batch, between its forwarded requests' replies
     /// (see [`Interleaved`]): on corral's shared connections in standalone mode, where the
     /// batch's replies are one frame per request, never redirected.
-    fn may_interleave(&self) -> bool {
+    pub(super) fn may_interleave(&self) -> bool {
         self.batch.takes_interleaved()
             && self.pin.is_none()
             && self.shared.upstream.cluster.is_none()
