@@ -265,6 +265,11 @@ impl Cache {
         self.core.skips(hash, clock)
     }
 
+    /// The hasher behind [`Cache::hash`].
+    pub fn hasher(&self) -> foldhash::fast::RandomState {
+        self.core.admission.hasher()
+    }
+
     /// The hash the cache gives `key`: what [`Cache::get`] and [`Cache::skips`] take.
     #[inline]
     pub fn hash(&self, key: &[u8]) -> u64 {
@@ -355,8 +360,13 @@ impl Cache {
     /// A write through corral to `key` is about to be forwarded: counted against the key's
     /// admission (see `Admission::record_write`), and the key invalidated.
     pub fn write_coming(&self, key: &[u8]) {
+        self.write_coming_hashed(key, self.hash(key));
+    }
+
+    /// [`Cache::write_coming`] of a key whose [`Cache::hash`] is `hash`.
+    #[inline]
+    pub fn write_coming_hashed(&self, key: &[u8], hash: u64) {
         let core = &self.core;
-        let hash = core.admission.hash(key);
         core.admission.record_write(hash);
         if core.invalidate_hashed(key, hash, false) {
             core.stats.local_invalidations.inc();

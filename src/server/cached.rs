@@ -49,7 +49,7 @@ pub(super) fn cache_step(
             if args.len() > 1
                 && may_serve
                 && node.is_none()
-                && !args.iter().skip(1).any(|k| writes.touched(k)) =>
+                && !args.iter().skip(1).any(|k| writes.touched_key(k)) =>
         {
             let parts = cache.get_many(args.iter().skip(1));
             let missing: Vec<&[u8]> = args
@@ -87,7 +87,7 @@ pub(super) fn cache_step(
                 writes.round_all = true;
             }
             writes.mark.get_or_insert_with(|| cache.write_mark());
-            invalidate_keys(cache, cmd, positions, |k| writes.wrote(k));
+            invalidate_keys(cache, cmd, positions, |k| writes.wrote_key(k));
             None
         }
         Access::All => {
@@ -109,7 +109,7 @@ pub(super) fn get_step(
     key: &[u8],
     hash: u64,
 ) -> Option<Plan> {
-    if cache.skips(hash, &mut writes.clock) || writes.touched(key) {
+    if cache.skips(hash, &mut writes.clock) || writes.touched(hash) {
         return None;
     }
     // Standalone, a leading read rides in the client's own batch.
@@ -138,7 +138,7 @@ pub(super) fn get_step_writing<'c>(
     hash: u64,
     write: impl FnMut(&Entry) -> bool,
 ) -> Written {
-    if cache.skips(hash, &mut writes.clock) || writes.touched(key) {
+    if cache.skips(hash, &mut writes.clock) || writes.touched(hash) {
         return Written::Forward;
     }
     match cache.get_or_write(key, hash, conn, true, &mut writes.clock, write) {
@@ -161,8 +161,9 @@ fn lookup_plan(lookup: Lookup) -> Option<Plan> {
 /// any write: the key invalidated now, and recorded to invalidate again once acknowledged.
 pub(super) fn write_one(cache: &Cache, writes: &mut Writes, key: &[u8]) {
     writes.mark.get_or_insert_with(|| cache.write_mark());
-    cache.write_coming(key);
-    writes.wrote(key);
+    let hash = cache.hash(key);
+    cache.write_coming_hashed(key, hash);
+    writes.wrote(key, hash);
 }
 
 /// Invalidates the keys a write command names (before it is forwarded) and returns them, to

@@ -113,7 +113,12 @@ impl Conn {
             wbuf: BytesMut::with_capacity(READ_CHUNK),
             local: BytesMut::new(),
             batch: Batch::default(),
-            writes: Writes::default(),
+            writes: Writes::new(
+                shared
+                    .cache
+                    .as_ref()
+                    .map_or_else(Default::default, |c| c.hasher()),
+            ),
             ahead: Ahead::default(),
             replies: Vec::new(),
             closing: false,

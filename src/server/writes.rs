@@ -50,9 +50,20 @@ pub(super) struct Writes {
     /// The current batch runs a script or function, which may write keys it did not declare:
     /// once it is acknowledged, wait for the tracking connection to deliver what Redis sent.
     pub(super) barrier: bool,
+    /// Hashes keys as the cache does (`Cache::hasher`): a GET's or a SET's hash in hand is
+    /// not computed again for `round_keys`.
+    hasher: foldhash::fast::RandomState,
 }
 
 impl Writes {
+    /// A connection's writes, its keys hashed with `hasher` (the cache's, if any).
+    pub(super) fn new(hasher: foldhash::fast::RandomState) -> Writes {
+        Writes {
+            hasher,
+            ..Writes::default()
+        }
+    }
+
     /// A new round: nothing written in it yet.
     pub(super) fn new_round(&mut self) {
         if self.round_keys.capacity() > KEEP_ROUND_CAPACITY {
@@ -70,14 +81,24 @@ impl Writes {
 
     /// Keys a write in this round names.
     pub(super) fn written(&mut self, keys: &[Bytes]) {
-        self.round_keys.extend(keys.iter().map(|k| key_hash(k)));
+        let hasher = &self.hasher;
+        self.round_keys
+            .extend(keys.iter().map(|k| hasher.hash_one(k)));
     }
 
-    /// A write of the current batch names `key`: kept to invalidate again once the batch
-    /// is acknowledged, and written in this round.
-    pub(super) fn wrote(&mut self, key: &[u8]) {
+    /// A write of the current batch names `key`, whose [`Cache::hash`] is `hash`: kept to
+    /// invalidate again once the batch is acknowledged, and written in this round.
+    ///
+    /// [`Cache::hash`]: crate::cache::Cache::hash
+    pub(super) fn wrote(&mut self, key: &[u8], hash: u64) {
         self.keys.push(key);
-        self.round_keys.push(key_hash(key));
+        self.round_keys.push(hash);
+    }
+
+    /// [`Writes::wrote`], the key hashed here.
+    pub(super) fn wrote_key(&mut self, key: &[u8]) {
+        let hash = self.hasher.hash_one(key);
+        self.wrote(key, hash);
     }
 
     /// The current batch's written keys.
@@ -85,22 +106,33 @@ impl Writes {
         std::mem::take(&mut self.keys)
     }
 
-    /// Whether a write earlier in this round may have changed `key`.
+    /// Whether a write earlier in this round may have changed the key whose [`Cache::hash`]
+    /// is `hash`.
+    ///
+    /// [`Cache::hash`]: crate::cache::Cache::hash
     #[inline]
-    pub(super) fn touched(&mut self, key: &[u8]) -> bool {
+    pub(super) fn touched(&mut self, hash: u64) -> bool {
         // Inlined for this check: nearly every GET's round has written nothing.
         if self.round_keys.is_empty() {
             return self.round_all;
         }
-        self.touched_by_keys(key)
+        self.touched_by_keys(hash)
+    }
+
+    /// [`Writes::touched`], the key hashed here.
+    pub(super) fn touched_key(&mut self, key: &[u8]) -> bool {
+        if self.round_keys.is_empty() {
+            return self.round_all;
+        }
+        let hash = self.hasher.hash_one(key);
+        self.touched_by_keys(hash)
     }
 
     /// [`Writes::touched`] once this round wrote keys.
-    fn touched_by_keys(&mut self, key: &[u8]) -> bool {
+    fn touched_by_keys(&mut self, hash: u64) -> bool {
         if self.round_all {
             return true;
         }
-        let hash = key_hash(key);
         if self.round_keys.len() <= SCAN_AT_MOST {
             return self.round_keys.contains(&hash);
         }
@@ -124,11 +156,6 @@ impl Writes {
         }
         tx.keys = Vec::new();
     }
-}
-
-/// The hash `Writes` keeps of a written key.
-fn key_hash(key: &[u8]) -> u64 {
-    foldhash::fast::FixedState::default().hash_one(key)
 }
 
 /// Keys written by one batch, kept until Redis acknowledges it: their bytes end to end in
@@ -211,16 +238,29 @@ mod tests {
     fn written_keys_are_seen_scanned_or_indexed_until_the_next_round() {
         let mut w = Writes::default();
         w.written(&keys(0..3));
-        assert!(w.touched(b"k2") && !w.touched(b"k3"));
+        assert!(w.touched_key(b"k2") && !w.touched_key(b"k3"));
         // Past the scan limit the keys are indexed, and keys written after a lookup too.
         w.written(&keys(3..40));
-        assert!(w.touched(b"k39") && !w.touched(b"k40"));
+        assert!(w.touched_key(b"k39") && !w.touched_key(b"k40"));
         w.written(&keys(40..41));
-        assert!(w.touched(b"k40") && w.touched(b"k0"));
+        assert!(w.touched_key(b"k40") && w.touched_key(b"k0"));
         w.new_round();
-        assert!(!w.touched(b"k0") && !w.touched(b"k40"));
+        assert!(!w.touched_key(b"k0") && !w.touched_key(b"k40"));
         w.written(&keys(5..6));
-        assert!(w.touched(b"k5") && !w.touched(b"k39"));
+        assert!(w.touched_key(b"k5") && !w.touched_key(b"k39"));
+    }
+
+    /// Keys hashed here and hashes handed in are the same, as long as they come from the
+    /// hasher the writes were made with.
+    #[test]
+    fn keys_and_hashes_in_hand_agree() {
+        let hasher = foldhash::fast::RandomState::default();
+        let mut w = Writes::new(hasher.clone());
+        w.wrote(b"a", hasher.hash_one(b"a"));
+        w.wrote_key(b"b");
+        assert!(w.touched_key(b"a") && w.touched(hasher.hash_one(b"b")));
+        assert!(!w.touched_key(b"c") && !w.touched(hasher.hash_one(b"c")));
+        assert!(w.take_keys().iter().eq([&b"a"[..], b"b"]));
     }
 
     #[test]
