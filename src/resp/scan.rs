@@ -62,6 +62,16 @@ impl ReplyScanner {
     /// # Errors
     /// Bytes that are not valid RESP2/RESP3.
     pub fn next_frame(&mut self, buf: &[u8]) -> Result<Option<FrameEnd>, ScanError> {
+        // A write's `+OK`, read in one step: the general path looks for its line's end.
+        if self.open.is_empty()
+            && let Some([b'+', b'O', b'K', b'\r', b'\n']) = buf.get(self.pos..self.pos + 5)
+        {
+            self.pos += 5;
+            return Ok(Some(FrameEnd {
+                end: self.pos,
+                push: false,
+            }));
+        }
         // Most replies are a whole bulk string on their own: read in one step.
         if self.open.is_empty()
             && buf.get(self.pos) == Some(&b'$')
@@ -275,6 +285,18 @@ mod tests {
             ends(b"+OK\r\n-ERR x\r\n:1\r\n_\r\n,1.5\r\n#t\r\n(12\r\n"),
             vec![5, 13, 17, 20, 26, 30, 35]
         );
+    }
+
+    /// `+OK`, read in one step at the top, is the frame the general path reads, and is not
+    /// taken for a whole frame inside an aggregate, cut short, or as the start of a longer line.
+    #[test]
+    fn ok_is_read_as_any_simple_string() {
+        assert_eq!(ends(b"+OK\r\n+OKAY\r\n+OK\r\n"), vec![5, 12, 17]);
+        assert_eq!(ends(b"*2\r\n+OK\r\n+OK\r\n+OK\r\n"), vec![14, 19]);
+        assert_eq!(ends(b"+OK\r"), Vec::<usize>::new());
+        let mut s = ReplyScanner::new();
+        assert_eq!(s.next_frame(b"+OK\r").unwrap(), None);
+        assert_eq!(s.next_frame(b"+OK\r\n").unwrap().map(|f| f.end), Some(5));
     }
 
     #[test]
