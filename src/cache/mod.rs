@@ -136,6 +136,8 @@ impl Cache {
             internal: true,
             // A fill's waiters wait on each of its writes.
             hold_at: 0,
+            // A fill that takes too long resets its lane from its waiter (`flight.rs`).
+            request_timeout: None,
             ..settings
         };
         let upstream_addr = lane_settings.addr.clone();

@@ -46,6 +46,8 @@ impl Hub {
             tracking: false,
             reconnect: true,
             gather: false,
+            // A subscription's waiter gives up without resetting the connection.
+            request_timeout: None,
             ..settings
         };
         let (ups_tx, ups_rx) = mpsc::channel(1);

@@ -377,12 +377,13 @@ impl Conn {
         conn: &UpstreamConn,
     ) -> JobResult {
         // The deadline protects the other clients of a shared connection; a dedicated one
-        // has none, and resetting it would only lose this client's state.
+        // has none, and resetting it would only lose this client's state. A connection whose
+        // task times its requests out itself answers this one with the timeout.
         let deadline = self
             .shared
             .upstream
             .request_timeout
-            .filter(|_| !conn.is_dedicated());
+            .filter(|_| !conn.is_dedicated() && !conn.times_out());
         let result = match deadline {
             Some(d) => match timeout(d, rx).await {
                 Ok(r) => r,

@@ -34,6 +34,8 @@ pub struct UpstreamConn {
     dedicated: bool,
     /// The server's client id for the live connection (0: none, or not reported).
     client_id: Arc<AtomicU64>,
+    /// Its task times its requests out (see [`ConnSettings::request_timeout`]).
+    times_out: bool,
 }
 
 /// Most jobs queued per connection before senders wait (backpressure, bounded memory).
@@ -60,6 +62,7 @@ impl UpstreamConn {
             never_up: never_up.clone(),
             dedicated: !settings.reconnect,
             client_id: client_id.clone(),
+            times_out: settings.reconnect && settings.request_timeout.is_some(),
         };
         let task = Task {
             s: settings,
@@ -129,6 +132,12 @@ impl UpstreamConn {
     /// Whether two handles drive the same connection task.
     pub fn same(&self, other: &UpstreamConn) -> bool {
         Arc::ptr_eq(&self.reset, &other.reset)
+    }
+
+    /// Whether its task fails a request unanswered for `upstream.request_timeout_ms` (and
+    /// everything in flight with it): a waiter needs no timer of its own.
+    pub fn times_out(&self) -> bool {
+        self.times_out
     }
 
     /// Whether this connection serves one client at a time (a transaction, a blocking

@@ -63,6 +63,13 @@ pub struct ConnSettings {
     /// connection of the user is made again and a lost one is not reconnected. Its
     /// refusals are the user's, not corral's: they are not recorded as the upstream's.
     pub revoked: Option<CancellationToken>,
+    /// On a connection that reconnects: a request unanswered this long resets it, and every
+    /// request in flight on it fails with a timeout, so a stuck Redis holds a shared
+    /// connection's clients no longer than `upstream.request_timeout_ms`. Enforced by the
+    /// connection's task, which times its oldest request only: a client waiting on it sets
+    /// no timer of its own ([`super::UpstreamConn::times_out`]). `None` on connections whose
+    /// waiters time out in their own way (tracking lanes, pub/sub).
+    pub request_timeout: Option<Duration>,
 }
 
 /// By hand, so that a password never reaches a log line that prints the settings.
@@ -106,6 +113,7 @@ impl ConnSettings {
             gather: true,
             hold_at: cfg.hold_writes_at(),
             revoked: None,
+            request_timeout: cfg.request_timeout(),
         }
     }
 }

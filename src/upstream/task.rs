@@ -122,6 +122,8 @@ impl Task {
         // nobody to wait for.
         link.gather = s.gather && s.reconnect;
         link.hold_at = if link.gather { s.hold_at } else { 0 };
+        // A dedicated connection's client waits as long as Redis takes (see `collect.rs`).
+        link.request_timeout = s.request_timeout.filter(|_| s.reconnect);
         let end = tokio::select! {
             r = link.serve(stream, &mut self.rx) => r,
             _ = self.reset.notified() => End::timed_out("reset after a request timed out"),
