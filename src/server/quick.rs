@@ -110,10 +110,10 @@ impl Conn {
     }
 
     /// Takes the plain GET at `off` in the read buffer `rbuf` to the cache as the route
-    /// would: its length and the plan left to carry out, if any. `None`, with nothing changed but the look-ahead's place
-    /// (past `off`), when no complete plain GET starts there, or `parser` would refuse it for
-    /// its limits (it then does, as Redis would). A GET the cache's look-ahead found is not
-    /// read again, nor its key hashed.
+    /// would: its length and the plan left to carry out, if any. `None`, with nothing changed
+    /// but the look-ahead's place (past `off`), when no complete plain GET starts there, or
+    /// `parser` would refuse it for its limits (it then does, as Redis would). A GET the
+    /// cache's look-ahead found is not read again, nor its key hashed.
     #[inline]
     pub(super) fn quick_get(
         &mut self,
@@ -183,8 +183,9 @@ impl Conn {
     }
 
     /// Takes the plain SET at the start of `buf` to the batch as the route would, its key
-    /// invalidated first: its length (no plan is left). `None`, with nothing changed, when `buf` does
-    /// not start with a complete plain SET, or `parser` would refuse it for its limits.
+    /// invalidated first: its length (no plan is left). `None`, with nothing changed, when
+    /// `buf` does not start with a complete plain SET, or `parser` would refuse it for its
+    /// limits.
     #[inline]
     pub(super) fn quick_set(
         &mut self,
