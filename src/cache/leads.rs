@@ -1,5 +1,5 @@
 //! Bare reads: the plain GETs of keys that are not cached, sent in the client's own batch
-//! ([`super::Lead`]), which concurrent GETs of the same key join.
+//! ([`Lead`]), which concurrent GETs of the same key join.
 //!
 //! Nearly every miss is one, and most are never joined (a key read once), so registering one
 //! must cost little: the map is keyed by the key's hash, already computed for the sketch, and
@@ -18,8 +18,11 @@ use std::time::{Duration, Instant};
 
 use dashmap::DashMap;
 
+use super::coherence::Core;
 use super::flight::Fill;
 use super::short_key::ShortKey;
+use crate::error::UpstreamError;
+use crate::upstream::JobResult;
 
 /// The bare reads in flight, by the hash of their key.
 pub(super) type Leads = DashMap<u64, Slot, BuildHasherDefault<PassThrough>>;
@@ -79,6 +82,54 @@ impl Slot {
     /// Whether a GET arriving `now` may wait for this read (see `Fill::joinable`).
     pub(super) fn joinable(&self, now: Instant, bound: Duration) -> bool {
         now.saturating_duration_since(self.started) < bound
+    }
+}
+
+/// A plain GET that concurrent GETs of the same key wait for.
+#[derive(Debug)]
+pub struct Lead {
+    core: Arc<Core>,
+    /// The key's hash, which names its slot in `leads`.
+    hash: u64,
+    id: u64,
+    done: bool,
+}
+
+impl Lead {
+    /// The read `id` of the key with this hash, registered in `core`'s `leads`.
+    pub(super) fn new(core: Arc<Core>, hash: u64, id: u64) -> Lead {
+        Lead {
+            core,
+            hash,
+            id,
+            done: false,
+        }
+    }
+
+    /// Shares the GET's reply (one RESP frame), or its failure, with the waiters.
+    pub fn complete(mut self, reply: JobResult) {
+        self.done = true;
+        self.core.complete_lead(self.hash, self.id, reply);
+    }
+
+    /// Ends a lead nobody joined (the common case), whose reply is then not needed: `None`.
+    /// A joined lead is returned, to be [`Lead::complete`]d with its reply.
+    pub fn finish_unjoined(mut self) -> Option<Lead> {
+        if self.core.unlink_lead(self.hash, self.id) {
+            self.done = true;
+            return None;
+        }
+        Some(self)
+    }
+}
+
+impl Drop for Lead {
+    /// A read dropped unsent (shutdown) must not leave waiters hanging.
+    fn drop(&mut self) {
+        if !self.done {
+            let r = Err(UpstreamError::ShuttingDown);
+            self.core.complete_lead(self.hash, self.id, r);
+        }
     }
 }
 

@@ -8,10 +8,14 @@
 //!
 //! Layout, each file one job (an arrow is "uses"; no file uses one above it in this list):
 //! - `mod.rs`: [`Cache`], the facade client connections call; owns the lanes.
-//! - `read.rs`: read-through and singleflight ([`Lookup`], [`Lead`]) → coherence, lane.
+//! - `ahead.rs`: a round's GETs found ahead of handling them ([`Ahead`]), and what their
+//!   lookups will read loaded meanwhile (`Cache::prefetch`).
+//! - `hits.rs`: a GET served locally: the thread's front first, a hit counted.
+//! - `read.rs`: read-through and singleflight ([`Lookup`]) → coherence, lane.
 //! - `lane.rs`: tracking lanes and their observer (invalidation pushes) → coherence.
 //! - `coherence.rs`: the store and the in-flight reads kept coherent (`Core`).
-//! - `leads.rs`: bare plain reads in flight, by key hash, joined by concurrent GETs.
+//! - `leads.rs`: bare plain reads in flight ([`Lead`]), by key hash, joined by concurrent
+//!   GETs.
 //! - `recent.rs`: hashes of recent cold GETs (a cold key read twice is joinable).
 //! - `epochs.rs`: when reads were last registered, by key hash (a write's second
 //!   invalidation skips keys no read was registered for since its first).
@@ -38,6 +42,7 @@ mod entry;
 mod epochs;
 mod flight;
 mod front;
+mod hits;
 mod holds;
 mod hotkeys;
 mod lane;
@@ -70,12 +75,12 @@ pub use clock::Clock;
 pub use entry::Entry;
 pub use flight::{FillResult, FillRx};
 pub use hotkeys::HotKey;
-pub use read::{Lead, Lookup};
+pub use leads::Lead;
+pub use read::Lookup;
 pub use tracking::Tracking;
 pub use value::Value;
 
 use crate::config::Config;
-use crate::resp::lookahead::Found;
 use crate::resp::request::encode_request;
 use crate::upstream::cluster::ClusterUpstream;
 use crate::upstream::{ConnSettings, Health, UpstreamConn, UpstreamStatus};
@@ -88,9 +93,6 @@ use tracking::LaneState;
 
 /// Oldest in-flight read a GET may join when requests have no timeout.
 const DEFAULT_JOIN_BOUND: Duration = Duration::from_secs(5);
-/// How many GETs ahead of the lookups their entries are loaded: enough for the loads to
-/// arrive in time, at the few hundred nanoseconds a request takes to handle.
-const ENTRY_LEAD: usize = 2;
 
 /// The cache facade used by client connections.
 #[derive(Debug)]
@@ -233,8 +235,8 @@ impl Cache {
         self.check_topology();
         let lane = || self.lane(None);
         let front = match (self.core).begin(key, hash, &lane, clock, |e| write(e).then_some(())) {
-            read::Begun::Served(()) => return None,
-            read::Begun::Store { front } => front,
+            hits::Begun::Served(()) => return None,
+            hits::Begun::Store { front } => front,
         };
         let route = read::Route {
             conn: conn(),
@@ -276,80 +278,6 @@ impl Cache {
     #[inline]
     pub fn hash(&self, key: &[u8]) -> u64 {
         self.core.admission.hash(key)
-    }
-
-    /// Starts loading what the GETs of these keys will read first: their sketch counters,
-    /// their slots among the recent cold reads, their presence counts and (see below) their
-    /// slots in the store's front; and for SETs, their keys' presence counts. Called for the
-    /// requests of a round before any is handled, so that the loads' cache misses overlap,
-    /// where each lookup would otherwise wait for its own in turn: on a large key space,
-    /// about half of what the cache added to a cold GET, most of what a hit spent in the
-    /// store, and most of what it added to a SET. At most [`PREFETCH_MAX`] requests. The
-    /// entries the front slots hold are loaded later, as the round goes on
-    /// ([`Cache::prefetch_next`]): only once a slot has arrived is its entry known. Unless
-    /// the connection's last round served a hit ([`Clock::warm`]), neither is: the slots of
-    /// keys that are not cached hold other keys' entries, and loading them would only cost.
-    /// A cool connection's GETs ([`Clock::cool`]) need their presence counts only. Nothing
-    /// is looked at on a connection whose rounds lately had no GET (see
-    /// `clock::LOOK_AGAIN`). `ahead` is filled with what was found (emptied first).
-    pub fn prefetch<'a>(
-        &self,
-        found: impl Iterator<Item = Found<'a>>,
-        clock: &mut Clock,
-        ahead: &mut Ahead,
-    ) {
-        ahead.clear();
-        if !clock.looks_ahead() {
-            return;
-        }
-        let core = &self.core;
-        let (front, cool) = (clock.warm(), clock.cool());
-        let mut gets = false;
-        for found in found.take(PREFETCH_MAX) {
-            let (key, plain) = match found {
-                Found::Get(key, plain) => (key, plain),
-                Found::Set(key) => {
-                    let hash = core.admission.hash(key);
-                    core.presence.prefetch(hash);
-                    core.admission.prefetch_write(hash);
-                    continue;
-                }
-            };
-            let hash = core.admission.hash(key);
-            core.presence.prefetch(hash);
-            gets = true;
-            ahead.push(hash, plain, key.len());
-            if cool {
-                continue;
-            }
-            core.admission.prefetch(hash);
-            core.recent.prefetch(hash);
-            if front {
-                core.store.prefetch(hash);
-            }
-        }
-        ahead.entries = front && !cool;
-        for _ in 0..ENTRY_LEAD {
-            self.prefetch_next(ahead);
-        }
-        clock.found_gets(gets);
-    }
-
-    /// Starts loading the entry of the next GET in `ahead`, if its front slot holds one.
-    /// Called once per request handled, it runs [`ENTRY_LEAD`] GETs ahead of the lookups.
-    #[inline]
-    pub fn prefetch_next(&self, ahead: &mut Ahead) {
-        if !ahead.entries {
-            return;
-        }
-        if let Some(&hash) = ahead.hashes[..ahead.len].get(ahead.next) {
-            // Not in the front: its bucket in the table, if the key may have an entry (its
-            // presence count was loaded with the front's slot).
-            if !self.core.store.prefetch_entry(hash) && self.core.presence.counts(hash).entry() {
-                self.core.store.prefetch_table(hash);
-            }
-            ahead.next += 1;
-        }
     }
 
     /// Local hits for an MGET: one slot per key, `None` where the key is not cached. Counts

@@ -11,25 +11,16 @@ use dashmap::mapref::entry::Entry as MapEntry;
 use super::admission::one_in;
 use super::clock::{COOL_SAMPLE, Clock};
 use super::coherence::{Core, Key};
-use super::entry::Entry;
 use super::flight::{self, Fill, FillRx};
+use super::hits::Begun;
 use super::lane::LaneHandle;
-use super::leads::Slot;
+use super::leads::{Lead, Slot};
 use super::presence::Held;
 use super::tracking::{LaneState, Tracking};
 use super::value::Value;
 use crate::error::UpstreamError;
 use crate::resp::request::encode_request;
 use crate::upstream::{JobResult, ReplyTo, UpstreamConn};
-
-/// A front hit is counted in the read sketch (with what counting does besides: the slot's
-/// standing, the key noted as read lately) one time in this many, the rest served straight
-/// from the front. The sketch's count was the dearest part of a hit, mostly a wait for the
-/// key's counters: with every GET a hit (2,000 keys, 50 clients, -P 64), perf put the count
-/// at 18-19 ns per hit before and 4-5 after, the lookup's whole part 10-14 ns lower. A key
-/// the front serves is read often: a quarter of its reads keeps its estimate above the bar,
-/// and a write still finds it read lately.
-const COUNT_FRONT_HITS: u64 = 4;
 
 /// Room for a one-key request's framing besides the key: `*2`, `$3`, the command, `$<len>`
 /// and the line ends.
@@ -48,44 +39,6 @@ pub enum Lookup {
     /// its reply to [`Lead::complete`] (from the connection task, so a client that goes away
     /// cancels nothing).
     Lead(Lead),
-}
-
-/// A plain GET that concurrent GETs of the same key wait for.
-#[derive(Debug)]
-pub struct Lead {
-    core: Arc<Core>,
-    /// The key's hash, which names its slot in `leads`.
-    hash: u64,
-    id: u64,
-    done: bool,
-}
-
-impl Lead {
-    /// Shares the GET's reply (one RESP frame), or its failure, with the waiters.
-    pub fn complete(mut self, reply: JobResult) {
-        self.done = true;
-        self.core.complete_lead(self.hash, self.id, reply);
-    }
-
-    /// Ends a lead nobody joined (the common case), whose reply is then not needed: `None`.
-    /// A joined lead is returned, to be [`Lead::complete`]d with its reply.
-    pub fn finish_unjoined(mut self) -> Option<Lead> {
-        if self.core.unlink_lead(self.hash, self.id) {
-            self.done = true;
-            return None;
-        }
-        Some(self)
-    }
-}
-
-impl Drop for Lead {
-    /// A read dropped unsent (shutdown) must not leave waiters hanging.
-    fn drop(&mut self) {
-        if !self.done {
-            let r = Err(UpstreamError::ShuttingDown);
-            self.core.complete_lead(self.hash, self.id, r);
-        }
-    }
 }
 
 /// Completes a read from the upstream connection's task; if the job is dropped unanswered
@@ -111,17 +64,6 @@ impl Drop for Completer {
     fn drop(&mut self) {
         self.fill.publish(Err(UpstreamError::ShuttingDown));
     }
-}
-
-/// How [`Core::begin`] left a GET's lookup.
-pub(super) enum Begun<R> {
-    /// Served from this thread's front: what the server returned.
-    Served(R),
-    /// To be looked up in the store ([`Core::lookup_store`]); `front`, in the front too.
-    Store {
-        /// The front was not looked at: a hit counted in the read sketch is looked for there.
-        front: bool,
-    },
 }
 
 /// Where a GET's read may go: `conn` (the client's upstream), or the lane `lane` finds for
@@ -160,42 +102,6 @@ impl Core {
             Begun::Served(e) => Lookup::Hit(Value::Cached(e)),
             Begun::Store { front } => self.lookup_store(key, hash, route, clock, front),
         }
-    }
-
-    /// The start of every GET's lookup: the GET counted in its connection's window and, on a
-    /// warm connection, looked for in this thread's front, which serves it (handing the entry
-    /// to `serve`, which may decline it) uncounted but for one in `COUNT_FRONT_HITS`: see
-    /// that constant. `lane` gives the lane to refresh the entry over, if its expiry is near.
-    #[inline]
-    pub(super) fn begin<R>(
-        self: &Arc<Self>,
-        key: &[u8],
-        hash: u64,
-        lane: &impl Fn() -> Option<Arc<LaneHandle>>,
-        clock: &mut Clock,
-        serve: impl FnOnce(&Arc<Entry>) -> Option<R>,
-    ) -> Begun<R> {
-        clock.counted(|| self.admission.fills_last());
-        if !clock.warm() {
-            return Begun::Store { front: false };
-        }
-        if one_in(COUNT_FRONT_HITS) {
-            return Begun::Store { front: true };
-        }
-        let now = clock.now();
-        let served = self.store.front_hit(key, hash, now, |e| {
-            let served = serve(e)?;
-            Some((served, self.hit(e, now, clock)))
-        });
-        let Some((served, refresh)) = served else {
-            // Looked at: the store need not look again.
-            return Begun::Store { front: false };
-        };
-        self.admission.sample_hit(hash, key);
-        if refresh && let Some(lane) = lane() {
-            self.refresh(key, hash, &lane);
-        }
-        Begun::Served(served)
     }
 
     /// The rest of a GET's lookup once [`Core::begin`] did not serve it: the GET counted in
@@ -283,37 +189,6 @@ impl Core {
         }
     }
 
-    /// A hit on `e`, the entry of `key`: counted, and refreshed early if its expiry is near
-    /// (XFetch).
-    fn served<L>(
-        self: &Arc<Self>,
-        key: &[u8],
-        hash: u64,
-        e: Arc<Entry>,
-        route: &Route<'_, L>,
-        clock: &mut Clock,
-    ) -> Lookup
-    where
-        L: Fn() -> Option<Arc<LaneHandle>>,
-    {
-        let now = clock.now();
-        if self.hit(&e, now, clock)
-            && let Some(lane) = (route.lane)()
-        {
-            self.refresh(key, hash, &lane);
-        }
-        Lookup::Hit(Value::Cached(e))
-    }
-
-    /// Counts a hit on `e` at `now`: whether the entry is to be refreshed early (XFetch).
-    #[inline]
-    fn hit(&self, e: &Entry, now: Instant, clock: &mut Clock) -> bool {
-        clock.hit();
-        self.stats.hits.inc();
-        e.mark_hit();
-        self.admission.should_refresh(e, now)
-    }
-
     /// The read of a GET where plain reads are leads (`route.lead`). Every read of the key is
     /// registered, and every read to join is looked for, under the lock of the key's shard of
     /// `leads`: of GETs racing here on several threads, one reads (a lead, or a tracked fill
@@ -383,12 +258,7 @@ impl Core {
             self.epochs.registered(hash);
         }
         self.stats.reads.inc();
-        Lookup::Lead(Lead {
-            core: self.clone(),
-            hash,
-            id,
-            done: false,
-        })
+        Lookup::Lead(Lead::new(self.clone(), hash, id))
     }
 
     /// A GET that joined a read in flight waits for `rx`.
@@ -514,7 +384,7 @@ impl Core {
     }
 
     /// Starts a background refresh of `key` unless a read is already in flight.
-    fn refresh(self: &Arc<Self>, key: &[u8], hash: u64, lane: &LaneHandle) {
+    pub(super) fn refresh(self: &Arc<Self>, key: &[u8], hash: u64, lane: &LaneHandle) {
         let key = Key::from(key);
         let fill = match self.fills.entry(key.clone()) {
             MapEntry::Occupied(_) => return,
@@ -566,6 +436,7 @@ mod tests {
     use tokio_util::sync::CancellationToken;
 
     use super::super::clock::{COOL_WINDOW, HIT_RATE, JOIN_RATE, WARM_AGAIN_RATE};
+    use super::super::entry::Entry;
     use super::*;
     use crate::config::{Config, UpstreamUrl};
     use crate::upstream::{Access, ConnSettings, UpstreamAccess, UpstreamStatus};
