@@ -9,6 +9,7 @@ use std::sync::Arc;
 use bytes::BytesMut;
 use tokio_util::sync::CancellationToken;
 
+use super::attention::Attention;
 use super::batch::Batch;
 use super::clients::{ClientEntry, ReplyMode};
 use super::pending::{Effect, Queued};
@@ -76,8 +77,8 @@ pub(super) struct Conn {
     /// Requests were read from the client while waiting for a reply on a dedicated
     /// connection: parse them before waiting for more input.
     pub(super) read_ahead: bool,
-    /// Woken when pushes wait in an inbox (CLIENT TRACKING).
-    pub(super) wake: Arc<tokio::sync::Notify>,
+    /// Raised when pushes wait in an inbox (CLIENT TRACKING) or the client is killed.
+    pub(super) attention: Arc<Attention>,
     /// Invalidations redirected to this client (CLIENT TRACKING ... REDIRECT its id).
     pub(super) redirected: Arc<Inbox>,
 }
@@ -101,8 +102,8 @@ impl Conn {
         let authenticated = shared.cfg.requirepass.get().is_none();
         let session = Session::new(id, addr, laddr, authenticated);
         let entry = shared.clients.add(&session, kill.clone());
-        let wake = Arc::new(tokio::sync::Notify::new());
-        let redirected = Inbox::new(wake.clone(), kill.clone());
+        let attention = Arc::new(Attention::default());
+        let redirected = Inbox::new(attention.clone(), kill.clone());
         shared.tracking.register(id, redirected.clone());
         Conn {
             session,
@@ -136,7 +137,7 @@ impl Conn {
             deferred_multi: false,
             tx_failed: false,
             read_ahead: false,
-            wake,
+            attention,
             redirected,
             shared,
         }

@@ -2,15 +2,13 @@
 //! replies in request order; between rounds, write pub/sub messages and tracking pushes as
 //! they come.
 
-use std::pin::{Pin, pin};
 use std::sync::Arc;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::sync::Notify;
-use tokio::sync::futures::Notified;
-use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
+use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
+use super::attention::Signal;
 use super::client::{Conn, READ_CHUNK};
 use super::shared::Shared;
 use super::subscriber::encode_message;
@@ -30,16 +28,9 @@ pub async fn run(
     let laddr = stream.local_addr()?;
     let _registered = Registered(shared.clone(), id);
     let mut c = Conn::new(id, addr, laddr, shared, kill.clone());
-    // Made once and kept registered: a fresh pair per wait for input, registered and dropped
-    // again each time, cost about 370 instructions per request without pipelining.
-    let wake = c.wake.clone();
-    let killed = pin!(kill.cancelled());
-    let woken = pin!(wake.notified());
-    let mut signals = Signals {
-        killed,
-        woken,
-        wake: &wake,
-    };
+    c.attention.watch(kill.clone());
+    // Ends the kill's watcher with the client.
+    let _ended = kill.drop_guard();
     loop {
         let wants_input = c.dispatch().await;
         c.publish_session();
@@ -72,18 +63,10 @@ pub async fn run(
             c.shared.metrics.protocol_errors.inc();
             return Ok(());
         }
-        if !c.wait_input(&mut stream, &mut signals).await? {
+        if !c.wait_input(&mut stream).await? {
             return Ok(());
         }
     }
-}
-
-/// What ends a wait for input besides input: the client killed, or pushes in its inbox
-/// (`Conn::wake`).
-struct Signals<'p, 'a> {
-    killed: Pin<&'p mut WaitForCancellationFuture<'a>>,
-    woken: Pin<&'p mut Notified<'a>>,
-    wake: &'a Notify,
 }
 
 /// Writes `buf` whole and flushes it: TLS may otherwise keep encrypted bytes it could not
@@ -108,36 +91,23 @@ impl Drop for Registered {
 impl Conn {
     /// Waits until requests arrive, or pushes or pub/sub messages were written meanwhile.
     /// False when the client is gone (closed its side, or `kill` was cancelled).
-    async fn wait_input(
-        &mut self,
-        stream: &mut Stream,
-        signals: &mut Signals<'_, '_>,
-    ) -> std::io::Result<bool> {
+    async fn wait_input(&mut self, stream: &mut Stream) -> std::io::Result<bool> {
         let want = self
             .parser
             .needed()
             .saturating_sub(self.rbuf.len())
             .max(READ_CHUNK);
         self.rbuf.reserve(want);
-        let Signals {
-            killed,
-            woken,
-            wake,
-        } = signals;
-        let n = match &mut self.subs {
+        let attention = &*self.attention;
+        let signal = match &mut self.subs {
             None => tokio::select! {
                 biased;
-                _ = killed.as_mut() => return Ok(false),
-                _ = woken.as_mut() => {
-                    woken.set(wake.notified());
-                    self.write_inbox(stream).await?;
-                    return Ok(true);
-                }
-                r = stream.read_buf(&mut self.rbuf) => r?,
+                s = attention.wait() => s,
+                r = stream.read_buf(&mut self.rbuf) => return Ok(r? != 0),
             },
             // Subscribed: messages are written as they come, between requests.
             Some(subs) => tokio::select! {
-                r = stream.read_buf(&mut self.rbuf) => r?,
+                r = stream.read_buf(&mut self.rbuf) => return Ok(r? != 0),
                 msg = subs.rx.recv() => {
                     let Some(msg) = msg else { return Ok(false) };
                     encode_message(&msg, self.session.proto, &mut self.wbuf);
@@ -151,20 +121,21 @@ impl Conn {
                     // cancels `kill` once its queue is full.
                     tokio::select! {
                         r = send(stream, &self.wbuf) => r?,
-                        _ = killed.as_mut() => return Ok(false),
+                        _ = self.kill.cancelled() => return Ok(false),
                     }
                     self.wbuf.clear();
                     return Ok(true);
                 }
-                _ = woken.as_mut() => {
-                    woken.set(wake.notified());
-                    self.write_inbox(stream).await?;
-                    return Ok(true);
-                }
-                _ = killed.as_mut() => return Ok(false),
+                s = attention.wait() => s,
             },
         };
-        Ok(n != 0)
+        match signal {
+            Signal::Killed => Ok(false),
+            Signal::Pushed => {
+                self.write_inbox(stream).await?;
+                Ok(true)
+            }
+        }
     }
 
     /// Writes the pushes waiting in this client's inboxes (CLIENT TRACKING), between

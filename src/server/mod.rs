@@ -1,6 +1,7 @@
 //! The client-facing server: accept loops (plain and TLS), client limit, one task per
 //! connection.
 
+mod attention;
 mod batch;
 mod cache_reply;
 mod cached;

@@ -7,9 +7,10 @@ use std::sync::{Arc, Mutex};
 
 use bytes::{Bytes, BytesMut};
 use dashmap::DashMap;
-use tokio::sync::{Notify, OnceCell, OwnedSemaphorePermit};
+use tokio::sync::{OnceCell, OwnedSemaphorePermit};
 use tokio_util::sync::CancellationToken;
 
+use super::attention::Attention;
 use crate::error::replies;
 use crate::resp::digits::parse_int;
 use crate::resp::request::encode_request;
@@ -24,16 +25,16 @@ const INBOX_LIMIT: usize = 32 * 1024 * 1024;
 pub(super) struct Inbox {
     pub(super) queue: Mutex<(VecDeque<Bytes>, usize)>,
     /// Shared by a client's inboxes: its connection loop waits on it.
-    pub(super) wake: Arc<Notify>,
+    pub(super) attention: Arc<Attention>,
     /// Cancelled when the client does not keep up.
     pub(super) kill: CancellationToken,
 }
 
 impl Inbox {
-    pub(super) fn new(wake: Arc<Notify>, kill: CancellationToken) -> Arc<Self> {
+    pub(super) fn new(attention: Arc<Attention>, kill: CancellationToken) -> Arc<Self> {
         Arc::new(Inbox {
             queue: Mutex::new((VecDeque::new(), 0)),
-            wake,
+            attention,
             kill,
         })
     }
@@ -49,7 +50,7 @@ impl Inbox {
         q.1 += frame.len();
         q.0.push_back(frame);
         drop(q);
-        self.wake.notify_one();
+        self.attention.pushed();
     }
 
     /// Takes every queued frame.

@@ -168,7 +168,7 @@ impl Conn {
             self.pin_new(None)?;
         }
         let own = Arc::new(OwnPushes {
-            inbox: Inbox::new(self.wake.clone(), self.kill.clone()),
+            inbox: Inbox::new(self.attention.clone(), self.kill.clone()),
             redirect: Mutex::new(None),
         });
         if let Some(pin) = &mut self.pin {

@@ -1,0 +1,140 @@
+//! What ends a client's wait for input besides input: pushes queued in its inboxes (CLIENT
+//! TRACKING), or the client killed (CLIENT KILL, a full inbox or pub/sub queue, shutdown).
+//!
+//! The connection loop checks this at every wait, so it must be cheap: one atomic load when
+//! nothing happened. Polling a registered `Notify` and a cancellation token instead took a
+//! mutex each (about 540 instructions per request without pipelining).
+
+use std::future::poll_fn;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::task::Poll;
+
+use futures_util::task::AtomicWaker;
+use tokio_util::sync::CancellationToken;
+
+const PUSHED: u8 = 1;
+const KILLED: u8 = 2;
+
+/// A client's pending signals, raised from any thread and taken by its connection task.
+#[derive(Debug, Default)]
+pub(super) struct Attention {
+    raised: AtomicU8,
+    waker: AtomicWaker,
+}
+
+/// What was raised since the last [`Attention::take`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Signal {
+    /// The client must be closed.
+    Killed,
+    /// Pushes wait in an inbox.
+    Pushed,
+}
+
+impl Attention {
+    /// Pushes were queued for the client.
+    pub(super) fn pushed(&self) {
+        self.raise(PUSHED);
+    }
+
+    fn raise(&self, bit: u8) {
+        self.raised.fetch_or(bit, Ordering::Release);
+        self.waker.wake();
+    }
+
+    /// Raises `Killed` once `kill` is cancelled, however it is (the token's parent included),
+    /// from a task that ends with the token. The connection cancels its own token when it ends.
+    pub(super) fn watch(self: &Arc<Self>, kill: CancellationToken) {
+        let me = self.clone();
+        tokio::spawn(async move {
+            kill.cancelled().await;
+            me.raise(KILLED);
+        });
+    }
+
+    /// Takes what was raised, a kill first; `None` when nothing was.
+    pub(super) fn take(&self) -> Option<Signal> {
+        if self.raised.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        let bits = self.raised.swap(0, Ordering::AcqRel);
+        if bits & KILLED != 0 {
+            // A kill is final: later takes must see it too.
+            self.raised.fetch_or(KILLED, Ordering::Release);
+            Some(Signal::Killed)
+        } else if bits & PUSHED != 0 {
+            Some(Signal::Pushed)
+        } else {
+            None
+        }
+    }
+
+    /// Waits until something is raised, and takes it.
+    pub(super) async fn wait(&self) -> Signal {
+        poll_fn(|cx| {
+            if let Some(s) = self.take() {
+                return Poll::Ready(s);
+            }
+            self.waker.register(cx.waker());
+            // Raised between the take and the registration: its wake may have found no waker.
+            self.take().map_or(Poll::Pending, Poll::Ready)
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nothing_raised_is_nothing_taken() {
+        assert_eq!(Attention::default().take(), None);
+    }
+
+    #[test]
+    fn pushes_are_taken_once() {
+        let a = Attention::default();
+        a.pushed();
+        a.pushed();
+        assert_eq!(a.take(), Some(Signal::Pushed));
+        assert_eq!(a.take(), None);
+    }
+
+    #[test]
+    fn a_kill_outranks_pushes_and_stays() {
+        let a = Attention::default();
+        a.pushed();
+        a.raise(KILLED);
+        assert_eq!(a.take(), Some(Signal::Killed));
+        assert_eq!(a.take(), Some(Signal::Killed));
+    }
+
+    #[tokio::test]
+    async fn a_cancelled_token_wakes_a_waiting_client() {
+        let a = Arc::new(Attention::default());
+        let kill = CancellationToken::new();
+        let parent = kill.clone();
+        a.watch(kill.child_token());
+        let waiting = tokio::spawn({
+            let a = a.clone();
+            async move { a.wait().await }
+        });
+        tokio::task::yield_now().await;
+        parent.cancel();
+        assert_eq!(waiting.await.ok(), Some(Signal::Killed));
+    }
+
+    #[tokio::test]
+    async fn a_push_wakes_a_waiting_client() {
+        let a = Arc::new(Attention::default());
+        let waiting = tokio::spawn({
+            let a = a.clone();
+            async move { a.wait().await }
+        });
+        tokio::task::yield_now().await;
+        a.pushed();
+        assert_eq!(waiting.await.ok(), Some(Signal::Pushed));
+    }
+}
