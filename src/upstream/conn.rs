@@ -20,9 +20,17 @@ use super::status::UpstreamStatus;
 use super::task::Task;
 use crate::error::UpstreamError;
 
-/// Handle to a connection task; cheap to clone.
+/// Handle to a connection task; cheap to clone: one reference count, however many parts
+/// the handle has. Every client's round clones the handle of a connection that clients on
+/// every worker thread use, so each count is a cache line the threads take from each other:
+/// with each part counted on its own (the channel's sender twice), cloning and dropping it
+/// took 1.1% of corral's CPU on Zipf GETs at -P 16.
 #[derive(Debug, Clone)]
-pub struct UpstreamConn {
+pub struct UpstreamConn(Arc<Handle>);
+
+/// What a handle holds; the task shares the atomics.
+#[derive(Debug)]
+struct Handle {
     tx: mpsc::Sender<Job>,
     reset: Arc<Notify>,
     addr: Arc<str>,
@@ -54,7 +62,7 @@ impl UpstreamConn {
         let dead = Arc::new(AtomicBool::new(false));
         let never_up = Arc::new(AtomicBool::new(false));
         let client_id = Arc::new(AtomicU64::new(0));
-        let handle = UpstreamConn {
+        let handle = UpstreamConn(Arc::new(Handle {
             tx,
             reset: reset.clone(),
             addr: settings.addr.clone().into(),
@@ -63,7 +71,7 @@ impl UpstreamConn {
             dedicated: !settings.reconnect,
             client_id: client_id.clone(),
             times_out: settings.reconnect && settings.request_timeout.is_some(),
-        };
+        }));
         let task = Task {
             s: settings,
             status,
@@ -92,7 +100,7 @@ impl UpstreamConn {
             count,
             reply,
         };
-        if let Err(mpsc::error::SendError(job)) = self.tx.send(job).await {
+        if let Err(mpsc::error::SendError(job)) = self.0.tx.send(job).await {
             job.reply.send(Err(UpstreamError::ShuttingDown));
         }
     }
@@ -105,10 +113,10 @@ impl UpstreamConn {
             count,
             reply,
         };
-        match self.tx.try_send(job) {
+        match self.0.tx.try_send(job) {
             Ok(()) => {}
             Err(mpsc::error::TrySendError::Full(job)) => job.reply.send(Err(UpstreamError::Busy {
-                addr: self.addr.to_string(),
+                addr: self.0.addr.to_string(),
             })),
             Err(mpsc::error::TrySendError::Closed(job)) => {
                 job.reply.send(Err(UpstreamError::ShuttingDown))
@@ -121,44 +129,44 @@ impl UpstreamConn {
     pub fn reset(&self) {
         // Wakes only a live connection's waiter: no permit is stored, so a reset asked for
         // while reconnecting cannot kill the next, healthy connection.
-        self.reset.notify_waiters();
+        self.0.reset.notify_waiters();
     }
 
     /// The upstream address, for error messages.
     pub fn addr(&self) -> &str {
-        &self.addr
+        &self.0.addr
     }
 
     /// Whether two handles drive the same connection task.
     pub fn same(&self, other: &UpstreamConn) -> bool {
-        Arc::ptr_eq(&self.reset, &other.reset)
+        Arc::ptr_eq(&self.0, &other.0)
     }
 
     /// Whether its task fails a request unanswered for `upstream.request_timeout_ms` (and
     /// everything in flight with it): a waiter needs no timer of its own.
     pub fn times_out(&self) -> bool {
-        self.times_out
+        self.0.times_out
     }
 
     /// Whether this connection serves one client at a time (a transaction, a blocking
     /// command, a script): nothing of another client can be stuck behind its replies.
     pub fn is_dedicated(&self) -> bool {
-        self.dedicated
+        self.0.dedicated
     }
 
     /// True once a connection that does not reconnect has failed or closed.
     pub fn is_dead(&self) -> bool {
-        self.dead.load(Ordering::Relaxed)
+        self.0.dead.load(Ordering::Relaxed)
     }
 
     /// True once a connection that does not reconnect failed to connect at all (then it is
     /// dead too): no request sent to it reached Redis.
     pub fn never_connected(&self) -> bool {
-        self.never_up.load(Ordering::Relaxed)
+        self.0.never_up.load(Ordering::Relaxed)
     }
 
     /// The server's client id for this connection (from HELLO), 0 while unknown.
     pub fn client_id(&self) -> u64 {
-        self.client_id.load(Ordering::Relaxed)
+        self.0.client_id.load(Ordering::Relaxed)
     }
 }
