@@ -43,20 +43,25 @@ impl Conn {
             cache.prefetch(found, &mut self.writes.clock, &mut self.ahead);
         }
         let mut quick = self.quick();
+        let mut left = None;
         while !self.closing {
             if handled == MAX_PER_ROUND || self.batch.len_bytes() >= MAX_ROUND_BYTES {
                 break;
             }
             if quick.gets
                 && parser.at_start()
-                && let Some((len, plan)) = self.quick_request(&rbuf, off, &parser, quick)
+                && let Some(len) = self.quick_request(&rbuf, off, &parser, quick, &mut left)
             {
                 off += len;
                 handled += 1;
                 if let Some(cache) = &self.shared.cache {
                     cache.prefetch_next(&mut self.ahead);
                 }
-                let Some(plan) = plan else {
+                // Nearly always empty: looked at before it is taken, which moves it whole.
+                if left.is_none() {
+                    continue;
+                }
+                let Some(plan) = left.take() else {
                     continue;
                 };
                 // As below: `handle_now` first, with no `async` call when it is enough.
