@@ -98,7 +98,7 @@ impl Conn {
             PendingReply::Values(parts) => {
                 mget::merge(&parts, None, proto, &mut self.wbuf);
             }
-            PendingReply::Fill { rx } => self.resolve_fill(rx, proto).await,
+            PendingReply::Fill { rx } => self.resolve_fill(&rx, proto).await,
             PendingReply::Upstream(up) => {
                 let Forwarded {
                     rx,
