@@ -111,29 +111,28 @@ mod tests {
         assert_eq!(a.take(), Some(Signal::Killed));
     }
 
+    /// A task waiting on `a`, once it is waiting.
+    async fn waiting(a: &Arc<Attention>) -> tokio::task::JoinHandle<Signal> {
+        let a = a.clone();
+        let task = tokio::spawn(async move { a.wait().await });
+        tokio::task::yield_now().await;
+        task
+    }
+
     #[tokio::test]
     async fn a_cancelled_token_wakes_a_waiting_client() {
         let a = Arc::new(Attention::default());
         let kill = CancellationToken::new();
-        let parent = kill.clone();
         a.watch(kill.child_token());
-        let waiting = tokio::spawn({
-            let a = a.clone();
-            async move { a.wait().await }
-        });
-        tokio::task::yield_now().await;
-        parent.cancel();
+        let waiting = waiting(&a).await;
+        kill.cancel();
         assert_eq!(waiting.await.ok(), Some(Signal::Killed));
     }
 
     #[tokio::test]
     async fn a_push_wakes_a_waiting_client() {
         let a = Arc::new(Attention::default());
-        let waiting = tokio::spawn({
-            let a = a.clone();
-            async move { a.wait().await }
-        });
-        tokio::task::yield_now().await;
+        let waiting = waiting(&a).await;
         a.pushed();
         assert_eq!(waiting.await.ok(), Some(Signal::Pushed));
     }

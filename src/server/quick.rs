@@ -163,31 +163,19 @@ impl Conn {
             // replies. Neither (its reply waits for others): the usual way.
             let step = if let Some(room) = self.write_room() {
                 let wbuf = &mut self.wbuf;
-                get_step_writing(
-                    cache,
-                    conn,
-                    &mut self.writes,
-                    key,
-                    hash,
-                    &mut |e: &Entry| {
-                        e.reply_len() <= room && {
-                            e.encode(proto, wbuf);
-                            true
-                        }
-                    },
-                )
+                let write = &mut |e: &Entry| {
+                    e.reply_len() <= room && {
+                        e.encode(proto, wbuf);
+                        true
+                    }
+                };
+                get_step_writing(cache, conn, &mut self.writes, key, hash, write)
             } else if self.may_interleave() {
                 let batch = &mut self.batch;
-                get_step_writing(
-                    cache,
-                    conn,
-                    &mut self.writes,
-                    key,
-                    hash,
-                    &mut |e: &Entry| {
-                        batch.interleave_encoded(e.reply_len(), |out| e.encode(proto, out))
-                    },
-                )
+                let write = &mut |e: &Entry| {
+                    batch.interleave_encoded(e.reply_len(), |out| e.encode(proto, out))
+                };
+                get_step_writing(cache, conn, &mut self.writes, key, hash, write)
             } else {
                 get_step(cache, conn(), None, &mut self.writes, key, hash)
                     .map_or(Written::Forward, Written::Plan)
