@@ -3,7 +3,7 @@
 //!
 //! The connection loop checks this at every wait, so it must be cheap: one atomic load when
 //! nothing happened. Polling a registered `Notify` and a cancellation token instead took a
-//! mutex each (about 540 instructions per request without pipelining).
+//! mutex each (about 480 of the 7,100 instructions of a request without pipelining).
 
 use std::future::poll_fn;
 use std::sync::Arc;
