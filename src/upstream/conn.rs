@@ -21,10 +21,10 @@ use super::task::Task;
 use crate::error::UpstreamError;
 
 /// Handle to a connection task; cheap to clone: one reference count, however many parts
-/// the handle has. Every client's round clones the handle of a connection that clients on
-/// every worker thread use, so each count is a cache line the threads take from each other:
-/// with each part counted on its own (the channel's sender twice), cloning and dropping it
-/// took 1.1% of corral's CPU on Zipf GETs at -P 16.
+/// the handle has. Every client's round clones and drops it, each count a locked add and
+/// subtract (and, with several worker threads, a cache line they take from each other):
+/// with each part counted on its own (the channel's sender twice), that took 1.1% of
+/// corral's CPU on Zipf GETs at -P 16.
 #[derive(Debug, Clone)]
 pub struct UpstreamConn(Arc<Handle>);
 
