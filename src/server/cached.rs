@@ -109,9 +109,30 @@ pub(super) fn get_step(
     key: &[u8],
     hash: u64,
 ) -> Option<Plan> {
-    if cache.skips(hash, &mut writes.clock) || writes.touched(hash) {
+    if forwards_unlooked(cache, writes, hash) {
         return None;
     }
+    looked_up(cache, conn, node, writes, key, hash)
+}
+
+/// Whether a GET of the key whose [`Cache::hash`] is `hash` is forwarded with no lookup: the
+/// connection is cool and the key cold ([`Cache::skips`], which counts it so), or a write
+/// earlier in the round may have changed it. Asked once per GET, before [`looked_up`] or
+/// [`get_step_writing`].
+#[inline]
+pub(super) fn forwards_unlooked(cache: &Cache, writes: &mut Writes, hash: u64) -> bool {
+    cache.skips(hash, &mut writes.clock) || writes.touched(hash)
+}
+
+/// [`get_step`] of a GET [`forwards_unlooked`] let through.
+pub(super) fn looked_up(
+    cache: &Cache,
+    conn: &UpstreamConn,
+    node: Option<&str>,
+    writes: &mut Writes,
+    key: &[u8],
+    hash: u64,
+) -> Option<Plan> {
     // Standalone, a leading read rides in the client's own batch.
     let lookup = cache.get(key, hash, conn, node, node.is_none(), &mut writes.clock);
     lookup_plan(lookup)
@@ -127,7 +148,7 @@ pub(super) enum Written {
     Plan(Plan),
 }
 
-/// [`get_step`] of a standalone GET whose hit `write` writes at once (see
+/// [`looked_up`] of a standalone GET whose hit `write` writes at once (see
 /// `Cache::get_or_write`).
 #[inline]
 pub(super) fn get_step_writing<'c>(
@@ -138,9 +159,6 @@ pub(super) fn get_step_writing<'c>(
     hash: u64,
     write: impl FnMut(&Entry) -> bool,
 ) -> Written {
-    if cache.skips(hash, &mut writes.clock) || writes.touched(hash) {
-        return Written::Forward;
-    }
     match cache.get_or_write(key, hash, conn, true, &mut writes.clock, write) {
         None => Written::Hit,
         Some(lookup) => lookup_plan(lookup).map_or(Written::Forward, Written::Plan),

@@ -20,7 +20,7 @@
 
 use std::sync::LazyLock;
 
-use super::cached::{Written, get_step, get_step_writing, write_one};
+use super::cached::{Written, forwards_unlooked, get_step_writing, looked_up, write_one};
 use super::client::Conn;
 use super::clients::ReplyMode;
 use super::plan::Plan;
@@ -152,6 +152,12 @@ impl Conn {
         if let Some(cache) = &self.shared.cache {
             let key = frame.get(key)?;
             let hash = hash.unwrap_or_else(|| cache.hash(key));
+            // Most GETs of a cool connection go to the batch here, before anything a lookup
+            // needs is made ready.
+            if forwards_unlooked(cache, &mut self.writes, hash) {
+                self.append(frame);
+                return Some(len);
+            }
             let (proto, id) = (self.session.proto, self.session.id);
             let upstream = &self.shared.upstream;
             // The closures go by reference: moved, their captures (stored a moment before) were
@@ -177,7 +183,7 @@ impl Conn {
                 };
                 get_step_writing(cache, conn, &mut self.writes, key, hash, write)
             } else {
-                get_step(cache, conn(), None, &mut self.writes, key, hash)
+                looked_up(cache, conn(), None, &mut self.writes, key, hash)
                     .map_or(Written::Forward, Written::Plan)
             };
             match step {
