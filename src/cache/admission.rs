@@ -41,13 +41,19 @@ thread_local! {
 /// pattern (a pipeline repeating the same keys) is not sampled at one fixed position.
 #[inline]
 pub(super) fn one_in(n: u64) -> bool {
+    below(n) == 0
+}
+
+/// A number from 0 to `n - 1` (`n` a power of two), at random.
+#[inline]
+pub(super) fn below(n: u64) -> u64 {
     SAMPLER.with(|s| {
         let mut x = s.get();
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
         s.set(x);
-        (x >> 32) & (n - 1) == 0
+        (x >> 32) & (n - 1)
     })
 }
 

@@ -8,8 +8,7 @@ use std::time::Instant;
 use bytes::BytesMut;
 use dashmap::mapref::entry::Entry as MapEntry;
 
-use super::admission::one_in;
-use super::clock::{COOL_SAMPLE, Clock};
+use super::clock::Clock;
 use super::coherence::{Core, Key};
 use super::flight::{self, Fill, FillRx};
 use super::hits::Begun;
@@ -79,7 +78,7 @@ impl Core {
     /// [`COOL_WINDOW`].
     #[inline]
     pub(super) fn skips(&self, hash: u64, clock: &mut Clock) -> bool {
-        if !clock.cool() || self.presence.may_hold(hash) || one_in(COOL_SAMPLE) {
+        if !clock.cool() || self.presence.may_hold(hash) || clock.samples_cool() {
             return false;
         }
         clock.skipped += 1;
@@ -435,7 +434,7 @@ mod tests {
 
     use tokio_util::sync::CancellationToken;
 
-    use super::super::clock::{COOL_WINDOW, HIT_RATE, JOIN_RATE, WARM_AGAIN_RATE};
+    use super::super::clock::{COOL_SAMPLE, COOL_WINDOW, HIT_RATE, JOIN_RATE, WARM_AGAIN_RATE};
     use super::super::entry::Entry;
     use super::*;
     use crate::config::{Config, UpstreamUrl};
