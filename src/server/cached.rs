@@ -42,7 +42,11 @@ pub(super) fn cache_step(
     match access {
         Access::Get if args.len() == 2 && may_serve => {
             let key = args.get(1)?;
-            get_step(cache, conn, node, writes, key, cache.hash(key))
+            let hash = cache.hash(key);
+            if forwards_unlooked(cache, writes, hash) {
+                return None;
+            }
+            looked_up(cache, conn, node, writes, key, hash)
         }
         // In cluster mode the missing keys of an MGET may span slots: it is routed as usual.
         Access::MGet
@@ -99,22 +103,6 @@ pub(super) fn cache_step(
     }
 }
 
-/// The cache's part in a GET of `key`, whose [`Cache::hash`] is `hash`, from a client the
-/// cache may serve: a hit, a read to join or to lead, or `None` to forward it.
-pub(super) fn get_step(
-    cache: &Cache,
-    conn: &UpstreamConn,
-    node: Option<&str>,
-    writes: &mut Writes,
-    key: &[u8],
-    hash: u64,
-) -> Option<Plan> {
-    if forwards_unlooked(cache, writes, hash) {
-        return None;
-    }
-    looked_up(cache, conn, node, writes, key, hash)
-}
-
 /// Whether a GET of the key whose [`Cache::hash`] is `hash` is forwarded with no lookup: the
 /// connection is cool and the key cold ([`Cache::skips`], which counts it so), or a write
 /// earlier in the round may have changed it. Asked once per GET, before [`looked_up`] or
@@ -124,7 +112,9 @@ pub(super) fn forwards_unlooked(cache: &Cache, writes: &mut Writes, hash: u64) -
     cache.skips(hash, &mut writes.clock) || writes.touched(hash)
 }
 
-/// [`get_step`] of a GET [`forwards_unlooked`] let through.
+/// The cache's part in a GET of `key`, whose [`Cache::hash`] is `hash`, from a client the
+/// cache may serve, once [`forwards_unlooked`] let it through: a hit, a read to join or to
+/// lead, or `None` to forward it.
 pub(super) fn looked_up(
     cache: &Cache,
     conn: &UpstreamConn,

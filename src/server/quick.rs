@@ -152,8 +152,9 @@ impl Conn {
         if let Some(cache) = &self.shared.cache {
             let key = frame.get(key)?;
             let hash = hash.unwrap_or_else(|| cache.hash(key));
-            // Most GETs of a cool connection go to the batch here, before anything a lookup
-            // needs is made ready.
+            // A GET the cache does not look up (most of a cool connection's, or one of a key
+            // the round wrote) goes to the batch here, before anything a lookup needs is
+            // made ready.
             if forwards_unlooked(cache, &mut self.writes, hash) {
                 self.append(frame);
                 return Some(len);
