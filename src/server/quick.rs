@@ -116,10 +116,9 @@ impl Conn {
 
     /// Takes the plain GET at `off` in the read buffer `rbuf` to the cache as the route
     /// would: its length, and in `left` the plan left to carry out, if any. `None`, with
-    /// nothing changed
-    /// but the look-ahead's place (past `off`), when no complete plain GET starts there, or
-    /// `parser` would refuse it for its limits (it then does, as Redis would). A GET the
-    /// cache's look-ahead found is not read again, nor its key hashed.
+    /// nothing changed but the look-ahead's place (past `off`), when no complete plain GET
+    /// starts there, or `parser` would refuse it for its limits (it then does, as Redis
+    /// would). A GET the cache's look-ahead found is not read again, nor its key hashed.
     #[inline]
     pub(super) fn quick_get(
         &mut self,
