@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use rand::Rng;
 use tokio_util::sync::CancellationToken;
 
+use super::bar::Bar;
 use super::churn::{Churn, PAYS};
 use super::entry::Entry;
 use super::hotkeys::{self, HotKey, HotKeys};
@@ -88,7 +89,7 @@ pub(super) struct Admission {
     written: WrittenLately,
     hot: HotKeys,
     hasher: foldhash::fast::RandomState,
-    hot_threshold: u8,
+    bar: Bar,
     beta: f64,
 }
 
@@ -104,9 +105,15 @@ impl Admission {
             written: WrittenLately::default(),
             hot: HotKeys::default(),
             hasher: foldhash::fast::RandomState::default(),
-            hot_threshold,
+            bar: Bar::new(hot_threshold, hot_threshold),
             beta,
         }
+    }
+
+    /// Lets the bar come down to `least` while the cache serves most GETs (see `bar.rs`).
+    pub(super) fn lowering_to(mut self, least: u8) -> Admission {
+        self.bar = Bar::new(self.bar.top(), least);
+        self
     }
 
     /// The hasher behind [`Admission::hash`].
@@ -148,7 +155,7 @@ impl Admission {
         // key.
         if warm {
             self.lately.note(hash);
-            if count >= self.bar(floor) && one_in(hotkeys::SAMPLE_EVERY) {
+            if count >= self.top_bar(floor) && one_in(hotkeys::SAMPLE_EVERY) {
                 self.hot.record(hash, key);
             }
         }
@@ -273,7 +280,24 @@ impl Admission {
 
     /// The estimate a key needs to be admitted, over a noise floor of `floor`.
     fn bar(&self, floor: u8) -> u8 {
-        self.hot_threshold.saturating_add(floor).min(15)
+        self.bar.get().saturating_add(floor).min(15)
+    }
+
+    /// The estimate the bar asks as set, unlowered: a key read this often is sampled for the
+    /// top keys, and a lowered bar does not crowd their 64 slots with more of a long tail.
+    fn top_bar(&self, floor: u8) -> u8 {
+        self.bar.top().saturating_add(floor).min(15)
+    }
+
+    /// After a period in which the cache saw `gets` GETs and served `served` of them: moves
+    /// the bar (see `bar.rs`). Returns whether that brought it back to the top.
+    pub(super) fn follow_served(&self, gets: u64, served: u64) -> bool {
+        self.bar.follow(gets, served, self.lasting.last())
+    }
+
+    /// Whether the key with this hash is read often enough for the bar as set, unlowered.
+    pub(super) fn hot_at_top(&self, hash: u64) -> bool {
+        self.reads.estimate(hash) >= self.top_bar(self.reads.noise_floor())
     }
 
     /// The longest an XFetch refresh can come before expiry for a key whose fill took

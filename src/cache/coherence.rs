@@ -233,7 +233,13 @@ impl Core {
     /// A core with small bounds, for unit tests.
     #[cfg(test)]
     pub(super) fn for_test() -> Core {
-        let admission = Arc::new(Admission::new(1024, 2, 1.0));
+        Core::for_test_with(Admission::new(1024, 2, 1.0))
+    }
+
+    /// A core with small bounds and `admission`, for unit tests.
+    #[cfg(test)]
+    pub(super) fn for_test_with(admission: Admission) -> Core {
+        let admission = Arc::new(admission);
         let presence = Arc::new(Presence::default());
         Core {
             store: Store::new(1 << 20, presence.clone(), admission.hasher()),

@@ -35,6 +35,7 @@
 
 mod admission;
 mod ahead;
+mod bar;
 mod churn;
 mod clock;
 mod coherence;
@@ -52,6 +53,7 @@ mod leads;
 mod presence;
 mod read;
 mod recent;
+mod served;
 mod short_key;
 mod sketch;
 mod stats;
@@ -121,11 +123,16 @@ impl Cache {
     ) -> Cache {
         let core = Arc::new(new_core(cfg));
         tokio::spawn(core.admission.clone().decay(shutdown.clone()));
-        if cfg.holds_follow_cache() {
-            let counted = core.clone();
-            let seen = move || holds::Seen::of(&counted.stats);
-            tokio::spawn(holds::steer(seen, status.clone(), shutdown.clone()));
-        }
+        let holds_follow = cfg.holds_follow_cache().then(|| status.clone());
+        let (counted, steered) = (core.clone(), core.clone());
+        let react = move |gets, served| {
+            bar::follow(&steered, gets, served);
+            if let Some(status) = &holds_follow {
+                holds::follow(status, gets, served);
+            }
+        };
+        let seen = move || served::Seen::of(&counted.stats);
+        tokio::spawn(served::watch(seen, react, shutdown.clone()));
         let health = Health {
             strict: true,
             ..cfg.health()
@@ -421,7 +428,8 @@ fn new_core(cfg: &Config) -> Core {
     // connection's cold GETs are not counted (`read.rs`), so the larger table costs little;
     // collisions only blur estimates, and the noise floor (`Admission::admit`) discounts them.
     let candidates = (c.max_bytes / 1024).clamp(4096, 1 << 16) as usize;
-    let admission = Arc::new(Admission::new(candidates, c.hot_threshold, c.refresh_beta));
+    let admission = Admission::new(candidates, c.hot_threshold, c.refresh_beta);
+    let admission = Arc::new(admission.lowering_to(c.hot_threshold_min));
     let presence = Arc::new(presence::Presence::default());
     Core {
         store: Store::new(c.max_bytes, presence.clone(), admission.hasher()),

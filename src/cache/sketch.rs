@@ -150,7 +150,6 @@ impl FrequencySketch {
     }
 
     /// The estimated count (0..=15): the minimum over the rows.
-    #[cfg(test)]
     pub fn estimate(&self, hash: u64) -> u8 {
         let block = self.block(hash);
         (0..4)

@@ -214,6 +214,13 @@ impl Store {
             .clear(|e| self.exits.left(self.hasher.hash_one(e.key()), &e));
     }
 
+    /// Removes every entry whose key's hash `keep` refuses.
+    pub fn retain(&self, keep: impl Fn(u64) -> bool) {
+        let hash = |e: &Entry| self.hasher.hash_one(e.key());
+        self.table
+            .retain(|e| keep(hash(e)), |e| self.exits.left(hash(&e), &e));
+    }
+
     /// Whether `key` is present (expired or not).
     pub fn contains(&self, key: &[u8]) -> bool {
         self.table.contains(self.hasher.hash_one(key), key)

@@ -391,6 +391,29 @@ impl Table {
         }
     }
 
+    /// Removes every entry `keep` refuses, each handed to `leave`.
+    pub(super) fn retain(
+        &self,
+        mut keep: impl FnMut(&Entry) -> bool,
+        mut leave: impl FnMut(Arc<Entry>),
+    ) {
+        for shard in &self.shards {
+            let mut slots = shard.write();
+            for b in 0..slots.buckets.len() {
+                for i in 0..WAYS {
+                    if slots.buckets[b].entries[i]
+                        .as_deref()
+                        .is_some_and(|e| !keep(e))
+                        && let Some(e) = slots.take(b, i)
+                    {
+                        leave(e);
+                    }
+                }
+            }
+            shard.publish(&slots);
+        }
+    }
+
     /// Entries held.
     pub(super) fn len(&self) -> usize {
         self.shards
@@ -437,6 +460,21 @@ mod tests {
     }
 
     fn ignore(_: Arc<Entry>, _: Exit) {}
+
+    #[test]
+    fn retain_keeps_only_what_it_is_told_and_hands_over_the_rest() {
+        let t = Table::new(1 << 20);
+        let keys: Vec<Vec<u8>> = (0..100).map(|i| format!("k{i}").into_bytes()).collect();
+        for k in &keys {
+            t.insert(spread(k), entry(k), ignore);
+        }
+        let mut left = 0;
+        t.retain(|e| e.key().ends_with(b"7"), |_| left += 1);
+        assert_eq!((t.len(), left), (10, 90));
+        for k in &keys {
+            assert_eq!(t.get(spread(k), k).is_some(), k.ends_with(b"7"));
+        }
+    }
 
     #[test]
     fn keys_sharing_a_bucket_are_found_removed_and_replaced_each_on_its_own() {

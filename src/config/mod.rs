@@ -112,6 +112,9 @@ pub struct CacheConfig {
     /// Frequency estimate (1..=15, in a decaying window) at which a key counts as hot and is
     /// cached locally.
     pub hot_threshold: u8,
+    /// Lowest the admission bar comes while the cache serves at least half the GETs
+    /// (1..=15; at or over `hot_threshold` the bar stays at `hot_threshold`).
+    pub hot_threshold_min: u8,
     /// Values larger than this are never cached (big keys).
     pub max_value_bytes: usize,
     /// Longest time an entry is served without a refresh, even for keys without a TTL.
@@ -190,6 +193,7 @@ impl Default for CacheConfig {
             enabled: true,
             max_bytes: 256 * 1024 * 1024,
             hot_threshold: 6,
+            hot_threshold_min: 2,
             max_value_bytes: 512 * 1024,
             max_age_ms: 60_000,
             fallback_ttl_ms: 1_000,
@@ -288,6 +292,9 @@ impl Config {
         let c = &self.cache;
         if c.hot_threshold == 0 || c.hot_threshold > 15 {
             return Err(invalid("cache.hot_threshold", "must be 1 to 15"));
+        }
+        if c.hot_threshold_min == 0 || c.hot_threshold_min > 15 {
+            return Err(invalid("cache.hot_threshold_min", "must be 1 to 15"));
         }
         if c.max_bytes < 1024 * 1024 {
             return Err(invalid("cache.max_bytes", "must be at least 1 MiB"));

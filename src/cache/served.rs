@@ -1,0 +1,89 @@
+//! The cache's share of GETs served, looked at every [`EVERY`]: what the shared connections'
+//! hold (`holds.rs`) and the admission bar (`bar.rs`) follow.
+
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use super::stats::Stats;
+
+/// How often the share of GETs served is looked at.
+const EVERY: Duration = Duration::from_millis(250);
+
+/// GETs looked at (or skipped) and GETs served from the store, counted since start.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Seen {
+    gets: u64,
+    served: u64,
+}
+
+impl Seen {
+    /// What the counters say now.
+    pub(super) fn of(stats: &Stats) -> Seen {
+        let hits = stats.hits.get();
+        Seen {
+            // Every GET not served locally is a miss, joined reads included.
+            gets: hits + stats.misses.get() + stats.skipped.get(),
+            served: hits,
+        }
+    }
+}
+
+/// Every [`EVERY`] until shutdown, tells `react` how many GETs the cache saw since the last
+/// look and how many of them it served. Only hits count as served: a joined read waits for
+/// Redis like a forwarded one.
+pub(super) async fn watch(
+    seen: impl Fn() -> Seen,
+    mut react: impl FnMut(u64, u64),
+    shutdown: CancellationToken,
+) {
+    let mut tick = tokio::time::interval(EVERY);
+    let mut last = Seen::default();
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {
+                let now = seen();
+                react(now.gets - last.gets, now.served - last.served);
+                last = now;
+            }
+            () = shutdown.cancelled() => return,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+
+    /// On paused time: each sleep lets exactly the ticks due run.
+    #[tokio::test(start_paused = true)]
+    async fn each_look_is_told_what_happened_since_the_last() {
+        let stats = Arc::new(Stats::default());
+        let told = Arc::new(Mutex::new(Vec::new()));
+        let shutdown = CancellationToken::new();
+        let (counted, noted) = (stats.clone(), told.clone());
+        let task = tokio::spawn(watch(
+            move || Seen::of(&counted),
+            move |gets, served| noted.lock().unwrap().push((gets, served)),
+            shutdown.clone(),
+        ));
+        tokio::time::sleep(EVERY / 2).await;
+        stats.misses.inc_by(100);
+        stats.hits.inc_by(50);
+        stats.skipped.inc_by(10);
+        tokio::time::sleep(EVERY).await;
+        stats.coalesced.inc_by(60);
+        stats.misses.inc_by(60);
+        tokio::time::sleep(EVERY).await;
+        shutdown.cancel();
+        task.await.unwrap();
+        let told = told.lock().unwrap().clone();
+        assert_eq!(
+            told,
+            [(0, 0), (160, 50), (60, 0)],
+            "joined reads are not served"
+        );
+    }
+}
