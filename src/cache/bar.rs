@@ -18,7 +18,10 @@
 //! one half) fills more of that spread; `hot_threshold_min = hot_threshold` keeps the bar
 //! where it is set.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
+
+use tokio::task::JoinHandle;
 
 use super::coherence::Core;
 
@@ -89,10 +92,17 @@ impl Bar {
 /// them being there: on the 90/10 mix right after Zipf GETs, 100,000 entries instead of
 /// 35,000 kept far fewer of its GETs from the store's lookups (presence counts a slot for
 /// each), and corral's CPU per request at 0.51-0.54 µs against 0.42-0.43 for 20 s.
-pub(super) fn follow(core: &Core, gets: u64, served: u64) {
-    if core.admission.follow_served(gets, served) {
-        core.store.retain(|hash| core.admission.hot_at_top(hash));
+///
+/// The store is gone through on a blocking thread, one shard's lock at a time: a worker
+/// thread serves its clients meanwhile. Returns that sweep's handle.
+pub(super) fn follow(core: &Arc<Core>, gets: u64, served: u64) -> Option<JoinHandle<()>> {
+    if !core.admission.follow_served(gets, served) {
+        return None;
     }
+    let core = core.clone();
+    Some(tokio::task::spawn_blocking(move || {
+        core.store.retain(|hash| core.admission.hot_at_top(hash));
+    }))
 }
 
 #[cfg(test)]
@@ -146,11 +156,13 @@ mod tests {
         }
     }
 
-    #[test]
-    fn back_at_the_top_the_bar_drops_the_entries_it_would_not_admit_now() {
-        let core = Core::for_test_with(Admission::new(1024, 4, 1.0).lowering_to(1));
+    #[tokio::test]
+    async fn back_at_the_top_the_bar_drops_the_entries_it_would_not_admit_now() {
+        let core = Arc::new(Core::for_test_with(
+            Admission::new(1024, 4, 1.0).lowering_to(1),
+        ));
         for _ in 0..3 {
-            follow(&core, 100, 100);
+            assert!(follow(&core, 100, 100).is_none());
         }
         read(&core, b"hot", 6);
         read(&core, b"warm", 2);
@@ -160,24 +172,27 @@ mod tests {
         }
         let held = |key: &[u8]| core.store.contains(key);
         for _ in 0..2 {
-            follow(&core, 100, 0);
+            assert!(follow(&core, 100, 0).is_none());
         }
         assert!(held(b"warm") && held(b"cold"), "raised, not yet to the top");
-        follow(&core, 100, 0);
+        let sweep = follow(&core, 100, 0).expect("back at the top");
+        sweep.await.unwrap();
         assert!(held(b"hot"), "read often enough for the top bar");
         assert!(!held(b"warm") && !held(b"cold"));
         assert!(!core.presence.may_hold(core.admission.hash(b"warm")));
         put(&core, b"warm");
-        follow(&core, 100, 0);
+        assert!(follow(&core, 100, 0).is_none(), "already at the top");
         assert!(held(b"warm"), "only a return to the top drops entries");
     }
 
     #[test]
     fn a_lowered_bar_admits_keys_read_fewer_times() {
-        let core = Core::for_test_with(Admission::new(1024, 4, 1.0).lowering_to(2));
+        let core = Arc::new(Core::for_test_with(
+            Admission::new(1024, 4, 1.0).lowering_to(2),
+        ));
         let hash = core.admission.hash(b"k");
-        let reads = core.admission.record_get(hash, b"k");
-        let reads = core.admission.record_get(hash, b"k").count.max(reads.count);
+        read(&core, b"k", 2);
+        let reads = core.admission.estimate(hash);
         assert!(!core.admission.hot(reads, hash), "two reads, a bar of 4");
         follow(&core, 100, 50);
         follow(&core, 100, 50);
