@@ -6,12 +6,13 @@
 //! hits it serves before it ends. On a skewed load that the cache already serves, the keys
 //! just under the bar are read again and again, and entries there last (no writes end them).
 //! Zipf GETs over 1M keys, -P 16, bars of 6 (the default) and 2 (`scripts/ab.sh`, three
-//! rounds): 31,600 and 101,000 entries, 70% and 77% of GETs hit, 1.00-1.05M and 1.12-1.15M
-//! requests/s at the same corral CPU per request (0.49-0.51 against 0.46-0.50 µs). But on
-//! GETs spread evenly over 1M keys, a bar of 2 admits keys read twice by chance: fills
-//! that few hits repay: corral's CPU per request 1.5x the default bar's. The share of GETs served tells the
-//! two apart (about 70% against none), where a count per key cannot: it sees no further than
-//! the sketch's window.
+//! rounds): about 33,000 and 100,000 entries, 70% and 77% of GETs hit, 1.00-1.05M and
+//! 1.12-1.15M requests/s at the same corral CPU per request (0.49-0.51 against 0.46-0.50 µs).
+//! But on GETs spread evenly over 1M keys, a bar of 2 admits keys read twice by chance,
+//! fills that few hits repay: corral's CPU per request 1.5x the default bar's. The share of
+//! GETs served tells the two apart (about 70% against none). The hits per fill of the keys
+//! under the default bar do not: on both loads they grow as the entries do (1.4 to 15 and
+//! 0.3 to 2.9 over 12 s).
 //!
 //! A lower bar admits more of whatever tail the load has. A workload whose hits come from a
 //! few hot keys while most of its GETs spread over a large key space (its share served near
