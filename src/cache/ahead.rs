@@ -118,7 +118,12 @@ impl Cache {
         }
         let core = &self.core;
         let (front, cool) = (clock.warm(), clock.cool());
-        let mut gets = false;
+        // A cool connection's GET the countdown will sample, if every GET before it is
+        // skipped, as nearly all are: its lookup counts it in the sketch and looks for it in
+        // the recent reads, both lines nothing else loads. Uniform GETs over 1M keys, -P 16:
+        // the count took 11.8 ns per request (170 ns per sampled GET) without this.
+        let sampled = clock.to_sample();
+        let mut gets = 0;
         for found in found.take(PREFETCH_MAX) {
             let (key, plain) = match found {
                 Found::Get(key, plain) => (key, plain),
@@ -131,9 +136,13 @@ impl Cache {
             };
             let hash = core.admission.hash(key);
             core.presence.prefetch(hash);
-            gets = true;
+            gets += 1;
             ahead.push(hash, plain, key.len());
             if cool {
+                if gets == sampled + 1 {
+                    core.admission.prefetch(hash);
+                    core.recent.prefetch(hash);
+                }
                 continue;
             }
             core.admission.prefetch(hash);
@@ -146,7 +155,7 @@ impl Cache {
         for _ in 0..ENTRY_LEAD {
             self.prefetch_next(ahead);
         }
-        clock.found_gets(gets);
+        clock.found_gets(gets > 0);
     }
 
     /// Starts loading the entry of the next GET in `ahead`, if its front slot holds one.

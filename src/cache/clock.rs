@@ -179,6 +179,11 @@ impl Clock {
         true
     }
 
+    /// How many GETs [`Clock::samples_cool`] lets pass before the one it samples.
+    pub(super) fn to_sample(&self) -> usize {
+        usize::from(self.to_sample)
+    }
+
     /// The GET was a local hit; the round is warm for the next (see [`Clock::warm`]).
     pub(super) fn hit(&mut self) {
         self.hit = true;
@@ -292,5 +297,17 @@ mod tests {
             "every gap from 1 to {} occurs: {gaps:?}",
             2 * COOL_SAMPLE - 1
         );
+    }
+
+    #[test]
+    fn to_sample_says_how_many_gets_pass_before_the_sampled_one() {
+        let mut clock = Clock::default();
+        for _ in 0..200 {
+            let passing = clock.to_sample();
+            for _ in 0..passing {
+                assert!(!clock.samples_cool());
+            }
+            assert!(clock.samples_cool(), "the GET after {passing} skipped");
+        }
     }
 }
