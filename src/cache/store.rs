@@ -4,7 +4,7 @@
 
 use std::hash::BuildHasher;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Instant;
 
 use super::entry::Entry;
@@ -50,6 +50,8 @@ pub struct Store {
     /// `front_cap`.
     front_slots: AtomicUsize,
     front_cap: usize,
+    /// A [`Store::retain`] is under way.
+    sweeping: AtomicBool,
 }
 
 /// Inserts between two looks at the table's length (which reads a count from every shard).
@@ -70,6 +72,7 @@ impl Store {
             inserts: AtomicU64::new(0),
             front_slots: AtomicUsize::new(front::MIN_SLOTS),
             front_cap: front::max_slots(max_bytes),
+            sweeping: AtomicBool::new(false),
         }
     }
 
@@ -214,11 +217,32 @@ impl Store {
             .clear(|e| self.exits.left(self.hasher.hash_one(e.key()), &e));
     }
 
-    /// Removes every entry whose key's hash `keep` refuses.
-    pub fn retain(&self, keep: impl Fn(u64) -> bool) {
-        let hash = |e: &Entry| self.hasher.hash_one(e.key());
-        self.table
-            .retain(|e| keep(hash(e)), |e| self.exits.left(hash(&e), &e));
+    /// Removes every entry whose key's hash `keep` refuses, unless another call is doing so
+    /// already (see [`Store::sweeping`]): false then, and nothing done.
+    pub fn retain(&self, keep: impl Fn(u64) -> bool) -> bool {
+        if self.sweeping.swap(true, Ordering::AcqRel) {
+            return false;
+        }
+        // Let go however the sweep ends.
+        struct Done<'a>(&'a AtomicBool);
+        impl Drop for Done<'_> {
+            fn drop(&mut self) {
+                self.0.store(false, Ordering::Release);
+            }
+        }
+        let _done = Done(&self.sweeping);
+        self.table.retain(
+            |e| self.hasher.hash_one(e.key()),
+            keep,
+            |hash, e| self.exits.left(hash, e),
+        );
+        true
+    }
+
+    /// Whether a [`Store::retain`] is under way: one runs at a time, so that a bar that goes
+    /// back to the top again before a sweep ends does not start a second walk of the store.
+    pub fn sweeping(&self) -> bool {
+        self.sweeping.load(Ordering::Acquire)
     }
 
     /// Whether `key` is present (expired or not).
@@ -257,6 +281,22 @@ mod tests {
             Duration::ZERO,
             Duration::ZERO,
         )
+    }
+
+    #[test]
+    fn one_sweep_at_a_time() {
+        let s = Store::for_test(1 << 20);
+        s.insert(entry(b"k", b"v", Duration::from_secs(60)));
+        assert!(!s.sweeping());
+        let swept = s.retain(|_| {
+            assert!(s.sweeping());
+            assert!(!s.retain(|_| false), "a second sweep meanwhile");
+            true
+        });
+        assert!(swept && !s.sweeping());
+        assert!(s.contains(b"k"), "the second sweep did nothing");
+        assert!(s.retain(|_| false));
+        assert!(!s.contains(b"k"));
     }
 
     #[test]

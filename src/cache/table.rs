@@ -30,6 +30,8 @@ const GONE: u64 = 1;
 const MIN_BUCKETS: usize = 4;
 /// Most shards: each is one lock, and two threads rarely want the same one of 64.
 const MAX_SHARDS: u64 = 64;
+/// Buckets whose entries [`Table::retain`] reads under one hold of a shard's read lock.
+const RETAIN_BUCKETS: usize = 64;
 /// Least budget per shard (when that allows fewer than [`MAX_SHARDS`]), so that a shard
 /// holds many entries and a large value fits one.
 const MIN_SHARD_BYTES: u64 = 4 << 20;
@@ -391,26 +393,50 @@ impl Table {
         }
     }
 
-    /// Removes every entry `keep` refuses, each handed to `leave`.
+    /// Removes every entry `keep` refuses, each handed to `leave`. `keep` runs with no lock
+    /// held: the entries of [`RETAIN_BUCKETS`] buckets at a time are read under the shard's
+    /// read lock, and each refused one is then removed under its write lock, if it is still
+    /// there. Held across a whole shard (tens of thousands of entries at the default budget,
+    /// each loaded, hashed and looked up in the sketch), the write lock stalled every lookup
+    /// of that shard, and with it the worker thread making it. An entry a rebuild moved
+    /// meanwhile may be passed over, and stays.
     pub(super) fn retain(
         &self,
-        mut keep: impl FnMut(&Entry) -> bool,
-        mut leave: impl FnMut(Arc<Entry>),
+        hash_of: impl Fn(&Entry) -> u64,
+        mut keep: impl FnMut(u64) -> bool,
+        mut leave: impl FnMut(u64, &Arc<Entry>),
     ) {
+        let mut seen = Vec::with_capacity(RETAIN_BUCKETS * WAYS);
         for shard in &self.shards {
-            let mut slots = shard.write();
-            for b in 0..slots.buckets.len() {
-                for i in 0..WAYS {
-                    if slots.buckets[b].entries[i]
-                        .as_deref()
-                        .is_some_and(|e| !keep(e))
-                        && let Some(e) = slots.take(b, i)
-                    {
-                        leave(e);
+            let mut next = 0;
+            loop {
+                {
+                    let slots = shard.read();
+                    let end = (next + RETAIN_BUCKETS).min(slots.buckets.len());
+                    let Some(chunk) = slots.buckets.get(next..end).filter(|c| !c.is_empty()) else {
+                        break;
+                    };
+                    seen.extend(
+                        chunk
+                            .iter()
+                            .flat_map(|b| b.entries.iter().flatten().cloned()),
+                    );
+                    next = end;
+                }
+                for e in seen.drain(..) {
+                    let hash = hash_of(&e);
+                    if !keep(hash) {
+                        self.remove_if(
+                            hash,
+                            e.key(),
+                            |x| Arc::ptr_eq(x, &e),
+                            |x| {
+                                leave(hash, x);
+                            },
+                        );
                     }
                 }
             }
-            shard.publish(&slots);
         }
     }
 
@@ -433,6 +459,7 @@ impl Table {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashSet;
     use std::time::{Duration, Instant};
 
     use super::*;
@@ -463,17 +490,97 @@ mod tests {
 
     #[test]
     fn retain_keeps_only_what_it_is_told_and_hands_over_the_rest() {
+        // Over many chunks of buckets.
         let t = Table::new(1 << 20);
-        let keys: Vec<Vec<u8>> = (0..100).map(|i| format!("k{i}").into_bytes()).collect();
+        let keys: Vec<Vec<u8>> = (0..1000).map(|i| format!("k{i}").into_bytes()).collect();
         for k in &keys {
             t.insert(spread(k), entry(k), ignore);
         }
-        let mut left = 0;
-        t.retain(|e| e.key().ends_with(b"7"), |_| left += 1);
-        assert_eq!((t.len(), left), (10, 90));
+        let kept: HashSet<u64> = keys
+            .iter()
+            .filter(|k| k.ends_with(b"7"))
+            .map(|k| spread(k))
+            .collect();
+        let mut left = Vec::new();
+        t.retain(
+            |e| spread(e.key()),
+            |h| kept.contains(&h),
+            |h, e| left.push((h, e.key().to_vec())),
+        );
+        assert_eq!((t.len(), left.len()), (100, 900));
+        assert!(
+            left.iter()
+                .all(|(h, k)| *h == spread(k) && !k.ends_with(b"7"))
+        );
+        assert_eq!(
+            left.iter().map(|(_, k)| k).collect::<HashSet<_>>().len(),
+            900
+        );
         for k in &keys {
             assert_eq!(t.get(spread(k), k).is_some(), k.ends_with(b"7"));
         }
+        // All on one probe, which runs over chunk boundaries: kept whole, or all gone.
+        let t = Table::new(1 << 20);
+        for k in &keys {
+            t.insert(same(k), entry(k), ignore);
+        }
+        t.retain(|e| same(e.key()), |_| true, |_, _| panic!("kept"));
+        assert_eq!(t.len(), 1000);
+        let mut left = HashSet::new();
+        t.retain(
+            |e| same(e.key()),
+            |_| false,
+            |_, e| {
+                left.insert(e.key().to_vec());
+            },
+        );
+        assert_eq!((t.len(), left.len()), (0, 1000));
+    }
+
+    #[test]
+    fn retain_beside_inserts_and_removals_hands_over_each_entry_once() {
+        let t = Arc::new(Table::new(1 << 20));
+        let keys: Vec<Vec<u8>> = (0..2000).map(|i| format!("k{i}").into_bytes()).collect();
+        for k in &keys {
+            t.insert(spread(k), entry(k), ignore);
+        }
+        let writer = {
+            let (t, keys) = (t.clone(), keys.clone());
+            std::thread::spawn(move || {
+                for round in 0..5 {
+                    for (i, k) in keys.iter().enumerate() {
+                        if (i + round) % 3 == 0 {
+                            t.remove_if(spread(k), k, |_| true, |_| {});
+                        } else {
+                            t.insert(spread(k), entry(k), ignore);
+                        }
+                    }
+                }
+            })
+        };
+        // Held, so that no entry made meanwhile takes the address of one handed over.
+        let mut left: Vec<Arc<Entry>> = Vec::new();
+        for _ in 0..20 {
+            t.retain(
+                |e| spread(e.key()),
+                |h| h.is_multiple_of(2),
+                |_, e| left.push(e.clone()),
+            );
+        }
+        assert!(writer.join().is_ok());
+        let once: HashSet<_> = left.iter().map(Arc::as_ptr).collect();
+        assert_eq!(once.len(), left.len(), "an entry handed over twice");
+        // What a last sweep leaves is only what it keeps, and the count agrees.
+        t.retain(|e| spread(e.key()), |h| h.is_multiple_of(2), |_, _| {});
+        let held = keys
+            .iter()
+            .filter(|k| t.get(spread(k), k).is_some())
+            .count();
+        assert_eq!(held, t.len());
+        assert!(
+            keys.iter()
+                .all(|k| t.get(spread(k), k).is_none() || spread(k).is_multiple_of(2))
+        );
     }
 
     #[test]
