@@ -338,6 +338,8 @@ impl Admission {
     pub(super) async fn decay(self: Arc<Self>, shutdown: CancellationToken) {
         let mut tick = tokio::time::interval(Duration::from_secs(10));
         let mut look = tokio::time::interval(lasting::LOOK);
+        // A look compares what happened since the last: after a stall, one takes it all in.
+        look.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         loop {
             tokio::select! {
                 _ = tick.tick() => {

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 
 use super::stats::Stats;
@@ -38,6 +39,9 @@ pub(super) async fn watch(
     shutdown: CancellationToken,
 ) {
     let mut tick = tokio::time::interval(EVERY);
+    // After a stall (a busy worker thread), one look takes in all that happened meanwhile:
+    // in bursts, the looks right after it would each see a few GETs, and move the bar on them.
+    tick.set_missed_tick_behavior(MissedTickBehavior::Skip);
     let mut last = Seen::default();
     loop {
         tokio::select! {
@@ -85,5 +89,30 @@ mod tests {
             [(0, 0), (160, 50), (60, 0)],
             "joined reads are not served"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn after_a_stall_one_look_takes_in_all_of_it() {
+        let stats = Arc::new(Stats::default());
+        let told = Arc::new(Mutex::new(Vec::new()));
+        let shutdown = CancellationToken::new();
+        let (counted, noted) = (stats.clone(), told.clone());
+        let task = tokio::spawn(watch(
+            move || Seen::of(&counted),
+            move |gets, served| noted.lock().unwrap().push((gets, served)),
+            shutdown.clone(),
+        ));
+        tokio::time::sleep(EVERY / 2).await;
+        stats.misses.inc_by(100);
+        stats.hits.inc_by(300);
+        // Three looks' time passes at once, as while the thread was busy.
+        tokio::time::advance(EVERY * 3).await;
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        shutdown.cancel();
+        task.await.unwrap();
+        let told = told.lock().unwrap().clone();
+        assert_eq!(told, [(0, 0), (400, 300)], "no looks at nothing in a row");
     }
 }

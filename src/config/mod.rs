@@ -446,6 +446,19 @@ mod tests {
     }
 
     #[test]
+    fn the_least_admission_bar_is_1_to_15() {
+        for bad in [0, 16] {
+            let err =
+                Config::from_toml(&format!("[cache]\nhot_threshold_min = {bad}\n")).unwrap_err();
+            assert!(err.to_string().contains("cache.hot_threshold_min"), "{err}");
+        }
+        for good in [1, 15] {
+            let cfg = Config::from_toml(&format!("[cache]\nhot_threshold_min = {good}\n"));
+            assert_eq!(cfg.map(|c| c.cache.hot_threshold_min).ok(), Some(good));
+        }
+    }
+
+    #[test]
     fn unknown_field_is_rejected() {
         let err = Config::from_toml("listne = \"x\"").unwrap_err();
         assert!(err.to_string().contains("listne"), "{err}");
