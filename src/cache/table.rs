@@ -396,9 +396,10 @@ impl Table {
     /// Removes every entry `keep` refuses, each handed to `leave`. `keep` runs with no lock
     /// held: the entries of [`RETAIN_BUCKETS`] buckets at a time are read under the shard's
     /// read lock, and each refused one is then removed under its write lock, if it is still
-    /// there. Held across a whole shard (tens of thousands of entries at the default budget,
-    /// each loaded, hashed and looked up in the sketch), the write lock stalled every lookup
-    /// of that shard, and with it the worker thread making it. An entry a rebuild moved
+    /// there. Held across a whole shard (a full one of the default budget holds some 16,000
+    /// entries of short values, a larger budget's more, each loaded, hashed and looked up in
+    /// the sketch), the write lock stalled every lookup of that shard, and with it the
+    /// worker thread making it. An entry a rebuild moved
     /// meanwhile may be passed over, and stays.
     pub(super) fn retain(
         &self,
