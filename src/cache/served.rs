@@ -61,11 +61,17 @@ mod tests {
 
     use super::*;
 
-    /// On paused time: each sleep lets exactly the ticks due run.
-    #[tokio::test(start_paused = true)]
-    async fn each_look_is_told_what_happened_since_the_last() {
+    type Told = Arc<Mutex<Vec<(u64, u64)>>>;
+
+    /// A `watch` of fresh stats, noting what each look is told.
+    fn watched() -> (
+        Arc<Stats>,
+        Told,
+        CancellationToken,
+        tokio::task::JoinHandle<()>,
+    ) {
         let stats = Arc::new(Stats::default());
-        let told = Arc::new(Mutex::new(Vec::new()));
+        let told = Told::default();
         let shutdown = CancellationToken::new();
         let (counted, noted) = (stats.clone(), told.clone());
         let task = tokio::spawn(watch(
@@ -73,6 +79,13 @@ mod tests {
             move |gets, served| noted.lock().unwrap().push((gets, served)),
             shutdown.clone(),
         ));
+        (stats, told, shutdown, task)
+    }
+
+    /// On paused time: each sleep lets exactly the ticks due run.
+    #[tokio::test(start_paused = true)]
+    async fn each_look_is_told_what_happened_since_the_last() {
+        let (stats, told, shutdown, task) = watched();
         tokio::time::sleep(EVERY / 2).await;
         stats.misses.inc_by(100);
         stats.hits.inc_by(50);
@@ -93,15 +106,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn after_a_stall_one_look_takes_in_all_of_it() {
-        let stats = Arc::new(Stats::default());
-        let told = Arc::new(Mutex::new(Vec::new()));
-        let shutdown = CancellationToken::new();
-        let (counted, noted) = (stats.clone(), told.clone());
-        let task = tokio::spawn(watch(
-            move || Seen::of(&counted),
-            move |gets, served| noted.lock().unwrap().push((gets, served)),
-            shutdown.clone(),
-        ));
+        let (stats, told, shutdown, task) = watched();
         tokio::time::sleep(EVERY / 2).await;
         stats.misses.inc_by(100);
         stats.hits.inc_by(300);
