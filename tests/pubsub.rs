@@ -618,6 +618,38 @@ async fn a_message_published_after_the_confirmation_is_delivered() {
     pair.proxy.stop().await;
 }
 
+/// The last subscriber of a name leaves as a new one arrives, on another connection, many
+/// times over: whichever of the two reaches corral first, Redis ends up subscribed once the
+/// newcomer has its confirmation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_newcomer_as_the_last_one_leaves_stays_subscribed() {
+    const ROUNDS: usize = 200;
+    let pair = Pair::start().await;
+    let mut redis = connect(pair.behind).await;
+    let mut old = common::client_in(pair.proxy.addr, false).await;
+    subscribe(&mut old, false, "PSUBSCRIBE", "turn.*", 1).await;
+    for round in 0..ROUNDS {
+        let mut new = common::client_in(pair.proxy.addr, false).await;
+        // Both at once: the leaver's close and the newcomer's PSUBSCRIBE.
+        new.send(&encode_line("PSUBSCRIBE turn.*")).await;
+        drop(old);
+        let r = new.read_reply().await;
+        let want = confirmation(false, "psubscribe", "turn.*", 1);
+        assert_eq!(show(&r), show(&want), "round {round}");
+        let r = redis.call(&format!("PUBLISH turn.x m{round}")).await;
+        assert_eq!(show(&r), show(&int(1)), "round {round}: Redis lost corral");
+        let got = new.read_reply().await;
+        let payload = format!("m{round}");
+        let want = frame(
+            false,
+            &[b"pmessage", b"turn.*", b"turn.x", payload.as_bytes()],
+        );
+        assert_eq!(show(&got), show(&want), "round {round}");
+        old = new;
+    }
+    pair.proxy.stop().await;
+}
+
 // ---- 6. slow subscribers ----
 
 /// Messages published per batch in [`Flood`].

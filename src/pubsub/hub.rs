@@ -70,6 +70,7 @@ impl Hub {
     /// Subscribes client `id` to `name`. Returns a receiver that fires once Redis has
     /// confirmed the upstream subscription, or `None` when it already had.
     pub fn subscribe(&self, id: u64, kind: Kind, name: &[u8]) -> Option<oneshot::Receiver<()>> {
+        let _order = self.inner.order();
         let mut state = self.inner.lock();
         let key = (kind, Bytes::copy_from_slice(name));
         if let Some(sub) = state.subscribers.get_mut(&id) {
@@ -95,6 +96,7 @@ impl Hub {
     /// when the upstream subscription stays: after the client saw its confirmation, PUBLISH
     /// no longer counts corral for it.
     pub fn unsubscribe(&self, id: u64, kind: Kind, name: &[u8]) -> Option<oneshot::Receiver<()>> {
+        let _order = self.inner.order();
         let mut state = self.inner.lock();
         let key = (kind, Bytes::copy_from_slice(name));
         if let Some(sub) = state.subscribers.get_mut(&id) {
