@@ -650,6 +650,47 @@ async fn a_newcomer_as_the_last_one_leaves_stays_subscribed() {
     pair.proxy.stop().await;
 }
 
+/// One SUBSCRIBE of more channels than the hub connection queues at once (4,096): every
+/// one is in place upstream once confirmed, and one UNSUBSCRIBE ends them all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_subscribe_of_ten_thousand_channels_makes_them_all() {
+    const CHANNELS: usize = 10_000;
+    let pair = Pair::start().await;
+    let mut redis = connect(pair.behind).await;
+    let mut c = connect(pair.proxy.addr).await;
+    let names: Vec<String> = (0..CHANNELS).map(|i| format!("wide{i}")).collect();
+    let mut args: Vec<&[u8]> = vec![b"SUBSCRIBE"];
+    args.extend(names.iter().map(|n| n.as_bytes()));
+    c.send(&encode(&args)).await;
+    for (i, name) in names.iter().enumerate() {
+        let r = c.read_reply().await;
+        let want = confirmation(false, "subscribe", name, i as i64 + 1);
+        assert_eq!(show(&r), show(&want));
+    }
+    let r = redis.call("PUBSUB NUMSUB wide0 wide9999").await;
+    let want = [
+        b"*4\r\n".as_slice(),
+        &bulk("wide0"),
+        &int(1),
+        &bulk("wide9999"),
+        &int(1),
+    ]
+    .concat();
+    assert_eq!(show(&r), show(&want), "Redis's subscribers");
+    assert_eq!(publish(&mut redis, "wide9999", "last").await, 1);
+    assert_eq!(message_payload(&c.read_reply().await, "wide9999"), b"last");
+
+    c.send(&encode(&[b"UNSUBSCRIBE"])).await;
+    for _ in 0..CHANNELS {
+        c.read_reply().await;
+    }
+    assert_eq!(
+        show(&redis.call("PUBSUB NUMSUB wide9999").await),
+        show(&[b"*2\r\n".as_slice(), &bulk("wide9999"), &int(0)].concat())
+    );
+    pair.proxy.stop().await;
+}
+
 // ---- 6. slow subscribers ----
 
 /// Messages published per batch in [`Flood`].

@@ -15,11 +15,20 @@ use crate::commands::glob;
 use crate::resp::request::encode_request;
 use crate::upstream::{ConnSettings, LinkObserver, ReplyTo, UpstreamConn, UpstreamStatus};
 
+/// A command for the hub's connection, with what to do with its reply.
+type Command = (Bytes, ReplyTo);
+
 /// The subscription hub.
 #[derive(Debug)]
 pub struct Hub {
     inner: Arc<Inner>,
-    conn: UpstreamConn,
+    /// Commands for the upstream connection, queued under the state lock: they reach Redis
+    /// in the order they were decided. Were a newcomer's SUBSCRIBE queued ahead of the last
+    /// leaver's UNSUBSCRIBE of the same name, Redis would end up unsubscribed while corral
+    /// counts the subscription confirmed. Unbounded, so that no (UN)SUBSCRIBE is ever
+    /// dropped (a client may subscribe to thousands of channels in one command): it holds
+    /// at most what clients' commands asked for.
+    commands: mpsc::UnboundedSender<Command>,
 }
 
 impl Hub {
@@ -53,8 +62,10 @@ impl Hub {
         let (ups_tx, ups_rx) = mpsc::channel(1);
         let observer: Arc<dyn LinkObserver> = Arc::new(Observer::new(inner.clone(), ups_tx, moved));
         let conn = UpstreamConn::spawn(settings, status, shutdown, Some(observer));
-        tokio::spawn(resubscribe(inner.clone(), conn.clone(), ups_rx));
-        Hub { inner, conn }
+        let (commands, queued) = mpsc::unbounded_channel();
+        tokio::spawn(forward(conn, queued));
+        tokio::spawn(resubscribe(inner.clone(), commands.clone(), ups_rx));
+        Hub { inner, commands }
     }
 
     /// Registers a client's message queue; `kill` disconnects it if it falls behind.
@@ -70,7 +81,6 @@ impl Hub {
     /// Subscribes client `id` to `name`. Returns a receiver that fires once Redis has
     /// confirmed the upstream subscription, or `None` when it already had.
     pub fn subscribe(&self, id: u64, kind: Kind, name: &[u8]) -> Option<oneshot::Receiver<()>> {
-        let _order = self.inner.order();
         let mut state = self.inner.lock();
         let key = (kind, Bytes::copy_from_slice(name));
         if let Some(sub) = state.subscribers.get_mut(&id) {
@@ -84,9 +94,13 @@ impl Hub {
         }
         let (tx, rx) = oneshot::channel();
         topic.waiters.push(tx);
-        drop(state);
         if first {
-            self.send(kind.subscribe_cmd(), name);
+            // In RESP3 the answers are push frames, handled by the observer: no reply to
+            // wait for.
+            let ignore = ReplyTo::Call(Box::new(|_| {}));
+            let _ = self
+                .commands
+                .send((command(kind.subscribe_cmd(), name), ignore));
         }
         Some(rx)
     }
@@ -96,7 +110,6 @@ impl Hub {
     /// when the upstream subscription stays: after the client saw its confirmation, PUBLISH
     /// no longer counts corral for it.
     pub fn unsubscribe(&self, id: u64, kind: Kind, name: &[u8]) -> Option<oneshot::Receiver<()>> {
-        let _order = self.inner.order();
         let mut state = self.inner.lock();
         let key = (kind, Bytes::copy_from_slice(name));
         if let Some(sub) = state.subscribers.get_mut(&id) {
@@ -114,18 +127,20 @@ impl Hub {
             .entry(key.clone())
             .or_default()
             .push_back(tx);
-        drop(state);
-        let mut req = BytesMut::new();
-        encode_request(&[kind.unsubscribe_cmd(), name], &mut req);
-        let inner = self.inner.clone();
-        // Not sent (queue full, connection closed): no confirmation will come.
+        let (inner, sent) = (self.inner.clone(), key.clone());
+        // Not sent (connection closed): no confirmation will come.
         let failed = move |r: crate::upstream::JobResult| {
             if r.is_err() {
-                inner.confirm_unsubscribe(&key);
+                inner.confirm_unsubscribe(&sent);
             }
         };
-        self.conn
-            .try_send_to(req.freeze(), 0, ReplyTo::Call(Box::new(failed)));
+        let req = command(kind.unsubscribe_cmd(), name);
+        let queued = self.commands.send((req, ReplyTo::Call(Box::new(failed))));
+        drop(state);
+        if queued.is_err() {
+            // The forwarding task is gone (shutdown).
+            self.inner.confirm_unsubscribe(&key);
+        }
         Some(rx)
     }
 
@@ -216,25 +231,34 @@ impl Hub {
     pub fn upstream_subscriptions(&self) -> usize {
         self.inner.lock().topics.len()
     }
+}
 
-    fn send(&self, cmd: &[u8], name: &[u8]) {
-        let mut req = BytesMut::new();
-        encode_request(&[cmd, name], &mut req);
-        // In RESP3 the answers are push frames, handled by the observer: no reply to wait for.
-        self.conn
-            .try_send_to(req.freeze(), 0, ReplyTo::Call(Box::new(|_| {})));
+/// `cmd name` as a request.
+fn command(cmd: &[u8], name: &[u8]) -> Bytes {
+    let mut req = BytesMut::new();
+    encode_request(&[cmd, name], &mut req);
+    req.freeze()
+}
+
+/// Hands the hub's commands to its connection in order, waiting for room in its queue.
+async fn forward(conn: UpstreamConn, mut queued: mpsc::UnboundedReceiver<Command>) {
+    while let Some((req, reply)) = queued.recv().await {
+        conn.send_to(req, 0, reply).await;
     }
 }
 
 /// Resends every live subscription; called by the hub after its connection came back.
-async fn resubscribe(inner: Arc<Inner>, conn: UpstreamConn, mut ups: mpsc::Receiver<()>) {
+async fn resubscribe(
+    inner: Arc<Inner>,
+    commands: mpsc::UnboundedSender<Command>,
+    mut ups: mpsc::Receiver<()>,
+) {
     while ups.recv().await.is_some() {
-        let topics: Vec<(Kind, Bytes)> = inner.lock().topics.keys().cloned().collect();
-        for (kind, name) in topics {
-            let mut req = BytesMut::new();
-            encode_request(&[kind.subscribe_cmd(), &name], &mut req);
-            conn.send_to(req.freeze(), 0, ReplyTo::Call(Box::new(|_| {})))
-                .await;
+        // Under the lock, like every other command: an UNSUBSCRIBE decided meanwhile follows.
+        let state = inner.lock();
+        for (kind, name) in state.topics.keys() {
+            let ignore = ReplyTo::Call(Box::new(|_| {}));
+            let _ = commands.send((command(kind.subscribe_cmd(), name), ignore));
         }
     }
 }

@@ -55,23 +55,11 @@ impl State {
 #[derive(Debug, Default)]
 pub(super) struct Inner {
     state: Mutex<State>,
-    /// Held by a subscribe or unsubscribe from its decision until its command is queued, so
-    /// that commands reach Redis in the order they were decided. Without it, a client that
-    /// subscribes just as the last subscriber leaves could have its SUBSCRIBE queued ahead of
-    /// the leaver's UNSUBSCRIBE: Redis would end up unsubscribed while corral counts the
-    /// subscription confirmed. Taken before `state`; `state` is released before queueing,
-    /// since a command that cannot be queued runs its callback, which takes `state`, at once.
-    order: Mutex<()>,
 }
 
 impl Inner {
     pub(super) fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// See `Inner::order`.
-    pub(super) fn order(&self) -> MutexGuard<'_, ()> {
-        self.order.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Wakes the client waiting for the oldest unconfirmed UNSUBSCRIBE of `key`; false if none.
