@@ -209,6 +209,7 @@ impl Conn {
         }
         // Whatever the outcome, the write may have run.
         self.invalidate_after(&after);
+        self.writes.recycle(std::mem::take(&mut after.writes));
         if after.lane_barrier
             && let Some(cache) = &self.shared.cache
         {

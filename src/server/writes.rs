@@ -15,6 +15,8 @@ use crate::cache::Clock;
 pub(super) const MAX_TX_WRITE_KEYS: usize = 10_000;
 /// A round's written keys keep at most this much capacity into the next round.
 const KEEP_ROUND_CAPACITY: usize = 1024;
+/// Bytes of keys an acknowledged batch's buffer may hold to be used again.
+const KEEP_KEY_BYTES: usize = 64 * 1024;
 /// Keys, and bytes of keys, a batch's written keys take room for at its first: a
 /// pipeline's worth of short keys, where growing from nothing reallocated several times.
 const FIRST_KEYS: usize = 16;
@@ -104,6 +106,20 @@ impl Writes {
     /// The current batch's written keys.
     pub(super) fn take_keys(&mut self) -> WrittenKeys {
         std::mem::take(&mut self.keys)
+    }
+
+    /// Takes back an acknowledged batch's written keys, emptied, to hold the next batch's
+    /// if none are held yet: a batch that writes then allocates no buffers of its own.
+    /// Buffers grown past [`KEEP_ROUND_CAPACITY`] keys or [`KEEP_KEY_BYTES`] are let go.
+    pub(super) fn recycle(&mut self, mut keys: WrittenKeys) {
+        if self.keys.ends.capacity() == 0
+            && keys.ends.capacity() <= KEEP_ROUND_CAPACITY
+            && keys.bytes.capacity() <= KEEP_KEY_BYTES
+        {
+            keys.ends.clear();
+            keys.bytes.clear();
+            self.keys = keys;
+        }
     }
 
     /// Whether a write earlier in this round may have changed the key whose [`Cache::hash`]
@@ -275,5 +291,27 @@ mod tests {
         assert!(w.iter().eq(keys.iter().map(|k| &k[..])));
         assert!(WrittenKeys::of(&keys).iter().eq(w.iter()));
         assert_eq!(WrittenKeys::default().iter().count(), 0);
+    }
+
+    #[test]
+    fn an_acknowledged_batchs_buffers_hold_the_next_batchs_keys() {
+        let mut w = Writes::default();
+        w.wrote_key(b"a");
+        let acked = w.take_keys();
+        let room = acked.ends.as_ptr();
+        w.recycle(acked);
+        assert_eq!(w.keys.iter().count(), 0, "emptied");
+        w.wrote_key(b"b");
+        assert!(w.keys.iter().eq([&b"b"[..]]));
+        assert_eq!(w.keys.ends.as_ptr(), room, "the same buffer, not a new one");
+        // Keys already held stay; buffers grown large are let go.
+        w.recycle(WrittenKeys::of(&[Bytes::from_static(b"c")]));
+        assert!(w.keys.iter().eq([&b"b"[..]]));
+        w.take_keys();
+        w.recycle(WrittenKeys::of(&[Bytes::from(vec![
+            b'k';
+            KEEP_KEY_BYTES + 1
+        ])]));
+        assert_eq!(w.keys.bytes.capacity(), 0);
     }
 }
