@@ -530,5 +530,55 @@ read_your_writes_tests! {
     read_your_writes_pipelined: "pipelined SET GET",
 }
 
-// MULTI/EXEC is refused by corral for now ("unsupported"), so a write inside a transaction is
-// not covered here.
+// ---- a write after a GET in the same pipelined write ----
+
+/// Keys read ten times (one pipelined write) just after Redis got them, then a GET of one
+/// and `write` of it (`$key` stands for the key) in one write: Redis answers the GET first,
+/// so it reads `old`, and the write replies `reply`. The GET waits on a read corral sends
+/// apart from the client's batch (a tracked fill of a key turned hot): the write must not
+/// overtake it.
+async fn get_then_write(write: &[&[u8]], reply: &[u8]) {
+    let (_redis, proxy, mut direct, mut c) = start().await;
+    let before = Stats::of(&mut c).await.n("cache_fills");
+    for i in 0..20 {
+        let key = format!("gw:{i}");
+        assert_eq!(direct.cmd(&format!("SET {key} old")).await, OK);
+        let warm: Vec<u8> = (0..10)
+            .flat_map(|_| encode(&[b"GET", key.as_bytes()]))
+            .collect();
+        c.pipeline(&warm, warm.len(), 10).await;
+        let write: Vec<&[u8]> = write
+            .iter()
+            .map(|a| if *a == b"$key" { key.as_bytes() } else { a })
+            .collect();
+        let mut req = encode(&[b"GET", key.as_bytes()]);
+        req.extend(encode(&write));
+        let got = c.pipeline(&req, req.len(), 2).await;
+        assert_eq!(
+            show(&got[0]),
+            show(&bulk("old")),
+            "{key}: the GET read its own later write"
+        );
+        assert_eq!(show(&got[1]), show(reply), "{key}");
+    }
+    // The keys were filled: the GETs did wait on reads of their own.
+    assert!(Stats::of(&mut c).await.n("cache_fills") > before, "no fill");
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_get_is_not_overtaken_by_a_set_after_it() {
+    get_then_write(&[b"SET", b"$key", b"new"], OK).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_get_is_not_overtaken_by_a_del_or_an_append_after_it() {
+    get_then_write(&[b"DEL", b"$key"], &int(1)).await;
+    get_then_write(&[b"APPEND", b"$key", b"x"], &int(4)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_get_is_not_overtaken_by_a_script_writing_its_key_after_it() {
+    let script: &[u8] = b"return redis.call('set', KEYS[1], 'new')";
+    get_then_write(&[b"EVAL", script, b"1", b"$key"], OK).await;
+}

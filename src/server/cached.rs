@@ -125,7 +125,7 @@ pub(super) fn looked_up(
 ) -> Option<Plan> {
     // Standalone, a leading read rides in the client's own batch.
     let lookup = cache.get(key, hash, conn, node, node.is_none(), &mut writes.clock);
-    lookup_plan(lookup)
+    lookup_plan(lookup, writes, hash)
 }
 
 /// What [`get_step_writing`] made of a GET.
@@ -151,16 +151,20 @@ pub(super) fn get_step_writing<'c>(
 ) -> Written {
     match cache.get_or_write(key, hash, conn, true, &mut writes.clock, write) {
         None => Written::Hit,
-        Some(lookup) => lookup_plan(lookup).map_or(Written::Forward, Written::Plan),
+        Some(lookup) => lookup_plan(lookup, writes, hash).map_or(Written::Forward, Written::Plan),
     }
 }
 
-/// The plan for a GET the cache looked up: `None` to forward it.
-fn lookup_plan(lookup: Lookup) -> Option<Plan> {
+/// The plan for a GET the cache looked up (its key's hash `hash`): `None` to forward it. A
+/// GET that waits on a read outside the batch is noted in `writes` (see `Writes::waits_on`).
+fn lookup_plan(lookup: Lookup, writes: &mut Writes, hash: u64) -> Option<Plan> {
     Some(match lookup {
         Lookup::Hit(v) => Plan::Reply(PendingReply::Value(v)),
         Lookup::Forward => return None,
-        Lookup::Wait(rx) => Plan::Reply(PendingReply::Fill { rx }),
+        Lookup::Wait(rx) => {
+            writes.waits_on(hash);
+            Plan::Reply(PendingReply::Fill { rx })
+        }
         Lookup::Lead(lead) => Plan::Lead(lead),
     })
 }

@@ -207,6 +207,11 @@ impl Conn {
     /// limits.
     #[inline]
     pub(super) fn quick_set(&mut self, buf: &[u8], parser: &RequestParser) -> Option<usize> {
+        // A GET of this round waits on a read outside the batch: the route decides whether
+        // this SET must wait for it (`Conn::writes_waited`).
+        if self.writes.waiting() {
+            return None;
+        }
         let (key, value_len, len) = plain_set(buf)?;
         // A pause noted since `quick` was asked: the route sends the write alone, so Redis
         // parks no shared connection on it (`Conn::paused_alone`).

@@ -12,7 +12,7 @@ use super::pending::{AfterAck, AloneReply, Forwarded, Interleaved, PendingReply,
 use super::plan::{AloneReq, BlockingReq, NodeReq, Plan};
 use super::route::Request;
 use crate::cache::PREFETCH_MAX;
-use crate::commands::{self, Command, Exclusive, Route, Tx};
+use crate::commands::{self, Access, Command, Exclusive, Route, Tx};
 use crate::error::replies;
 use crate::resp::Parsed;
 use crate::resp::lookahead;
@@ -164,6 +164,9 @@ impl Conn {
         if self.batch.is_empty() && self.replies.is_empty() {
             return false;
         }
+        if self.writes.waiting() && self.writes_waited(cmd) {
+            return true;
+        }
         let args = cmd.args;
         match cmd.route() {
             Route::Tx(Tx::Multi | Tx::Watch) => self.pin.is_none(),
@@ -181,6 +184,23 @@ impl Conn {
             // CLIENT TRACKING ON pins the client: what came before must run first.
             Route::Tracking => {
                 self.pin.is_none() && cmd.arg_is(1, b"TRACKING") && cmd.arg_is(2, b"ON")
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether `cmd` may write a key that a GET earlier in this round waits on a read of, sent
+    /// outside the batch (see `Writes::waiting`): Redis must run that read first, as it
+    /// would have run the GET first. A script or function may write keys it does not name.
+    fn writes_waited(&self, cmd: &Command<'_>) -> bool {
+        match cmd.route() {
+            Route::Forward(Access::All) => true,
+            Route::Forward(Access::Write) => {
+                let positions = cmd.keys();
+                commands::busy::exclusive(cmd).is_some()
+                    || matches!(cmd.name(), b"EVAL" | b"EVALSHA" | b"FCALL")
+                    || !positions.is_known()
+                    || positions.keys(&cmd.args).any(|k| self.writes.waits_for(k))
             }
             _ => false,
         }

@@ -55,6 +55,12 @@ pub(super) struct Writes {
     /// Hashes keys as the cache does (`Cache::hasher`): a GET's or a SET's hash in hand is
     /// not computed again for `round_keys`.
     hasher: foldhash::fast::RandomState,
+    /// Hashes of the keys of this round's GETs whose replies wait on a read sent outside the
+    /// connection's batch: joined (another client's), or a tracked fill over the lane. That
+    /// read is not ordered with the batch, so a write of one of these keys later in the
+    /// round must wait until it is answered (see [`Writes::waits_for`]), or the GET could
+    /// answer with what its own client wrote after it.
+    waiting: Vec<u64>,
 }
 
 impl Writes {
@@ -78,6 +84,7 @@ impl Writes {
         }
         self.indexed = 0;
         self.round_all = false;
+        self.waiting.clear();
         self.clock.reset();
     }
 
@@ -101,6 +108,25 @@ impl Writes {
     pub(super) fn wrote_key(&mut self, key: &[u8]) {
         let hash = self.hasher.hash_one(key);
         self.wrote(key, hash);
+    }
+
+    /// A GET of the key whose [`Cache::hash`] is `hash` waits on a read sent outside the
+    /// batch (see `Writes::waiting`).
+    ///
+    /// [`Cache::hash`]: crate::cache::Cache::hash
+    pub(super) fn waits_on(&mut self, hash: u64) {
+        self.waiting.push(hash);
+    }
+
+    /// Whether a GET of this round waits on a read sent outside the batch.
+    #[inline]
+    pub(super) fn waiting(&self) -> bool {
+        !self.waiting.is_empty()
+    }
+
+    /// Whether a GET of this round waits on a read of `key` sent outside the batch.
+    pub(super) fn waits_for(&self, key: &[u8]) -> bool {
+        self.waiting.contains(&self.hasher.hash_one(key))
     }
 
     /// The current batch's written keys.
