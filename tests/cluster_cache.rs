@@ -8,8 +8,8 @@ use std::io::Write;
 use std::time::{Duration, Instant};
 
 use common::{
-    Deadline, RawClient, RedisCluster, TestProxy, bulk, make_cached_within, reply_text, show,
-    stat_n, sync_cmd,
+    Deadline, RawClient, RedisCluster, TestProxy, bulk, encode, make_cached_within, reply_text,
+    show, stat_n, sync_cmd,
 };
 use corral::cluster::key_slot;
 
@@ -69,6 +69,32 @@ async fn hot_keys_are_cached_and_direct_writes_invalidate_them() {
         // And a write through corral is read back at once.
         assert_eq!(c.cmd(&format!("SET {key} c")).await, b"+OK\r\n");
         assert_eq!(c.cmd(&format!("GET {key}")).await, bulk("c"));
+    }
+    proxy.stop().await;
+}
+
+/// A GET of a key just turned hot waits on a read over its master's tracking connection; a
+/// SET of the key right after it, in the same pipelined write, must not reach Redis first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_get_is_not_overtaken_by_a_set_after_it() {
+    let mut cluster = RedisCluster::start(3, 0);
+    let (proxy, mut c) = ready_proxy(&cluster).await;
+    for i in 0..20 {
+        let key = format!("gw:{i}");
+        let owner = cluster.master_for_slot(key_slot(key.as_bytes()));
+        assert_eq!(sync_cmd(owner, &["SET", &key, "old"]), b"+OK\r\n");
+        let get = encode(&[b"GET", key.as_bytes()]);
+        let warm = get.repeat(10);
+        c.pipeline(&warm, warm.len(), 10).await;
+        let mut req = get.clone();
+        req.extend(encode(&[b"SET", key.as_bytes(), b"new"]));
+        let got = c.pipeline(&req, req.len(), 2).await;
+        assert_eq!(
+            show(&got[0]),
+            show(&bulk("old")),
+            "{key}: the GET read the SET after it"
+        );
+        assert_eq!(show(&got[1]), show(b"+OK\r\n"), "{key}");
     }
     proxy.stop().await;
 }
