@@ -4,7 +4,10 @@
 
 mod common;
 
+use std::time::Duration;
+
 use common::{RawClient, RedisServer, TestProxy, bulk, bulk_array, encode, int, show};
+use tokio::io::AsyncWriteExt;
 
 /// What one reply must be.
 enum Expect {
@@ -280,6 +283,29 @@ async fn replies_larger_than_socket_buffers_do_not_deadlock() {
         } else {
             assert!(*r == want, "reply {i}: {}", show(r));
         }
+    }
+    assert_eq!(c.cmd("PING").await, b"+PONG\r\n");
+    proxy.stop().await;
+}
+
+/// A client that sends a whole pipeline before it reads any reply (a blocking `sendall`, as
+/// redis-py's pipelines do), larger than the socket buffers both ways: corral reads on while
+/// its replies wait, as Redis does, so neither side waits for the other for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pipeline_sent_whole_before_any_reply_is_read_completes() {
+    let redis = RedisServer::start();
+    let proxy = TestProxy::start(&redis.url()).await;
+    let mut c = RawClient::connect(proxy.addr).await.unwrap();
+    // About 25 MB each way.
+    let (n, payload) = (6_000, vec![b'p'; 4096]);
+    let bytes: Vec<u8> = (0..n).flat_map(|_| encode(&[b"ECHO", &payload])).collect();
+    // Not a timing assertion: a deadlock never ends, and this bounds the wait for it.
+    let sent = tokio::time::timeout(Duration::from_secs(30), c.stream.write_all(&bytes)).await;
+    assert!(sent.is_ok(), "corral stopped reading the pipeline");
+    let want = bulk(&payload);
+    for i in 0..n {
+        let r = c.read_reply().await;
+        assert!(r == want, "reply {i}: {}", show(&r));
     }
     assert_eq!(c.cmd("PING").await, b"+PONG\r\n");
     proxy.stop().await;

@@ -2,7 +2,10 @@
 //! replies in request order; between rounds, write pub/sub messages and tracking pushes as
 //! they come.
 
+use std::future::{Future, poll_fn};
+use std::pin::pin;
 use std::sync::Arc;
+use std::task::Poll;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
@@ -42,8 +45,11 @@ pub async fn run(
         }
         // Cache hits with nothing pending before them were encoded during the round.
         if !c.wbuf.is_empty() {
-            send(&mut stream, &c.wbuf).await?;
+            let open = c.send_replies(&mut stream).await?;
             c.wbuf.clear();
+            if !open {
+                return Ok(());
+            }
         }
         c.after_round();
         if c.monitor {
@@ -89,6 +95,54 @@ impl Drop for Registered {
 }
 
 impl Conn {
+    /// Writes the round's replies (`wbuf`). A client that sends a long pipeline in one go and
+    /// reads only once it is all sent (redis-py's `execute`, a blocking `sendall`) does not
+    /// read them yet: while the socket takes no more, its next requests are read meanwhile
+    /// (up to `client_query_buffer_limit`, for the next rounds), as Redis goes on reading a
+    /// client whose replies wait. Else each would wait for the other for ever. False when
+    /// the client closed its side meanwhile: like Redis, corral then drops it.
+    async fn send_replies(&mut self, stream: &mut Stream) -> std::io::Result<bool> {
+        // Nearly always the socket takes it all at once.
+        let written = {
+            let mut write = pin!(stream.write(&self.wbuf));
+            poll_fn(|cx| Poll::Ready(write.as_mut().poll(cx))).await
+        };
+        let rest = match written {
+            Poll::Ready(n) => &self.wbuf[n?..],
+            Poll::Pending => &self.wbuf[..],
+        };
+        if rest.is_empty() {
+            stream.flush().await?;
+            return Ok(true);
+        }
+        let limit = self.shared.cfg.limits.client_query_buffer_limit;
+        let (mut rd, mut wr) = tokio::io::split(&mut *stream);
+        let mut write = pin!(async {
+            wr.write_all(rest).await?;
+            wr.flush().await
+        });
+        let rbuf = &mut self.rbuf;
+        let mut open = true;
+        loop {
+            let room = open && rbuf.len() < limit;
+            if room && rbuf.capacity() - rbuf.len() < READ_CHUNK / 4 {
+                rbuf.reserve(READ_CHUNK);
+            }
+            tokio::select! {
+                biased;
+                r = &mut write => {
+                    r?;
+                    break;
+                }
+                n = rd.read_buf(rbuf), if room => match n {
+                    Ok(0) | Err(_) => open = false,
+                    Ok(_) => self.read_ahead = true,
+                },
+            }
+        }
+        Ok(open)
+    }
+
     /// Waits until requests arrive, or pushes or pub/sub messages were written meanwhile.
     /// False when the client is gone (closed its side, or `kill` was cancelled).
     async fn wait_input(&mut self, stream: &mut Stream) -> std::io::Result<bool> {
