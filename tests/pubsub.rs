@@ -691,7 +691,33 @@ async fn one_subscribe_of_ten_thousand_channels_makes_them_all() {
     pair.proxy.stop().await;
 }
 
-// ---- 6. slow subscribers ----
+// ---- 6. bursts and slow subscribers ----
+
+/// A burst of 30,000 small messages, published in one pipeline directly on Redis, reaches a
+/// subscriber that reads as they come whole, as Redis delivers it: corral's queue is counted
+/// in bytes (`QUEUE_BYTES`), not in messages.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_read_as_it_comes_is_delivered_whole() {
+    const MESSAGES: usize = 30_000;
+    let pair = Pair::start().await;
+    let mut c = connect(pair.proxy.addr).await;
+    subscribe(&mut c, false, "SUBSCRIBE", "burst", 1).await;
+    let reader = tokio::spawn(async move {
+        for i in 0..MESSAGES {
+            let got = c.read_reply().await;
+            assert_eq!(message_payload(&got, "burst"), format!("m{i}").as_bytes());
+        }
+    });
+    let bytes: Vec<u8> = (0..MESSAGES)
+        .flat_map(|i| encode(&[b"PUBLISH", b"burst", format!("m{i}").as_bytes()]))
+        .collect();
+    let mut redis = connect(pair.behind).await;
+    for r in redis.pipeline(&bytes, 64 * 1024, MESSAGES).await {
+        assert_eq!(show(&r), show(&int(1)));
+    }
+    reader.await.expect("every message, in order");
+    pair.proxy.stop().await;
+}
 
 /// Messages published per batch in [`Flood`].
 const BATCH: usize = 500;
@@ -765,11 +791,11 @@ impl Flood {
 }
 
 /// A subscriber that stopped reading holds up nobody on its channel, well past corral's
-/// queue (4,096 messages) plus what the sockets hold.
+/// queue (`QUEUE_BYTES`, 32 MB) plus what the sockets hold.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_subscriber_holds_up_nobody() {
     let mut f = Flood::start().await;
-    while f.published < 12_000 {
+    while f.published < 60_000 {
         f.batch().await;
     }
     f.check_healthy().await;
@@ -780,8 +806,8 @@ async fn a_stalled_subscriber_holds_up_nobody() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_subscriber_is_disconnected() {
     let mut f = Flood::start().await;
-    // Publishing stops once the slow subscriber is gone, or at 20 MB.
-    while f.published < 40 * BATCH && f.slow_listed().await {
+    // Publishing stops once the slow subscriber is gone, or at 80 MB.
+    while f.published < 160 * BATCH && f.slow_listed().await {
         f.batch().await;
     }
     let deadline = Deadline::new(LIMIT, "corral to disconnect the slow subscriber");

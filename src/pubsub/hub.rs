@@ -8,7 +8,7 @@ use bytes::{Bytes, BytesMut};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use super::message::{Handoff, Kind, Message};
+use super::message::{Handoff, Kind, Outbox};
 use super::observer::Observer;
 use super::state::{Inner, Subscriber};
 use crate::commands::glob;
@@ -69,7 +69,7 @@ impl Hub {
     }
 
     /// Registers a client's message queue; `kill` disconnects it if it falls behind.
-    pub fn register(&self, id: u64, tx: mpsc::Sender<Arc<Message>>, kill: CancellationToken) {
+    pub fn register(&self, id: u64, tx: Outbox, kill: CancellationToken) {
         let sub = Subscriber {
             tx,
             kill,

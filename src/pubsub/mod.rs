@@ -16,5 +16,5 @@ mod router;
 mod state;
 
 pub use hub::Hub;
-pub use message::{Handoff, Kind, Message, QUEUE};
+pub use message::{Handoff, Inbox, Kind, Message, Outbox, QUEUE_BYTES, queue};
 pub use router::Router;

@@ -151,7 +151,7 @@ impl Observer {
         for id in &topic.subscribers {
             if let Some(sub) = state.subscribers.get(id)
                 && !sub.kill.is_cancelled()
-                && sub.tx.try_send(msg.clone()).is_err()
+                && !sub.tx.push(&msg)
             {
                 warn!(client = id, "pub/sub client too slow, disconnecting");
                 sub.kill.cancel();

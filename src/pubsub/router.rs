@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use super::hub::Hub;
-use super::message::{Kind, Message};
+use super::message::{Kind, Outbox};
 use crate::cluster::{Addr, key_slot};
 use crate::upstream::cluster::ClusterUpstream;
 use crate::upstream::{ConnSettings, UpstreamStatus};
@@ -20,7 +20,7 @@ use crate::upstream::{ConnSettings, UpstreamStatus};
 /// A client's queue, kept to register it with shard hubs when it first needs one.
 #[derive(Debug, Clone)]
 struct Client {
-    tx: mpsc::Sender<Arc<Message>>,
+    tx: Outbox,
     kill: CancellationToken,
 }
 
@@ -72,7 +72,7 @@ impl Router {
     }
 
     /// Registers a client's message queue; `kill` disconnects it if it falls behind.
-    pub fn register(&self, id: u64, tx: mpsc::Sender<Arc<Message>>, kill: CancellationToken) {
+    pub fn register(&self, id: u64, tx: Outbox, kill: CancellationToken) {
         self.main.register(id, tx.clone(), kill.clone());
         self.lock().clients.insert(id, Client { tx, kill });
     }

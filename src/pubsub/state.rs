@@ -3,13 +3,13 @@
 //! guards it all; it is taken briefly, never across an `.await`.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard};
 
 use bytes::Bytes;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
-use super::message::{Kind, Message};
+use super::message::{Kind, Outbox};
 
 #[derive(Debug, Default)]
 pub(super) struct Topic {
@@ -20,7 +20,7 @@ pub(super) struct Topic {
 
 #[derive(Debug)]
 pub(super) struct Subscriber {
-    pub(super) tx: mpsc::Sender<Arc<Message>>,
+    pub(super) tx: Outbox,
     pub(super) kill: CancellationToken,
     pub(super) topics: HashSet<(Kind, Bytes)>,
 }

@@ -167,8 +167,8 @@ impl Conn {
                     encode_message(&msg, self.session.proto, &mut self.wbuf);
                     while self.wbuf.len() < 64 * 1024 {
                         match subs.rx.try_recv() {
-                            Ok(m) => encode_message(&m, self.session.proto, &mut self.wbuf),
-                            Err(_) => break,
+                            Some(m) => encode_message(&m, self.session.proto, &mut self.wbuf),
+                            None => break,
                         }
                     }
                     // A subscriber that stops reading must not pin this task: the hub

@@ -57,7 +57,7 @@ impl Conn {
             }
         }
         let subs = self.subs.get_or_insert_with(|| {
-            let (tx, rx) = tokio::sync::mpsc::channel(pubsub::QUEUE);
+            let (tx, rx) = pubsub::queue();
             hub.register(id, tx, self.kill.clone());
             // On a Redis user's hub (`hub` is the current user's): the pool stays open for it.
             let lease = self.lease.as_ref().map(crate::upstream::UserLease::share);

@@ -5,10 +5,9 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
-use tokio::sync::mpsc;
 
 use crate::commands::PubSub;
-use crate::pubsub::{Kind, Message, Router};
+use crate::pubsub::{Inbox, Kind, Message, Router};
 use crate::resp::{Encoder, Proto};
 use crate::upstream::UserLease;
 
@@ -16,7 +15,7 @@ use crate::upstream::UserLease;
 /// Redis user's) until dropped.
 #[derive(Debug)]
 pub(super) struct Subscriptions {
-    pub(super) rx: mpsc::Receiver<Arc<Message>>,
+    pub(super) rx: Inbox,
     /// The hub the subscriptions are made on, and the client's id there.
     pub(super) hub: Arc<Router>,
     id: u64,
@@ -32,7 +31,7 @@ impl Subscriptions {
     /// No subscriptions yet; messages arrive on `rx` from `hub`, where the client is `id`
     /// (holding `lease` on a Redis user's hub).
     pub(super) fn new(
-        rx: mpsc::Receiver<Arc<Message>>,
+        rx: Inbox,
         hub: Arc<Router>,
         id: u64,
         lease: Option<UserLease>,
