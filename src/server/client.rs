@@ -25,6 +25,8 @@ use crate::upstream::{Dedicated, UpstreamConn, UserLease, UserPool};
 
 /// Bytes read from a client at a time (and the buffers' initial size).
 pub(super) const READ_CHUNK: usize = 16 * 1024;
+/// Most capacity a client's emptied read or write buffer keeps into its next round.
+const KEEP_BUFFER: usize = 1024 * 1024;
 
 /// A client connection's state.
 pub(super) struct Conn {
@@ -247,6 +249,14 @@ impl Conn {
     pub(super) fn after_round(&mut self) {
         self.release_pin_if_done();
         self.publish_session();
+        // A large reply or pipeline grew these: not kept for the client's lifetime, as Redis
+        // shrinks an idle client's buffers.
+        if self.wbuf.is_empty() && self.wbuf.capacity() > KEEP_BUFFER {
+            self.wbuf = BytesMut::with_capacity(READ_CHUNK);
+        }
+        if self.rbuf.is_empty() && self.rbuf.capacity() > KEEP_BUFFER {
+            self.rbuf = BytesMut::with_capacity(READ_CHUNK);
+        }
     }
 
     /// Shows session changes (the last command, flags) to CLIENT LIST and CLIENT INFO. Done

@@ -26,6 +26,8 @@ use crate::tls::WriteHalf;
 const WRITE_BATCH: usize = 64 * 1024;
 /// Read buffer growth step.
 const READ_CHUNK: usize = 16 * 1024;
+/// Most capacity the emptied read buffer keeps into the next read.
+const KEEP_READ_BUFFER: usize = 1024 * 1024;
 /// Timer period of a connection without health checks (the timer is then never polled).
 const NO_CHECKS: Duration = Duration::from_secs(86_400);
 
@@ -205,6 +207,11 @@ impl Link {
         loop {
             if self.rbuf.capacity() - self.rbuf.len() < READ_CHUNK / 4 {
                 self.rbuf.reserve(READ_CHUNK);
+            }
+            // A large reply grew it (or `reserve` took back its whole block): not kept for
+            // the connection's lifetime.
+            if self.rbuf.is_empty() && self.rbuf.capacity() > KEEP_READ_BUFFER {
+                self.rbuf = BytesMut::with_capacity(READ_CHUNK);
             }
             tokio::select! {
                 biased;
