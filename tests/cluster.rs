@@ -45,6 +45,10 @@ async fn keys_over_all_slots_land_on_their_owner_and_multi_key_commands_match_re
         "UNLINK c {a}x",
         "MGET a b c {a}x",
         "MSET a 1",
+        // A key without its value, across slots: refused whole, nothing written.
+        "MSET a 2 b",
+        "MSET d 1 b 2 e",
+        "MGET a b d e",
         "DBSIZE",
     ];
     for line in lines {

@@ -50,6 +50,12 @@ pub(super) fn route(
         },
         KeySlot::NoKeys => any_node(cluster, req, proto, client),
         KeySlot::Cross => match classify_multi(name) {
+            // Pairs are split by slot: with a key left without its value, the last part
+            // would set it to an empty string where Redis refuses the whole command.
+            MultiKey::Split(SplitKind::Mset) if args.len() % 2 == 0 => {
+                let error = replies::wrong_arity("mset");
+                Plan::ready(Bytes::from(format!("-{error}\r\n")))
+            }
             MultiKey::Split(kind) => split(cluster, name, kind, args, &positions, proto, client),
             _ => Plan::ready(replies::CROSSSLOT.to_bytes()),
         },
