@@ -52,7 +52,7 @@ pub(super) fn route(
         KeySlot::Cross => match classify_multi(name) {
             // Pairs are split by slot: with a key left without its value, the last part
             // would set it to an empty string where Redis refuses the whole command.
-            MultiKey::Split(SplitKind::Mset) if args.len() % 2 == 0 => {
+            MultiKey::Split(SplitKind::Mset) if args.len().is_multiple_of(2) => {
                 let error = replies::wrong_arity("mset");
                 Plan::ready(Bytes::from(format!("-{error}\r\n")))
             }
