@@ -530,6 +530,84 @@ read_your_writes_tests! {
     read_your_writes_pipelined: "pipelined SET GET",
 }
 
+// ---- one client's reads of a key never go back ----
+
+/// The value of a GET reply of a counter (`$-1` as 0).
+fn counter(reply: &[u8]) -> i64 {
+    if reply == NIL {
+        return 0;
+    }
+    let text = String::from_utf8_lossy(reply);
+    text.split("\r\n")
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("not a counter: {text:?}"))
+}
+
+/// One client INCRs four keys through corral while three read them, one GET at a time and
+/// in pipelines of 32: a reader never sees a key's value go back, as Redis, which runs a
+/// client's requests in order, never shows one. A GET forwarded in a round runs at Redis
+/// after the round; a later GET of the key in the round may not be served by a hit or a
+/// read already in flight, whose values can be older.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clients_reads_of_a_key_never_go_back() {
+    const KEYS: usize = 4;
+    const INCRS: usize = 10_000;
+    let (_redis, proxy, _direct, mut w) = start().await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut readers = JoinSet::new();
+    for depth in [1usize, 32, 32] {
+        let (addr, stop) = (proxy.addr, stop.clone());
+        readers.spawn(async move {
+            let mut c = connect(addr).await;
+            let mut seen = [0i64; KEYS];
+            let mut back = Vec::new();
+            let mut round = 0usize;
+            while !stop.load(Ordering::Relaxed) {
+                let keys: Vec<usize> = (0..depth).map(|i| (round * 7 + i * 3) % KEYS).collect();
+                let bytes: Vec<u8> = keys
+                    .iter()
+                    .flat_map(|k| encode(&[b"GET", format!("mono:{k}").as_bytes()]))
+                    .collect();
+                let replies = c.pipeline(&bytes, bytes.len(), depth).await;
+                for (pos, (&k, r)) in keys.iter().zip(&replies).enumerate() {
+                    let v = counter(r);
+                    if v < seen[k] {
+                        back.push(format!(
+                            "round {round}, GET {pos} of mono:{k}: {} then {v}",
+                            seen[k]
+                        ));
+                    }
+                    seen[k] = seen[k].max(v);
+                }
+                round += 1;
+            }
+            (depth, round, back)
+        });
+    }
+    for i in 0..INCRS {
+        let r = w.cmd(&format!("INCR mono:{}", i % KEYS)).await;
+        assert!(r.starts_with(b":"), "INCR: {}", show(&r));
+    }
+    stop.store(true, Ordering::Relaxed);
+    let mut failures = Vec::new();
+    while let Some(done) = readers.join_next().await {
+        let (depth, rounds, back) = done.expect("reader");
+        eprintln!(
+            "reader -P {depth}: {rounds} rounds, {} reads went back",
+            back.len()
+        );
+        failures.extend(back.into_iter().take(3));
+    }
+    assert!(failures.is_empty(), "reads went back: {failures:#?}");
+    let hits = Stats::of(&mut w).await.n("cache_hits");
+    assert!(
+        hits > 0,
+        "the cache served nothing: the test proved nothing"
+    );
+    proxy.stop().await;
+}
+
 // ---- a write after a GET in the same pipelined write ----
 
 /// Keys read ten times (one pipelined write) just after Redis got them, then a GET of one

@@ -156,11 +156,15 @@ pub(super) fn get_step_writing<'c>(
 }
 
 /// The plan for a GET the cache looked up (its key's hash `hash`): `None` to forward it. A
-/// GET that waits on a read outside the batch is noted in `writes` (see `Writes::waits_on`).
+/// GET that waits on a read outside the batch is noted in `writes` (see `Writes::waits_on`),
+/// and so is one forwarded (see `Writes::read_forwarded`).
 fn lookup_plan(lookup: Lookup, writes: &mut Writes, hash: u64) -> Option<Plan> {
     Some(match lookup {
         Lookup::Hit(v) => Plan::Reply(PendingReply::Value(v)),
-        Lookup::Forward => return None,
+        Lookup::Forward => {
+            writes.read_forwarded(hash);
+            return None;
+        }
         Lookup::Wait(rx) => {
             writes.waits_on(hash);
             Plan::Reply(PendingReply::Fill { rx })

@@ -34,6 +34,9 @@ pub(super) struct Writes {
     /// there are many, so a pipeline of one huge DEL and many GETs costs one lookup per GET,
     /// and a pipeline of SETs alone builds no set.
     round_keys: Vec<u64>,
+    /// One bit per hash in `round_keys`, picked by its top six bits: most GETs of a round
+    /// that wrote or forwarded a few keys are told apart from them by this alone.
+    round_bits: u64,
     /// `round_keys[..indexed]`, as a set.
     round_index: HashSet<u64, foldhash::fast::RandomState>,
     indexed: usize,
@@ -83,6 +86,7 @@ impl Writes {
             self.round_index.clear();
         }
         self.indexed = 0;
+        self.round_bits = 0;
         self.round_all = false;
         self.waiting.clear();
         self.clock.reset();
@@ -90,9 +94,15 @@ impl Writes {
 
     /// Keys a write in this round names.
     pub(super) fn written(&mut self, keys: &[Bytes]) {
-        let hasher = &self.hasher;
-        self.round_keys
-            .extend(keys.iter().map(|k| hasher.hash_one(k)));
+        for k in keys {
+            self.note(self.hasher.hash_one(k));
+        }
+    }
+
+    /// Notes a key of this round, by its hash, for [`Writes::touched`].
+    fn note(&mut self, hash: u64) {
+        self.round_keys.push(hash);
+        self.round_bits |= round_bit(hash);
     }
 
     /// A write of the current batch names `key`, whose [`Cache::hash`] is `hash`: kept to
@@ -101,7 +111,20 @@ impl Writes {
     /// [`Cache::hash`]: crate::cache::Cache::hash
     pub(super) fn wrote(&mut self, key: &[u8], hash: u64) {
         self.keys.push(key);
-        self.round_keys.push(hash);
+        self.note(hash);
+    }
+
+    /// A GET of the key whose [`Cache::hash`] is `hash` was looked up and forwarded in the
+    /// batch: Redis runs it once the batch is sent, after the round. A later GET of the key
+    /// in the round must not be served before it, by a hit or by joining a read already in
+    /// flight, whose values may be older than the one this GET will read: the client would
+    /// see the key's value go back. It is forwarded too, as after a write. (A GET skipped
+    /// by a cool connection is not noted: its key had nothing cached or in flight, and a
+    /// read of it started and answered later in the same round is not looked for.)
+    ///
+    /// [`Cache::hash`]: crate::cache::Cache::hash
+    pub(super) fn read_forwarded(&mut self, hash: u64) {
+        self.note(hash);
     }
 
     /// [`Writes::wrote`], the key hashed here.
@@ -154,8 +177,8 @@ impl Writes {
     /// [`Cache::hash`]: crate::cache::Cache::hash
     #[inline]
     pub(super) fn touched(&mut self, hash: u64) -> bool {
-        // Inlined for this check: nearly every GET's round has written nothing.
-        if self.round_keys.is_empty() {
+        // Inlined for this check: nearly every GET's key is none of the round's.
+        if self.round_bits & round_bit(hash) == 0 {
             return self.round_all;
         }
         self.touched_by_keys(hash)
@@ -163,10 +186,13 @@ impl Writes {
 
     /// [`Writes::touched`], the key hashed here.
     pub(super) fn touched_key(&mut self, key: &[u8]) -> bool {
-        if self.round_keys.is_empty() {
+        if self.round_bits == 0 {
             return self.round_all;
         }
         let hash = self.hasher.hash_one(key);
+        if self.round_bits & round_bit(hash) == 0 {
+            return self.round_all;
+        }
         self.touched_by_keys(hash)
     }
 
@@ -198,6 +224,11 @@ impl Writes {
         }
         tx.keys = Vec::new();
     }
+}
+
+/// The bit of `Writes::round_bits` for a key's hash.
+fn round_bit(hash: u64) -> u64 {
+    1 << (hash >> 58)
 }
 
 /// Keys written by one batch, kept until Redis acknowledges it: their bytes end to end in
@@ -317,6 +348,17 @@ mod tests {
         assert!(w.iter().eq(keys.iter().map(|k| &k[..])));
         assert!(WrittenKeys::of(&keys).iter().eq(w.iter()));
         assert_eq!(WrittenKeys::default().iter().count(), 0);
+    }
+
+    #[test]
+    fn a_forwarded_get_counts_as_touched_until_the_next_round() {
+        let mut w = Writes::default();
+        w.read_forwarded(42);
+        assert!(w.touched(42));
+        // Same bit, another hash; another bit.
+        assert!(!w.touched(43) && !w.touched(1 << 63));
+        w.new_round();
+        assert!(!w.touched(42));
     }
 
     #[test]
