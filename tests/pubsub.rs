@@ -691,6 +691,81 @@ async fn one_subscribe_of_ten_thousand_channels_makes_them_all() {
     pair.proxy.stop().await;
 }
 
+/// RESP3: SUBSCRIBE, a PUBLISH to the channel and UNSUBSCRIBE in one write. The PUBLISH
+/// reaches the subscription, as on Redis: it counts it and its message is delivered, before
+/// the unsubscribe confirmation. (Redis sends the message before the PUBLISH's reply; corral
+/// may send it just after: a push between replies.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publish_between_subscribe_and_unsubscribe_in_one_write_is_delivered() {
+    let pair = Pair::start().await;
+    let mut c = common::client_in(pair.proxy.addr, true).await;
+    for i in 0..20 {
+        let ch = format!("self{i}");
+        let mut bytes = encode(&[b"SUBSCRIBE", ch.as_bytes()]);
+        bytes.extend(encode(&[b"PUBLISH", ch.as_bytes(), b"x"]));
+        bytes.extend(encode(&[b"UNSUBSCRIBE", ch.as_bytes()]));
+        bytes.extend(encode(&[b"PING"]));
+        c.send(&bytes).await;
+        let got: Vec<Vec<u8>> = vec![
+            c.read_reply().await,
+            c.read_reply().await,
+            c.read_reply().await,
+            c.read_reply().await,
+            c.read_reply().await,
+        ];
+        let message = frame(true, &[b"message", ch.as_bytes(), b"x"]);
+        let mut middle = [got[1].clone(), got[2].clone()];
+        middle.sort();
+        let mut want = [message, int(1)];
+        want.sort();
+        assert_eq!(
+            show(&got[0]),
+            show(&confirmation(true, "subscribe", &ch, 1))
+        );
+        assert_eq!(
+            middle.map(|m| show(&m)),
+            want.map(|m| show(&m)),
+            "round {i}"
+        );
+        assert_eq!(
+            show(&got[3]),
+            show(&confirmation(true, "unsubscribe", &ch, 0))
+        );
+        assert_eq!(show(&got[4]), show(b"+PONG\r\n"));
+    }
+    pair.proxy.stop().await;
+}
+
+/// RESP2: a message published (and counted) just before its only subscriber unsubscribes
+/// comes before the unsubscribe confirmation, as on Redis; never lost, nor after it, where it
+/// would read as the reply to the client's next request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_published_before_an_unsubscribe_comes_before_its_reply() {
+    let pair = Pair::start().await;
+    let mut publisher = connect(pair.proxy.addr).await;
+    for i in 0..200 {
+        let ch = format!("leave{i}");
+        let mut b = connect(pair.proxy.addr).await;
+        subscribe(&mut b, false, "SUBSCRIBE", &ch, 1).await;
+        assert_eq!(publish(&mut publisher, &ch, "x").await, 1);
+        let mut bytes = encode(&[b"UNSUBSCRIBE", ch.as_bytes()]);
+        bytes.extend(encode(&[b"GET", b"nokey"]));
+        b.send(&bytes).await;
+        // Redis sent the message on corral's subscription before the PUBLISH's reply, and
+        // so before it confirms the unsubscribe that ends that subscription.
+        let message = frame(false, &[b"message", ch.as_bytes(), b"x"]);
+        assert_eq!(show(&b.read_reply().await), show(&message), "round {i}");
+        let unsubscribed = confirmation(false, "unsubscribe", &ch, 0);
+        assert_eq!(
+            show(&b.read_reply().await),
+            show(&unsubscribed),
+            "round {i}"
+        );
+        assert_eq!(show(&b.read_reply().await), show(b"$-1\r\n"), "round {i}");
+    }
+    pair.proxy.stop().await;
+}
+
 // ---- 6. bursts and slow subscribers ----
 
 /// A burst of 30,000 small messages, published in one pipeline directly on Redis, reaches a

@@ -126,7 +126,7 @@ impl Hub {
             .unsubscribing
             .entry(key.clone())
             .or_default()
-            .push_back(tx);
+            .push_back((tx, id));
         let (inner, sent) = (self.inner.clone(), key.clone());
         // Not sent (connection closed): no confirmation will come.
         let failed = move |r: crate::upstream::JobResult| {

@@ -143,12 +143,20 @@ impl Observer {
         let state = self.inner.lock();
         // Until Redis confirms the subscription, a message on this stream belongs to an
         // earlier subscription of the same name (its UNSUBSCRIBE still in flight): Redis
-        // would not deliver it to a client that subscribed after it was published.
-        let Some(topic) = state.topics.get(key).filter(|t| t.confirmed) else {
+        // would not deliver it to a client that subscribed after it was published. Those
+        // whose unsubscribe ended such an earlier one get it (see `State::unsubscribing`).
+        let topic = state.topics.get(key).filter(|t| t.confirmed);
+        let leaving = state.unsubscribing.get(key).into_iter().flatten();
+        let ids: Vec<u64> = topic
+            .into_iter()
+            .flat_map(|t| t.subscribers.iter().copied())
+            .chain(leaving.map(|(_, id)| *id))
+            .collect();
+        if ids.is_empty() {
             return;
-        };
+        }
         let msg = Arc::new(msg);
-        for id in &topic.subscribers {
+        for id in &ids {
             if let Some(sub) = state.subscribers.get(id)
                 && !sub.kill.is_cancelled()
                 && !sub.tx.push(&msg)

@@ -30,9 +30,11 @@ pub(super) struct State {
     pub(super) topics: HashMap<(Kind, Bytes), Topic>,
     pub(super) subscribers: HashMap<u64, Subscriber>,
     /// Upstream UNSUBSCRIBEs sent and not yet confirmed, per topic, in the order sent: each
-    /// confirmation wakes the client whose unsubscribe ended the topic. Until then Redis
-    /// still counts corral as a subscriber.
-    pub(super) unsubscribing: HashMap<(Kind, Bytes), VecDeque<oneshot::Sender<()>>>,
+    /// confirmation wakes the client whose unsubscribe ended the topic (its id beside it).
+    /// Until then Redis still counts corral as a subscriber, and that client still gets the
+    /// topic's messages: Redis sent them before the confirmation, and the client writes
+    /// them before its unsubscribe reply.
+    pub(super) unsubscribing: HashMap<(Kind, Bytes), VecDeque<(oneshot::Sender<()>, u64)>>,
 }
 
 impl State {
@@ -45,7 +47,7 @@ impl State {
     /// and Redis dropped its subscriptions with it.
     pub(super) fn release_unsubscribes(&mut self) {
         for (_, q) in self.unsubscribing.drain() {
-            for w in q {
+            for (w, _) in q {
                 let _ = w.send(());
             }
         }
@@ -73,7 +75,7 @@ impl Inner {
             state.unsubscribing.remove(key);
         }
         match waiter {
-            Some(w) => {
+            Some((w, _)) => {
                 let _ = w.send(());
                 true
             }

@@ -16,6 +16,7 @@ use super::pending::{
     AfterAck, AloneReply, Between, Blocking, Effect, Fan, Forwarded, Part, PendingReply, Queued,
     Then,
 };
+use super::subscriber::encode_message;
 use super::{info, mget};
 use crate::cluster::{Redirect, SplitKind};
 use crate::error::UpstreamError;
@@ -123,13 +124,23 @@ impl Conn {
                 self.resolve_fanout(how, parts).await;
                 self.invalidate_after(&after);
             }
-            PendingReply::Subscribed { reply, waits } => {
+            PendingReply::Subscribed {
+                reply,
+                waits,
+                leaving,
+            } => {
                 // Without an upstream the subscription is still registered and will be made
                 // when the connection returns; the client is not held up longer.
                 let all = wait_each(waits);
                 match self.shared.upstream.request_timeout {
                     Some(d) => drop(timeout(d, all).await),
                     None => all.await,
+                }
+                if leaving && let Some(subs) = &mut self.subs {
+                    // Delivered before Redis confirmed the unsubscribe: Redis sent them first.
+                    while let Some(m) = subs.rx.try_recv() {
+                        encode_message(&m, proto, &mut self.wbuf);
+                    }
                 }
                 self.wbuf.extend_from_slice(&reply);
             }

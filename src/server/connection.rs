@@ -164,12 +164,24 @@ impl Conn {
                 r = stream.read_buf(&mut self.rbuf) => return Ok(r? != 0),
                 msg = subs.rx.recv() => {
                     let Some(msg) = msg else { return Ok(false) };
-                    encode_message(&msg, self.session.proto, &mut self.wbuf);
+                    // A message of a subscription the client has since left is not written:
+                    // after its unsubscribe reply it would read as the reply to its next
+                    // request (RESP2). One the hub delivered before that reply was written
+                    // before it (see `collect`).
+                    if subs.wants(&msg) {
+                        encode_message(&msg, self.session.proto, &mut self.wbuf);
+                    }
                     while self.wbuf.len() < 64 * 1024 {
                         match subs.rx.try_recv() {
-                            Some(m) => encode_message(&m, self.session.proto, &mut self.wbuf),
+                            Some(m) if subs.wants(&m) => {
+                                encode_message(&m, self.session.proto, &mut self.wbuf);
+                            }
+                            Some(_) => {}
                             None => break,
                         }
+                    }
+                    if self.wbuf.is_empty() {
+                        return Ok(true);
                     }
                     // A subscriber that stops reading must not pin this task: the hub
                     // cancels `kill` once its queue is full.

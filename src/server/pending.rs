@@ -87,6 +87,9 @@ pub(super) enum PendingReply {
     Subscribed {
         reply: Bytes,
         waits: Vec<oneshot::Receiver<()>>,
+        /// An unsubscribe: the messages queued for the client before Redis confirmed it are
+        /// written before its reply, where Redis put them.
+        leaving: bool,
     },
 }
 

@@ -181,6 +181,9 @@ impl Conn {
                         None => false,
                     }
             }
+            // An (un)subscribe goes to Redis on the hub's connection: what came before it
+            // (a PUBLISH to the channel) must have run first.
+            Route::PubSub(_) => true,
             // CLIENT TRACKING ON pins the client: what came before must run first.
             Route::Tracking => {
                 self.pin.is_none() && cmd.arg_is(1, b"TRACKING") && cmd.arg_is(2, b"ON")
@@ -242,7 +245,14 @@ impl Conn {
             }
             Plan::Reply(reply) => {
                 self.flush_batch().await;
+                // An (un)subscribe that starts or ends an upstream subscription is answered
+                // once Redis confirmed it; what the client sent after it must reach Redis
+                // after that too (a PUBLISH in the same pipeline counts, and reaches, the
+                // subscription as it would on Redis), so the round ends here.
+                let barrier =
+                    matches!(&reply, PendingReply::Subscribed { waits, .. } if !waits.is_empty());
                 self.push_reply(reply);
+                return barrier;
             }
             Plan::Alone(alone) => {
                 let AloneReq { conn, req, then } = *alone;

@@ -478,7 +478,12 @@ impl Conn {
         }
         self.shared.metrics.local_commands.inc();
         let (reply, waits) = self.pubsub(sub, &crate::resp::Args::Owned(&owned));
-        Plan::Reply(PendingReply::Subscribed { reply, waits })
+        let leaving = !super::subscriber::describe(sub).2;
+        Plan::Reply(PendingReply::Subscribed {
+            reply,
+            waits,
+            leaving,
+        })
     }
 }
 

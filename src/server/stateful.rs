@@ -39,7 +39,12 @@ impl Conn {
                 let waits = self.reset_state();
                 // RESET turns replies back on, its own included. Like an UNSUBSCRIBE's, its
                 // reply waits until Redis dropped the upstream subscriptions it ended.
-                self.push_reply(PendingReply::Subscribed { reply, waits });
+                // Its subscriptions, and their queue, are gone: nothing to write first.
+                self.push_reply(PendingReply::Subscribed {
+                    reply,
+                    waits,
+                    leaving: false,
+                });
                 true
             }
         }

@@ -69,6 +69,15 @@ impl Subscriptions {
         (self.channels.len(), self.patterns.len(), self.shards.len())
     }
 
+    /// Whether the client is still subscribed to what `msg` came for.
+    pub(super) fn wants(&self, msg: &Message) -> bool {
+        match msg {
+            Message::Message { channel, .. } => self.channels.contains(channel),
+            Message::PMessage { pattern, .. } => self.patterns.contains(pattern),
+            Message::SMessage { channel, .. } => self.shards.contains(channel),
+        }
+    }
+
     /// Any subscription at all.
     pub(super) fn active(&self) -> bool {
         !(self.channels.is_empty() && self.patterns.is_empty() && self.shards.is_empty())
