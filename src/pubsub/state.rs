@@ -25,6 +25,10 @@ pub(super) struct Subscriber {
     pub(super) topics: HashSet<(Kind, Bytes)>,
 }
 
+/// An upstream UNSUBSCRIBE not confirmed yet: the waiter its confirmation wakes, and the
+/// client whose unsubscribe sent it.
+pub(super) type Leaving = (oneshot::Sender<()>, u64);
+
 #[derive(Debug, Default)]
 pub(super) struct State {
     pub(super) topics: HashMap<(Kind, Bytes), Topic>,
@@ -34,7 +38,7 @@ pub(super) struct State {
     /// Until then Redis still counts corral as a subscriber, and that client still gets the
     /// topic's messages: Redis sent them before the confirmation, and the client writes
     /// them before its unsubscribe reply.
-    pub(super) unsubscribing: HashMap<(Kind, Bytes), VecDeque<(oneshot::Sender<()>, u64)>>,
+    pub(super) unsubscribing: HashMap<(Kind, Bytes), VecDeque<Leaving>>,
 }
 
 impl State {
