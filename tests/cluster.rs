@@ -132,6 +132,13 @@ async fn scan_returns_every_key_exactly_once_and_keys_unions_masters() {
     );
     let keys = c.cmd("KEYS scan:*").await;
     assert!(keys.starts_with(format!("*{n}\r\n").as_bytes()));
+    // Cursors Redis reads as the largest one: the scan is over, as on Redis; not a number: the
+    // error Redis gives.
+    for cursor in ["-1", "18446744073709551615"] {
+        let got = c.cmd(&format!("SCAN {cursor}")).await;
+        assert_eq!(got, b"*2\r\n$1\r\n0\r\n*0\r\n", "SCAN {cursor}");
+    }
+    assert_eq!(c.cmd("SCAN x").await, b"-ERR invalid cursor\r\n");
     proxy.stop().await;
 }
 

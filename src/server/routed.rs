@@ -12,7 +12,6 @@ use crate::cluster::keys::split_by_slot;
 use crate::cluster::{Addr, KeySlot, MultiKey, SplitKind, classify_multi};
 use crate::commands::{Access, Command};
 use crate::error::replies;
-use crate::resp::digits::parse_int;
 use crate::resp::request::encode_request;
 use crate::resp::{Args, Proto};
 use crate::upstream::cluster::ClusterUpstream;
@@ -122,16 +121,15 @@ fn keyless(
 /// SCAN over every master in turn: the client's cursor is `redis_cursor << 10 | master`.
 fn scan(cluster: &ClusterUpstream, args: &Args<'_>, proto: Proto, client: u64) -> Plan {
     let masters = cluster.masters();
-    let cursor = args
-        .get(1)
-        .and_then(parse_int)
-        .and_then(|c| u64::try_from(c).ok());
+    let cursor = args.get(1).and_then(parse_cursor);
     let (Some(cursor), false) = (cursor, masters.is_empty()) else {
         return Plan::ready(replies::INVALID_CURSOR.to_bytes());
     };
     let node = (cursor & ((1 << NODE_BITS) - 1)) as usize;
     let Some(addr) = masters.get(node) else {
-        return Plan::ready(replies::INVALID_CURSOR.to_bytes());
+        // Past the last master: the scan is over, as Redis ends one given a cursor past its
+        // table.
+        return Plan::ready(Bytes::from_static(b"*2\r\n$1\r\n0\r\n*0\r\n"));
     };
     let inner = (cursor >> NODE_BITS).to_string();
     let mut argv: Vec<&[u8]> = args.iter().collect();
@@ -146,6 +144,26 @@ fn scan(cluster: &ClusterUpstream, args: &Args<'_>, proto: Proto, client: u64) -
             nodes: masters.len(),
         },
     }))
+}
+
+/// A SCAN cursor as Redis reads one (`strtoul`): digits after an optional sign, a minus
+/// wrapping around (`-1` is the largest cursor), nothing at all being 0; `None` for anything
+/// else, or past 64 bits.
+fn parse_cursor(s: &[u8]) -> Option<u64> {
+    let (neg, digits) = match s {
+        [b'-', rest @ ..] => (true, rest),
+        [b'+', rest @ ..] => (false, rest),
+        _ => (false, s),
+    };
+    if digits.is_empty() {
+        return s.is_empty().then_some(0);
+    }
+    let v = digits.iter().try_fold(0u64, |v, &d| {
+        d.is_ascii_digit()
+            .then(|| v.checked_mul(10)?.checked_add(u64::from(d - b'0')))
+            .flatten()
+    })?;
+    Some(if neg { v.wrapping_neg() } else { v })
 }
 
 /// MGET/MSET/DEL/UNLINK/EXISTS/TOUCH across slots: one request per slot.
@@ -181,4 +199,29 @@ fn split(
         });
     }
     Plan::Split { kind, parts }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_cursor;
+
+    #[test]
+    fn cursors_read_as_redis_reads_them() {
+        assert_eq!(parse_cursor(b"0"), Some(0));
+        assert_eq!(parse_cursor(b"1234"), Some(1234));
+        assert_eq!(parse_cursor(b"+7"), Some(7));
+        assert_eq!(parse_cursor(b"-1"), Some(u64::MAX));
+        assert_eq!(parse_cursor(b"18446744073709551615"), Some(u64::MAX));
+        assert_eq!(parse_cursor(b""), Some(0));
+        for bad in [
+            &b"18446744073709551616"[..],
+            b"-",
+            b"+",
+            b" 1",
+            b"1x",
+            b"0x10",
+        ] {
+            assert_eq!(parse_cursor(bad), None, "{}", String::from_utf8_lossy(bad));
+        }
+    }
 }
