@@ -766,6 +766,27 @@ async fn a_message_published_before_an_unsubscribe_comes_before_its_reply() {
     pair.proxy.stop().await;
 }
 
+/// (P|S)SUBSCRIBE inside MULTI is refused, and EXEC fails as after any refused command:
+/// run by EXEC, it would subscribe the client's dedicated upstream connection, not the
+/// client (a documented difference from Redis, which subscribes the client at EXEC).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscribe_inside_multi_is_refused_and_exec_fails() {
+    let pair = Pair::start().await;
+    let mut redis = connect(pair.behind).await;
+    for cmd in ["SUBSCRIBE", "PSUBSCRIBE", "SSUBSCRIBE", "UNSUBSCRIBE"] {
+        let mut c = connect(pair.proxy.addr).await;
+        assert_eq!(show(&c.call("MULTI").await), show(b"+OK\r\n"));
+        let r = c.call(&format!("{cmd} inmulti")).await;
+        let want = format!("-ERR '{}' is not supported by corral", cmd.to_lowercase());
+        assert!(r.starts_with(want.as_bytes()), "{cmd}: {}", show(&r));
+        let r = c.call("EXEC").await;
+        assert!(r.starts_with(b"-EXECABORT"), "{cmd}: EXEC {}", show(&r));
+        assert_eq!(show(&c.call("PING").await), show(b"+PONG\r\n"), "{cmd}");
+    }
+    assert_eq!(numsub(&mut redis, "inmulti").await, 0);
+    pair.proxy.stop().await;
+}
+
 // ---- 6. bursts and slow subscribers ----
 
 /// A burst of 30,000 small messages, published in one pipeline directly on Redis, reaches a

@@ -130,6 +130,19 @@ impl Conn {
         } else if self.tx_failed && route == Route::Tx(Tx::Exec) {
             return Some(Plan::AbortExec);
         }
+        if in_tx && let Route::PubSub(_) = route {
+            // Run by EXEC on the client's dedicated connection, it would leave that connection
+            // subscribed (corral's subscriptions are its hub's, not the client's): refused,
+            // and EXEC fails, as for any command refused inside MULTI.
+            self.tx_failed = true;
+            let name = String::from_utf8_lossy(cmd.name()).to_ascii_lowercase();
+            let mut e = Encoder {
+                proto: self.session.proto,
+                out: &mut self.local,
+            };
+            e.error(&replies::unsupported(&name, "not inside MULTI"));
+            return Some(Plan::ready(self.local.split().freeze()));
+        }
         if in_multi
             && !matches!(
                 route,
