@@ -141,6 +141,42 @@ async fn resp3_invalidations_arrive_where_redis_puts_them() {
     assert!(invalidations(&t) >= 4, "{t:#?}");
 }
 
+/// A tracking client's write of a key it read, then PING or ECHO, in one write: Redis sends
+/// the write's reply, the invalidation, then the PING's reply; through corral the same.
+#[tokio::test]
+async fn a_ping_after_a_tracked_write_comes_after_its_invalidation() {
+    let p = Pair::start().await;
+    let push = b">2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\nk\r\n".to_vec();
+    for (write, then, reply) in [
+        ("DEL k", "PING", b"+PONG\r\n".to_vec()),
+        ("SET k v", "ECHO hi", b"$2\r\nhi\r\n".to_vec()),
+    ] {
+        let mut c = common::client_in(p.proxy.addr, true).await;
+        assert_eq!(show(&c.call("SET k v0").await), show(b"+OK\r\n"));
+        assert_eq!(show(&c.call("CLIENT TRACKING ON").await), show(b"+OK\r\n"));
+        assert_eq!(show(&c.call("GET k").await), show(b"$2\r\nv0\r\n"));
+        let mut bytes = encode_line(write);
+        bytes.extend(encode_line(then));
+        c.send(&bytes).await;
+        let got = [
+            c.read_reply().await,
+            c.read_reply().await,
+            c.read_reply().await,
+        ];
+        let first = if write == "DEL k" {
+            b":1\r\n".to_vec()
+        } else {
+            b"+OK\r\n".to_vec()
+        };
+        assert_eq!(
+            got.map(|g| show(&g)),
+            [&first, &push, &reply].map(|w| show(w)),
+            "{write}; {then}"
+        );
+    }
+    p.proxy.stop().await;
+}
+
 #[tokio::test]
 async fn optin_tracks_only_reads_after_caching_yes() {
     let p = Pair::start().await;

@@ -163,12 +163,15 @@ impl Conn {
         if let Route::Local(Local::Ping | Local::Echo) = route
             && self.shared.upstream.cluster.is_none()
             && (self.shared.upstream.status.ping_goes_upstream()
-                || (self.redis_user() && !self.resp2_subscribed()))
+                || (self.redis_user() && !self.resp2_subscribed())
+                || self.pin.as_ref().is_some_and(|p| p.tracking.is_some()))
         {
             // Redis may be busy with a script (or loading): it would answer -BUSY (-LOADING)
             // rather than PONG, so ask it. Otherwise PING checks corral itself. A Redis user's
             // ACL may deny PING or ECHO: Redis answers for it (but not in RESP2 subscribed
-            // mode, whose PING reply only corral's subscriptions can give).
+            // mode, whose PING reply only corral's subscriptions can give). A client tracking
+            // keys on its own connection gets its invalidations there, between replies: its
+            // PING's reply comes after those Redis sent before it, as on Redis.
             self.append_request(cmd, req);
             return Some(Plan::Batched);
         }
