@@ -39,6 +39,16 @@ async fn transactions_run_on_the_node_of_their_keys() {
     );
     assert_eq!(c.cmd("DISCARD").await, b"+OK\r\n");
     assert_eq!(c.cmd("EXEC").await, b"-ERR EXEC without MULTI\r\n");
+    // WATCH inside MULTI is refused and the transaction goes on, as in Redis.
+    assert_eq!(c.cmd("MULTI").await, b"+OK\r\n");
+    for watch in ["WATCH a", "WATCH a b"] {
+        assert_eq!(
+            c.cmd(watch).await,
+            b"-ERR WATCH inside MULTI is not allowed\r\n",
+            "{watch}"
+        );
+    }
+    assert_eq!(c.cmd("EXEC").await, b"*0\r\n");
     // WATCH aborts when another client writes the watched key.
     let mut other = RawClient::connect(proxy.addr).await.unwrap();
     assert_eq!(c.cmd("WATCH {u3}w").await, b"+OK\r\n");

@@ -81,6 +81,8 @@ canned! {
     REDIRECT_TARGET_MISSING = "ERR The client ID you want redirect to does not exist";
     /// MULTI inside MULTI.
     NESTED_MULTI = "ERR MULTI calls can not be nested";
+    /// WATCH inside MULTI (the transaction goes on).
+    WATCH_INSIDE_MULTI = "ERR WATCH inside MULTI is not allowed";
     /// EXEC outside a transaction.
     EXEC_WITHOUT_MULTI = "ERR EXEC without MULTI";
     /// DISCARD outside a transaction.

@@ -124,6 +124,9 @@ impl Conn {
             return None;
         }
         match tx {
+            Tx::Watch if self.deferred_multi => {
+                Some(Plan::ready(replies::WATCH_INSIDE_MULTI.to_bytes()))
+            }
             Tx::Watch => Some(match self.node_of(cluster, cmd) {
                 Ok(node) => Plan::Tx {
                     tx,
