@@ -124,11 +124,12 @@ impl Conn {
                 self.resolve_fanout(how, parts).await;
                 self.invalidate_after(&after);
             }
-            PendingReply::Subscribed {
-                reply,
-                waits,
-                leaving,
-            } => {
+            PendingReply::Subscribed(sub) => {
+                let super::pending::Subscribed {
+                    reply,
+                    waits,
+                    leaving,
+                } = *sub;
                 // Without an upstream the subscription is still registered and will be made
                 // when the connection returns; the client is not held up longer.
                 let all = wait_each(waits);

@@ -83,14 +83,20 @@ pub(super) enum PendingReply {
     },
     /// The one reply of a request sent on its own (rare: boxed).
     Reply(Box<AloneReply>),
-    /// (Un)subscribe confirmations, written once the new upstream subscriptions are in place.
-    Subscribed {
-        reply: Bytes,
-        waits: Vec<oneshot::Receiver<()>>,
-        /// An unsubscribe: the messages queued for the client before Redis confirmed it are
-        /// written before its reply, where Redis put them.
-        leaving: bool,
-    },
+    /// (Un)subscribe confirmations, written once the new upstream subscriptions are in place
+    /// (rare: boxed).
+    Subscribed(Box<Subscribed>),
+}
+
+/// An (un)subscribe's confirmations ([`PendingReply::Subscribed`]).
+#[derive(Debug)]
+pub(super) struct Subscribed {
+    pub(super) reply: Bytes,
+    /// Redis's confirmations of the upstream subscriptions it starts or ends.
+    pub(super) waits: Vec<oneshot::Receiver<()>>,
+    /// An unsubscribe: the messages queued for the client before Redis confirmed it are
+    /// written before its reply, where Redis put them.
+    pub(super) leaving: bool,
 }
 
 /// `count` replies from `conn` to a forwarded batch ([`PendingReply::Upstream`]).

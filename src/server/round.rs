@@ -249,8 +249,7 @@ impl Conn {
                 // once Redis confirmed it; what the client sent after it must reach Redis
                 // after that too (a PUBLISH in the same pipeline counts, and reaches, the
                 // subscription as it would on Redis), so the round ends here.
-                let barrier =
-                    matches!(&reply, PendingReply::Subscribed { waits, .. } if !waits.is_empty());
+                let barrier = matches!(&reply, PendingReply::Subscribed(s) if !s.waits.is_empty());
                 self.push_reply(reply);
                 return barrier;
             }
@@ -396,7 +395,7 @@ impl Conn {
     /// are: Redis sends them as pushes, which CLIENT REPLY OFF/SKIP does not silence, in
     /// either protocol (a client waiting for them would hang).
     pub(super) fn push_reply(&mut self, reply: PendingReply) {
-        let silent = !matches!(reply, PendingReply::Subscribed { .. })
+        let silent = !matches!(reply, PendingReply::Subscribed(_))
             && (self.silent_now || self.reply_mode == ReplyMode::Off);
         self.replies.push(Queued {
             reply,

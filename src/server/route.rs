@@ -495,11 +495,13 @@ impl Conn {
         self.shared.metrics.local_commands.inc();
         let (reply, waits) = self.pubsub(sub, &crate::resp::Args::Owned(&owned));
         let leaving = !super::subscriber::describe(sub).2;
-        Plan::Reply(PendingReply::Subscribed {
-            reply,
-            waits,
-            leaving,
-        })
+        Plan::Reply(PendingReply::Subscribed(Box::new(
+            super::pending::Subscribed {
+                reply,
+                waits,
+                leaving,
+            },
+        )))
     }
 }
 

@@ -40,11 +40,13 @@ impl Conn {
                 // RESET turns replies back on, its own included. Like an UNSUBSCRIBE's, its
                 // reply waits until Redis dropped the upstream subscriptions it ended.
                 // Its subscriptions, and their queue, are gone: nothing to write first.
-                self.push_reply(PendingReply::Subscribed {
-                    reply,
-                    waits,
-                    leaving: false,
-                });
+                self.push_reply(PendingReply::Subscribed(Box::new(
+                    super::pending::Subscribed {
+                        reply,
+                        waits,
+                        leaving: false,
+                    },
+                )));
                 true
             }
         }
