@@ -1361,3 +1361,37 @@ async fn requests_pipelined_around_a_pinned_connection_keep_their_order() {
     check(&pair, "pipelined ordering", &script, false, Mode::OneByOne).await;
     pair.proxy.stop().await;
 }
+
+/// CLIENT UNBLOCK of a client whose blocking command is its first, on a dedicated connection
+/// made for it just then: corral names that connection's id on Redis, learnt once it is up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_unblock_reaches_a_client_blocked_on_a_fresh_connection() {
+    for how in ["", " TIMEOUT", " ERROR"] {
+        let pair = Pair::start().await;
+        let behind = pair.behind;
+        let mut a = connect(pair.proxy.addr).await;
+        let id = String::from_utf8_lossy(&a.cmd("CLIENT ID").await)
+            .trim_start_matches(':')
+            .trim()
+            .to_string();
+        a.send(&encode(&[b"BLPOP", b"fresh", b"0"])).await;
+        poll_until(LIMIT, "Redis to hold the BLPOP", || async {
+            let mut redis = connect(behind).await;
+            (blocked_clients(&mut redis).await == 1).then_some(())
+        })
+        .await;
+        let mut b = connect(pair.proxy.addr).await;
+        assert_eq!(
+            b.cmd(&format!("CLIENT UNBLOCK {id}{how}")).await,
+            b":1\r\n",
+            "{how}"
+        );
+        let want: &[u8] = if how == " ERROR" {
+            b"-UNBLOCKED client unblocked via CLIENT UNBLOCK\r\n"
+        } else {
+            b"*-1\r\n"
+        };
+        assert_eq!(show(&a.read_reply().await), show(want), "{how}");
+        pair.proxy.stop().await;
+    }
+}

@@ -232,7 +232,7 @@ impl Conn {
 
     /// Shows the client as blocked on `on` (the upstream address and Redis's id of the
     /// connection, for CLIENT UNBLOCK) in CLIENT LIST, or as not blocked any more.
-    pub(super) fn show_blocked(&mut self, on: Option<(String, u64)>) {
+    pub(super) fn show_blocked(&mut self, on: Option<UpstreamConn>) {
         let blocked = on.is_some();
         if blocked {
             self.session.flags = self.flags(true);

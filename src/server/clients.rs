@@ -13,15 +13,17 @@ use crate::error::replies;
 use crate::resp::Args;
 use crate::resp::digits::parse_int;
 use crate::resp::reply::{self, Encoder};
+use crate::upstream::UpstreamConn;
 
 /// A registered client: a snapshot of its session and the token that disconnects it.
 #[derive(Debug)]
 pub struct ClientEntry {
     snapshot: Mutex<Session>,
     kill: CancellationToken,
-    /// While the client waits in a blocking command: the dedicated connection's upstream
-    /// address and the server's client id for it, which CLIENT UNBLOCK must name.
-    blocked_on: Mutex<Option<(String, u64)>>,
+    /// While the client waits in a blocking command: the dedicated connection, whose
+    /// server-side client id CLIENT UNBLOCK must name. Its id is read when CLIENT UNBLOCK
+    /// runs: a fresh connection learns it from HELLO after the client was shown blocked.
+    blocked_on: Mutex<Option<UpstreamConn>>,
 }
 
 /// All connected clients.
@@ -52,7 +54,7 @@ impl Registry {
     pub fn blocked_on(&self, id: u64) -> Option<(String, u64)> {
         let e = self.map.get(&id)?;
         let b = e.blocked_on.lock().unwrap_or_else(|p| p.into_inner());
-        b.clone()
+        b.as_ref().map(|c| (c.addr().to_string(), c.client_id()))
     }
 
     fn snapshots(&self) -> Vec<(Session, CancellationToken)> {
@@ -75,9 +77,9 @@ impl ClientEntry {
         *self.snapshot.lock().unwrap_or_else(|p| p.into_inner()) = session.clone();
     }
 
-    /// Records that the client is blocked on the connection with server client id
-    /// `upstream_id` at `addr` (`None`: no longer blocked).
-    pub fn set_blocked(&self, on: Option<(String, u64)>) {
+    /// Records that the client is blocked on the dedicated connection `on` (`None`: no
+    /// longer blocked).
+    pub fn set_blocked(&self, on: Option<UpstreamConn>) {
         *self.blocked_on.lock().unwrap_or_else(|p| p.into_inner()) = on;
     }
 }

@@ -425,7 +425,7 @@ impl Conn {
     ) -> Option<JobResult> {
         if blocked {
             // CLIENT UNBLOCK from another client names this connection's id on the server.
-            self.show_blocked(Some((conn.addr().to_string(), conn.client_id())));
+            self.show_blocked(Some(conn.clone()));
         }
         let limit = self.shared.cfg.limits.client_query_buffer_limit;
         let result = loop {
