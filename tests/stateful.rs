@@ -1395,3 +1395,31 @@ async fn client_unblock_reaches_a_client_blocked_on_a_fresh_connection() {
         pair.proxy.stop().await;
     }
 }
+
+/// Commands that change the client itself (its user, protocol, name, reply mode) are refused
+/// inside MULTI, and EXEC fails, rather than change only the dedicated connection EXEC runs
+/// them on (a documented difference from Redis, which applies them at EXEC). The client goes
+/// on as before: same user, protocol and replies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commands_changing_the_client_are_refused_inside_multi() {
+    let pair = Pair::start().await;
+    let mut c = connect(pair.proxy.addr).await;
+    for (cmd, name) in [
+        ("AUTH default x", "auth"),
+        ("HELLO 3", "hello"),
+        ("CLIENT REPLY OFF", "client|reply"),
+        ("CLIENT SETNAME nm", "client|setname"),
+    ] {
+        assert_eq!(c.cmd("MULTI").await, b"+OK\r\n", "{cmd}");
+        let r = c.cmd(cmd).await;
+        let want = format!("-ERR '{name}' is not supported by corral");
+        assert!(r.starts_with(want.as_bytes()), "{cmd}: {}", show(&r));
+        assert!(c.cmd("EXEC").await.starts_with(b"-EXECABORT"), "{cmd}");
+        // Still RESP2, replying, as `default`, unnamed.
+        assert_eq!(c.cmd("SET w x").await, b"+OK\r\n", "{cmd}");
+        assert_eq!(c.cmd("HGETALL nohash").await, b"*0\r\n", "{cmd}");
+        assert_eq!(c.cmd("ACL WHOAMI").await, bulk("default"), "{cmd}");
+        assert_eq!(c.cmd("CLIENT GETNAME").await, b"$-1\r\n", "{cmd}");
+    }
+    pair.proxy.stop().await;
+}

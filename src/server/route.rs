@@ -130,12 +130,17 @@ impl Conn {
         } else if self.tx_failed && route == Route::Tx(Tx::Exec) {
             return Some(Plan::AbortExec);
         }
-        if in_tx && let Route::PubSub(_) = route {
-            // Run by EXEC on the client's dedicated connection, it would leave that connection
-            // subscribed (corral's subscriptions are its hub's, not the client's): refused,
+        if in_tx && changes_the_client(cmd, route) {
+            // Run by EXEC on the client's dedicated connection, these would change that
+            // connection, not the client as corral knows it (its subscriptions are corral's
+            // hub's; its user, protocol, name and reply mode are corral's to apply): refused,
             // and EXEC fails, as for any command refused inside MULTI.
             self.tx_failed = true;
-            let name = String::from_utf8_lossy(cmd.name()).to_ascii_lowercase();
+            let mut name = String::from_utf8_lossy(cmd.name()).to_ascii_lowercase();
+            if name == "client" {
+                let sub = String::from_utf8_lossy(cmd.args.get(1).unwrap_or_default());
+                name = format!("client|{}", sub.to_ascii_lowercase());
+            }
             let mut e = Encoder {
                 proto: self.session.proto,
                 out: &mut self.local,
@@ -509,4 +514,13 @@ impl Conn {
 fn is_unblock(args: &crate::resp::Args<'_>) -> bool {
     args.get(1)
         .is_some_and(|s| s.eq_ignore_ascii_case(b"UNBLOCK"))
+}
+
+/// Whether `cmd` (routed `route`) changes the client's own state in a way corral must apply
+/// itself, which it cannot for a command run by EXEC: (P|S)(UN)SUBSCRIBE, AUTH, HELLO, CLIENT
+/// REPLY and CLIENT SETNAME.
+fn changes_the_client(cmd: &Command<'_>, route: Route) -> bool {
+    matches!(route, Route::PubSub(_))
+        || matches!(cmd.name(), b"AUTH" | b"HELLO")
+        || (cmd.name() == b"CLIENT" && (cmd.arg_is(1, b"REPLY") || cmd.arg_is(1, b"SETNAME")))
 }
