@@ -551,8 +551,8 @@ fn counter(reply: &[u8]) -> i64 {
 /// read already in flight, whose values can be older.
 ///
 /// Ignored in the default run: with this test's machine busy (the other tests of this file
-/// beside it), a few reads in some thousands still go back within a pipeline, by a way not
-/// found yet (README, "Limits of the guarantee"). Without the rule above, 1,186-2,009 per
+/// beside it), a few reads in some thousands still go back within a pipeline (README,
+/// "Reads going back"). Without the rule above, 1,186-2,009 per
 /// reader; with it, none when run alone. `cargo test --test cache -- --ignored`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "rare backwards reads remain under load; see the doc comment"]

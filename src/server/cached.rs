@@ -109,11 +109,7 @@ pub(super) fn cache_step(
 /// [`get_step_writing`].
 #[inline]
 pub(super) fn forwards_unlooked(cache: &Cache, writes: &mut Writes, hash: u64) -> bool {
-    if cache.skips(hash, &mut writes.clock) {
-        writes.skipped(hash);
-        return true;
-    }
-    writes.touched(hash)
+    cache.skips(hash, &mut writes.clock) || writes.touched(hash)
 }
 
 /// The cache's part in a GET of `key`, whose [`Cache::hash`] is `hash`, from a client the
@@ -173,7 +169,6 @@ fn lookup_plan(lookup: Lookup, writes: &mut Writes, hash: u64) -> Option<Plan> {
             writes.waits_on(hash);
             Plan::Reply(PendingReply::Fill { rx })
         }
-        // A later GET of the key in the round joins this read: the same value.
         Lookup::Lead(lead) => Plan::Lead(lead),
     })
 }

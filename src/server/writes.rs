@@ -37,9 +37,6 @@ pub(super) struct Writes {
     /// One bit per hash in `round_keys`, picked by its top six bits: most GETs of a round
     /// that wrote or forwarded a few keys are told apart from them by this alone.
     round_bits: u64,
-    /// The bits (as `round_bits`) of the GETs a cool connection skipped this round
-    /// ([`Writes::skipped`]).
-    skipped_bits: u64,
     /// `round_keys[..indexed]`, as a set.
     round_index: HashSet<u64, foldhash::fast::RandomState>,
     indexed: usize,
@@ -90,7 +87,6 @@ impl Writes {
         }
         self.indexed = 0;
         self.round_bits = 0;
-        self.skipped_bits = 0;
         self.round_all = false;
         self.waiting.clear();
         self.clock.reset();
@@ -122,23 +118,13 @@ impl Writes {
     /// batch: Redis runs it once the batch is sent, after the round. A later GET of the key
     /// in the round must not be served before it, by a hit or by joining a read already in
     /// flight, whose values may be older than the one this GET will read: the client would
-    /// see the key's value go back. It is forwarded too, as after a write (a GET a cool
-    /// connection skips is noted apart: [`Writes::skipped`]).
+    /// see the key's value go back. It is forwarded too, as after a write. (A GET skipped
+    /// by a cool connection is not noted: its key had nothing cached or in flight, and a
+    /// read of it started and answered later in the same round is not looked for.)
     ///
     /// [`Cache::hash`]: crate::cache::Cache::hash
     pub(super) fn read_forwarded(&mut self, hash: u64) {
         self.note(hash);
-    }
-
-    /// A cool connection forwarded a GET of the key whose [`Cache::hash`] is `hash` with no
-    /// lookup: like [`Writes::read_forwarded`], a later GET of the key in the round must not
-    /// be served before it (a read of the key may be started and answered meanwhile). Only
-    /// its bit is kept, at no cost beyond it: a later GET sharing the bit is forwarded too.
-    ///
-    /// [`Cache::hash`]: crate::cache::Cache::hash
-    #[inline]
-    pub(super) fn skipped(&mut self, hash: u64) {
-        self.skipped_bits |= round_bit(hash);
     }
 
     /// [`Writes::wrote`], the key hashed here.
@@ -192,11 +178,10 @@ impl Writes {
     #[inline]
     pub(super) fn touched(&mut self, hash: u64) -> bool {
         // Inlined for this check: nearly every GET's key is none of the round's.
-        let bit = round_bit(hash);
-        if (self.round_bits | self.skipped_bits) & bit == 0 {
+        if self.round_bits & round_bit(hash) == 0 {
             return self.round_all;
         }
-        self.skipped_bits & bit != 0 || self.touched_by_keys(hash)
+        self.touched_by_keys(hash)
     }
 
     /// [`Writes::touched`], the key hashed here.
