@@ -325,6 +325,8 @@ async fn the_guard_comes_before_authentication_as_in_redis() {
     let script = &[
         "A: FLUSHALL",
         "A: GET k",
+        // An unknown command is reported as such before authentication, as in Redis.
+        "A: NOSUCHCMD x y",
         "A: AUTH pw",
         "A: FLUSHALL",
         "A: GET k",

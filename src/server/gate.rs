@@ -24,6 +24,10 @@ impl Conn {
             Route::Local(Local::Auth | Local::Hello | Local::Quit | Local::Reset)
         );
         if !self.session.authenticated && !allowed_unauthenticated {
+            // Redis looks the command up before it checks authentication.
+            if !cmd.exists() {
+                return Some(Plan::ready(unknown_command(&args)));
+            }
             return Some(Plan::ready(replies::NOAUTH.to_bytes()));
         }
         // Only corral users with restrictions pay for a check.
