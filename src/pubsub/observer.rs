@@ -146,17 +146,16 @@ impl Observer {
         // would not deliver it to a client that subscribed after it was published. Those
         // whose unsubscribe ended such an earlier one get it (see `State::unsubscribing`).
         let topic = state.topics.get(key).filter(|t| t.confirmed);
-        let leaving = state.unsubscribing.get(key).into_iter().flatten();
-        let ids: Vec<u64> = topic
-            .into_iter()
-            .flat_map(|t| t.subscribers.iter().copied())
-            .chain(leaving.map(|(_, id)| *id))
-            .collect();
-        if ids.is_empty() {
+        let leaving = state.unsubscribing.get(key);
+        if topic.is_none() && leaving.is_none_or(|q| q.is_empty()) {
             return;
         }
         let msg = Arc::new(msg);
-        for id in &ids {
+        let ids = topic
+            .into_iter()
+            .flat_map(|t| t.subscribers.iter())
+            .chain(leaving.into_iter().flatten().map(|(_, id)| id));
+        for id in ids {
             if let Some(sub) = state.subscribers.get(id)
                 && !sub.kill.is_cancelled()
                 && !sub.tx.push(&msg)

@@ -168,6 +168,38 @@ impl Batch {
     }
 }
 
+/// Completes the leading GETs of a batch from its replies (frame `i` answers request `i`;
+/// leads are in batch order). Leads nobody joined, nearly all of them, end without their
+/// reply; the frames are scanned only for the others.
+pub(super) fn share_leads(leads: Vec<(u32, Lead)>, replies: &crate::upstream::JobResult) {
+    let mut joined = leads
+        .into_iter()
+        .filter_map(|(i, lead)| lead.finish_unjoined().map(|l| (i, l)))
+        .peekable();
+    if joined.peek().is_none() {
+        return;
+    }
+    let mut frames = crate::resp::frames(replies.as_ref().map_or(&[][..], |b| &b[..]));
+    let mut next = 0;
+    for (i, lead) in joined {
+        let r = match replies {
+            Ok(b) => {
+                let frame = i
+                    .checked_sub(next)
+                    .and_then(|skip| frames.nth(skip as usize));
+                next = i + 1;
+                frame.map(|f| b.slice(f.start..f.end())).ok_or_else(|| {
+                    crate::error::UpstreamError::BadReply {
+                        cause: "missing reply in batch".into(),
+                    }
+                })
+            }
+            Err(e) => Err(e.clone()),
+        };
+        lead.complete(r);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

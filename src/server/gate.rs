@@ -1,5 +1,6 @@
 //! Requests refused before they are routed: a client not authenticated, a command not
-//! allowed in RESP2 subscribed mode, corral's admin commands for a Redis ACL user.
+//! allowed in RESP2 subscribed mode, corral's admin commands for a Redis ACL user, a
+//! command inside MULTI that would change the client itself.
 
 use bytes::{Bytes, BytesMut};
 
@@ -11,6 +12,29 @@ use crate::resp::Args;
 use crate::resp::reply::Encoder;
 
 impl Conn {
+    /// Inside a transaction, a command that changes the client itself, refused: run by EXEC
+    /// on the client's dedicated connection it would change that connection, not the client
+    /// as corral knows it (its subscriptions are corral's hub's; its user, protocol, name and
+    /// reply mode are corral's to apply). EXEC then fails, as after any command refused
+    /// inside MULTI.
+    pub(super) fn refused_in_multi(&mut self, cmd: &Command<'_>) -> Option<Plan> {
+        if !changes_the_client(cmd) {
+            return None;
+        }
+        self.tx_failed = true;
+        let mut name = String::from_utf8_lossy(cmd.name()).to_ascii_lowercase();
+        if name == "client" {
+            let sub = String::from_utf8_lossy(cmd.args.get(1).unwrap_or_default());
+            name = format!("client|{}", sub.to_ascii_lowercase());
+        }
+        let mut e = Encoder {
+            proto: self.session.proto,
+            out: &mut self.local,
+        };
+        e.error(&replies::unsupported(&name, "not inside MULTI"));
+        Some(Plan::ready(self.local.split().freeze()))
+    }
+
     /// The reply refusing the request before it is routed, in Redis's order: refused by the
     /// guard (`guarded`), not authenticated, denied to the user, or not allowed in RESP2
     /// subscribed mode.
@@ -133,4 +157,13 @@ fn full_command_name(args: &crate::resp::Args<'_>) -> String {
         }
         _ => name,
     }
+}
+
+/// Whether `cmd` changes the client's own state in a way corral must apply itself, which it
+/// cannot for a command run by EXEC: (P|S)(UN)SUBSCRIBE, AUTH, HELLO, CLIENT REPLY and
+/// CLIENT SETNAME.
+fn changes_the_client(cmd: &Command<'_>) -> bool {
+    matches!(cmd.route(), Route::PubSub(_))
+        || matches!(cmd.name(), b"AUTH" | b"HELLO")
+        || (cmd.name() == b"CLIENT" && (cmd.arg_is(1, b"REPLY") || cmd.arg_is(1, b"SETNAME")))
 }

@@ -431,7 +431,7 @@ impl Conn {
             // GETs' replies with their waiters whatever becomes of this client.
             let (tx, rx) = tokio::sync::oneshot::channel();
             let share = move |r: crate::upstream::JobResult| {
-                share_leads(leads, &r);
+                super::batch::share_leads(leads, &r);
                 let _ = tx.send(r);
             };
             conn.send_to(
@@ -484,37 +484,5 @@ impl Conn {
             writes_all: std::mem::take(&mut self.writes.all),
             ..AfterAck::default()
         }
-    }
-}
-
-/// Completes the leading GETs of a batch from its replies (frame `i` answers request `i`;
-/// leads are in batch order). Leads nobody joined, nearly all of them, end without their
-/// reply; the frames are scanned only for the others.
-fn share_leads(leads: Vec<(u32, crate::cache::Lead)>, replies: &crate::upstream::JobResult) {
-    let mut joined = leads
-        .into_iter()
-        .filter_map(|(i, lead)| lead.finish_unjoined().map(|l| (i, l)))
-        .peekable();
-    if joined.peek().is_none() {
-        return;
-    }
-    let mut frames = crate::resp::frames(replies.as_ref().map_or(&[][..], |b| &b[..]));
-    let mut next = 0;
-    for (i, lead) in joined {
-        let r = match replies {
-            Ok(b) => {
-                let frame = i
-                    .checked_sub(next)
-                    .and_then(|skip| frames.nth(skip as usize));
-                next = i + 1;
-                frame.map(|f| b.slice(f.start..f.end())).ok_or_else(|| {
-                    crate::error::UpstreamError::BadReply {
-                        cause: "missing reply in batch".into(),
-                    }
-                })
-            }
-            Err(e) => Err(e.clone()),
-        };
-        lead.complete(r);
     }
 }

@@ -8,12 +8,10 @@ use super::cached::{cache_step, invalidate_writes};
 use super::client::Conn;
 use super::clients::{self};
 use super::gate::{is_admin, no_permission};
-use super::pending::{PendingReply, Then};
+use super::pending::Then;
 use super::plan::{AloneReq, AuthReq, BlockingReq, NodeReq, Plan, Repin};
 use super::{corral, info};
-use crate::commands::{
-    self, Access, Command, Exclusive, Local, LocalCtx, Outcome, PubSub, Route, Tx,
-};
+use crate::commands::{self, Access, Command, Exclusive, Local, LocalCtx, Outcome, Route, Tx};
 use crate::error::replies;
 use crate::resp::digits::parse_int;
 use crate::resp::reply::Encoder;
@@ -130,23 +128,8 @@ impl Conn {
         } else if self.tx_failed && route == Route::Tx(Tx::Exec) {
             return Some(Plan::AbortExec);
         }
-        if in_tx && changes_the_client(cmd, route) {
-            // Run by EXEC on the client's dedicated connection, these would change that
-            // connection, not the client as corral knows it (its subscriptions are corral's
-            // hub's; its user, protocol, name and reply mode are corral's to apply): refused,
-            // and EXEC fails, as for any command refused inside MULTI.
-            self.tx_failed = true;
-            let mut name = String::from_utf8_lossy(cmd.name()).to_ascii_lowercase();
-            if name == "client" {
-                let sub = String::from_utf8_lossy(cmd.args.get(1).unwrap_or_default());
-                name = format!("client|{}", sub.to_ascii_lowercase());
-            }
-            let mut e = Encoder {
-                proto: self.session.proto,
-                out: &mut self.local,
-            };
-            e.error(&replies::unsupported(&name, "not inside MULTI"));
-            return Some(Plan::ready(self.local.split().freeze()));
+        if in_tx && let Some(refused) = self.refused_in_multi(cmd) {
+            return Some(refused);
         }
         if in_multi
             && !matches!(
@@ -484,43 +467,10 @@ impl Conn {
             None => Plan::ready(reply),
         }
     }
-
-    /// (P|S)(UN)SUBSCRIBE, answered from corral's shared subscriptions.
-    fn subscriptions(&mut self, cmd: &Command<'_>, sub: PubSub) -> Plan {
-        let args = cmd.args;
-        let owned: Vec<Vec<u8>> = args.iter().map(<[u8]>::to_vec).collect();
-        if self.redis_user() {
-            // Redis checks the user's permissions for it first (`user_pubsub.rs`).
-            return Plan::UserPubSub(Box::new(super::user_pubsub::UserSub {
-                sub,
-                args: owned,
-                ded: None,
-            }));
-        }
-        self.shared.metrics.local_commands.inc();
-        let (reply, waits) = self.pubsub(sub, &crate::resp::Args::Owned(&owned));
-        let leaving = !super::subscriber::describe(sub).2;
-        Plan::Reply(PendingReply::Subscribed(Box::new(
-            super::pending::Subscribed {
-                reply,
-                waits,
-                leaving,
-            },
-        )))
-    }
 }
 
 /// CLIENT UNBLOCK, which goes to Redis with the blocked client's upstream id.
 fn is_unblock(args: &crate::resp::Args<'_>) -> bool {
     args.get(1)
         .is_some_and(|s| s.eq_ignore_ascii_case(b"UNBLOCK"))
-}
-
-/// Whether `cmd` (routed `route`) changes the client's own state in a way corral must apply
-/// itself, which it cannot for a command run by EXEC: (P|S)(UN)SUBSCRIBE, AUTH, HELLO, CLIENT
-/// REPLY and CLIENT SETNAME.
-fn changes_the_client(cmd: &Command<'_>, route: Route) -> bool {
-    matches!(route, Route::PubSub(_))
-        || matches!(cmd.name(), b"AUTH" | b"HELLO")
-        || (cmd.name() == b"CLIENT" && (cmd.arg_is(1, b"REPLY") || cmd.arg_is(1, b"SETNAME")))
 }

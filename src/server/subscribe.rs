@@ -7,8 +7,10 @@ use bytes::{Bytes, BytesMut};
 use tokio::sync::oneshot;
 
 use super::client::Conn;
+use super::pending::PendingReply;
+use super::plan::Plan;
 use super::subscriber::{Subscriptions, confirmation, describe};
-use crate::commands::PubSub;
+use crate::commands::{Command, PubSub};
 use crate::pubsub;
 use crate::resp::{Args, Encoder, Proto};
 
@@ -91,6 +93,30 @@ impl Conn {
         self.session.subs = subs.counts();
         self.info_changed();
         (out.freeze(), waits)
+    }
+
+    /// (P|S)(UN)SUBSCRIBE, answered from corral's shared subscriptions.
+    pub(super) fn subscriptions(&mut self, cmd: &Command<'_>, sub: PubSub) -> Plan {
+        let args = cmd.args;
+        let owned: Vec<Vec<u8>> = args.iter().map(<[u8]>::to_vec).collect();
+        if self.redis_user() {
+            // Redis checks the user's permissions for it first (`user_pubsub.rs`).
+            return Plan::UserPubSub(Box::new(super::user_pubsub::UserSub {
+                sub,
+                args: owned,
+                ded: None,
+            }));
+        }
+        self.shared.metrics.local_commands.inc();
+        let (reply, waits) = self.pubsub(sub, &crate::resp::Args::Owned(&owned));
+        let leaving = !super::subscriber::describe(sub).2;
+        Plan::Reply(PendingReply::Subscribed(Box::new(
+            super::pending::Subscribed {
+                reply,
+                waits,
+                leaving,
+            },
+        )))
     }
 
     /// True in RESP2 subscribed mode, where only (P|S)(UN)SUBSCRIBE, PING, QUIT and RESET
