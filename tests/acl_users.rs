@@ -24,6 +24,9 @@ fn users() -> Vec<(&'static str, String, &'static str)> {
             "+@all -flushall -config|set ~w:* allchannels",
         ),
         ("off", ">o-pass".into(), "off +@all allkeys"),
+        // Shard channels are no keys to Redis: only channel rules apply to them.
+        ("sharder", ">s-pass".into(), "+@all allchannels resetkeys"),
+        ("mute", ">m-pass".into(), "+@all resetchannels allkeys"),
     ]
 }
 
@@ -105,6 +108,11 @@ const READER: &[&str] = &[
     "A: OBJECT ENCODING cache:1",
     "A: OBJECT ENCODING other",
     "A: SET cache:1",
+    // Redis checks arity and subcommands before keys and rights.
+    "A: GET other extra",
+    "A: OBJECT NOSUCH other",
+    // A refused EXEC is an EXECABORT, inside MULTI or not.
+    "A: EXEC",
     "A: MULTI",
     "A: RESET",
     "A: GET other",
@@ -152,6 +160,17 @@ const CHANNELS: &[&str] = &[
     "B: PSUBSCRIBE news.*",
     "B: SSUBSCRIBE news.2",
     "B: UNSUBSCRIBE other",
+    "B: RESET",
+    "B: AUTH sharder s-pass",
+    "B: GET k",
+    "B: SPUBLISH news.3 hi",
+    "B: SSUBSCRIBE news.3",
+    "B: SUNSUBSCRIBE news.3",
+    "B: RESET",
+    "B: AUTH mute m-pass",
+    "B: SPUBLISH news.3 hi",
+    "B: SSUBSCRIBE news.3",
+    "B: SUNSUBSCRIBE news.3",
     "B: RESET",
 ];
 
@@ -325,8 +344,23 @@ async fn the_guard_comes_before_authentication_as_in_redis() {
     let script = &[
         "A: FLUSHALL",
         "A: GET k",
-        // An unknown command is reported as such before authentication, as in Redis.
+        // An unknown command is reported as such before authentication, as in Redis, and so
+        // are unknown subcommands and wrong numbers of arguments.
         "A: NOSUCHCMD x y",
+        "A: GET",
+        "A: SET k",
+        "A: CLIENT NOSUCH",
+        "A: CLIENT",
+        "A: CLIENT SETNAME",
+        "A: OBJECT NOSUCH k",
+        "A: EXEC x",
+        // Not authenticated: an EXEC refused so is an EXECABORT too.
+        "A: EXEC",
+        // HELLO applies its options in order, the name even before authentication.
+        "A: HELLO 2 SETNAME early",
+        "A: HELLO 2 SETNAME \"a b\" AUTH default pw",
+        "A: HELLO 2 AUTH default pw FOO",
+        "A: CLIENT GETNAME",
         "A: AUTH pw",
         "A: FLUSHALL",
         "A: GET k",

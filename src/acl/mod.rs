@@ -173,31 +173,12 @@ impl User {
 
     /// Checks a command (`argv[0]` is its name, in any case) against the user's command
     /// rules, as Redis does after its arity check: a request Redis would refuse for its
-    /// arity anyway is let through, so the client gets Redis's arity error.
+    /// arity anyway (see [`malformed`]) is let through, so the client gets Redis's error.
     pub fn check_command(&self, argv: &[&[u8]]) -> Result<(), Denied> {
-        let Some(first) = argv.first() else {
-            return Ok(());
-        };
-        let mut name = String::from_utf8_lossy(first).to_ascii_lowercase();
-        if is_container(&name) {
-            let Some(sub) = argv.get(1) else {
-                return Ok(());
-            };
-            let full = format!(
-                "{name}|{}",
-                String::from_utf8_lossy(sub).to_ascii_lowercase()
-            );
-            // An unknown subcommand gets Redis's own error, whatever the rules.
-            if arity(&full).is_none() {
-                return Ok(());
-            }
-            name = full;
-        }
-        if let Some(a) = arity(&name)
-            && !arity_ok(a, argv.len())
-        {
+        if argv.is_empty() || malformed(argv).is_some() {
             return Ok(());
         }
+        let name = full_name(argv);
         // AUTH, HELLO, QUIT and RESET are never refused (`no_auth` in Redis).
         if table::NO_AUTH.contains(&name.as_str()) || self.perms.command_allowed(&name) {
             Ok(())
@@ -226,6 +207,40 @@ impl User {
         } else {
             Err(Denied::Channel)
         }
+    }
+}
+
+/// Redis's refusal of a request it runs for nobody: an unknown subcommand of a container
+/// command, or a wrong number of arguments. Redis checks both right after it looks the
+/// command up, before authentication and permissions. None for a well-formed request, and for
+/// a command Redis 7.0 does not know (left to the upstream, which may).
+pub fn malformed(argv: &[&[u8]]) -> Option<Bytes> {
+    let (first, sub) = (argv.first()?, argv.get(1));
+    let name = full_name(argv);
+    if let Some(sub) = sub
+        && !name.contains('|')
+        && is_container(&name)
+    {
+        return Some(unknown_subcommand(first, sub));
+    }
+    let a = arity(&name)?;
+    (!arity_ok(a, argv.len())).then(|| replies::line(&replies::wrong_arity(&name)))
+}
+
+/// The lower-case name Redis's command table knows a request by: `container|sub` for a
+/// known subcommand, else the command's own name.
+fn full_name(argv: &[&[u8]]) -> String {
+    let name =
+        String::from_utf8_lossy(argv.first().copied().unwrap_or_default()).to_ascii_lowercase();
+    match argv.get(1) {
+        Some(sub) if is_container(&name) => {
+            let full = format!(
+                "{name}|{}",
+                String::from_utf8_lossy(sub).to_ascii_lowercase()
+            );
+            if arity(&full).is_some() { full } else { name }
+        }
+        _ => name,
     }
 }
 
@@ -323,6 +338,31 @@ mod tests {
             Ok(u) => u,
             Err(e) => panic!("{e}"),
         }
+    }
+
+    #[test]
+    fn malformed_requests_get_redis_own_errors() {
+        let m = |argv: &[&[u8]]| malformed(argv).map(|b| String::from_utf8_lossy(&b).into_owned());
+        assert_eq!(m(&[b"GET", b"k"]), None);
+        assert_eq!(
+            m(&[b"get"]).as_deref(),
+            Some("-ERR wrong number of arguments for 'get' command\r\n")
+        );
+        assert_eq!(
+            m(&[b"Client", b"setname"]).as_deref(),
+            Some("-ERR wrong number of arguments for 'client|setname' command\r\n")
+        );
+        assert_eq!(
+            m(&[b"CLIENT"]).as_deref(),
+            Some("-ERR wrong number of arguments for 'client' command\r\n")
+        );
+        assert_eq!(
+            m(&[b"object", b"Nope", b"k"]).as_deref(),
+            Some("-ERR unknown subcommand 'Nope'. Try OBJECT HELP.\r\n")
+        );
+        // Commands Redis 7.0 does not know are left to the upstream.
+        assert_eq!(m(&[b"nosuch"]), None);
+        assert_eq!(m(&[]), None);
     }
 
     #[test]

@@ -122,8 +122,6 @@ fn check_password(
 
 fn hello(args: &Args<'_>, s: &mut Session, ctx: &LocalCtx<'_>, e: &mut Encoder<'_>) {
     let mut proto = s.proto;
-    let mut auth: Option<(&[u8], &[u8])> = None;
-    let mut name: Option<&[u8]> = None;
     if let Some(v) = args.get(1) {
         proto = match parse_int(v) {
             Some(2) => Proto::Resp2,
@@ -131,39 +129,35 @@ fn hello(args: &Args<'_>, s: &mut Session, ctx: &LocalCtx<'_>, e: &mut Encoder<'
             Some(_) => return e.error(replies::NOPROTO.text()),
             None => return e.error(replies::PROTO_NOT_INTEGER.text()),
         };
+        // Redis applies each option as it reads it: an AUTH before a syntax error or a bad
+        // name has authenticated the client, and a name is set even before authentication.
+        // Only the protocol waits for the whole command to succeed.
         let mut i = 2;
         while let Some(opt) = args.get(i) {
             let more = args.len() - i - 1;
             if opt.eq_ignore_ascii_case(b"AUTH") && more >= 2 {
-                auth = Some((
-                    args.get(i + 1).unwrap_or_default(),
-                    args.get(i + 2).unwrap_or_default(),
-                ));
+                let user = args.get(i + 1).unwrap_or_default();
+                match check_password(ctx, Some(user), args.get(i + 2).unwrap_or_default()) {
+                    Ok(acl) => s.acl = acl,
+                    Err(err) => return e.raw(err.wire()),
+                }
+                s.authenticated = true;
+                s.user = None;
                 i += 3;
             } else if opt.eq_ignore_ascii_case(b"SETNAME") && more >= 1 {
-                name = args.get(i + 1);
+                let n = args.get(i + 1).unwrap_or_default();
+                if !valid_name(n) {
+                    return e.error(replies::BAD_CLIENT_NAME.text());
+                }
+                s.name = (!n.is_empty()).then(|| Bytes::copy_from_slice(n));
                 i += 2;
             } else {
                 return e.error(&replies::hello_bad_option(opt));
             }
         }
     }
-    if let Some((user, pass)) = auth {
-        match check_password(ctx, Some(user), pass) {
-            Ok(acl) => s.acl = acl,
-            Err(err) => return e.raw(err.wire()),
-        }
-        s.authenticated = true;
-        s.user = None;
-    }
     if !s.authenticated {
         return e.error(replies::HELLO_NOAUTH.text());
-    }
-    if let Some(n) = name {
-        if !valid_name(n) {
-            return e.error(replies::BAD_CLIENT_NAME.text());
-        }
-        s.name = (!n.is_empty()).then(|| Bytes::copy_from_slice(n));
     }
     s.proto = proto;
     e.proto = proto;

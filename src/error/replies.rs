@@ -167,6 +167,15 @@ pub fn wrong_arity(cmd: &str) -> String {
     format!("ERR wrong number of arguments for '{cmd}' command")
 }
 
+/// Redis's reply to an EXEC it refused (`refusal`, an error line): the transaction is
+/// discarded, and the error says why, with its code unless that is the generic `ERR`.
+pub fn exec_abort_because(refusal: &[u8]) -> String {
+    let why = refusal.strip_prefix(b"-").unwrap_or(refusal);
+    let why = why.strip_suffix(b"\r\n").unwrap_or(why);
+    let why = why.strip_prefix(b"ERR ").unwrap_or(why);
+    format!("EXECABORT Transaction discarded because of: {}", lossy(why))
+}
+
 /// Redis's error for an unknown subcommand `sub` of `cmd`.
 pub fn unknown_subcommand(sub: &[u8], cmd: &str) -> String {
     format!(

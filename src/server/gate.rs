@@ -6,6 +6,7 @@ use bytes::{Bytes, BytesMut};
 
 use super::client::Conn;
 use super::plan::Plan;
+use crate::acl;
 use crate::commands::{self, Command, Local, Route};
 use crate::error::replies;
 use crate::resp::Args;
@@ -36,37 +37,43 @@ impl Conn {
     }
 
     /// The reply refusing the request before it is routed, in Redis's order: refused by the
-    /// guard (`guarded`), not authenticated, denied to the user, or not allowed in RESP2
+    /// guard (`guarded`), not authenticated (after Redis's own checks of the command's
+    /// existence, subcommand and arity), denied to the user, or not allowed in RESP2
     /// subscribed mode.
-    pub(super) fn refusal(&mut self, cmd: &Command<'_>, guarded: Option<&Bytes>) -> Option<Plan> {
+    pub(super) fn refusal(&mut self, cmd: &Command<'_>, guarded: Option<&Bytes>) -> Option<Bytes> {
         let (args, route) = (cmd.args, cmd.route());
         if let Some(refused) = guarded {
-            return Some(Plan::ready(refused.clone()));
+            return Some(refused.clone());
         }
         let allowed_unauthenticated = matches!(
             route,
             Route::Local(Local::Auth | Local::Hello | Local::Quit | Local::Reset)
         );
         if !self.session.authenticated && !allowed_unauthenticated {
-            // Redis looks the command up before it checks authentication.
-            if !cmd.exists() {
-                return Some(Plan::ready(unknown_command(&args)));
+            // Redis looks the command up, and checks its subcommand and arity, before it
+            // checks authentication.
+            let argv: Vec<&[u8]> = args.iter().collect();
+            if let Some(malformed) = acl::malformed(&argv) {
+                return Some(malformed);
             }
-            return Some(Plan::ready(replies::NOAUTH.to_bytes()));
+            if !cmd.exists() {
+                return Some(unknown_command(&args));
+            }
+            return Some(replies::NOAUTH.to_bytes());
         }
         // Only corral users with restrictions pay for a check.
         if let Some(user) = &self.session.acl
             && user.restricted()
             && let Err(denied) = super::permit::check(user, cmd)
         {
-            return Some(Plan::ready(denied));
+            return Some(denied);
         }
         if self.resp2_subscribed() {
             match route {
                 Route::PubSub(_) | Route::Local(Local::Quit | Local::Reset) => {}
                 // Redis checks that the command exists, then the subscribed-mode rule.
                 _ if !cmd.exists() => {
-                    return Some(Plan::ready(unknown_command(&args)));
+                    return Some(unknown_command(&args));
                 }
                 Route::Local(Local::Ping) if args.len() > 2 => {
                     let mut e = Encoder {
@@ -74,7 +81,7 @@ impl Conn {
                         out: &mut self.local,
                     };
                     e.error(&replies::wrong_arity("ping"));
-                    return Some(Plan::ready(self.local.split().freeze()));
+                    return Some(self.local.split().freeze());
                 }
                 // In RESP2 subscribed mode PING answers in the shape of a message.
                 Route::Local(Local::Ping) => {
@@ -85,7 +92,7 @@ impl Conn {
                     e.array(2);
                     e.bulk(b"pong");
                     e.bulk(args.get(1).unwrap_or_default());
-                    return Some(Plan::ready(self.local.split().freeze()));
+                    return Some(self.local.split().freeze());
                 }
                 _ => {
                     let name = full_command_name(&args);
@@ -94,7 +101,7 @@ impl Conn {
                         out: &mut self.local,
                     };
                     e.error(&replies::not_in_subscribed_context(&name));
-                    return Some(Plan::ready(self.local.split().freeze()));
+                    return Some(self.local.split().freeze());
                 }
             }
         }

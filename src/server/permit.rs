@@ -88,11 +88,24 @@ fn guard(guard: &Guard, args: &Args<'_>) -> Guarded {
 
 /// Checks a request against a corral user's permissions, as Redis does after the command's
 /// existence and arity: the command, then its keys, then its channels. The error is Redis's.
+/// A malformed request is let through: Redis refuses it for that first.
 pub(super) fn check(user: &User, cmd: &Command<'_>) -> Result<(), Bytes> {
     let argv: Vec<&[u8]> = cmd.args.iter().collect();
+    if acl::malformed(&argv).is_some() {
+        return Ok(());
+    }
+    // A shard channel sits where a key would (it is routed by its slot), but Redis marks it
+    // as no key (`NOT_KEY`): only the channel rules apply to it.
+    let keys_apply = !matches!(cmd.name(), b"SPUBLISH" | b"SSUBSCRIBE" | b"SUNSUBSCRIBE");
     let denied = user
         .check_command(&argv)
-        .and_then(|()| user.check_keys(cmd.keys().keys(&cmd.args)))
+        .and_then(|()| {
+            if keys_apply {
+                user.check_keys(cmd.keys().keys(&cmd.args))
+            } else {
+                Ok(())
+            }
+        })
         .and_then(|()| check_channels(user, cmd, &argv));
     match denied {
         Ok(()) if user.all_keys() => Ok(()),

@@ -20,9 +20,10 @@ pub(super) enum Plan {
     /// boxed: a plan is moved for every request, and the common ones (batched, a hit) are
     /// small.
     Alone(Box<AloneReq>),
-    /// EXEC after corral refused a command inside MULTI: the transaction is discarded on
-    /// Redis and the client gets EXECABORT, as Redis does after a refused command.
-    AbortExec,
+    /// EXEC after corral refused a command inside MULTI, or EXEC refused itself (the
+    /// refusal): the transaction is discarded on Redis and the client gets EXECABORT, as
+    /// Redis does.
+    AbortExec(Option<Bytes>),
     /// A transaction command (the request bytes), which may pin or unpin the client.
     Tx {
         tx: Tx,

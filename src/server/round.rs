@@ -261,7 +261,7 @@ impl Conn {
                 self.push_reply(PendingReply::Reply(Box::new(AloneReply { rx, conn, then })));
             }
             Plan::Tx { tx, req, node } => return self.transaction(tx, req, node).await,
-            Plan::AbortExec => return self.abort_exec().await,
+            Plan::AbortExec(why) => return self.abort_exec(why).await,
             Plan::Blocking(b) => {
                 let BlockingReq { req, writes, node } = *b;
                 return self.blocking(req, writes, node).await;

@@ -119,14 +119,19 @@ impl Conn {
         let in_multi = self.pin.as_ref().is_some_and(|p| p.in_multi);
         let in_tx = in_multi || self.deferred_multi;
         if let Some(refused) = self.refusal(cmd, req.refused.as_ref()) {
-            // As in Redis, a command refused inside MULTI makes EXEC fail.
+            // As in Redis, a command refused inside MULTI makes EXEC fail; a refused EXEC,
+            // inside MULTI or not, discards any transaction and says why in an EXECABORT.
+            // (A command the guard hides is unknown to Redis: its refusal is plain.)
             self.tx_failed |= in_tx;
-            return Some(refused);
+            if route == Route::Tx(Tx::Exec) && req.refused.is_none() {
+                return Some(Plan::AbortExec(Some(refused)));
+            }
+            return Some(Plan::ready(refused));
         }
         if !in_tx {
             self.tx_failed = false;
         } else if self.tx_failed && route == Route::Tx(Tx::Exec) {
-            return Some(Plan::AbortExec);
+            return Some(Plan::AbortExec(None));
         }
         if in_tx && let Some(refused) = self.refused_in_multi(cmd) {
             return Some(refused);

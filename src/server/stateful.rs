@@ -54,7 +54,7 @@ impl Conn {
 
     /// EXEC after a command refused inside MULTI: DISCARD goes to Redis in its place (its
     /// `+OK` is not the client's), and the client gets Redis's EXECABORT.
-    pub(super) async fn abort_exec(&mut self) -> bool {
+    pub(super) async fn abort_exec(&mut self, why: Option<Bytes>) -> bool {
         self.tx_failed = false;
         if self.pin.as_ref().is_some_and(|p| p.in_multi) {
             if self.redis_user()
@@ -71,7 +71,11 @@ impl Conn {
             self.transaction(Tx::Discard, discard.freeze(), None).await;
         }
         self.deferred_multi = false;
-        self.push_ready(replies::EXECABORT.to_bytes()).await;
+        let reply = match why {
+            Some(refusal) => replies::line(&replies::exec_abort_because(&refusal)),
+            None => replies::EXECABORT.to_bytes(),
+        };
+        self.push_ready(reply).await;
         true
     }
 
