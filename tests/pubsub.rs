@@ -766,6 +766,47 @@ async fn a_message_published_before_an_unsubscribe_comes_before_its_reply() {
     pair.proxy.stop().await;
 }
 
+/// RESP2: a subscriber that leaves a channel another client keeps gets, before its
+/// unsubscribe reply, every message Redis published before it unsubscribed, as on Redis:
+/// corral's upstream subscription stays, and messages still on their way in are not lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscriber_leaving_a_shared_channel_gets_what_was_published_before() {
+    let pair = Pair::start().await;
+    let mut publisher = connect(pair.behind).await;
+    let (mut a, mut b) = (
+        connect(pair.proxy.addr).await,
+        connect(pair.proxy.addr).await,
+    );
+    subscribe(&mut b, false, "SUBSCRIBE", "shared", 1).await;
+    for round in 0..100 {
+        subscribe(&mut a, false, "SUBSCRIBE", "shared", 1).await;
+        // A burst published directly on Redis, all answered (corral's subscription counted
+        // each) before A unsubscribes: some may still be on their way to corral.
+        let burst: Vec<u8> = (0..20)
+            .flat_map(|i| encode(&[b"PUBLISH", b"shared", format!("{round}-{i}").as_bytes()]))
+            .collect();
+        publisher.send(&burst).await;
+        for _ in 0..20 {
+            assert_eq!(publisher.read_reply().await, b":1\r\n");
+        }
+        a.send(&encode(&[b"UNSUBSCRIBE", b"shared"])).await;
+        for i in 0..20 {
+            let message = frame(
+                false,
+                &[b"message", b"shared", format!("{round}-{i}").as_bytes()],
+            );
+            assert_eq!(show(&a.read_reply().await), show(&message), "round {round}");
+        }
+        let unsubscribed = confirmation(false, "unsubscribe", "shared", 0);
+        assert_eq!(
+            show(&a.read_reply().await),
+            show(&unsubscribed),
+            "round {round}"
+        );
+    }
+    pair.proxy.stop().await;
+}
+
 /// (P|S)SUBSCRIBE inside MULTI is refused, and EXEC fails as after any refused command:
 /// run by EXEC, it would subscribe the client's dedicated upstream connection, not the
 /// client (a documented difference from Redis, which subscribes the client at EXEC).

@@ -10,13 +10,14 @@ use tokio_util::sync::CancellationToken;
 
 use super::message::{Handoff, Kind, Outbox};
 use super::observer::Observer;
-use super::state::{Inner, Subscriber};
+use super::state::{Inner, State, Subscriber};
 use crate::commands::glob;
 use crate::resp::request::encode_request;
 use crate::upstream::{ConnSettings, LinkObserver, ReplyTo, UpstreamConn, UpstreamStatus};
 
-/// A command for the hub's connection, with what to do with its reply.
-type Command = (Bytes, ReplyTo);
+/// A command for the hub's connection, with the replies it has (pushes aside) and what to do
+/// with them.
+type Command = (Bytes, u32, ReplyTo);
 
 /// The subscription hub.
 #[derive(Debug)]
@@ -100,7 +101,7 @@ impl Hub {
             let ignore = ReplyTo::Call(Box::new(|_| {}));
             let _ = self
                 .commands
-                .send((command(kind.subscribe_cmd(), name), ignore));
+                .send((command(kind.subscribe_cmd(), name), 0, ignore));
         }
         Some(rx)
     }
@@ -108,8 +109,15 @@ impl Hub {
     /// Unsubscribes client `id` from `name`; the upstream subscription ends with its last
     /// subscriber. Returns a receiver that fires once Redis has confirmed that end, or `None`
     /// when the upstream subscription stays: after the client saw its confirmation, PUBLISH
-    /// no longer counts corral for it.
+    /// no longer counts corral for it. Where it stays, the receiver fires once the messages
+    /// Redis may have sent the client before are in (see [`Hub::part`]).
     pub fn unsubscribe(&self, id: u64, kind: Kind, name: &[u8]) -> Option<oneshot::Receiver<()>> {
+        self.leave(id, kind, name, true)
+    }
+
+    /// [`Hub::unsubscribe`]; without `part`, a client leaving a topic others keep is gone at
+    /// once (it disconnected: nothing more is written to it).
+    fn leave(&self, id: u64, kind: Kind, name: &[u8], part: bool) -> Option<oneshot::Receiver<()>> {
         let mut state = self.inner.lock();
         let key = (kind, Bytes::copy_from_slice(name));
         if let Some(sub) = state.subscribers.get_mut(&id) {
@@ -118,7 +126,7 @@ impl Hub {
         let topic = state.topics.get_mut(&key)?;
         topic.subscribers.remove(&id);
         if !topic.subscribers.is_empty() {
-            return None;
+            return part.then(|| self.part(&mut state, key, id)).flatten();
         }
         state.topics.remove(&key);
         let (tx, rx) = oneshot::channel();
@@ -135,11 +143,45 @@ impl Hub {
             }
         };
         let req = command(kind.unsubscribe_cmd(), name);
-        let queued = self.commands.send((req, ReplyTo::Call(Box::new(failed))));
+        let queued = self
+            .commands
+            .send((req, 0, ReplyTo::Call(Box::new(failed))));
         drop(state);
         if queued.is_err() {
             // The forwarding task is gone (shutdown).
             self.inner.confirm_unsubscribe(&key);
+        }
+        Some(rx)
+    }
+
+    /// Client `id` left `key`, which others keep: Redis may have sent the topic a message
+    /// before the client's unsubscribe that corral has not read yet. The client keeps getting
+    /// the topic's messages until a PING sent now comes back behind them; the receiver fires
+    /// then.
+    fn part(
+        &self,
+        state: &mut State,
+        key: (Kind, Bytes),
+        id: u64,
+    ) -> Option<oneshot::Receiver<()>> {
+        let (tx, rx) = oneshot::channel();
+        state.parting.entry(key.clone()).or_default().push(id);
+        let (inner, parted) = (self.inner.clone(), key.clone());
+        // The PONG, or the connection's end: either way nothing more of the topic is coming
+        // from before the unsubscribe.
+        let back = move |_: crate::upstream::JobResult| {
+            inner.lock().parted(&parted, id);
+            let _ = tx.send(());
+        };
+        let mut ping = BytesMut::new();
+        encode_request(&[b"PING"], &mut ping);
+        let queued = self
+            .commands
+            .send((ping.freeze(), 1, ReplyTo::Call(Box::new(back))));
+        if queued.is_err() {
+            // The forwarding task is gone (shutdown): nothing will come back.
+            state.parted(&key, id);
+            return None;
         }
         Some(rx)
     }
@@ -193,7 +235,7 @@ impl Hub {
         };
         let waits = topics
             .into_iter()
-            .filter_map(|(kind, name)| self.unsubscribe(id, kind, &name))
+            .filter_map(|(kind, name)| self.leave(id, kind, &name, false))
             .collect();
         self.inner.lock().subscribers.remove(&id);
         waits
@@ -242,8 +284,8 @@ fn command(cmd: &[u8], name: &[u8]) -> Bytes {
 
 /// Hands the hub's commands to its connection in order, waiting for room in its queue.
 async fn forward(conn: UpstreamConn, mut queued: mpsc::UnboundedReceiver<Command>) {
-    while let Some((req, reply)) = queued.recv().await {
-        conn.send_to(req, 0, reply).await;
+    while let Some((req, replies, reply)) = queued.recv().await {
+        conn.send_to(req, replies, reply).await;
     }
 }
 
@@ -258,7 +300,7 @@ async fn resubscribe(
         let state = inner.lock();
         for (kind, name) in state.topics.keys() {
             let ignore = ReplyTo::Call(Box::new(|_| {}));
-            let _ = commands.send((command(kind.subscribe_cmd(), name), ignore));
+            let _ = commands.send((command(kind.subscribe_cmd(), name), 0, ignore));
         }
     }
 }

@@ -151,10 +151,19 @@ impl Observer {
             return;
         }
         let msg = Arc::new(msg);
+        // And those that left a topic others keep, until their PING is back (one that has
+        // subscribed again meanwhile is among the subscribers already).
+        let parting = state
+            .parting
+            .get(key)
+            .into_iter()
+            .flatten()
+            .filter(|id| !topic.is_some_and(|t| t.subscribers.contains(id)));
         let ids = topic
             .into_iter()
             .flat_map(|t| t.subscribers.iter())
-            .chain(leaving.into_iter().flatten().map(|(_, id)| id));
+            .chain(leaving.into_iter().flatten().map(|(_, id)| id))
+            .chain(parting);
         for id in ids {
             if let Some(sub) = state.subscribers.get(id)
                 && !sub.kill.is_cancelled()

@@ -39,12 +39,28 @@ pub(super) struct State {
     /// topic's messages: Redis sent them before the confirmation, and the client writes
     /// them before its unsubscribe reply.
     pub(super) unsubscribing: HashMap<(Kind, Bytes), VecDeque<Leaving>>,
+    /// Clients that left a topic others keep, each until the PING sent after its
+    /// unsubscribe comes back (see `Hub::part`): until then it still gets the topic's
+    /// messages, which Redis may have sent before the unsubscribe.
+    pub(super) parting: HashMap<(Kind, Bytes), Vec<u64>>,
 }
 
 impl State {
     /// Whether Redis counts corral as subscribed to `key` now, as far as corral knows.
     pub(super) fn upstream_has(&self, key: &(Kind, Bytes)) -> bool {
         self.topics.contains_key(key) || self.unsubscribing.get(key).is_some_and(|q| !q.is_empty())
+    }
+
+    /// Client `id`'s PING after it left `key` came back (see `State::parting`).
+    pub(super) fn parted(&mut self, key: &(Kind, Bytes), id: u64) {
+        if let Some(ids) = self.parting.get_mut(key) {
+            if let Some(i) = ids.iter().position(|&p| p == id) {
+                ids.swap_remove(i);
+            }
+            if ids.is_empty() {
+                self.parting.remove(key);
+            }
+        }
     }
 
     /// Releases every client waiting for an upstream unsubscribe: the connection is gone,
