@@ -308,6 +308,84 @@ async fn direct_swapdb_is_seen() {
     proxy.stop().await;
 }
 
+/// SWAPDB through corral inside a transaction: Redis sends no invalidation for it, so EXEC
+/// flushes the cache once acknowledged, as SWAPDB sent alone does. The GET right after EXEC
+/// reads the swapped-in value, whichever database the transaction swapped from.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn swapdb_inside_multi_through_corral_is_seen() {
+    let (_redis, proxy, mut direct, mut c) = start().await;
+    assert_eq!(direct.cmd("SELECT 1").await, OK);
+    assert_eq!(direct.cmd("SET k db1").await, OK);
+    assert_eq!(direct.cmd("SELECT 0").await, OK);
+    assert_eq!(direct.cmd("SET k db0").await, OK);
+    make_cached(&mut c, "k", &bulk("db0")).await;
+    for cmd in ["MULTI", "SWAPDB 0 1", "EXEC"] {
+        c.cmd(cmd).await;
+    }
+    assert_eq!(show(&c.cmd("GET k").await), show(&bulk("db1")));
+    make_cached(&mut c, "k", &bulk("db1")).await;
+    let swap_back = ["MULTI", "SELECT 1", "SWAPDB 1 0", "SELECT 0", "EXEC"];
+    let sent: Vec<u8> = swap_back
+        .iter()
+        .chain(&["GET k"])
+        .flat_map(|line| encode_line(line))
+        .collect();
+    // Pipelined with the transaction too.
+    c.send(&sent).await;
+    for _ in swap_back {
+        c.read_reply().await;
+    }
+    assert_eq!(show(&c.read_reply().await), show(&bulk("db0")));
+    proxy.stop().await;
+}
+
+/// DEBUG RELOAD replaces the dataset (here with what was saved before the last write), and
+/// DEBUG POPULATE makes keys it does not name: a GET pipelined right after either reads what
+/// Redis holds then, not the cache's entry from before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn debug_reload_and_populate_are_seen_by_the_next_get() {
+    let redis = RedisServer::start_with(&["--enable-debug-command", "yes"]);
+    let proxy = TestProxy::start(&redis.url()).await;
+    let (mut direct, mut c) = (connect(redis.addr()).await, connect(proxy.addr).await);
+    for round in 0..5 {
+        assert_eq!(direct.cmd("SET k saved").await, OK);
+        assert_eq!(direct.cmd("SAVE").await, OK);
+        assert_eq!(direct.cmd("SET k later").await, OK);
+        get_until(
+            &mut c,
+            "k",
+            &bulk("later"),
+            &[&bulk("saved")],
+            false,
+            Duration::from_secs(2),
+        )
+        .await;
+        make_cached(&mut c, "k", &bulk("later")).await;
+        c.send(&[encode_line("DEBUG RELOAD NOSAVE"), encode_line("GET k")].concat())
+            .await;
+        assert_eq!(c.read_reply().await, OK);
+        assert_eq!(
+            show(&c.read_reply().await),
+            show(&bulk("saved")),
+            "round {round}"
+        );
+
+        let key = format!("key:{round}");
+        make_cached(&mut c, &key, NIL).await;
+        let populate = format!("DEBUG POPULATE {}", round + 1);
+        c.send(&[encode_line(&populate), encode_line(&format!("GET {key}"))].concat())
+            .await;
+        assert_eq!(c.read_reply().await, OK);
+        let value = format!("value:{round}");
+        assert_eq!(
+            show(&c.read_reply().await),
+            show(&bulk(&value)),
+            "round {round}"
+        );
+    }
+    proxy.stop().await;
+}
+
 /// A key written after every few reads: each entry serves a few hits, too few to repay its
 /// fill, so after a few such entries the key is no longer filled (`cache/churn.rs`), and
 /// every read still sees the last write.

@@ -17,7 +17,7 @@ pub enum Access {
     Read,
     /// May change the keys given by [`write_keys`].
     Write,
-    /// May change every key (FLUSHALL, FLUSHDB, SWAPDB).
+    /// May change every key (FLUSHALL, FLUSHDB, SWAPDB, DEBUG).
     All,
 }
 
@@ -26,7 +26,9 @@ pub fn access(name: &[u8]) -> Access {
     match name {
         b"GET" => Access::Get,
         b"MGET" => Access::MGet,
-        b"FLUSHALL" | b"FLUSHDB" | b"SWAPDB" => Access::All,
+        // DEBUG RELOAD and LOADAOF replace the dataset, POPULATE makes keys it does not name:
+        // any DEBUG is taken as changing every key (it is rare, and a flush only costs hits).
+        b"FLUSHALL" | b"FLUSHDB" | b"SWAPDB" | b"DEBUG" => Access::All,
         b"STRLEN"
         | b"GETRANGE"
         | b"SUBSTR"

@@ -192,6 +192,9 @@ impl Conn {
             (Route::Forward(Access::Write), Some(cache)) => invalidate_writes(cache, cmd),
             _ => Vec::new(),
         };
+        // SWAPDB sends no invalidation: EXEC flushes the cache once acknowledged, as the
+        // command sent alone does.
+        let changes_all = route == Route::Forward(Access::All) && self.shared.cache.is_some();
         let bytes = if route == Route::ClientAdmin && is_unblock(&args) {
             clients::unblock_request(&args, &self.shared.clients).0
         } else {
@@ -223,6 +226,9 @@ impl Conn {
             pin.script_queued |= script;
             pin.dirty |= !matches!(route, Route::Forward(_) | Route::Blocking | Route::Info);
             pin.tx_writes.add(&mut queued_writes);
+            if changes_all {
+                pin.tx_writes.change_all();
+            }
             if let Some(db) = select {
                 pin.queued_selects.push((db, pin.queued));
             }

@@ -285,6 +285,12 @@ pub(super) struct TxWrites {
 }
 
 impl TxWrites {
+    /// A queued command may change every key (FLUSHALL, SWAPDB...): EXEC flushes the cache.
+    pub(super) fn change_all(&mut self) {
+        self.all = true;
+        self.keys = Vec::new();
+    }
+
     /// Adds the keys of one queued write.
     pub(super) fn add(&mut self, keys: &mut Vec<Bytes>) {
         if self.all {
