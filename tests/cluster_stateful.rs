@@ -65,6 +65,92 @@ async fn transactions_run_on_the_node_of_their_keys() {
     proxy.stop().await;
 }
 
+/// Client libraries send WATCH, their reads and the transaction in one write. WATCH pins the
+/// client to its key's master: what follows for that master goes there, behind it, and what
+/// is for other masters is routed as usual. `a`, `b`, `c` and `d` are on slots 15495, 3300,
+/// 7365 and 11298: `a` and `d` on one master, `b` and `c` on two others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_and_a_transaction_in_one_write_behave_as_on_redis() {
+    let cluster = RedisCluster::start(3, 0);
+    let (proxy, mut c) = common::ready_cluster_proxy(&cluster, |_| {}).await;
+    let expect = async |c: &mut RawClient, sent: &[u8], want: &[&[u8]]| {
+        c.send(sent).await;
+        for (i, w) in want.iter().enumerate() {
+            assert_eq!(
+                show(&c.read_reply().await),
+                show(w),
+                "reply {i} to {}",
+                show(sent)
+            );
+        }
+    };
+    // The client's own write of the watched key fails its EXEC.
+    expect(
+        &mut c,
+        b"WATCH a\r\nGET a\r\nSET a x\r\nMULTI\r\nSET a mine\r\nEXEC\r\nGET a\r\n",
+        &[
+            b"+OK\r\n",
+            b"$-1\r\n",
+            b"+OK\r\n",
+            b"+OK\r\n",
+            b"+QUEUED\r\n",
+            b"*-1\r\n",
+            b"$1\r\nx\r\n",
+        ],
+    )
+    .await;
+    // A read of another master's key between WATCH and MULTI: the transaction still runs on
+    // the watched key's master.
+    expect(
+        &mut c,
+        b"WATCH a\r\nGET b\r\nMULTI\r\nSET a 1\r\nGET a\r\nEXEC\r\n",
+        &[
+            b"+OK\r\n",
+            b"$-1\r\n",
+            b"+OK\r\n",
+            b"+QUEUED\r\n",
+            b"+QUEUED\r\n",
+            b"*2\r\n+OK\r\n$1\r\n1\r\n",
+        ],
+    )
+    .await;
+    // No watch is left behind on a connection other clients get.
+    let mut other = common::connect(proxy.addr).await;
+    for _ in 0..6 {
+        expect(
+            &mut other,
+            b"WATCH d\r\nMULTI\r\nSET d 1\r\nEXEC\r\n",
+            &[b"+OK\r\n", b"+OK\r\n", b"+QUEUED\r\n", b"*1\r\n+OK\r\n"],
+        )
+        .await;
+    }
+    // A transaction whose first command a cluster refuses (CROSSSLOT) fails whole, as a
+    // node fails it: nothing queued after it runs.
+    expect(
+        &mut c,
+        b"MULTI\r\nMSET b 2 c 3\r\nSET d 4\r\nEXEC\r\nMGET b c d\r\n",
+        &[
+            b"+OK\r\n",
+            b"-CROSSSLOT Keys in request don't hash to the same slot\r\n",
+            b"+QUEUED\r\n",
+            b"-EXECABORT Transaction discarded because of previous errors.\r\n",
+            b"*3\r\n$-1\r\n$-1\r\n$1\r\n1\r\n",
+        ],
+    )
+    .await;
+    expect(
+        &mut c,
+        b"MULTI\r\nMSET b 2 c 3\r\nEXEC\r\n",
+        &[
+            b"+OK\r\n",
+            b"-CROSSSLOT Keys in request don't hash to the same slot\r\n",
+            b"-EXECABORT Transaction discarded because of previous errors.\r\n",
+        ],
+    )
+    .await;
+    proxy.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn blocking_pops_wait_on_the_keys_node() {
     let cluster = RedisCluster::start(3, 0);

@@ -15,9 +15,52 @@ use crate::resp::digits::parse_int;
 use crate::resp::reply::{self, Encoder};
 
 impl Conn {
+    /// Cluster mode, the first command queued in a MULTI corral answered: pins the client to
+    /// the node of its keys, where MULTI goes ahead of it. One Redis Cluster would refuse
+    /// (CROSSSLOT) is refused and fails the transaction, as a node fails it.
+    pub(super) fn cluster_start_multi(
+        &mut self,
+        cmd: &Command<'_>,
+        req: &Request<'_>,
+    ) -> Option<Plan> {
+        let cluster = self.shared.upstream.cluster.as_ref()?;
+        if !self.deferred_multi
+            || matches!(
+                cmd.route(),
+                Route::Tx(_) | Route::Local(Local::Quit | Local::Reset) | Route::Corral
+            )
+        {
+            return None;
+        }
+        match self.node_of(cluster, cmd) {
+            Ok(node) => Some(Plan::StartMulti {
+                node,
+                req: req.bytes(cmd),
+            }),
+            Err(e) => {
+                self.tx_failed = true;
+                Some(Plan::ready(e))
+            }
+        }
+    }
+
+    /// Cluster mode, pinned by WATCH: whether `cmd` goes on the pinned connection while the
+    /// batch so far goes to another node. It must not join that batch: it starts a round.
+    pub(super) fn pinned_after_routed(&self, cmd: &Command<'_>) -> bool {
+        let (Some(pin), Some(cluster)) = (&self.pin, &self.shared.upstream.cluster) else {
+            return false;
+        };
+        !self.batch.fits(&pin.ded.conn)
+            && (!matches!(cmd.route(), Route::Forward(_))
+                || self
+                    .node_of(cluster, cmd)
+                    .is_ok_and(|node| node == pin.ded.addr()))
+    }
+
     /// Cluster mode: routes by slot, answers CLUSTER/READONLY/READWRITE/SELECT as a single
     /// node would, and refuses what is not supported there yet. `None` in standalone mode or
-    /// for requests handled as usual (local commands, INFO, pub/sub...).
+    /// for requests handled as usual (local commands, INFO, pub/sub, and a pinned client's
+    /// requests to its pinned node).
     pub(super) fn cluster_step(&self, cmd: &Command<'_>, req: &Request<'_>) -> Option<Plan> {
         let (args, route) = (&cmd.args, cmd.route());
         let cluster = self.shared.upstream.cluster.as_ref()?;
@@ -32,20 +75,15 @@ impl Conn {
             Some(Plan::ready(out.freeze()))
         };
         let name = cmd.name();
-        if self.deferred_multi
-            && !matches!(
-                route,
-                Route::Tx(_) | Route::Local(Local::Quit | Local::Reset) | Route::Corral
-            )
+        if let (Some(pin), Route::Forward(_)) = (&self.pin, route)
+            && self
+                .node_of(cluster, cmd)
+                .is_ok_and(|node| node == pin.ded.addr())
         {
-            let node = match self.node_of(cluster, cmd) {
-                Ok(node) => node,
-                Err(e) => return Some(Plan::ready(e)),
-            };
-            return Some(Plan::StartMulti {
-                node,
-                req: req.bytes(cmd),
-            });
+            // Pinned by WATCH: what goes to the pinned node goes on the pinned connection,
+            // behind the WATCH (a write of a watched key must fail the EXEC, a MULTI after it
+            // finds the watch); keys of other nodes are routed as usual.
+            return None;
         }
         match route {
             Route::Forward(_) => match name {
@@ -96,7 +134,7 @@ impl Conn {
 
     /// Cluster mode: the master serving a request's keys, any node for a keyless one, or the
     /// CROSSSLOT error reply.
-    fn node_of(
+    pub(super) fn node_of(
         &self,
         cluster: &crate::upstream::cluster::ClusterUpstream,
         cmd: &Command<'_>,

@@ -167,6 +167,9 @@ impl Conn {
         if self.writes.waiting() && self.writes_waited(cmd) {
             return true;
         }
+        if self.pinned_after_routed(cmd) {
+            return true;
+        }
         let args = cmd.args;
         match cmd.route() {
             Route::Tx(Tx::Multi | Tx::Watch) => self.pin.is_none(),

@@ -150,6 +150,9 @@ impl Conn {
         if let Some(p) = self.cluster_cache_step(cmd) {
             return Some(p);
         }
+        if let Some(p) = self.cluster_start_multi(cmd, req) {
+            return Some(p);
+        }
         if let Some(p) = self.cluster_step(cmd, req) {
             return Some(p);
         }

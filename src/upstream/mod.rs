@@ -96,6 +96,13 @@ pub struct Dedicated {
     owner: Option<Arc<UserPool>>,
 }
 
+impl Dedicated {
+    /// The node the connection goes to.
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+}
+
 /// A dedicated connection's push frames go to the observer set here, if any: its client's
 /// own, while that client has CLIENT TRACKING on.
 #[derive(Debug, Default)]
