@@ -139,6 +139,10 @@ async fn scan_returns_every_key_exactly_once_and_keys_unions_masters() {
         assert_eq!(got, b"*2\r\n$1\r\n0\r\n*0\r\n", "SCAN {cursor}");
     }
     assert_eq!(c.cmd("SCAN x").await, b"-ERR invalid cursor\r\n");
+    assert_eq!(
+        c.cmd("SCAN").await,
+        b"-ERR wrong number of arguments for 'scan' command\r\n"
+    );
     proxy.stop().await;
 }
 

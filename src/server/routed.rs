@@ -120,6 +120,9 @@ fn keyless(
 
 /// SCAN over every master in turn: the client's cursor is `redis_cursor << 10 | master`.
 fn scan(cluster: &ClusterUpstream, args: &Args<'_>, proto: Proto, client: u64) -> Plan {
+    if args.len() < 2 {
+        return Plan::ready(replies::line(&replies::wrong_arity("scan")));
+    }
     let masters = cluster.masters();
     let cursor = args.get(1).and_then(parse_cursor);
     let (Some(cursor), false) = (cursor, masters.is_empty()) else {
