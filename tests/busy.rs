@@ -42,6 +42,15 @@ async fn proxy(redis: &RedisServer, tweak: impl FnOnce(&mut corral::config::Conf
     .await
 }
 
+/// Waits until corral's cache reports tracking on (`CORRAL CACHE STATS`, answered by corral
+/// even while Redis is busy).
+async fn wait_tracking(c: &mut RawClient, what: &str) {
+    let deadline = Deadline::new(LIMIT, what);
+    while common::stat(c, "cache_tracking").await != "on" {
+        deadline.pause().await;
+    }
+}
+
 /// Polls `line` on `c` (Redis directly) until its reply says BUSY.
 async fn wait_busy(c: &mut RawClient, line: &str) {
     let deadline = Deadline::new(LIMIT, "Redis to report BUSY");
@@ -246,6 +255,35 @@ async fn kill_reaches_redis_when_the_shared_connection_is_stuck_behind_the_scrip
     );
     assert_eq!(b.read_reply().await, bulk("v"));
     assert_eq!(a.cmd("GET busy:k").await, bulk("v"));
+    proxy.stop().await;
+}
+
+/// A script that runs long enough for corral to find its tracking lane silent and make it
+/// again: Redis answers nothing until the script passes `busy-reply-threshold`, then the new
+/// lane's HELLO and, to its CLIENT TRACKING ON, -BUSY. That says nothing of tracking: once the
+/// script is killed the cache tracks again, rather than falling back to TTLs for good (where
+/// a direct write would be read back stale for up to `fallback_ttl_ms`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lane_made_while_a_script_runs_tracks_again_once_it_ends() {
+    let redis = RedisServer::start_with(&["--busy-reply-threshold", "600"]);
+    let proxy = proxy(&redis, |cfg| {
+        cfg.cache.lane_check_ms = 50;
+        cfg.cache.lane_deadline_ms = 50;
+    })
+    .await;
+    let mut c = client_in(proxy.addr, false).await;
+    wait_tracking(&mut c, "tracking on at start").await;
+    let mut spinner = RawClient::connect(redis.addr()).await.unwrap();
+    spinner
+        .send(&encode(&[b"EVAL", SPIN.as_bytes(), b"0"]))
+        .await;
+    let mut direct = RawClient::connect(redis.addr()).await.unwrap();
+    wait_busy(&mut direct, "GET busy:k").await;
+    // Lane made again meanwhile (silent past 100 ms), its handshake answered past 600 ms.
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert_eq!(direct.cmd("SCRIPT KILL").await, b"+OK\r\n");
+    spinner.read_reply().await;
+    wait_tracking(&mut c, "tracking on again after the script").await;
     proxy.stop().await;
 }
 

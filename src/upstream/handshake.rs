@@ -97,15 +97,27 @@ pub async fn readonly(
 /// disabled), so the caller can fall back to a TTL-only cache.
 ///
 /// # Errors
-/// I/O errors.
+/// I/O errors, and a refusal that names a passing state (BUSY, LOADING...).
 pub async fn tracking_on(
     stream: &mut (impl AsyncRead + AsyncWrite + Unpin),
     proto: Proto,
 ) -> Result<bool, String> {
-    Ok(matches!(
-        command(stream, &[b"CLIENT", b"TRACKING", b"ON"], proto).await?,
-        Reply::Ok(_)
-    ))
+    match command(stream, &[b"CLIENT", b"TRACKING", b"ON"], proto).await? {
+        Reply::Ok(_) => Ok(true),
+        Reply::Error(e) if refuses_for_good(&e) => Ok(false),
+        // BUSY (a script), LOADING, MASTERDOWN...: Redis cannot answer now, which says
+        // nothing of tracking. The connection fails and is made again, as after a failed
+        // HELLO; falling back here kept the cache on TTLs alone for good after one long script.
+        Reply::Error(e) => Err(format!("CLIENT TRACKING ON refused: {e}")),
+    }
+}
+
+/// Whether an error to CLIENT TRACKING ON means the server will not track (an unknown
+/// command, tracking disabled, a user without the right): `ERR` and `NOPERM`. Any other code
+/// names a passing state.
+fn refuses_for_good(error: &str) -> bool {
+    let code = error.split(' ').next().unwrap_or_default();
+    matches!(code, "ERR" | "NOPERM")
 }
 
 async fn command(
@@ -221,6 +233,16 @@ mod tests {
         let r3 = b"%3\r\n$6\r\nserver\r\n$5\r\nredis\r\n$7\r\nversion\r\n$5\r\n7.2.0\r\n\
                    $2\r\nid\r\n:12\r\n";
         assert_eq!(decode(r3, Proto::Resp3), g("7.2.0", Some(12)));
+    }
+
+    #[test]
+    fn only_a_lasting_refusal_turns_tracking_off() {
+        assert!(refuses_for_good("ERR unknown command 'CLIENT'"));
+        assert!(refuses_for_good("NOPERM this user has no permissions"));
+        assert!(!refuses_for_good("BUSY Redis is busy running a script."));
+        assert!(!refuses_for_good(
+            "LOADING Redis is loading the dataset in memory"
+        ));
     }
 
     #[test]
