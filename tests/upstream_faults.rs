@@ -194,3 +194,49 @@ async fn upstream_password_comes_from_the_url() {
         proxy.stop().await;
     }
 }
+
+/// Redis drops the connection that holds a client's WATCH or MULTI (CLIENT KILL, an idle
+/// `timeout`): Redis forgot the transaction with it, so corral closes the client, as Redis
+/// closes a client whose connection it kills. Left open, the client went on as if the WATCH
+/// held, and its MULTI/SET/EXEC ran unguarded (a lost update), or the rest of its queued
+/// commands ran one by one outside the transaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_whose_transaction_connection_is_lost_is_closed() {
+    let redis = RedisServer::start();
+    let proxy = TestProxy::start(&redis.url()).await;
+    let mut direct = RawClient::connect(redis.addr()).await.unwrap();
+    for (i, opening) in [&["WATCH k"][..], &["MULTI", "RPUSH q a"][..]]
+        .into_iter()
+        .enumerate()
+    {
+        assert_eq!(direct.cmd("SET k 10").await, b"+OK\r\n");
+        let mut c = RawClient::connect(proxy.addr).await.unwrap();
+        for line in opening {
+            let r = c.cmd(line).await;
+            assert!(
+                r == b"+OK\r\n" || r == b"+QUEUED\r\n",
+                "{line}: {}",
+                show(&r)
+            );
+        }
+        // corral's connection that ran the client's last command: its dedicated one.
+        let last = opening[opening.len() - 1]
+            .split(' ')
+            .next()
+            .unwrap()
+            .to_lowercase();
+        let list = common::client_list(redis.addr()).await;
+        let line = list
+            .iter()
+            .find(|l| common::field(l, "cmd") == Some(&last))
+            .unwrap_or_else(|| panic!("no connection ran {last}: {list:?}"));
+        let id = common::field(line, "id").unwrap();
+        assert_eq!(direct.cmd(&format!("CLIENT KILL ID {id}")).await, b":1\r\n");
+        assert!(c.is_closed().await, "case {i}: the client stays open");
+        // Nothing the client might still send runs.
+        assert_eq!(direct.cmd("SET k 99").await, b"+OK\r\n");
+        assert_eq!(show(&direct.cmd("GET k").await), show(&bulk("99")));
+        assert_eq!(direct.cmd("EXISTS q").await, b":0\r\n");
+    }
+    proxy.stop().await;
+}

@@ -297,6 +297,7 @@ impl Conn {
             self.info_changed = true;
             // After RESET the connection may still be in MULTI or watching, or authenticated
             // as a user it was not taken for (`dirty`): close it.
+            pin.holds_nothing();
             if !pin.dirty && !reset && !dead {
                 self.shared.upstream.release(pin.ded);
             }

@@ -1,9 +1,13 @@
 //! A client pinned to a dedicated upstream connection (transaction, tracking, a script),
 //! and what corral knows of that connection's state.
 
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
 use super::track_state::Tracking;
 use super::writes::TxWrites;
-use crate::upstream::Dedicated;
+use crate::upstream::{Dedicated, LinkObserver};
 
 /// A client pinned to a dedicated connection.
 #[derive(Debug)]
@@ -27,6 +31,26 @@ pub(super) struct Pin {
     pub(super) script_queued: bool,
     /// CLIENT TRACKING is on (or on its way): the pin stays until it is turned off.
     pub(super) tracking: Option<Tracking>,
+    /// Set while losing the connection must end the client, whose kill this is (see
+    /// [`Pin::holds_state`]).
+    ends_client: Option<CancellationToken>,
+}
+
+/// Ends the client when its dedicated connection is lost while it holds a transaction or a
+/// WATCH. Redis forgot them with the connection; a client left open would go on as if they
+/// held, and its next writes would run outside the transaction, unguarded by the WATCH.
+/// Closing it is what Redis does when the client's own connection is killed.
+#[derive(Debug)]
+struct EndsClient(CancellationToken);
+
+impl LinkObserver for EndsClient {
+    fn up(&self, _tracking: bool) {}
+
+    fn down(&self, _cause: &str) {
+        self.0.cancel();
+    }
+
+    fn push(&self, _frame: &[u8]) {}
 }
 
 impl Pin {
@@ -43,17 +67,46 @@ impl Pin {
             queued_selects: Vec::new(),
             script_queued: false,
             tracking: None,
+            ends_client: None,
         }
     }
 }
 
 impl Pin {
+    /// The connection now holds a transaction or a WATCH: losing it must end the client (see
+    /// [`EndsClient`]). A tracking client's observer does that already.
+    pub(super) fn holds_state(&mut self, kill: &CancellationToken) {
+        if self.ends_client.is_none() {
+            self.ends_client = Some(kill.clone());
+            self.watch_loss();
+        }
+    }
+
+    /// Has the connection's loss end the client, unless tracking's observer does already.
+    fn watch_loss(&self) {
+        if let (None, Some(kill)) = (&self.tracking, &self.ends_client) {
+            let observer: Arc<dyn LinkObserver> = Arc::new(EndsClient(kill.clone()));
+            self.ded.pushes.set(Some(observer));
+        }
+    }
+
+    /// The connection no longer holds a transaction or a WATCH: it may be lost quietly (and
+    /// go back to the idle connections), unless tracking (turned on since, inside the
+    /// transaction say) put its own observer there.
+    pub(super) fn holds_nothing(&mut self) {
+        if self.ends_client.take().is_some() && self.tracking.is_none() {
+            self.ded.pushes.set(None);
+        }
+    }
+
     /// Stops routing pushes to the client (tracking off, or the pin is dropped).
     pub(super) fn stop_tracking(&mut self) {
         if self.tracking.take().is_some() {
             self.ded.pushes.set(None);
             // Redis no longer tracks for it, but the connection is not reused all the same.
             self.dirty = true;
+            // A transaction or WATCH it still holds.
+            self.watch_loss();
         }
     }
 }

@@ -135,6 +135,11 @@ impl Conn {
                 }
                 _ => {}
             }
+            if pin.in_multi || pin.watching {
+                pin.holds_state(&self.kill);
+            } else {
+                pin.holds_nothing();
+            }
         }
         self.append(&req);
         if ends {
@@ -252,10 +257,12 @@ impl Conn {
     pub(super) async fn start_multi(&mut self, node: String, req: Bytes) -> bool {
         self.deferred_multi = false;
         self.flush_batch().await;
+        let kill = self.kill.clone();
         match self.pin_new(Some(&node)) {
             Ok(pin) => {
                 pin.in_multi = true;
                 pin.queued = 1;
+                pin.holds_state(&kill);
                 let mut multi = BytesMut::new();
                 encode_request(&[b"MULTI"], &mut multi);
                 self.append(&multi);
