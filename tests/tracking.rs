@@ -278,6 +278,36 @@ async fn resp2_redirect_to_a_subscribed_corral_client() {
     );
 }
 
+/// Redis drops the connection corral made for a redirection target (CLIENT KILL): the
+/// target's invalidations are gone with it, so corral closes the target, as Redis closes a
+/// client whose connection it kills; its library then drops the cache that nothing would
+/// invalidate any more. Left open, it heard nothing of later writes.
+#[tokio::test]
+async fn a_redirection_target_whose_connection_is_lost_is_closed() {
+    let p = Pair::start().await;
+    let mut x = connect(p.proxy.addr).await;
+    let x_id = x.cmd("CLIENT ID").await;
+    let id = String::from_utf8_lossy(&x_id[1..]).trim().to_string();
+    x.cmd("SUBSCRIBE __redis__:invalidate").await;
+    let before = client_list(p.behind).await;
+    let mut t = connect(p.proxy.addr).await;
+    let on = t.cmd(&format!("CLIENT TRACKING ON REDIRECT {id}")).await;
+    assert_eq!(on, b"+OK\r\n");
+    t.cmd("GET r").await;
+    // The target's connection: the one made for the redirection that is not tracking.
+    let after = client_list(p.behind).await;
+    let ids: Vec<&str> = before.iter().filter_map(|l| field(l, "id")).collect();
+    let sink = after
+        .iter()
+        .filter(|l| field(l, "id").is_some_and(|i| !ids.contains(&i)))
+        .find(|l| field(l, "flags") == Some("N") && field(l, "cmd") != Some("client|list"))
+        .and_then(|l| field(l, "id"))
+        .unwrap_or_else(|| panic!("no target connection in {after:?}"));
+    let mut w = connect(p.behind).await;
+    assert_eq!(w.cmd(&format!("CLIENT KILL ID {sink}")).await, b":1\r\n");
+    assert!(x.is_closed().await, "the target stays open");
+}
+
 #[tokio::test]
 async fn resp3_redirect_and_broken_redirect() {
     let p = Pair::start().await;

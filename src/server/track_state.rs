@@ -3,6 +3,7 @@
 //! them are in `tracking.rs`.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::{Bytes, BytesMut};
@@ -115,11 +116,24 @@ impl LinkObserver for OwnPushes {
 #[derive(Debug)]
 pub(super) struct SinkPushes {
     pub(super) inbox: Arc<Inbox>,
+    /// The connection came up: Redis knows it as the target.
+    pub(super) was_up: AtomicBool,
 }
 
 impl LinkObserver for SinkPushes {
-    fn up(&self, _tracking: bool) {}
-    fn down(&self, _cause: &str) {}
+    fn up(&self, _tracking: bool) {
+        self.was_up.store(true, Ordering::Relaxed);
+    }
+
+    fn down(&self, _cause: &str) {
+        // Redis forgot the target with the connection, and the clients redirecting to it are
+        // cut off (their redirection is broken): the target must not keep a cache that
+        // nothing invalidates any more. Closing it makes its library drop that cache, as
+        // Redis closing the target's own connection would.
+        if self.was_up.load(Ordering::Relaxed) {
+            self.inbox.kill.cancel();
+        }
+    }
     fn push(&self, frame: &[u8]) {
         self.inbox.put(Bytes::copy_from_slice(frame));
     }
@@ -167,7 +181,10 @@ impl Registry {
                 Some(s) if !s.conn.is_dead() => s.clone(),
                 _ => {
                     let permit = upstream.tracking_permit()?;
-                    let conn = upstream.push_sink(Arc::new(SinkPushes { inbox }));
+                    let conn = upstream.push_sink(Arc::new(SinkPushes {
+                        inbox,
+                        was_up: AtomicBool::new(false),
+                    }));
                     let s = Arc::new(Sink {
                         conn,
                         id: OnceCell::new(),
