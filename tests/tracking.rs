@@ -308,6 +308,47 @@ async fn a_redirection_target_whose_connection_is_lost_is_closed() {
     assert!(x.is_closed().await, "the target stays open");
 }
 
+/// CLIENT TRACKING OFF and ON in one pipeline (or a refused ON, then ON): the last one
+/// holds, as on Redis, and the client gets the invalidations of what it reads after.
+#[tokio::test]
+async fn tracking_off_and_on_in_one_pipeline_leaves_it_on() {
+    let p = Pair::start().await;
+    let invalidate = b">2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\nk\r\n";
+    for (side, first) in [
+        (p.direct, "CLIENT TRACKING ON"),
+        (p.proxy.addr, "CLIENT TRACKING ON"),
+        (p.direct, "PING"),
+        (p.proxy.addr, "PING"),
+    ] {
+        let server = if side == p.direct { p.direct } else { p.behind };
+        let mut t = connect(side).await;
+        t.cmd("HELLO 3").await;
+        t.cmd(first).await;
+        let pipeline = if first == "PING" {
+            // A refused ON (BCAST with overlapping prefixes), then a valid one.
+            [
+                "CLIENT TRACKING ON BCAST PREFIX a PREFIX ab",
+                "CLIENT TRACKING ON",
+            ]
+        } else {
+            ["CLIENT TRACKING OFF", "CLIENT TRACKING ON"]
+        };
+        t.send(&[encode_line(pipeline[0]), encode_line(pipeline[1])].concat())
+            .await;
+        t.read_reply().await;
+        assert_eq!(t.read_reply().await, b"+OK\r\n");
+        t.cmd("GET k").await;
+        let mut w = connect(server).await;
+        assert_eq!(w.cmd("SET k x").await, b"+OK\r\n");
+        assert_eq!(
+            show(&t.read_reply().await),
+            show(invalidate),
+            "{side} {first}"
+        );
+        assert_eq!(t.cmd("PING").await, b"+PONG\r\n");
+    }
+}
+
 #[tokio::test]
 async fn resp3_redirect_and_broken_redirect() {
     let p = Pair::start().await;

@@ -188,6 +188,21 @@ impl Conn {
 
     /// Applies Redis's answer to CLIENT TRACKING ON/OFF (`ok`: it said `+OK`).
     pub(super) fn tracking_answered(&mut self, ok: bool, change: Change) {
+        if ok && change.on && self.pin.as_ref().is_some_and(|p| p.tracking.is_none()) {
+            // An OFF (or a refused ON) sent ahead of this ON in one pipeline was answered
+            // after this ON was sent, and ended the tracking this ON found on: Redis tracks
+            // for the client now, so its pushes must reach it again.
+            if self.start_tracking().is_err() {
+                // No room to route them: the client must not keep a cache nothing
+                // invalidates. Closing it makes its library drop that cache.
+                self.kill.cancel();
+                return;
+            }
+            if let Some(t) = self.pin.as_ref().and_then(|p| p.tracking.as_ref()) {
+                *t.own.redirect.lock().unwrap_or_else(|e| e.into_inner()) =
+                    change.redirect.map(|(mine, up)| (up, mine));
+            }
+        }
         let Some(pin) = &mut self.pin else { return };
         match (ok, change.on) {
             (true, true) => {
