@@ -231,6 +231,19 @@ async fn shard_subscriptions_follow_their_slot() {
     let message = b"*3\r\n$8\r\nsmessage\r\n$3\r\nsch\r\n$2\r\nhi\r\n";
     assert_eq!(publisher.cmd("SPUBLISH sch hi").await, b":1\r\n");
     assert_eq!(sub.read_reply().await, message);
+    // Shard channels on three masters (slots 15495, 3300, 7365) are all listed.
+    let mut others = RawClient::connect(proxy.addr).await.unwrap();
+    others.cmd("SSUBSCRIBE a").await;
+    others.cmd("SSUBSCRIBE b").await;
+    others.cmd("SSUBSCRIBE c").await;
+    let listed = publisher.cmd("PUBSUB SHARDCHANNELS").await;
+    let mut names: Vec<String> = String::from_utf8_lossy(&listed)
+        .split("\r\n")
+        .filter(|l| !l.is_empty() && !l.starts_with(['*', '$']))
+        .map(String::from)
+        .collect();
+    names.sort();
+    assert_eq!(names, ["a", "b", "c", "sch"], "{}", show(&listed));
 
     // Move the channel's slot to another master: Redis drops the shard subscription on the
     // old owner; corral subscribes again on the new one, without the client noticing.

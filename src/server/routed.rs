@@ -97,7 +97,8 @@ fn keyless(
     let sub = args.get(1).unwrap_or_default().to_ascii_uppercase();
     let fan = match (name, sub.as_slice()) {
         (b"DBSIZE", _) => Some(Fan::Sum),
-        (b"KEYS", _) => Some(Fan::Concat),
+        // Shard channels live on their slot's master: every master lists its own.
+        (b"KEYS", _) | (b"PUBSUB", b"SHARDCHANNELS") => Some(Fan::Concat),
         (b"RANDOMKEY", _) => Some(Fan::FirstNonNil),
         (b"FLUSHALL" | b"FLUSHDB", _) => Some(Fan::First),
         (b"SCRIPT", b"LOAD" | b"FLUSH") => Some(Fan::First),
