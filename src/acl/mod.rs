@@ -175,10 +175,14 @@ impl User {
     /// rules, as Redis does after its arity check: a request Redis would refuse for its
     /// arity anyway (see [`malformed`]) is let through, so the client gets Redis's error.
     pub fn check_command(&self, argv: &[&[u8]]) -> Result<(), Denied> {
-        if argv.is_empty() || malformed(argv).is_some() {
-            return Ok(());
+        match resolve(argv) {
+            Ok(name) if !argv.is_empty() => self.check_named(name),
+            _ => Ok(()),
         }
-        let name = full_name(argv);
+    }
+
+    /// Checks a command by the name [`resolve`] gave it against the user's command rules.
+    pub fn check_named(&self, name: String) -> Result<(), Denied> {
         // AUTH, HELLO, QUIT and RESET are never refused (`no_auth` in Redis).
         if table::NO_AUTH.contains(&name.as_str()) || self.perms.command_allowed(&name) {
             Ok(())
@@ -215,32 +219,31 @@ impl User {
 /// command up, before authentication and permissions. None for a well-formed request, and for
 /// a command Redis 7.0 does not know (left to the upstream, which may).
 pub fn malformed(argv: &[&[u8]]) -> Option<Bytes> {
-    let (first, sub) = (argv.first()?, argv.get(1));
-    let name = full_name(argv);
-    if let Some(sub) = sub
-        && !name.contains('|')
-        && is_container(&name)
-    {
-        return Some(unknown_subcommand(first, sub));
-    }
-    let a = arity(&name)?;
-    (!arity_ok(a, argv.len())).then(|| replies::line(&replies::wrong_arity(&name)))
+    resolve(argv).err()
 }
 
-/// The lower-case name Redis's command table knows a request by: `container|sub` for a
-/// known subcommand, else the command's own name.
-fn full_name(argv: &[&[u8]]) -> String {
-    let name =
-        String::from_utf8_lossy(argv.first().copied().unwrap_or_default()).to_ascii_lowercase();
-    match argv.get(1) {
+/// The lower-case name Redis's command table knows a well-formed request by
+/// (`container|sub` for a subcommand), or Redis's refusal of a malformed one (see
+/// [`malformed`]).
+pub fn resolve(argv: &[&[u8]]) -> Result<String, Bytes> {
+    let first = argv.first().copied().unwrap_or_default();
+    let name = String::from_utf8_lossy(first).to_ascii_lowercase();
+    let name = match argv.get(1) {
         Some(sub) if is_container(&name) => {
             let full = format!(
                 "{name}|{}",
                 String::from_utf8_lossy(sub).to_ascii_lowercase()
             );
-            if arity(&full).is_some() { full } else { name }
+            if arity(&full).is_none() {
+                return Err(unknown_subcommand(first, sub));
+            }
+            full
         }
         _ => name,
+    };
+    match arity(&name) {
+        Some(a) if !arity_ok(a, argv.len()) => Err(replies::line(&replies::wrong_arity(&name))),
+        _ => Ok(name),
     }
 }
 

@@ -91,14 +91,14 @@ fn guard(guard: &Guard, args: &Args<'_>) -> Guarded {
 /// A malformed request is let through: Redis refuses it for that first.
 pub(super) fn check(user: &User, cmd: &Command<'_>) -> Result<(), Bytes> {
     let argv: Vec<&[u8]> = cmd.args.iter().collect();
-    if acl::malformed(&argv).is_some() {
+    let Ok(name) = acl::resolve(&argv) else {
         return Ok(());
-    }
+    };
     // A shard channel sits where a key would (it is routed by its slot), but Redis marks it
     // as no key (`NOT_KEY`): only the channel rules apply to it.
     let keys_apply = !matches!(cmd.name(), b"SPUBLISH" | b"SSUBSCRIBE" | b"SUNSUBSCRIBE");
     let denied = user
-        .check_command(&argv)
+        .check_named(name)
         .and_then(|()| {
             if keys_apply {
                 user.check_keys(cmd.keys().keys(&cmd.args))
