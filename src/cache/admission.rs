@@ -17,7 +17,10 @@ use super::lasting::{self, Lasting};
 use super::lately::ReadLately;
 use super::sketch::FrequencySketch;
 use super::tracking::{LaneState, Tracking};
+use super::window::Window;
 use super::written::WrittenLately;
+use crate::striped::StripedCounter;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// What a write weighs against a key's reads, in reads: all a counter holds (15), so a write
 /// resets the key's estimate, and only the reads since its last write count towards its
@@ -90,6 +93,12 @@ pub(super) struct Admission {
     hot: HotKeys,
     hasher: foldhash::fast::RandomState,
     bar: Bar,
+    /// Whether `reads` counts over its long window (see `window.rs`).
+    window: Window,
+    /// Keys written (through corral, or invalidated before a hit), counted since start, and
+    /// what the last look at the window saw of it.
+    writes: StripedCounter,
+    writes_seen: AtomicU64,
     beta: f64,
 }
 
@@ -106,6 +115,9 @@ impl Admission {
             hot: HotKeys::default(),
             hasher: foldhash::fast::RandomState::default(),
             bar: Bar::new(hot_threshold, hot_threshold),
+            window: Window::new(false),
+            writes: StripedCounter::default(),
+            writes_seen: AtomicU64::new(0),
             beta,
         }
     }
@@ -113,6 +125,13 @@ impl Admission {
     /// Lets the bar come down to `least` while the cache serves most GETs (see `bar.rs`).
     pub(super) fn lowering_to(mut self, least: u8) -> Admission {
         self.bar = Bar::new(self.bar.top(), least);
+        self
+    }
+
+    /// Lets the read sketch take its long window while the cache serves most GETs and few
+    /// keys are written (see `window.rs`).
+    pub(super) fn growing_window(mut self, allowed: bool) -> Admission {
+        self.window = Window::new(allowed);
         self
     }
 
@@ -205,6 +224,7 @@ impl Admission {
     /// A key not read since the last decay tick has nothing in the sketch worth taking off
     /// (see `lately.rs`); its write leaves the sketch alone.
     pub(super) fn record_write(&self, hash: u64) {
+        self.writes.inc();
         self.written.wrote(hash);
         if self.lately.seen(hash) {
             self.reads.decrement(hash, WRITE_WEIGHT);
@@ -292,7 +312,17 @@ impl Admission {
     /// After a period in which the cache saw `gets` GETs and served `served` of them: moves
     /// the bar (see `bar.rs`). Returns whether that brought it back to the top.
     pub(super) fn follow_served(&self, gets: u64, served: u64) -> bool {
+        let writes = self.writes.get();
+        let written = writes.saturating_sub(self.writes_seen.swap(writes, Relaxed));
+        let long = self.reads.is_long();
+        self.reads
+            .set_long(self.window.follow(long, gets, served, written));
         self.bar.follow(gets, served, self.lasting.last())
+    }
+
+    /// Whether the read sketch counts over its long window (see `window.rs`).
+    pub(super) fn long_window(&self) -> bool {
+        self.reads.is_long()
     }
 
     /// Whether the key with this hash is read often enough for the bar as set, unlowered.

@@ -61,6 +61,7 @@ mod store;
 mod table;
 mod tracking;
 mod value;
+mod window;
 mod written;
 
 use std::sync::Arc;
@@ -413,6 +414,7 @@ impl Cache {
             lanes,
             inflight: self.core.fills.len() + self.core.leads.len(),
             noise_floor: self.core.admission.noise_floor(),
+            long_window: self.core.admission.long_window(),
         }
     }
 }
@@ -421,7 +423,8 @@ impl Cache {
 fn new_core(cfg: &Config) -> Core {
     let c = &cfg.cache;
     // 1M four-bit counters (512 KiB) at most: the sketch is touched on every GET looked up,
-    // and must fit in a core's L2 cache. Its size sets how rare a key it can tell from the
+    // and must fit in a core's L2 cache (eight times that while its long window is in use,
+    // only while the cache serves most GETs: see `window.rs`). Its size sets how rare a key it can tell from the
     // noise (a sample is ten increments per counter word): on Zipf GETs over 1M keys, at
     // 64 KiB about the top 7,000 keys qualified, at 512 KiB about 30,000 (hits 0.60 →
     // 0.70). A round's lookahead loads each GET's counters ahead of its lookup, and a cool
@@ -429,7 +432,10 @@ fn new_core(cfg: &Config) -> Core {
     // collisions only blur estimates, and the noise floor (`Admission::admit`) discounts them.
     let candidates = (c.max_bytes / 1024).clamp(4096, 1 << 16) as usize;
     let admission = Admission::new(candidates, c.hot_threshold, c.refresh_beta);
-    let admission = Arc::new(admission.lowering_to(c.hot_threshold_min));
+    let admission = admission
+        .lowering_to(c.hot_threshold_min)
+        .growing_window(c.long_window);
+    let admission = Arc::new(admission);
     let presence = Arc::new(presence::Presence::default());
     Core {
         store: Store::new(c.max_bytes, presence.clone(), admission.hasher()),

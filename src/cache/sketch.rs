@@ -2,17 +2,22 @@
 //! halving (TinyLFU), so estimates follow recent traffic. Lock-free; counters are approximate
 //! under concurrency, which only blurs estimates.
 
-use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 
 use crate::striped::{self, Stripes};
 
 /// 16 four-bit counters per word, 8 words per 64-byte block; a key's 4 counters (one per
 /// row, each row with 2 words of its own) all lie in one block, so counting a key touches
 /// one cache line, not four: over a sketch larger than the CPU cache that was most of its cost.
+///
+/// The sketch has two windows over one table: a short one (its first `capacity` words,
+/// halved every `10 * capacity` increments) and a long one, [`LONG`] times both (see
+/// [`FrequencySketch::set_long`]).
 #[derive(Debug)]
 pub struct FrequencySketch {
     table: Box<[Block]>,
-    mask: u64,
+    /// Blocks in use, less one: the short window's, or the long one's.
+    mask: AtomicU64,
     /// Increments counted so far towards the sample, in batches of `batch` from each thread.
     additions: AtomicUsize,
     /// Each thread's increments not yet added to `additions`: a shared counter bumped by
@@ -28,10 +33,18 @@ pub struct FrequencySketch {
     /// GET reads it, and a division on each cost more than the rest of its admission check.
     floor: AtomicU8,
     /// Counters per row: how thinly one row spreads the increments.
-    row_counters: usize,
+    row_counters: AtomicUsize,
     /// After this many increments every counter is halved.
-    sample_size: usize,
+    sample_size: AtomicUsize,
+    /// Words of the short window.
+    short_words: usize,
+    /// Whether the long window is in use.
+    long: AtomicBool,
 }
+
+/// How many times longer (in increments) and larger (in counters) the long window is than
+/// the short one.
+pub const LONG: usize = 8;
 
 #[derive(Debug, Default)]
 #[repr(align(64))]
@@ -48,25 +61,73 @@ impl FrequencySketch {
     /// A sketch sized for about `capacity` distinct hot candidates.
     pub fn new(capacity: usize) -> Self {
         let words = capacity.clamp(64, 1 << 24).next_power_of_two();
-        let blocks = words / 8;
         FrequencySketch {
-            table: (0..blocks).map(|_| Block::default()).collect(),
-            mask: (blocks - 1) as u64,
+            table: (0..words * LONG / 8).map(|_| Block::default()).collect(),
+            mask: AtomicU64::new((words / 8 - 1) as u64),
             additions: AtomicUsize::new(0),
             pending: Stripes::default(),
             batch: (words * 10 / 1024).clamp(1, 32),
             carried: AtomicUsize::new(0),
             floor: AtomicU8::new(0),
             // Each row has 2 words of 16 counters in every block of 8 words.
-            row_counters: words * 4,
-            sample_size: words * 10,
+            row_counters: AtomicUsize::new(words * 4),
+            sample_size: AtomicUsize::new(words * 10),
+            short_words: words,
+            long: AtomicBool::new(false),
         }
+    }
+
+    /// Whether the long window is in use.
+    pub fn is_long(&self) -> bool {
+        self.long.load(Ordering::Relaxed)
+    }
+
+    /// Moves to the long window or back to the short one, forgetting every count: a key's
+    /// counters lie elsewhere in a table of the other size, and a count of one window means
+    /// something else in the other. Returns whether the window changed.
+    ///
+    /// Why two: the short window (a sample of about a second of GETs at a million a second)
+    /// admits only keys read a few times a second, and on a Zipf-like load that leaves most
+    /// of the tail to Redis (82% of GETs served at best, 1M keys, s = 0.99); the long one
+    /// admits keys read a few times in ten seconds (98%), but over keys spread evenly it
+    /// admits keys read a few times by chance, whose fills few hits repay, and where writes
+    /// end entries soon it only refills them more often. `Admission` uses it only while the
+    /// cache serves most GETs and few are written.
+    pub fn set_long(&self, long: bool) -> bool {
+        if self.long.swap(long, Ordering::Relaxed) == long {
+            return false;
+        }
+        let words = if long {
+            self.short_words * LONG
+        } else {
+            self.short_words
+        };
+        self.mask.store((words / 8 - 1) as u64, Ordering::Relaxed);
+        self.row_counters.store(words * 4, Ordering::Relaxed);
+        self.sample_size.store(words * 10, Ordering::Relaxed);
+        self.additions.store(0, Ordering::Relaxed);
+        self.carried.store(0, Ordering::Relaxed);
+        self.floor.store(0, Ordering::Relaxed);
+        // GETs counted meanwhile on another thread may leave a count here or there: it only
+        // blurs an estimate, as any race on the counters does.
+        for cell in self.table.iter().flat_map(|b| b.0.iter()) {
+            cell.store(0, Ordering::Relaxed);
+        }
+        true
+    }
+
+    /// The blocks in use.
+    fn in_use(&self) -> &[Block] {
+        let blocks = self.mask.load(Ordering::Relaxed) as usize + 1;
+        &self.table[..blocks.min(self.table.len())]
     }
 
     /// The block of the key with this hash.
     fn block(&self, hash: u64) -> &Block {
         let mixed = (hash ^ (hash >> 29)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        &self.table[((mixed >> 32) & self.mask) as usize]
+        let i = ((mixed >> 32) & self.mask.load(Ordering::Relaxed)) as usize;
+        // The mask never exceeds the table; `get` keeps a race with `set_long` harmless.
+        self.table.get(i).unwrap_or(&self.table[0])
     }
 
     /// The row's counter in the block: its word, and the counter's shift in it.
@@ -125,7 +186,9 @@ impl FrequencySketch {
             }
             None => 1,
         };
-        if self.additions.fetch_add(n, Ordering::Relaxed) + n >= self.sample_size {
+        if self.additions.fetch_add(n, Ordering::Relaxed) + n
+            >= self.sample_size.load(Ordering::Relaxed)
+        {
             self.halve();
         } else {
             self.update_floor();
@@ -173,7 +236,8 @@ impl FrequencySketch {
     /// Works the noise floor out again from what the counters hold now.
     fn update_floor(&self) {
         let total = self.carried.load(Ordering::Relaxed) + self.additions.load(Ordering::Relaxed);
-        let floor = ((total + self.row_counters / 2) / self.row_counters).min(15) as u8;
+        let row_counters = self.row_counters.load(Ordering::Relaxed);
+        let floor = ((total + row_counters / 2) / row_counters).min(15) as u8;
         self.floor.store(floor, Ordering::Relaxed);
     }
 
@@ -183,7 +247,7 @@ impl FrequencySketch {
         let before = self.carried.load(Ordering::Relaxed) + added;
         self.carried.store(before / 2, Ordering::Relaxed);
         self.update_floor();
-        for cell in self.table.iter().flat_map(|b| b.0.iter()) {
+        for cell in self.in_use().iter().flat_map(|b| b.0.iter()) {
             let _ = cell.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
                 Some((v >> 1) & 0x7777_7777_7777_7777)
             });
@@ -241,18 +305,21 @@ mod tests {
             None => 0,
         };
         // Distinct keys, a few per counter: every increment adds.
-        for k in 1..s.sample_size as u64 {
+        for k in 1..s.sample_size.load(Ordering::Relaxed) as u64 {
             s.increment(k);
         }
         let waiting = pending(&s) as usize;
         assert!(waiting < s.batch);
         assert_eq!(
             s.additions.load(Ordering::Relaxed) + waiting,
-            s.sample_size - 1
+            s.sample_size.load(Ordering::Relaxed) - 1
         );
         assert_eq!(s.carried.load(Ordering::Relaxed), 0);
         s.increment(u64::MAX);
-        assert_eq!(s.carried.load(Ordering::Relaxed), s.sample_size / 2);
+        assert_eq!(
+            s.carried.load(Ordering::Relaxed),
+            s.sample_size.load(Ordering::Relaxed) / 2
+        );
         assert_eq!(
             s.additions.load(Ordering::Relaxed) + pending(&s) as usize,
             0
@@ -278,6 +345,43 @@ mod tests {
         assert_eq!(s.noise_floor(), 2);
         s.halve();
         assert_eq!(s.noise_floor(), 1);
+    }
+
+    #[test]
+    fn the_long_window_is_eight_times_larger_and_longer_and_starts_afresh() {
+        let s = FrequencySketch::new(64);
+        let short = s.sample_size.load(Ordering::Relaxed);
+        for _ in 0..5 {
+            s.increment(42);
+        }
+        assert!(!s.set_long(false), "already short");
+        assert!(s.set_long(true));
+        assert!(s.is_long());
+        assert_eq!(s.estimate(42), 0, "counts of the short window forgotten");
+        assert_eq!(s.sample_size.load(Ordering::Relaxed), short * LONG);
+        assert_eq!(s.in_use().len(), s.table.len());
+        // Distinct keys spread over eight times the counters: the floor rises eight times
+        // slower than in the short window (see `the_noise_floor_follows_what_the_counters_hold`).
+        for k in 0..256u64 * LONG as u64 {
+            s.increment(k);
+        }
+        assert_eq!(s.noise_floor(), 1);
+        // A sample eight times as long before the counters halve.
+        let before = s.additions.load(Ordering::Relaxed);
+        assert!(before > short, "{before} increments, no halving yet");
+        for _ in 0..5 {
+            s.increment(u64::MAX);
+        }
+        assert_eq!(s.estimate(u64::MAX), 5);
+        assert!(s.set_long(false));
+        assert_eq!(
+            s.estimate(u64::MAX),
+            0,
+            "counts of the long window forgotten"
+        );
+        assert_eq!(s.noise_floor(), 0);
+        assert_eq!(s.in_use().len(), s.table.len() / LONG);
+        assert_eq!(s.sample_size.load(Ordering::Relaxed), short);
     }
 
     #[test]

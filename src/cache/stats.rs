@@ -33,6 +33,7 @@ pub(super) struct Stats {
     bytes: Gauge,
     evictions: Gauge,
     stale_window_ms: Gauge,
+    long_window: Gauge,
     /// Per lane (label `node`): its state as [`Tracking::as_gauge`].
     lane_state: Family<Labels, Gauge>,
     /// Per lane: losses and resets since it was created.
@@ -51,6 +52,8 @@ pub(super) struct Sources<'a> {
     pub(super) inflight: usize,
     /// The sketch's noise floor: what a key read once is estimated at (`Admission`).
     pub(super) noise_floor: u8,
+    /// Whether the sketch counts over its long window (`window.rs`).
+    pub(super) long_window: bool,
 }
 
 impl Stats {
@@ -126,7 +129,7 @@ impl Stats {
     }
 
     /// Gauges with their Prometheus names and help.
-    fn gauges(&self) -> [(&'static str, &'static str, &Gauge); 4] {
+    fn gauges(&self) -> [(&'static str, &'static str, &Gauge); 5] {
         [
             ("cache_entries", "Entries in the local cache", &self.entries),
             (
@@ -143,6 +146,11 @@ impl Stats {
                 "cache_stale_window_ms",
                 "Longest a cached value can outlive a write while its tracking lane is silently dead (lane_check_ms + lane_deadline_ms)",
                 &self.stale_window_ms,
+            ),
+            (
+                "cache_long_window",
+                "1 while the admission sketch counts over its long window (the cache serves most GETs and few keys are written), else 0",
+                &self.long_window,
             ),
         ]
     }
@@ -176,6 +184,7 @@ impl Stats {
         self.evictions.set(st.evictions() as i64);
         self.stale_window_ms
             .set(src.health.window().as_millis() as i64);
+        self.long_window.set(i64::from(src.long_window));
         // Rebuilt at each scrape, so lanes dropped with the topology leave no series behind.
         self.lane_state.clear();
         self.lane_resets.clear();
@@ -246,6 +255,10 @@ impl Stats {
             ("cache_bytes", st.bytes().to_string()),
             ("cache_inflight_reads", src.inflight.to_string()),
             ("cache_noise_floor", src.noise_floor.to_string()),
+            (
+                "cache_admission_window",
+                if src.long_window { "long" } else { "short" }.to_string(),
+            ),
         ];
         let mut out: Vec<(String, String)> =
             out.into_iter().map(|(k, v)| (k.to_string(), v)).collect();

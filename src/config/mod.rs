@@ -115,6 +115,10 @@ pub struct CacheConfig {
     /// Lowest the admission bar comes while the cache serves at least half the GETs
     /// (1..=15; at or over `hot_threshold` the bar stays at `hot_threshold`).
     pub hot_threshold_min: u8,
+    /// Lets the read sketch count over a window eight times longer (and its table grow eight
+    /// times) while the cache serves most GETs and few keys are written, so that a skewed
+    /// load's tail is cached too.
+    pub long_window: bool,
     /// Values larger than this are never cached (big keys).
     pub max_value_bytes: usize,
     /// Longest time an entry is served without a refresh, even for keys without a TTL.
@@ -194,6 +198,7 @@ impl Default for CacheConfig {
             max_bytes: 256 * 1024 * 1024,
             hot_threshold: 6,
             hot_threshold_min: 2,
+            long_window: true,
             max_value_bytes: 512 * 1024,
             max_age_ms: 60_000,
             fallback_ttl_ms: 1_000,
