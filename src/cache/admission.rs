@@ -132,6 +132,9 @@ impl Admission {
     /// keys are written (see `window.rs`).
     pub(super) fn growing_window(mut self, allowed: bool) -> Admission {
         self.window = Window::new(allowed);
+        if allowed {
+            self.reads = FrequencySketch::growing(self.reads.short_words());
+        }
         self
     }
 

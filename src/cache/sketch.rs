@@ -58,11 +58,22 @@ const SEEDS: [u64; 4] = [
 ];
 
 impl FrequencySketch {
-    /// A sketch sized for about `capacity` distinct hot candidates.
+    /// A sketch sized for about `capacity` distinct hot candidates, with the short window
+    /// only.
     pub fn new(capacity: usize) -> Self {
+        Self::with_table(capacity, 1)
+    }
+
+    /// [`FrequencySketch::new`], with room for the long window too ([`LONG`] times the
+    /// table, allocated now).
+    pub fn growing(capacity: usize) -> Self {
+        Self::with_table(capacity, LONG)
+    }
+
+    fn with_table(capacity: usize, times: usize) -> Self {
         let words = capacity.clamp(64, 1 << 24).next_power_of_two();
         FrequencySketch {
-            table: (0..words * LONG / 8).map(|_| Block::default()).collect(),
+            table: (0..words * times / 8).map(|_| Block::default()).collect(),
             mask: AtomicU64::new((words / 8 - 1) as u64),
             additions: AtomicUsize::new(0),
             pending: Stripes::default(),
@@ -77,12 +88,18 @@ impl FrequencySketch {
         }
     }
 
+    /// Words of the short window (the `capacity` it was made for, rounded).
+    pub fn short_words(&self) -> usize {
+        self.short_words
+    }
+
     /// Whether the long window is in use.
     pub fn is_long(&self) -> bool {
         self.long.load(Ordering::Relaxed)
     }
 
-    /// Moves to the long window or back to the short one, forgetting every count: a key's
+    /// Moves to the long window (if made [`FrequencySketch::growing`]) or back to the short
+    /// one, forgetting every count: a key's
     /// counters lie elsewhere in a table of the other size, and a count of one window means
     /// something else in the other. Returns whether the window changed.
     ///
@@ -94,6 +111,9 @@ impl FrequencySketch {
     /// end entries soon it only refills them more often. `Admission` uses it only while the
     /// cache serves most GETs and few are written.
     pub fn set_long(&self, long: bool) -> bool {
+        if long && self.table.len() < self.short_words * LONG / 8 {
+            return false;
+        }
         if self.long.swap(long, Ordering::Relaxed) == long {
             return false;
         }
@@ -349,7 +369,10 @@ mod tests {
 
     #[test]
     fn the_long_window_is_eight_times_larger_and_longer_and_starts_afresh() {
-        let s = FrequencySketch::new(64);
+        let fixed = FrequencySketch::new(64);
+        assert!(!fixed.set_long(true), "no room for the long window");
+        assert!(!fixed.is_long());
+        let s = FrequencySketch::growing(64);
         let short = s.sample_size.load(Ordering::Relaxed);
         for _ in 0..5 {
             s.increment(42);
