@@ -20,7 +20,7 @@ use super::tracking::{LaneState, Tracking};
 use super::window::Window;
 use super::written::WrittenLately;
 use crate::striped::StripedCounter;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering::Relaxed};
 
 /// What a write weighs against a key's reads, in reads: all a counter holds (15), so a write
 /// resets the key's estimate, and only the reads since its last write count towards its
@@ -33,6 +33,11 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 const WRITE_WEIGHT: u64 = 15;
 /// Longest an XFetch refresh can come early: `-ln r` for the smallest positive `r` drawn.
 const MAX_EARLY_FACTOR: f64 = 708.5;
+/// Looks (250 ms each) after a switch of the read sketch's window before the store may be
+/// swept (see [`Admission::follow_served`]): a switch forgets every count, and a second of
+/// GETs at the rates where the window grows (a short sample's worth, or more) counts the
+/// keys worth keeping again.
+const RECOUNT_LOOKS: u8 = 4;
 
 thread_local! {
     /// State of a per-thread xorshift generator for sampling GETs: `rand::rng()` costs
@@ -99,6 +104,10 @@ pub(super) struct Admission {
     /// what the last look at the window saw of it.
     writes: StripedCounter,
     writes_seen: AtomicU64,
+    /// Looks since the window last switched (saturating; at the most if it never did).
+    since_switch: AtomicU8,
+    /// The bar came back to the top too soon after a switch: the sweep waits.
+    sweep_waiting: AtomicBool,
     beta: f64,
 }
 
@@ -118,6 +127,8 @@ impl Admission {
             window: Window::new(false),
             writes: StripedCounter::default(),
             writes_seen: AtomicU64::new(0),
+            since_switch: AtomicU8::new(u8::MAX),
+            sweep_waiting: AtomicBool::new(false),
             beta,
         }
     }
@@ -312,15 +323,39 @@ impl Admission {
         self.bar.top().saturating_add(floor).min(15)
     }
 
-    /// After a period in which the cache saw `gets` GETs and served `served` of them: moves
-    /// the bar (see `bar.rs`). Returns whether that brought it back to the top.
+    /// After a period in which the cache saw `gets` GETs and served `served` of them (and
+    /// keys were written since the last look): switches the read sketch's window if
+    /// `window.rs` says so, and moves the bar (see `bar.rs`). Returns whether the store is to
+    /// be swept of the entries whose keys the top bar would not admit now: when the bar came
+    /// back to the top, or later if that was within [`RECOUNT_LOOKS`] of a switch of window.
     pub(super) fn follow_served(&self, gets: u64, served: u64) -> bool {
         let writes = self.writes.get();
         let written = writes.saturating_sub(self.writes_seen.swap(writes, Relaxed));
         let long = self.reads.is_long();
-        self.reads
+        let switched = self
+            .reads
             .set_long(self.window.follow(long, gets, served, written));
-        self.bar.follow(gets, served, self.lasting.last())
+        let back_at_top = self.bar.follow(gets, served, self.lasting.last());
+        self.sweep_due(switched, back_at_top)
+    }
+
+    /// Whether to sweep now (see [`Admission::follow_served`]). Right after a switch every
+    /// estimate is near 0, and a sweep would drop the hottest keys with the tail: the window
+    /// leaves the long one when writes come, just when entries ended young send the bar back
+    /// to the top.
+    fn sweep_due(&self, switched: bool, back_at_top: bool) -> bool {
+        let since = match switched {
+            true => 0,
+            false => self.since_switch.load(Relaxed).saturating_add(1),
+        };
+        self.since_switch.store(since, Relaxed);
+        if !back_at_top && !self.sweep_waiting.load(Relaxed) {
+            return false;
+        }
+        let waits = since < RECOUNT_LOOKS;
+        self.sweep_waiting.store(waits, Relaxed);
+        // A bar come down again meanwhile keeps what it admits.
+        !waits && self.bar.get() == self.bar.top()
     }
 
     /// Whether the read sketch counts over its long window (see `window.rs`).
@@ -518,6 +553,33 @@ mod tests {
         a.record_write(c);
         assert!(!a.admit(read(calm), c, &lane), "one read since the write");
         assert!(a.admit(read(calm), c, &lane), "two since the write");
+    }
+
+    /// The window leaves the long one and the bar goes back to the top in the same look: the
+    /// sweep waits until the counts have built up again.
+    #[test]
+    fn no_sweep_right_after_a_switch_of_window() {
+        let a = Admission::new(1024, 4, 1.0)
+            .lowering_to(3)
+            .growing_window(true);
+        for _ in 0..8 {
+            assert!(!a.follow_served(1000, 600));
+        }
+        assert!(a.long_window());
+        assert_eq!(a.bar.get(), 3);
+        // Under one GET in 4 served: back to the short window, the bar back to the top.
+        assert!(!a.follow_served(1000, 100), "the sweep waits");
+        assert!(!a.long_window());
+        assert_eq!(a.bar.get(), 4);
+        for _ in 1..RECOUNT_LOOKS {
+            assert!(!a.follow_served(1000, 100));
+        }
+        assert!(a.follow_served(1000, 100), "then it comes");
+        assert!(!a.follow_served(1000, 100), "once");
+        // Without a switch the sweep comes with the bar's return, as before.
+        let b = Admission::new(1024, 4, 1.0).lowering_to(3);
+        assert!(!b.follow_served(1000, 600));
+        assert!(b.follow_served(1000, 100));
     }
 
     #[test]

@@ -28,9 +28,9 @@ use super::coherence::Core;
 
 /// The bar comes down one step per look (`served.rs`) while the cache serves at least one
 /// GET in this many.
-const LOWER_AT: u64 = 2;
+pub(super) const LOWER_AT: u64 = 2;
 /// The bar goes up one step per look while the cache serves fewer than one GET in this many.
-const RAISE_AT: u64 = 4;
+pub(super) const RAISE_AT: u64 = 4;
 
 /// The admission bar, over the noise floor.
 #[derive(Debug)]

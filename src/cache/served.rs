@@ -1,5 +1,6 @@
 //! The cache's share of GETs served, looked at every [`EVERY`]: what the shared connections'
-//! hold (`holds.rs`) and the admission bar (`bar.rs`) follow.
+//! hold (`holds.rs`), the admission bar (`bar.rs`) and the read sketch's window
+//! (`window.rs`) follow.
 
 use std::time::Duration;
 

@@ -40,6 +40,9 @@ pub struct FrequencySketch {
     short_words: usize,
     /// Whether the long window is in use.
     long: AtomicBool,
+    /// Bumped by each switch of window: a halving under way when one comes does not carry
+    /// the old window's total into the new one.
+    generation: AtomicUsize,
 }
 
 /// How many times longer (in increments) and larger (in counters) the long window is than
@@ -85,6 +88,7 @@ impl FrequencySketch {
             sample_size: AtomicUsize::new(words * 10),
             short_words: words,
             long: AtomicBool::new(false),
+            generation: AtomicUsize::new(0),
         }
     }
 
@@ -122,17 +126,20 @@ impl FrequencySketch {
         } else {
             self.short_words
         };
+        self.generation.fetch_add(1, Ordering::Relaxed);
         self.mask.store((words / 8 - 1) as u64, Ordering::Relaxed);
         self.row_counters.store(words * 4, Ordering::Relaxed);
         self.sample_size.store(words * 10, Ordering::Relaxed);
-        self.additions.store(0, Ordering::Relaxed);
-        self.carried.store(0, Ordering::Relaxed);
-        self.floor.store(0, Ordering::Relaxed);
-        // GETs counted meanwhile on another thread may leave a count here or there: it only
-        // blurs an estimate, as any race on the counters does.
+        // A count made meanwhile on another thread may survive the clear, and one that read
+        // its word before it and stores after it brings back that word's 16 counters as they
+        // were, laid out for the other window: a few keys over- or underestimated until the
+        // next halving, which only blurs admission, as any race on the counters does.
         for cell in self.table.iter().flat_map(|b| b.0.iter()) {
             cell.store(0, Ordering::Relaxed);
         }
+        self.additions.store(0, Ordering::Relaxed);
+        self.carried.store(0, Ordering::Relaxed);
+        self.floor.store(0, Ordering::Relaxed);
         true
     }
 
@@ -146,7 +153,8 @@ impl FrequencySketch {
     fn block(&self, hash: u64) -> &Block {
         let mixed = (hash ^ (hash >> 29)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
         let i = ((mixed >> 32) & self.mask.load(Ordering::Relaxed)) as usize;
-        // The mask never exceeds the table; `get` keeps a race with `set_long` harmless.
+        // `set_long` never sets a mask past the table; should one ever be, a count in the
+        // wrong block blurs an estimate where an index out of bounds would panic.
         self.table.get(i).unwrap_or(&self.table[0])
     }
 
@@ -263,14 +271,20 @@ impl FrequencySketch {
 
     /// Halves every counter (also done automatically after each sample).
     pub fn halve(&self) {
+        let generation = self.generation.load(Ordering::Relaxed);
         let added = self.additions.swap(0, Ordering::Relaxed);
         let before = self.carried.load(Ordering::Relaxed) + added;
-        self.carried.store(before / 2, Ordering::Relaxed);
-        self.update_floor();
         for cell in self.in_use().iter().flat_map(|b| b.0.iter()) {
             let _ = cell.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
                 Some((v >> 1) & 0x7777_7777_7777_7777)
             });
+        }
+        // A switch of window meanwhile started its counts afresh: the old total is not theirs
+        // (carried into the short window it would set the floor at 15, and no GET would be
+        // looked up until halvings brought it down).
+        if self.generation.load(Ordering::Relaxed) == generation {
+            self.carried.store(before / 2, Ordering::Relaxed);
+            self.update_floor();
         }
     }
 }

@@ -1,17 +1,26 @@
 //! When the read sketch uses its long window (see `FrequencySketch::set_long`): while the
 //! cache has served most GETs for a while and few keys are written, and not once either
 //! stops.
+//!
+//! In the long window a key's counts outlive the 10 s tick that clears the keys read lately
+//! (`lately.rs`), so a write to a key last read longer ago leaves its estimate: with at most
+//! one key written per 64 GETs, few such writes come.
 
 use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
+
+use super::bar::{LOWER_AT, RAISE_AT};
 
 /// Looks in a row (see `served.rs`: 250 ms each) that must find most GETs served and few
 /// written before the long window is taken: a load that the short window already serves,
 /// not a burst of it.
 const CALM_LOOKS: u8 = 8;
-/// Most GETs served: at least one in this many.
-const SERVED_MOST: u64 = 2;
-/// The long window is left as soon as the cache serves fewer than one GET in this many.
-const SERVED_LITTLE: u64 = 4;
+/// Most GETs served: at least one in this many. The bar's marks (`bar.rs`): the long window
+/// is taken where the bar comes down, on a load the short window already serves, and never
+/// on one whose GETs spread evenly over a large key space (about none served).
+const SERVED_MOST: u64 = LOWER_AT;
+/// The long window is left as soon as the cache serves fewer than one GET in this many: where
+/// the bar goes back up, the load has changed.
+const SERVED_LITTLE: u64 = RAISE_AT;
 /// Few writes: at most one per this many GETs. A write resets its key's estimate and ends
 /// its entry; where keys are read nine times per write (a 90/10 mix), the long window's
 /// admissions were refilled more often than they served, and the mix ran at 0.62-0.67M
@@ -39,8 +48,12 @@ impl Window {
     /// After a look that saw `gets` GETs, `served` of them served and `writes` keys written,
     /// with the long window in use or not (`long`): the window to use from now on.
     pub(super) fn follow(&self, long: bool, gets: u64, served: u64, writes: u64) -> bool {
-        if !self.allowed || gets == 0 {
-            return long && self.allowed;
+        if !self.allowed {
+            return false;
+        }
+        if gets == 0 {
+            // Nothing to judge the share served by; writes alone (a write-only phase) end it.
+            return long && writes == 0;
         }
         if long {
             let leave = served.saturating_mul(SERVED_LITTLE) < gets
@@ -93,6 +106,7 @@ mod tests {
         let w = Window::new(true);
         assert!(w.follow(true, 1000, 300, 60), "between the marks: kept");
         assert!(w.follow(true, 0, 0, 0), "no GET: kept");
+        assert!(!w.follow(true, 0, 0, 5), "writes and no GET: left");
         assert!(!w.follow(true, 1000, 600, 70), "one write in 15 GETs");
         assert!(!w.follow(true, 1000, 240, 0), "under one GET in 4 served");
     }

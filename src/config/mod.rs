@@ -115,9 +115,9 @@ pub struct CacheConfig {
     /// Lowest the admission bar comes while the cache serves at least half the GETs
     /// (1..=15; at or over `hot_threshold` the bar stays at `hot_threshold`).
     pub hot_threshold_min: u8,
-    /// Lets the read sketch count over a window eight times longer (and its table grow eight
-    /// times) while the cache serves most GETs and few keys are written, so that a skewed
-    /// load's tail is cached too.
+    /// Lets the read sketch count over a window eight times longer, in a table eight times
+    /// larger (allocated at start), while the cache serves most GETs and few keys are
+    /// written, so that a skewed load's tail is cached too.
     pub long_window: bool,
     /// Values larger than this are never cached (big keys).
     pub max_value_bytes: usize,
