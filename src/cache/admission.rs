@@ -4,6 +4,7 @@
 use std::cell::Cell;
 use std::hash::BuildHasher;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use rand::Rng;
@@ -20,7 +21,6 @@ use super::tracking::{LaneState, Tracking};
 use super::window::Window;
 use super::written::WrittenLately;
 use crate::striped::StripedCounter;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering::Relaxed};
 
 /// What a write weighs against a key's reads, in reads: all a counter holds (15), so a write
 /// resets the key's estimate, and only the reads since its last write count towards its

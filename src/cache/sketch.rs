@@ -103,9 +103,9 @@ impl FrequencySketch {
     }
 
     /// Moves to the long window (if made [`FrequencySketch::growing`]) or back to the short
-    /// one, forgetting every count: a key's
-    /// counters lie elsewhere in a table of the other size, and a count of one window means
-    /// something else in the other. Returns whether the window changed.
+    /// one, forgetting every count: a key's counters lie elsewhere in a table of the other
+    /// size, and a count of one window means something else in the other. Returns whether
+    /// the window changed.
     ///
     /// Why two: the short window (a sample of about a second of GETs at a million a second)
     /// admits only keys read a few times a second, and on a Zipf-like load that leaves most
