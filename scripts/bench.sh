@@ -23,6 +23,11 @@
 #            (cold), -P 16 and -P 1. Each workload first runs --warmup S seconds (default 3,
 #            unmeasured) on the cache-on targets; "zsw-p16" is the 90/10 mix measured right
 #            after Zipf GETs instead, the cache switching over from one to the other.
+#   settled  Zipf(0.99) GET over LOAD_KEYS keys once the cache has settled: each cache-on
+#            target first runs --settle S seconds (default 25, unmeasured) of Zipf GETs -P 16,
+#            then it is measured at -P 16 and at -P 1 ("zset-p16", "zset-p1"), each target
+#            right after its own warm-up (a long-running proxy's state, which the 3 s warm-up
+#            of "skew" does not reach: the sketch's long window takes 20-25 s to fill)
 #   warm     a warm set the cache holds whole: corral-load uniform GET over WARM_KEYS (100,000)
 #            keys, -P 16 and -P 1, direct vs --no-cache vs cache on; each round first warms
 #            each cache-on target for 10 s (unmeasured), as a long-running proxy would be
@@ -43,16 +48,17 @@
 #
 # Usage: scripts/bench.sh [-n N] [--n16 N] [-r ROUNDS] [--quick] [--scenarios "p1 p16 load"]
 #                         [--load-seconds S] [--load-keys K] [--out FILE] [--no-build]
-#                         [--baseline BIN] [--warmup S]
+#                         [--baseline BIN] [--warmup S] [--settle S]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 N=200000
 N16=""
 ROUNDS=3
-SCENARIOS="p1 p16 hot load skew warm cluster"
+SCENARIOS="p1 p16 hot load skew settled warm cluster"
 LOAD_SECONDS=5
 WARMUP=3
+SETTLE=25
 LOAD_KEYS=1000000
 WARM_KEYS=100000
 CLIENTS=50
@@ -75,6 +81,7 @@ while [ $# -gt 0 ]; do
     --load-seconds) LOAD_SECONDS="$2"; shift 2 ;;
     --load-keys) LOAD_KEYS="$2"; shift 2 ;;
     --warmup) WARMUP="$2"; shift 2 ;;
+    --settle) SETTLE="$2"; shift 2 ;;
     --out) OUT="$2"; shift 2 ;;
     --no-build) BUILD=0; shift ;;
     --baseline) BASELINE="$2"; shift 2 ;;
@@ -387,6 +394,26 @@ scenario_skew() {
   done
 }
 
+# Zipf GETs on settled caches: each cache-on target warmed SETTLE s right before it is
+# measured (entries live max_age_ms, 60 s: a warm-up long before would have expired).
+scenario_settled() {
+  local r target pipe
+  timeout "$RUN_TIMEOUT" "$LOAD" --addr "127.0.0.1:$REDIS_PORT" --fill -k "$LOAD_KEYS" -c 8
+  for r in $(seq 1 "$ROUNDS"); do
+    for target in direct corral cached $BASE_OFF $BASE_ON; do
+      if [ "$target" = cached ] || [ "$target" = basecached ]; then
+        timeout "$RUN_TIMEOUT" "$LOAD" --addr "127.0.0.1:${PORT[$target]}" -c "$CLIENTS" -P 16 \
+          -k "$LOAD_KEYS" --dist zipf --zipf-s 0.99 --get-ratio 1 --duration "$SETTLE" >/dev/null
+      fi
+      for pipe in 16 1; do
+        measure "zset-p$pipe" LOAD "$target" "$r" parse_load -- \
+          "$LOAD" --addr "127.0.0.1:${PORT[$target]}" -c "$CLIENTS" -P "$pipe" -k "$LOAD_KEYS" \
+          --dist zipf --zipf-s 0.99 --get-ratio 1 --duration "$LOAD_SECONDS" --seed "$r" --csv
+      done
+    done
+  done
+}
+
 # A warm set: uniform GETs over WARM_KEYS keys, all of which the cache can hold.
 scenario_warm() {
   local r target pipe
@@ -541,11 +568,11 @@ done
 
 [ -n "$OUT" ] && cp "$RESULTS" "$OUT"
 
-python3 - "$RESULTS" "$N" "$N16" "$ROUNDS" "$LOAD_SECONDS" "$LOAD_KEYS" "$WARMUP" <<'EOF'
+python3 - "$RESULTS" "$N" "$N16" "$ROUNDS" "$LOAD_SECONDS" "$LOAD_KEYS" "$WARMUP" "$SETTLE" <<'EOF'
 import statistics, sys
 from collections import defaultdict
 
-path, n, n16, rounds, load_s, load_keys, warmup = sys.argv[1:]
+path, n, n16, rounds, load_s, load_keys, warmup, settle = sys.argv[1:]
 runs = defaultdict(list)
 rps_by_round = defaultdict(dict)
 order = []
@@ -584,6 +611,9 @@ titles = {
        " corral = --no-cache, cached = cache on"
        for w, d in (("zget", "Zipf(0.99) GET"), ("zmix", "Zipf(0.99) 90% GET / 10% SET"),
                     ("uget", "uniform GET (cold keys)")) for p in (1, 16)},
+    **{f"zset-p{p}": f"corral-load -c 50 -P {p}, Zipf(0.99) GET over {load_keys} keys, {load_s} s,"
+       f" each cache-on target right after {settle} s of Zipf GETs -P 16 (settled);"
+       " corral = --no-cache, cached = cache on" for p in (1, 16)},
     "zsw-p16": f"corral-load -c 50 -P 16, Zipf(0.99) 90% GET / 10% SET over {load_keys} keys,"
                f" {load_s} s right after Zipf GETs (no warm-up: the cache switching over);"
                " corral = --no-cache, cached = cache on",
@@ -628,7 +658,7 @@ for sc, test in order:
               f"  redis CPU cached/direct {rcpu:.2f}")
         checks.append((f"{sc} cached/corral throughput", on_off, ">=", 0.95))
         checks.append((f"{sc} cached/corral proxy CPU per request", cpu, "<=", 1.1))
-        if sc.startswith(("zget", "zmix")):
+        if sc.startswith(("zget", "zmix", "zset")):
             checks.append((f"{sc} cached/corral throughput (skew)", on_off, ">=", 1.3))
             checks.append((f"{sc} cached/direct throughput", cd, ">=", 1.0))
             checks.append((f"{sc} redis CPU per request cached/direct", rcpu, "<=", 0.4))
