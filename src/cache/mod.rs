@@ -424,8 +424,8 @@ fn new_core(cfg: &Config) -> Core {
     let c = &cfg.cache;
     // 1M four-bit counters (512 KiB) at most in the short window: the sketch is touched on
     // every GET looked up, and must fit in a core's L2 cache. The long window's table, eight
-    // times that, is used only while most GETs are hits (`window.rs`), three in four of which
-    // a front serves uncounted, and a round's look-ahead loads each counted GET's block. Its size sets how rare a key it can tell from the
+    // times that, is used only while most GETs are hits (`window.rs`), many of them front
+    // hits that go uncounted. The size sets how rare a key the sketch can tell from the
     // noise (a sample is ten increments per counter word): on Zipf GETs over 1M keys, at
     // 64 KiB about the top 7,000 keys qualified, at 512 KiB about 30,000 (hits 0.60 →
     // 0.70). A round's lookahead loads each GET's counters ahead of its lookup, and a cool
