@@ -671,3 +671,53 @@ async fn while_a_master_is_down_requests_get_prompt_errors_not_hangs() {
     );
     proxy.stop().await;
 }
+
+/// CONFIG SET, RESETSTAT and REWRITE go to every node, replicas too (Redis does not replicate
+/// settings, and a replica may be promoted), with one reply as from one Redis: the first
+/// error if a node refused, else the first reply.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settings_reach_every_node_replicas_too() {
+    let mut cluster = RedisCluster::start(3, 1);
+    for m in cluster.master_ports() {
+        sync_cmd(m, &["SET", "warmup", "1"]);
+        sync_cmd(m, &["WAIT", "1", "2000"]);
+    }
+    let (proxy, mut c) = common::ready_cluster_proxy(&cluster, |cfg| {
+        cfg.cluster.refresh_ms = 200;
+    })
+    .await;
+    let nodes = cluster.nodes();
+    assert_eq!(nodes.len(), 6);
+    let samples = |port: u16| sync_cmd(port, &["CONFIG", "GET", "maxmemory-samples"]);
+    // The slot map lists a replica once it is online: until then it is not one of corral's
+    // nodes, so the setting is sent again until every node has it.
+    let deadline = Deadline::new(Duration::from_secs(10), "every node to take the setting")
+        .every(Duration::from_millis(100));
+    loop {
+        assert_eq!(c.cmd("CONFIG SET maxmemory-samples 7").await, b"+OK\r\n");
+        let seen: Vec<Vec<u8>> = nodes.iter().map(|&p| samples(p)).collect();
+        if seen.iter().all(|s| s.ends_with(b"$1\r\n7\r\n")) {
+            break;
+        }
+        deadline.pause_seeing(show(&seen.concat())).await;
+    }
+    assert_eq!(
+        c.cmd("CONFIG GET maxmemory-samples").await,
+        samples(nodes[0])
+    );
+    // A value Redis refuses: its own error, and no node changed.
+    let direct = sync_cmd(nodes[0], &["CONFIG", "SET", "maxmemory-policy", "bogus"]);
+    assert!(direct.starts_with(b"-ERR"), "{}", show(&direct));
+    assert_eq!(c.cmd("CONFIG SET maxmemory-policy bogus").await, direct);
+    for &p in &nodes {
+        assert!(samples(p).ends_with(b"$1\r\n7\r\n"), ":{p}");
+    }
+    // Every node's statistics reset.
+    assert_eq!(c.cmd("SET {s}k v").await, b"+OK\r\n");
+    assert_eq!(c.cmd("CONFIG RESETSTAT").await, b"+OK\r\n");
+    for &p in &nodes {
+        let stats = reply_text(&sync_cmd(p, &["INFO", "commandstats"]));
+        assert!(!stats.contains("cmdstat_set:"), ":{p}: {stats}");
+    }
+    proxy.stop().await;
+}

@@ -62,6 +62,38 @@ async fn transactions_run_on_the_node_of_their_keys() {
         c.cmd("WATCH a b").await,
         b"-CROSSSLOT Keys in request don't hash to the same slot\r\n"
     );
+    assert_eq!(c.cmd("UNWATCH").await, b"+OK\r\n");
+    // What spans every master would see or change one master only in a transaction: it is
+    // refused, and EXEC fails as after any command refused while queueing. Before the first
+    // queued command (MULTI still corral's) and after it (MULTI sent to the node).
+    const ABORT: &[u8] = b"-EXECABORT Transaction discarded because of previous errors.\r\n";
+    let refused = |name: &str| {
+        format!(
+            "-ERR '{name}' is not supported by corral: not inside MULTI in cluster mode, \
+             where a transaction runs on one master\r\n"
+        )
+        .into_bytes()
+    };
+    assert_eq!(c.cmd("SET {u4}kept 1").await, b"+OK\r\n");
+    assert_eq!(c.cmd("MULTI").await, b"+OK\r\n");
+    assert_eq!(c.cmd("FLUSHALL").await, refused("flushall"));
+    assert_eq!(c.cmd("SET {u4}a 1").await, b"+QUEUED\r\n");
+    assert_eq!(c.cmd("EXEC").await, ABORT);
+    assert_eq!(c.cmd("MULTI").await, b"+OK\r\n");
+    assert_eq!(c.cmd("SET {u4}a 1").await, b"+QUEUED\r\n");
+    for (cmd, name) in [
+        ("DBSIZE", "dbsize"),
+        ("KEYS *", "keys"),
+        ("SCAN 0", "scan"),
+        ("CONFIG SET maxmemory-samples 6", "config|set"),
+    ] {
+        assert_eq!(c.cmd(cmd).await, refused(name), "{cmd}");
+    }
+    assert_eq!(c.cmd("EXEC").await, ABORT);
+    assert_eq!(c.cmd("GET {u4}a").await, b"$-1\r\n");
+    assert_eq!(c.cmd("GET {u4}kept").await, b"$1\r\n1\r\n");
+    // Outside a transaction they go to every master.
+    assert_eq!(c.cmd("DBSIZE").await, b":4\r\n");
     proxy.stop().await;
 }
 
@@ -112,6 +144,41 @@ async fn watch_and_a_transaction_in_one_write_behave_as_on_redis() {
             b"+QUEUED\r\n",
             b"*2\r\n+OK\r\n$1\r\n1\r\n",
         ],
+    )
+    .await;
+    // A second WATCH: of a key on the same master it joins the first; of another master's
+    // key it is refused as keys of two slots in one WATCH are, and the first still holds. In
+    // MULTI, Redis's refusal.
+    expect(
+        &mut c,
+        b"WATCH a\r\nWATCH d\r\nWATCH b\r\nMULTI\r\nWATCH b\r\nSET a 2\r\nEXEC\r\n",
+        &[
+            b"+OK\r\n",
+            b"+OK\r\n",
+            b"-CROSSSLOT Keys in request don't hash to the same slot\r\n",
+            b"+OK\r\n",
+            b"-ERR WATCH inside MULTI is not allowed\r\n",
+            b"+QUEUED\r\n",
+            b"*1\r\n+OK\r\n",
+        ],
+    )
+    .await;
+    let mut writer = common::connect(proxy.addr).await;
+    expect(
+        &mut c,
+        b"WATCH a\r\nWATCH d\r\nWATCH b\r\n",
+        &[
+            b"+OK\r\n",
+            b"+OK\r\n",
+            b"-CROSSSLOT Keys in request don't hash to the same slot\r\n",
+        ],
+    )
+    .await;
+    expect(&mut writer, b"SET d other\r\n", &[b"+OK\r\n"]).await;
+    expect(
+        &mut c,
+        b"MULTI\r\nSET a 3\r\nEXEC\r\nGET a\r\n",
+        &[b"+OK\r\n", b"+QUEUED\r\n", b"*-1\r\n", b"$1\r\n2\r\n"],
     )
     .await;
     // No watch is left behind on a connection other clients get.

@@ -158,8 +158,20 @@ impl Conn {
         cmd: &Command<'_>,
         req: &Request<'_>,
     ) -> Option<Plan> {
-        if self.pin.is_some() {
-            return None;
+        if let Some(pin) = &self.pin {
+            // A WATCH of another master's key cannot join the watch on the pinned node, which
+            // would answer it -MOVED: refused as keys of two slots in one WATCH are.
+            return match tx {
+                Tx::Watch if pin.in_multi => {
+                    Some(Plan::ready(replies::WATCH_INSIDE_MULTI.to_bytes()))
+                }
+                Tx::Watch => match self.node_of(cluster, cmd) {
+                    Ok(node) if node == pin.ded.addr() => None,
+                    Ok(_) => Some(Plan::ready(replies::CROSSSLOT.to_bytes())),
+                    Err(e) => Some(Plan::ready(e)),
+                },
+                _ => None,
+            };
         }
         match tx {
             Tx::Watch if self.deferred_multi => {

@@ -18,21 +18,32 @@ impl Conn {
     /// as corral knows it (its subscriptions are corral's hub's; its user, protocol, name and
     /// reply mode are corral's to apply). EXEC then fails, as after any command refused
     /// inside MULTI.
+    ///
+    /// In cluster mode, a command that goes to several nodes (DBSIZE, KEYS, FLUSHALL, CONFIG
+    /// SET...) is refused too: the transaction runs on one master, and would count, list or
+    /// change that master's part alone.
     pub(super) fn refused_in_multi(&mut self, cmd: &Command<'_>) -> Option<Plan> {
-        if !changes_the_client(cmd) {
+        let why = if changes_the_client(cmd) {
+            "not inside MULTI"
+        } else if self.shared.upstream.cluster.is_some() && super::routed::spreads(cmd) {
+            "not inside MULTI in cluster mode, where a transaction runs on one master"
+        } else {
             return None;
-        }
+        };
         self.tx_failed = true;
         let mut name = String::from_utf8_lossy(cmd.name()).to_ascii_lowercase();
-        if name == "client" {
+        if matches!(
+            name.as_str(),
+            "client" | "config" | "script" | "function" | "pubsub"
+        ) {
             let sub = String::from_utf8_lossy(cmd.args.get(1).unwrap_or_default());
-            name = format!("client|{}", sub.to_ascii_lowercase());
+            name = format!("{name}|{}", sub.to_ascii_lowercase());
         }
         let mut e = Encoder {
             proto: self.session.proto,
             out: &mut self.local,
         };
-        e.error(&replies::unsupported(&name, "not inside MULTI"));
+        e.error(&replies::unsupported(&name, why));
         Some(Plan::ready(self.local.split().freeze()))
     }
 

@@ -1,6 +1,7 @@
 //! Cluster mode: routing forwarded commands by slot, splitting multi-key commands across
-//! slots, fanning whole-keyspace commands out to every master, SCAN over all masters, and
-//! following MOVED/ASK/TRYAGAIN/CLUSTERDOWN so that clients never see them.
+//! slots, fanning whole-keyspace commands out to every master and settings to every node,
+//! SCAN over all masters, and following MOVED/ASK/TRYAGAIN/CLUSTERDOWN so that clients never
+//! see them.
 
 use std::sync::Arc;
 
@@ -83,9 +84,49 @@ fn any_node(cluster: &ClusterUpstream, req: Bytes, proto: Proto, client: u64) ->
     }))
 }
 
-/// Commands that name no key: whole-keyspace ones go to every master, SCAN walks them one
-/// after another, the rest go to any node (a keyed command corral does not know is then
-/// redirected by Redis, and followed).
+/// Where a command that names no key goes when no one node can answer it for the whole
+/// cluster, and how the nodes' replies are combined.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Spread {
+    /// Every master: what reads or changes the keyspace (each master holds its part).
+    Masters(Fan),
+    /// Every node, replicas too: settings, which Redis does not replicate (a replica
+    /// promoted later then has them).
+    Nodes(Fan),
+    /// SCAN: the masters one after another.
+    Walk,
+}
+
+/// The [`Spread`] of a keyless command `name` (upper case) with subcommand `sub` (upper
+/// case), if it has one.
+fn spread_of(name: &[u8], sub: &[u8]) -> Option<Spread> {
+    Some(match (name, sub) {
+        (b"DBSIZE", _) => Spread::Masters(Fan::Sum),
+        // Shard channels live on their slot's master: every master lists its own.
+        (b"KEYS", _) | (b"PUBSUB", b"SHARDCHANNELS") => Spread::Masters(Fan::Concat),
+        (b"RANDOMKEY", _) => Spread::Masters(Fan::FirstNonNil),
+        (b"FLUSHALL" | b"FLUSHDB", _) => Spread::Masters(Fan::First),
+        (b"SCRIPT", b"LOAD" | b"FLUSH") => Spread::Masters(Fan::First),
+        (b"FUNCTION", b"LOAD" | b"DELETE" | b"FLUSH" | b"RESTORE") => Spread::Masters(Fan::First),
+        (b"CONFIG", b"SET" | b"RESETSTAT" | b"REWRITE") => Spread::Nodes(Fan::First),
+        (b"SCAN", _) => Spread::Walk,
+        _ => return None,
+    })
+}
+
+/// Whether `cmd` names no key and goes to several nodes (see [`Spread`]): inside a
+/// transaction, which runs on one master, it would read or change that master only.
+pub(super) fn spreads(cmd: &Command<'_>) -> bool {
+    let Some(name) = cmd.kind.name.get() else {
+        return false;
+    };
+    let sub = cmd.args.get(1).unwrap_or_default().to_ascii_uppercase();
+    cmd.keys().is_empty() && spread_of(name, &sub).is_some()
+}
+
+/// Commands that name no key: whole-keyspace ones go to every master, settings to every
+/// node, SCAN walks the masters one after another, the rest go to any node (a keyed command
+/// corral does not know is then redirected by Redis, and followed).
 fn keyless(
     cluster: &ClusterUpstream,
     name: &[u8],
@@ -95,27 +136,18 @@ fn keyless(
     client: u64,
 ) -> Plan {
     let sub = args.get(1).unwrap_or_default().to_ascii_uppercase();
-    let fan = match (name, sub.as_slice()) {
-        (b"DBSIZE", _) => Some(Fan::Sum),
-        // Shard channels live on their slot's master: every master lists its own.
-        (b"KEYS", _) | (b"PUBSUB", b"SHARDCHANNELS") => Some(Fan::Concat),
-        (b"RANDOMKEY", _) => Some(Fan::FirstNonNil),
-        (b"FLUSHALL" | b"FLUSHDB", _) => Some(Fan::First),
-        (b"SCRIPT", b"LOAD" | b"FLUSH") => Some(Fan::First),
-        (b"FUNCTION", b"LOAD" | b"DELETE" | b"FLUSH" | b"RESTORE") => Some(Fan::First),
-        (b"SCAN", _) => return scan(cluster, args, proto, client),
-        _ => None,
+    let (how, nodes) = match spread_of(name, &sub) {
+        Some(Spread::Masters(how)) => (how, cluster.masters()),
+        Some(Spread::Nodes(how)) => (how, cluster.nodes()),
+        Some(Spread::Walk) => return scan(cluster, args, proto, client),
+        None => return any_node(cluster, req, proto, client),
     };
-    match fan {
-        Some(how) => Plan::Fanout {
-            how,
-            parts: cluster
-                .masters()
-                .iter()
-                .map(|a| (cluster.conn_for(a, proto, client), req.clone()))
-                .collect(),
-        },
-        None => any_node(cluster, req, proto, client),
+    Plan::Fanout {
+        how,
+        parts: nodes
+            .iter()
+            .map(|a| (cluster.conn_for(a, proto, client), req.clone()))
+            .collect(),
     }
 }
 

@@ -181,6 +181,21 @@ impl ClusterUpstream {
         m
     }
 
+    /// Every node serving slots, masters and their replicas, in a stable order (for
+    /// settings, which each node keeps for itself).
+    pub fn nodes(&self) -> Vec<Addr> {
+        let map = self.map();
+        let mut all: Vec<Addr> = map
+            .shards()
+            .iter()
+            .flat_map(|s| std::iter::once(&s.master).chain(&s.replicas))
+            .map(|n| n.addr.clone())
+            .collect();
+        all.sort();
+        all.dedup();
+        all
+    }
+
     /// A node for commands that name no key: the first master, else the first seed.
     pub fn any_node(&self) -> Addr {
         self.masters()
