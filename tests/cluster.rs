@@ -721,3 +721,57 @@ async fn settings_reach_every_node_replicas_too() {
     }
     proxy.stop().await;
 }
+
+/// INFO's keyspace section counts the keys of every master, as DBSIZE does: what one Redis
+/// holding them all would say. The other sections are one node's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn info_keyspace_counts_every_master() {
+    let mut cluster = RedisCluster::start(3, 0);
+    let (proxy, mut c) = common::ready_cluster_proxy(&cluster, |_| {}).await;
+    for i in 0..300 {
+        let k = format!("ks:{i}");
+        c.request(&[b"SET", k.as_bytes(), b"x"]).await;
+        if i % 3 == 0 {
+            c.request(&[b"EXPIRE", k.as_bytes(), b"1000"]).await;
+        }
+    }
+    let masters = cluster.master_ports();
+    let keys_of = |port: u16| {
+        let text = reply_text(&sync_cmd(port, &["INFO", "keyspace"]));
+        text.lines()
+            .find_map(|l| l.strip_prefix("db0:keys="))
+            .and_then(|v| v.split(',').next()?.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    assert!(
+        masters.iter().all(|&m| keys_of(m) > 0),
+        "keys on every master"
+    );
+    for line in ["INFO keyspace", "INFO", "INFO all"] {
+        let text = reply_text(&c.cmd(line).await);
+        let db0 = text
+            .lines()
+            .find(|l| l.starts_with("db0:"))
+            .unwrap_or_default();
+        assert!(
+            db0.starts_with("db0:keys=300,expires=100,avg_ttl="),
+            "{line}: {db0}"
+        );
+        assert_eq!(text.contains("# Proxy"), line != "INFO keyspace", "{line}");
+        assert_eq!(text.contains("# Server"), line != "INFO keyspace", "{line}");
+    }
+    // RESP3: a verbatim string, as Redis sends INFO there.
+    let mut c3 = common::client_in(proxy.addr, true).await;
+    let reply = c3.cmd("INFO keyspace").await;
+    let text = String::from_utf8_lossy(&reply);
+    assert!(text.starts_with('='), "{text}");
+    assert!(
+        text.contains("txt:# Keyspace\r\ndb0:keys=300,expires=100,"),
+        "{text}"
+    );
+    // Other sections alone go to one node, as before.
+    assert!(reply_text(&c.cmd("INFO server").await).contains("redis_version:"));
+    assert_eq!(c.cmd("FLUSHALL").await, b"+OK\r\n");
+    assert_eq!(reply_text(&c.cmd("INFO keyspace").await), "# Keyspace\r\n");
+    proxy.stop().await;
+}

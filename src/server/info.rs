@@ -20,6 +20,17 @@ pub fn wants_proxy_section(args: &Args<'_>) -> bool {
         })
 }
 
+/// Whether `INFO [section ...]` asks for the `# Keyspace` section: with no section, or with
+/// `all`, `everything`, `default` or `keyspace` among them.
+pub fn wants_keyspace(args: &Args<'_>) -> bool {
+    args.len() == 1
+        || args.iter().skip(1).any(|a| {
+            [&b"all"[..], b"everything", b"default", b"keyspace"]
+                .iter()
+                .any(|s| a.eq_ignore_ascii_case(s))
+        })
+}
+
 /// corral's INFO sections: `# Proxy`, and `# Cache` when the cache is on.
 pub fn proxy_sections(shared: &Shared) -> String {
     let mut s = proxy_section(shared);
@@ -96,12 +107,7 @@ pub fn append_section(reply: &[u8], section: &str, out: &mut BytesMut) {
         text.extend_from_slice(b"\r\n");
     }
     text.extend_from_slice(section.as_bytes());
-    let proto = if kind == b'=' {
-        Proto::Resp3
-    } else {
-        Proto::Resp2
-    };
-    Encoder { proto, out }.verbatim(&text);
+    encode_text(kind, &text, out);
 }
 
 /// Redis's `tracking_clients` (clients with CLIENT TRACKING on) counts corral's own cache
@@ -127,18 +133,113 @@ pub fn hide_lanes(reply: Bytes, lanes: usize) -> Bytes {
     text.extend_from_slice(&body[..start]);
     text.extend_from_slice((n - lanes as i64).max(0).to_string().as_bytes());
     text.extend_from_slice(&body[end..]);
+    let mut out = BytesMut::new();
+    encode_text(kind, &text, &mut out);
+    out.freeze()
+}
+
+/// Cluster mode: the first master's INFO reply with its `# Keyspace` section made of every
+/// master's (each holds its own slots' keys), so that it counts what DBSIZE counts: per
+/// database, `keys`, `expires` and any other count summed, `avg_ttl` averaged over the
+/// masters weighted by their keys with an expiry. `None` if a reply is not an INFO text.
+pub fn merge_keyspace(replies: &[Bytes]) -> Option<Bytes> {
+    let bodies: Vec<(u8, &[u8])> = replies
+        .iter()
+        .map(|r| string_body(r))
+        .collect::<Option<_>>()?;
+    let &(kind, first) = bodies.first()?;
+    let (start, end) = keyspace_section(first)?;
+    // Per database, in the order first seen: its fields in the order first seen, summed
+    // (`avg_ttl` times the master's `expires`, divided by their sum once all are in).
+    let mut dbs: Vec<(String, Vec<(String, i64)>)> = Vec::new();
+    for &(_, body) in &bodies {
+        let Some((s, e)) = keyspace_section(body) else {
+            continue;
+        };
+        let text = String::from_utf8_lossy(&body[s + KEYSPACE.len()..e]);
+        for line in text.split("\r\n").filter(|l| !l.is_empty()) {
+            let Some((db, fields)) = line.split_once(':') else {
+                continue;
+            };
+            let parsed: Vec<(&str, i64)> = fields
+                .split(',')
+                .filter_map(|f| f.split_once('='))
+                .filter_map(|(k, v)| Some((k, v.parse::<i64>().ok()?)))
+                .collect();
+            let expires = field(&parsed, "expires");
+            let sums = match dbs.iter().position(|(d, _)| d == db) {
+                Some(at) => &mut dbs[at].1,
+                None => {
+                    dbs.push((db.to_string(), Vec::new()));
+                    &mut dbs.last_mut()?.1
+                }
+            };
+            for (k, v) in parsed {
+                let v = if k == "avg_ttl" {
+                    v.saturating_mul(expires)
+                } else {
+                    v
+                };
+                match sums.iter_mut().find(|(name, _)| name == k) {
+                    Some((_, sum)) => *sum = sum.saturating_add(v),
+                    None => sums.push((k.to_string(), v)),
+                }
+            }
+        }
+    }
+    let mut merged = String::new();
+    for (db, fields) in &dbs {
+        let expires = fields
+            .iter()
+            .find(|(k, _)| k == "expires")
+            .map_or(0, |f| f.1);
+        let fields: Vec<String> = fields
+            .iter()
+            .map(|(k, v)| match k.as_str() {
+                "avg_ttl" => format!("{k}={}", v.checked_div(expires).unwrap_or(0)),
+                _ => format!("{k}={v}"),
+            })
+            .collect();
+        let _ = write!(merged, "{db}:{}\r\n", fields.join(","));
+    }
+    let mut text = Vec::with_capacity(first.len() + merged.len());
+    text.extend_from_slice(&first[..start]);
+    text.extend_from_slice(KEYSPACE);
+    text.extend_from_slice(merged.as_bytes());
+    text.extend_from_slice(&first[end..]);
+    let mut out = BytesMut::new();
+    encode_text(kind, &text, &mut out);
+    Some(out.freeze())
+}
+
+/// The value of `name` among a keyspace line's fields, 0 if absent.
+fn field(fields: &[(&str, i64)], name: &str) -> i64 {
+    fields.iter().find(|(k, _)| *k == name).map_or(0, |f| f.1)
+}
+
+/// The header of INFO's keyspace section.
+const KEYSPACE: &[u8] = b"# Keyspace\r\n";
+
+/// Where INFO text `body`'s keyspace section starts (its header) and ends (after its last
+/// line: at its blank line, or with the text).
+fn keyspace_section(body: &[u8]) -> Option<(usize, usize)> {
+    let find = |hay: &[u8], needle: &[u8]| hay.windows(needle.len()).position(|w| w == needle);
+    let start = find(body, KEYSPACE)?;
+    // From the header's own line end, so that an empty section ends right after it.
+    let from = start + KEYSPACE.len() - 2;
+    let end = find(&body[from..], b"\r\n\r\n").map_or(body.len(), |at| from + at + 2);
+    Some((start, end))
+}
+
+/// INFO text written as the reply `kind` it came in (`=`: RESP3's verbatim string, else a
+/// bulk string).
+fn encode_text(kind: u8, text: &[u8], out: &mut BytesMut) {
     let proto = if kind == b'=' {
         Proto::Resp3
     } else {
         Proto::Resp2
     };
-    let mut out = BytesMut::new();
-    Encoder {
-        proto,
-        out: &mut out,
-    }
-    .verbatim(&text);
-    out.freeze()
+    Encoder { proto, out }.verbatim(text);
 }
 
 /// Splits a `$` or `=` reply into its type and text (without the verbatim `txt:` prefix).
@@ -188,6 +289,43 @@ mod tests {
             b"$38\r\n# Clients\r\ntracking_clients:2\r\nx:1\r\n\r\n\r\n"
         );
         assert_eq!(hide_lanes(reply.clone(), 0), reply);
+    }
+
+    #[test]
+    fn keyspace_sections_are_summed_into_the_first_reply() {
+        let info = |keyspace: &str| {
+            let text = format!("# Server\r\nx:1\r\n\r\n# Keyspace\r\n{keyspace}");
+            Bytes::from(format!("${}\r\n{text}\r\n", text.len()))
+        };
+        let replies = [
+            info("db0:keys=10,expires=2,avg_ttl=1000\r\n"),
+            info(""),
+            info("db0:keys=5,expires=6,avg_ttl=3000,subexpiry=1\r\n"),
+        ];
+        let merged = merge_keyspace(&replies).unwrap();
+        let text = "# Server\r\nx:1\r\n\r\n# Keyspace\r\n\
+                    db0:keys=15,expires=8,avg_ttl=2500,subexpiry=1\r\n";
+        assert_eq!(
+            std::str::from_utf8(&merged).unwrap(),
+            format!("${}\r\n{text}\r\n", text.len())
+        );
+        // A section after it stays where it was; an empty one stays empty; RESP3 stays
+        // verbatim.
+        let text = "# Keyspace\r\n\r\n# Proxy\r\na:1\r\n";
+        let empty = Bytes::from(format!("={}\r\ntxt:{text}\r\n", text.len() + 4));
+        assert_eq!(
+            merge_keyspace(&[empty.clone(), empty.clone()]).unwrap(),
+            empty
+        );
+        // No avg_ttl without keys that expire; anything not INFO text is left to the caller.
+        let no_ttl = [info("db0:keys=1,expires=0,avg_ttl=0\r\n"), info("")];
+        assert!(
+            std::str::from_utf8(&merge_keyspace(&no_ttl).unwrap())
+                .unwrap()
+                .contains("db0:keys=1,expires=0,avg_ttl=0\r\n")
+        );
+        assert!(merge_keyspace(&[info(""), Bytes::from_static(b"-ERR x\r\n")]).is_none());
+        assert!(merge_keyspace(&[]).is_none());
     }
 
     #[test]

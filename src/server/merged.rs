@@ -42,6 +42,18 @@ impl Conn {
                     self.wbuf.extend_from_slice(e);
                 }
             }
+            Fan::Info { with_proxy } => {
+                let Some(first) = super::info::merge_keyspace(replies).or(replies.first().cloned())
+                else {
+                    return;
+                };
+                if with_proxy {
+                    let sections = super::info::proxy_sections(&self.shared);
+                    super::info::append_section(&first, &sections, &mut self.wbuf);
+                } else {
+                    self.wbuf.extend_from_slice(&first);
+                }
+            }
             Fan::FirstNonNil => {
                 let nil = |r: &Bytes| r.starts_with(b"$-1") || r.starts_with(b"_");
                 match replies.iter().find(|r| !nil(r)).or(replies.first()) {

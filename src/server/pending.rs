@@ -189,6 +189,9 @@ pub(super) enum Fan {
     Concat,
     /// The first non-nil reply (RANDOMKEY).
     FirstNonNil,
+    /// INFO: the first reply, its keyspace section every master's (`info::merge_keyspace`),
+    /// with corral's own sections if `with_proxy`.
+    Info { with_proxy: bool },
 }
 
 /// One per-slot part of a split command.

@@ -142,6 +142,24 @@ fn keyless(
         Some(Spread::Walk) => return scan(cluster, args, proto, client),
         None => return any_node(cluster, req, proto, client),
     };
+    fan_out(cluster, &nodes, how, req, proto, client)
+}
+
+/// `req` sent to each of `nodes`, their replies combined as `how` says. With no node known
+/// (every master failed), Redis Cluster's error for a slot nobody serves: a reply made of
+/// none would be no reply at all.
+pub(super) fn fan_out(
+    cluster: &ClusterUpstream,
+    nodes: &[Addr],
+    how: Fan,
+    req: Bytes,
+    proto: Proto,
+    client: u64,
+) -> Plan {
+    if nodes.is_empty() {
+        cluster.request_refresh();
+        return Plan::ready(replies::SLOT_NOT_SERVED.to_bytes());
+    }
     Plan::Fanout {
         how,
         parts: nodes
