@@ -155,6 +155,24 @@ async fn a_killed_master_is_replaced_and_its_keys_are_readable_again() {
         c.request(&[b"SET", k.as_bytes(), b"v"]).await;
     }
     let victim = cluster.master_for_slot(key_slot(b"fo:0"));
+    // Keyspace events of a key of the victim's shard, set on every node through corral (the
+    // replica too, once the topology lists it) and subscribed once, before the kill.
+    let replica = cluster.replicas_of(victim)[0];
+    let listed = Deadline::new(Duration::from_secs(10), "the replica to take the setting")
+        .every(Duration::from_millis(100));
+    loop {
+        assert_eq!(
+            c.cmd("CONFIG SET notify-keyspace-events K$").await,
+            b"+OK\r\n"
+        );
+        let got = sync_cmd(replica, &["CONFIG", "GET", "notify-keyspace-events"]);
+        if got.ends_with(b"$2\r\n$K\r\n") {
+            break;
+        }
+        listed.pause_seeing(show(&got)).await;
+    }
+    let mut events = RawClient::connect(proxy.addr).await.unwrap();
+    events.cmd("SUBSCRIBE __keyspace@0__:fo:0").await;
     // Let the victim's replica catch up before it dies, or the keys die with it. WAIT on a
     // connection of its own would wait for none of these writes (it counts only its own
     // connection's), so the replication offsets are compared.
@@ -192,6 +210,18 @@ async fn a_killed_master_is_replaced_and_its_keys_are_readable_again() {
             "{k}"
         );
     }
+    // The promoted replica publishes the key's events now: corral subscribed there when the
+    // topology changed.
+    let deadline = Deadline::new(Duration::from_secs(10), "an event from the new master")
+        .every(Duration::from_millis(50));
+    while !events.has_pending_reply() {
+        c.cmd("SET fo:0 w").await;
+        deadline.pause().await;
+    }
+    assert_eq!(
+        events.read_reply().await,
+        b"*3\r\n$7\r\nmessage\r\n$19\r\n__keyspace@0__:fo:0\r\n$3\r\nset\r\n"
+    );
     proxy.stop().await;
 }
 
@@ -528,6 +558,23 @@ async fn a_manual_failover_is_followed_without_redirections_or_lost_writes() {
     let replica = cluster.replicas_of(old)[0];
     let shards = keys_per_master(&mut cluster, "mf", 2);
     let others: Vec<String> = shards.iter().flat_map(|(_, k)| k.clone()).collect();
+    // Keyspace events of a key on the shard that fails over: set on every node through
+    // corral (the replica too, once the topology lists it), subscribed once.
+    let deadline = Deadline::new(Duration::from_secs(10), "the replica to take the setting")
+        .every(Duration::from_millis(100));
+    loop {
+        assert_eq!(
+            c.cmd("CONFIG SET notify-keyspace-events K$").await,
+            b"+OK\r\n"
+        );
+        let got = sync_cmd(replica, &["CONFIG", "GET", "notify-keyspace-events"]);
+        if got.ends_with(b"$2\r\n$K\r\n") {
+            break;
+        }
+        deadline.pause_seeing(show(&got)).await;
+    }
+    let mut events = RawClient::connect(proxy.addr).await.unwrap();
+    events.cmd("SUBSCRIBE __keyspace@0__:{fo}:x").await;
 
     // A client writing through corral before, during and after the failover.
     let done = Arc::new(AtomicBool::new(false));
@@ -606,6 +653,25 @@ async fn a_manual_failover_is_followed_without_redirections_or_lost_writes() {
     // Still going through the same corral, no restart.
     assert_eq!(c.cmd("SET {fo}:x 1").await, b"+OK\r\n");
     assert_eq!(sync_cmd(replica, &["GET", "{fo}:x"]), bulk("1"));
+    // The new master's events reach the subscriber, once each when corral's topology has
+    // settled: none then through the old master, a replica now (which publishes the writes
+    // it replicates; while the topology still lists it as a master, an event may come twice).
+    const EVENT: &[u8] = b"*3\r\n$7\r\nmessage\r\n$21\r\n__keyspace@0__:{fo}:x\r\n$3\r\nset\r\n";
+    let deadline = Deadline::new(Duration::from_secs(10), "one event per write")
+        .every(Duration::from_millis(50));
+    loop {
+        assert_eq!(c.cmd("SET {fo}:x 2").await, b"+OK\r\n");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let mut n = 0;
+        while events.has_pending_reply() {
+            assert_eq!(events.read_reply().await, EVENT);
+            n += 1;
+        }
+        if n == 1 {
+            break;
+        }
+        deadline.pause_seeing(format!("{n} events")).await;
+    }
     proxy.stop().await;
 }
 

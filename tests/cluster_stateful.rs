@@ -250,6 +250,76 @@ async fn subscribers_get_messages_published_anywhere() {
     proxy.stop().await;
 }
 
+/// Each node publishes its own keys' events, which Redis Cluster does not propagate: a
+/// subscription that may receive them is made on every master, and each event (and each
+/// PUBLISH, which every node gets) reaches the subscriber once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keyspace_notifications_come_from_every_master_once() {
+    let mut cluster = RedisCluster::start(3, 0);
+    let (proxy, mut c) = common::ready_cluster_proxy(&cluster, |_| {}).await;
+    let quiet = async |sub: &mut RawClient, what: &str| {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(!sub.has_pending_reply(), "{what} delivered twice");
+    };
+    let mut all = RawClient::connect(proxy.addr).await.unwrap();
+    assert_eq!(
+        all.cmd("PSUBSCRIBE *").await,
+        b"*3\r\n$10\r\npsubscribe\r\n$1\r\n*\r\n:1\r\n"
+    );
+    c.cmd("PUBLISH news hello").await;
+    assert_eq!(
+        all.read_reply().await,
+        b"*4\r\n$8\r\npmessage\r\n$1\r\n*\r\n$4\r\nnews\r\n$5\r\nhello\r\n"
+    );
+    quiet(&mut all, "a PUBLISH").await;
+    // CONFIG SET reaches every node, so every master publishes its keys' events.
+    assert_eq!(
+        c.cmd("CONFIG SET notify-keyspace-events E$").await,
+        b"+OK\r\n"
+    );
+    let mut sub = RawClient::connect(proxy.addr).await.unwrap();
+    assert_eq!(
+        sub.cmd("SUBSCRIBE __keyevent@0__:set").await,
+        b"*3\r\n$9\r\nsubscribe\r\n$18\r\n__keyevent@0__:set\r\n:1\r\n"
+    );
+    let keys: Vec<String> = (0..30).map(|i| format!("ev:{i}")).collect();
+    let owners: std::collections::HashSet<u16> = keys
+        .iter()
+        .map(|k| cluster.master_for_slot(corral::cluster::key_slot(k.as_bytes())))
+        .collect();
+    assert_eq!(owners.len(), 3, "the keys span every master");
+    for k in &keys {
+        assert_eq!(c.cmd(&format!("SET {k} v")).await, b"+OK\r\n");
+    }
+    let event = |k: &str| {
+        format!(
+            "*3\r\n$7\r\nmessage\r\n$18\r\n__keyevent@0__:set\r\n${}\r\n{k}\r\n",
+            k.len()
+        )
+    };
+    let pevent = |k: &str| {
+        format!(
+            "*4\r\n$8\r\npmessage\r\n$1\r\n*\r\n$18\r\n__keyevent@0__:set\r\n${}\r\n{k}\r\n",
+            k.len()
+        )
+    };
+    for (client, of) in [
+        (&mut sub, &event as &dyn Fn(&str) -> String),
+        (&mut all, &pevent),
+    ] {
+        let mut got: Vec<String> = Vec::new();
+        for _ in &keys {
+            got.push(show(&client.read_reply().await));
+        }
+        got.sort();
+        let mut want: Vec<String> = keys.iter().map(|k| show(of(k).as_bytes())).collect();
+        want.sort();
+        assert_eq!(got, want);
+        quiet(client, "an event").await;
+    }
+    proxy.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reads_go_to_replicas_when_asked() {
     let mut cluster = RedisCluster::start(3, 1);

@@ -9,6 +9,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use super::message::{Handoff, Kind, Outbox};
+use super::notify::Filter;
 use super::observer::Observer;
 use super::state::{Inner, State, Subscriber};
 use crate::commands::glob;
@@ -39,16 +40,18 @@ impl Hub {
         status: Arc<UpstreamStatus>,
         shutdown: CancellationToken,
     ) -> Hub {
-        Hub::start_with(settings, status, shutdown, None)
+        Hub::start_with(settings, status, shutdown, None, Filter::All)
     }
 
     /// Like [`Hub::start`]; `moved` receives the shard channels the server dropped on its own
-    /// (`sunsubscribe` pushes after its slot moved away), to be subscribed elsewhere.
+    /// (`sunsubscribe` pushes after its slot moved away), to be subscribed elsewhere; `filter`
+    /// says which messages go to the subscribers.
     pub fn start_with(
         settings: ConnSettings,
         status: Arc<UpstreamStatus>,
         shutdown: CancellationToken,
         moved: Option<mpsc::UnboundedSender<Bytes>>,
+        filter: Filter,
     ) -> Hub {
         let inner = Arc::new(Inner::default());
         let settings = ConnSettings {
@@ -61,7 +64,8 @@ impl Hub {
             ..settings
         };
         let (ups_tx, ups_rx) = mpsc::channel(1);
-        let observer: Arc<dyn LinkObserver> = Arc::new(Observer::new(inner.clone(), ups_tx, moved));
+        let observer: Arc<dyn LinkObserver> =
+            Arc::new(Observer::new(inner.clone(), ups_tx, moved, filter));
         let conn = UpstreamConn::spawn(settings, status, shutdown, Some(observer));
         let (commands, queued) = mpsc::unbounded_channel();
         tokio::spawn(forward(conn, queued));
@@ -260,6 +264,32 @@ impl Hub {
                     tx: sub.tx.clone(),
                     kill: sub.kill.clone(),
                 })
+            })
+            .collect()
+    }
+
+    /// The topics that may receive keyspace notifications (`notify.rs`), each with its
+    /// subscribers and their queues: for a master's hub made after they subscribed.
+    pub(super) fn notification_topics(&self) -> Vec<(Kind, Bytes, Vec<Handoff>)> {
+        let state = self.inner.lock();
+        state
+            .topics
+            .iter()
+            .filter(|((kind, name), _)| super::notify::may_carry(*kind, name))
+            .map(|((kind, name), topic)| {
+                let subs = topic
+                    .subscribers
+                    .iter()
+                    .filter_map(|id| {
+                        let sub = state.subscribers.get(id)?;
+                        Some(Handoff {
+                            id: *id,
+                            tx: sub.tx.clone(),
+                            kill: sub.kill.clone(),
+                        })
+                    })
+                    .collect();
+                (*kind, name.clone(), subs)
             })
             .collect()
     }

@@ -7,14 +7,17 @@
 //!
 //! Files: `hub.rs` the hub clients subscribe through, `observer.rs` what arrives on its
 //! connection, `state.rs` what it knows, `message.rs` the values, `router.rs` which hub a
-//! subscription goes to (cluster mode). Pattern matching is `commands::glob`.
+//! subscription goes to (cluster mode), `notify.rs` keyspace notifications in cluster mode.
+//! Pattern matching is `commands::glob`.
 
 mod hub;
 mod message;
+mod notify;
 mod observer;
 mod router;
 mod state;
 
 pub use hub::Hub;
 pub use message::{Handoff, Inbox, Kind, Message, Outbox, QUEUE_BYTES, queue};
+pub use notify::Filter;
 pub use router::Router;

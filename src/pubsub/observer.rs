@@ -9,6 +9,7 @@ use tokio::sync::mpsc;
 use tracing::{debug, warn};
 
 use super::message::{Kind, Message};
+use super::notify::Filter;
 use super::state::Inner;
 use crate::upstream::LinkObserver;
 
@@ -20,6 +21,8 @@ pub(super) struct Observer {
     ups: mpsc::Sender<()>,
     /// Where shard channels the server dropped by itself are reported.
     moved: Option<mpsc::UnboundedSender<Bytes>>,
+    /// Which messages are passed on (see `notify.rs`).
+    filter: Filter,
 }
 
 impl LinkObserver for Observer {
@@ -84,13 +87,17 @@ impl LinkObserver for Observer {
                 }
             }
             b"message" => {
-                if let (Some(channel), Some(payload)) = (text(1), text(2)) {
+                if let (Some(channel), Some(payload)) = (text(1), text(2))
+                    && self.filter.passes(&channel)
+                {
                     let key = (Kind::Channel, channel.clone());
                     self.deliver(&key, Message::Message { channel, payload });
                 }
             }
             b"pmessage" => {
-                if let (Some(pattern), Some(channel), Some(payload)) = (text(1), text(2), text(3)) {
+                if let (Some(pattern), Some(channel), Some(payload)) = (text(1), text(2), text(3))
+                    && self.filter.passes(&channel)
+                {
                     let key = (Kind::Pattern, pattern.clone());
                     let msg = Message::PMessage {
                         pattern,
@@ -116,8 +123,14 @@ impl Observer {
         inner: Arc<Inner>,
         ups: mpsc::Sender<()>,
         moved: Option<mpsc::UnboundedSender<Bytes>>,
+        filter: Filter,
     ) -> Observer {
-        Observer { inner, ups, moved }
+        Observer {
+            inner,
+            ups,
+            moved,
+            filter,
+        }
     }
 
     fn confirm(&self, kind: Kind, name: Option<Bytes>) {

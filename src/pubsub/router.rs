@@ -1,18 +1,21 @@
 //! Which hub a subscription goes to: channels and patterns to the main hub (in a cluster,
 //! PUBLISH reaches every node); shard channels, in cluster mode, to a hub on the master of
-//! the channel's slot, moved to the new owner when Redis drops them after a resharding.
+//! the channel's slot, moved to the new owner when Redis drops them after a resharding; and
+//! in cluster mode, subscriptions that may receive keyspace notifications to a hub on every
+//! master as well (`notify.rs`), kept in step with the masters the topology lists.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use bytes::Bytes;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use super::hub::Hub;
 use super::message::{Kind, Outbox};
+use super::notify::{self, Filter};
 use crate::cluster::{Addr, key_slot};
 use crate::upstream::cluster::ClusterUpstream;
 use crate::upstream::{ConnSettings, UpstreamStatus};
@@ -30,6 +33,9 @@ struct Shards {
     /// Where each shard channel is subscribed now.
     channel_node: HashMap<Bytes, Addr>,
     clients: HashMap<u64, Client>,
+    /// Cluster mode: each master's hub for keyspace notifications, made at the first
+    /// subscription that may receive them, with the token that ends its connection.
+    notify: HashMap<Addr, (Arc<Hub>, CancellationToken)>,
 }
 
 /// All subscriptions of corral.
@@ -52,8 +58,21 @@ impl Router {
         shutdown: CancellationToken,
         cluster: Option<Arc<ClusterUpstream>>,
     ) -> Arc<Router> {
-        let main = Hub::start(settings.clone(), status.clone(), shutdown.child_token());
+        // In a cluster the main hub's node publishes its own keys' events too: they come
+        // through that node's master hub, with every other master's.
+        let filter = match cluster {
+            Some(_) => Filter::Others,
+            None => Filter::All,
+        };
+        let main = Hub::start_with(
+            settings.clone(),
+            status.clone(),
+            shutdown.child_token(),
+            None,
+            filter,
+        );
         let (moved, moved_rx) = mpsc::unbounded_channel();
+        let epochs = cluster.as_ref().map(|c| c.watch_epoch());
         let router = Arc::new(Router {
             main,
             cluster,
@@ -64,6 +83,9 @@ impl Router {
             moved,
         });
         tokio::spawn(follow_moves(Arc::downgrade(&router), moved_rx));
+        if let Some(epochs) = epochs {
+            tokio::spawn(follow_masters(Arc::downgrade(&router), epochs));
+        }
         router
     }
 
@@ -79,13 +101,24 @@ impl Router {
 
     /// Subscribes client `id`; see [`Hub::subscribe`].
     pub fn subscribe(&self, id: u64, kind: Kind, name: &[u8]) -> Option<oneshot::Receiver<()>> {
-        match self.shard_hub(kind, name) {
+        let main = match self.shard_hub(kind, name) {
             Some(hub) => {
                 self.ensure_registered(&hub, id);
-                hub.subscribe(id, kind, name)
+                return hub.subscribe(id, kind, name);
             }
             None => self.main.subscribe(id, kind, name),
+        };
+        if !self.carries(kind, name) {
+            return main;
         }
+        // Confirmed once every master has it: an event right after the confirmation reaches
+        // the client, as from one Redis.
+        let mut waits: Vec<_> = main.into_iter().collect();
+        for hub in self.master_hubs() {
+            self.ensure_registered(&hub, id);
+            waits.extend(hub.subscribe(id, kind, name));
+        }
+        all_of(waits)
     }
 
     /// Unsubscribes client `id`; see [`Hub::unsubscribe`].
@@ -100,10 +133,18 @@ impl Router {
             }
             _ => None,
         };
-        match hub {
-            Some(hub) => hub.unsubscribe(id, kind, name),
+        let main = match hub {
+            Some(hub) => return hub.unsubscribe(id, kind, name),
             None => self.main.unsubscribe(id, kind, name),
+        };
+        if !self.carries(kind, name) {
+            return main;
         }
+        let mut waits: Vec<_> = main.into_iter().collect();
+        for hub in self.notify_hubs() {
+            waits.extend(hub.unsubscribe(id, kind, name));
+        }
+        all_of(waits)
     }
 
     /// Forgets a client entirely (it disconnected or sent RESET); see [`Hub::remove`].
@@ -112,7 +153,8 @@ impl Router {
         let hubs: Vec<Arc<Hub>> = {
             let mut shards = self.lock();
             shards.clients.remove(&id);
-            shards.hubs.values().cloned().collect()
+            let notify = shards.notify.values().map(|(hub, _)| hub.clone());
+            shards.hubs.values().cloned().chain(notify).collect()
         };
         for hub in hubs {
             waits.extend(hub.remove(id));
@@ -138,13 +180,73 @@ impl Router {
 
     /// Upstream subscriptions now (for INFO).
     pub fn upstream_subscriptions(&self) -> usize {
-        let shard: usize = self
-            .lock()
+        let shards = self.lock();
+        let notify = shards.notify.values().map(|(hub, _)| hub);
+        let others: usize = shards
             .hubs
             .values()
+            .chain(notify)
             .map(|h| h.upstream_subscriptions())
             .sum();
-        self.main.upstream_subscriptions() + shard
+        self.main.upstream_subscriptions() + others
+    }
+
+    /// Whether a subscription to `name` is made on every master too (see `notify.rs`).
+    fn carries(&self, kind: Kind, name: &[u8]) -> bool {
+        self.cluster.is_some() && notify::may_carry(kind, name)
+    }
+
+    /// The masters' notification hubs there are now.
+    fn notify_hubs(&self) -> Vec<Arc<Hub>> {
+        let shards = self.lock();
+        shards.notify.values().map(|(hub, _)| hub.clone()).collect()
+    }
+
+    /// A notification hub on every master the topology lists, made where missing (with the
+    /// main hub's subscriptions that may receive notifications), and none left on a node
+    /// that is no longer a master.
+    fn master_hubs(&self) -> Vec<Arc<Hub>> {
+        let Some(cluster) = &self.cluster else {
+            return Vec::new();
+        };
+        let masters = cluster.masters();
+        let mut shards = self.lock();
+        shards.notify.retain(|addr, (_, token)| {
+            let keep = masters.contains(addr);
+            if !keep {
+                token.cancel();
+            }
+            keep
+        });
+        for addr in &masters {
+            if shards.notify.contains_key(addr) {
+                continue;
+            }
+            let token = self.shutdown.child_token();
+            let settings = ConnSettings {
+                addr: addr.to_string(),
+                ..self.settings.clone()
+            };
+            let hub = Arc::new(Hub::start_with(
+                settings,
+                self.status.clone(),
+                token.clone(),
+                None,
+                Filter::Notifications,
+            ));
+            for (kind, name, subscribers) in self.main.notification_topics() {
+                for h in subscribers {
+                    if !hub.is_registered(h.id) {
+                        hub.register(h.id, h.tx, h.kill);
+                    }
+                    // Confirmations are not awaited: the clients already had theirs.
+                    let _ = hub.subscribe(h.id, kind, &name);
+                }
+            }
+            debug!(master = %addr, "keyspace notification hub");
+            shards.notify.insert(addr.clone(), (hub, token));
+        }
+        shards.notify.values().map(|(hub, _)| hub.clone()).collect()
     }
 
     /// In cluster mode, the hub on the master of a shard channel's slot.
@@ -173,6 +275,7 @@ impl Router {
                     self.status.clone(),
                     self.shutdown.child_token(),
                     Some(self.moved.clone()),
+                    Filter::All,
                 ))
             })
             .clone();
@@ -218,6 +321,32 @@ impl Router {
             let _ = hub.subscribe(h.id, Kind::Shard, &name);
         }
     }
+}
+
+/// Cluster mode: after each change of topology, a notification hub on every master while
+/// any subscription may receive notifications (see [`Router::master_hubs`]).
+async fn follow_masters(router: std::sync::Weak<Router>, mut epochs: watch::Receiver<u64>) {
+    while epochs.changed().await.is_ok() {
+        let Some(r) = router.upgrade() else { return };
+        if !r.main.notification_topics().is_empty() || !r.lock().notify.is_empty() {
+            r.master_hubs();
+        }
+    }
+}
+
+/// One receiver that fires once all of `waits` have (or were dropped).
+fn all_of(waits: Vec<oneshot::Receiver<()>>) -> Option<oneshot::Receiver<()>> {
+    if waits.len() <= 1 {
+        return waits.into_iter().next();
+    }
+    let (tx, rx) = oneshot::channel();
+    tokio::spawn(async move {
+        for w in waits {
+            let _ = w.await;
+        }
+        let _ = tx.send(());
+    });
+    Some(rx)
 }
 
 async fn follow_moves(router: std::sync::Weak<Router>, mut moved: mpsc::UnboundedReceiver<Bytes>) {
