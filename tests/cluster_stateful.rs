@@ -317,6 +317,22 @@ async fn keyspace_notifications_come_from_every_master_once() {
         assert_eq!(got, want);
         quiet(client, "an event").await;
     }
+    // A master's notification hub is a connection of its own, ended once no subscription
+    // needs it (a master other than the seed corral's main hub is on).
+    let seed = cluster.nodes()[0];
+    let master = *owners.iter().find(|&&m| m != seed).unwrap_or(&seed);
+    let conns = || {
+        String::from_utf8_lossy(&common::sync_cmd(master, &["CLIENT", "LIST"]))
+            .lines()
+            .count()
+    };
+    let with_hub = conns();
+    drop((sub, all));
+    let deadline = Deadline::new(Duration::from_secs(10), "the master's hub to close")
+        .every(Duration::from_millis(50));
+    while conns() != with_hub - 1 {
+        deadline.pause().await;
+    }
     proxy.stop().await;
 }
 

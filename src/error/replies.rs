@@ -257,6 +257,14 @@ pub fn unsupported(cmd: &str, why: &str) -> String {
     format!("ERR '{cmd}' is not supported by corral: {why}")
 }
 
+/// The error for a CONFIG SET, in cluster mode, of a setting each node keeps its own value of.
+pub fn per_node_setting(param: &[u8]) -> String {
+    format!(
+        "ERR CONFIG SET '{}' is not supported by corral in cluster mode: each node keeps its own value",
+        lossy(param).to_ascii_lowercase()
+    )
+}
+
 /// The error for a command corral does not support in cluster mode yet (`name` as sent).
 pub fn unsupported_in_cluster(name: &[u8]) -> String {
     format!(

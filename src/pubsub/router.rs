@@ -144,6 +144,7 @@ impl Router {
         for hub in self.notify_hubs() {
             waits.extend(hub.unsubscribe(id, kind, name));
         }
+        self.drop_idle_master_hubs();
         all_of(waits)
     }
 
@@ -159,6 +160,7 @@ impl Router {
         for hub in hubs {
             waits.extend(hub.remove(id));
         }
+        self.drop_idle_master_hubs();
         waits
     }
 
@@ -200,6 +202,24 @@ impl Router {
     fn notify_hubs(&self) -> Vec<Arc<Hub>> {
         let shards = self.lock();
         shards.notify.values().map(|(hub, _)| hub.clone()).collect()
+    }
+
+    /// Ends the masters' notification hubs once no subscription may receive notifications:
+    /// each holds a connection to its master. Decided under the lock [`Router::master_hubs`]
+    /// makes them under, after the main hub's subscriptions it reads: a subscription made
+    /// meanwhile either is seen here or makes its hubs after these are gone.
+    fn drop_idle_master_hubs(&self) {
+        if self.cluster.is_none() {
+            return;
+        }
+        let mut shards = self.lock();
+        if shards.notify.is_empty() || !self.main.notification_topics().is_empty() {
+            return;
+        }
+        for (_, (_, token)) in shards.notify.drain() {
+            token.cancel();
+        }
+        debug!("keyspace notification hubs ended: no subscription needs them");
     }
 
     /// A notification hub on every master the topology lists, made where missing (with the
@@ -328,7 +348,9 @@ impl Router {
 async fn follow_masters(router: std::sync::Weak<Router>, mut epochs: watch::Receiver<u64>) {
     while epochs.changed().await.is_ok() {
         let Some(r) = router.upgrade() else { return };
-        if !r.main.notification_topics().is_empty() || !r.lock().notify.is_empty() {
+        if r.main.notification_topics().is_empty() {
+            r.drop_idle_master_hubs();
+        } else {
             r.master_hubs();
         }
     }

@@ -17,7 +17,16 @@ impl Conn {
 
     /// Combines the replies of every master.
     pub(super) fn merge_fanout(&mut self, how: Fan, replies: &[Bytes]) {
-        if let Some(err) = replies.iter().find(|r| r.first() == Some(&b'-')) {
+        let is_error = |r: &&Bytes| r.first() == Some(&b'-');
+        if let Fan::Info { .. } = how {
+            // What an operator asks in an outage: the masters that answered, the first error
+            // only if none did.
+            let answered: Vec<Bytes> = replies.iter().filter(|r| !is_error(r)).cloned().collect();
+            if !answered.is_empty() {
+                return self.merge_info(how, &answered);
+            }
+        }
+        if let Some(err) = replies.iter().find(is_error) {
             return self.wbuf.extend_from_slice(err);
         }
         match how {
@@ -42,18 +51,7 @@ impl Conn {
                     self.wbuf.extend_from_slice(e);
                 }
             }
-            Fan::Info { with_proxy } => {
-                let Some(first) = super::info::merge_keyspace(replies).or(replies.first().cloned())
-                else {
-                    return;
-                };
-                if with_proxy {
-                    let sections = super::info::proxy_sections(&self.shared);
-                    super::info::append_section(&first, &sections, &mut self.wbuf);
-                } else {
-                    self.wbuf.extend_from_slice(&first);
-                }
-            }
+            Fan::Info { .. } => self.merge_info(how, replies),
             Fan::FirstNonNil => {
                 let nil = |r: &Bytes| r.starts_with(b"$-1") || r.starts_with(b"_");
                 match replies.iter().find(|r| !nil(r)).or(replies.first()) {
@@ -65,6 +63,20 @@ impl Conn {
                     .null(),
                 }
             }
+        }
+    }
+
+    /// INFO from several masters: the first reply with every master's keyspace section, and
+    /// corral's own sections if asked for.
+    fn merge_info(&mut self, how: Fan, replies: &[Bytes]) {
+        let Some(merged) = super::info::merge_keyspace(replies).or(replies.first().cloned()) else {
+            return;
+        };
+        if how == (Fan::Info { with_proxy: true }) {
+            let sections = super::info::proxy_sections(&self.shared);
+            super::info::append_section(&merged, &sections, &mut self.wbuf);
+        } else {
+            self.wbuf.extend_from_slice(&merged);
         }
     }
 

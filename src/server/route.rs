@@ -63,14 +63,17 @@ impl Conn {
                 self.shared.metrics.local_commands.inc();
                 Plan::ready(corral::execute(&args, &self.shared, self.session.proto))
             }
-            // In a cluster each master has its own keys: the keyspace section counts them all.
+            // In a cluster each master has its own keys: the keyspace section counts them all
+            // (with no master known yet, one node answers, as for other sections).
             Route::Info
                 if let Some(cluster) = &self.shared.upstream.cluster
-                    && info::wants_keyspace(&args) =>
+                    && info::wants_keyspace(&args)
+                    && let masters = cluster.masters()
+                    && !masters.is_empty() =>
             {
                 routed::fan_out(
                     cluster,
-                    &cluster.masters(),
+                    &masters,
                     Fan::Info {
                         with_proxy: info::wants_proxy_section(&args),
                     },

@@ -136,6 +136,12 @@ fn keyless(
     client: u64,
 ) -> Plan {
     let sub = args.get(1).unwrap_or_default().to_ascii_uppercase();
+    if (name, sub.as_slice()) == (&b"CONFIG"[..], &b"SET"[..])
+        && let Some(param) = per_node_setting(args)
+    {
+        let error = replies::per_node_setting(param);
+        return Plan::ready(Bytes::from(format!("-{error}\r\n")));
+    }
     let (how, nodes) = match spread_of(name, &sub) {
         Some(Spread::Masters(how)) => (how, cluster.masters()),
         Some(Spread::Nodes(how)) => (how, cluster.nodes()),
@@ -143,6 +149,35 @@ fn keyless(
         None => return any_node(cluster, req, proto, client),
     };
     fan_out(cluster, &nodes, how, req, proto, client)
+}
+
+/// Settings each node of a cluster keeps its own value of (its addresses, ports and files):
+/// one value set on every node would break the cluster, or have its nodes share files.
+const PER_NODE: &[&[u8]] = &[
+    b"bind",
+    b"bind-source-addr",
+    b"port",
+    b"tls-port",
+    b"dir",
+    b"dbfilename",
+    b"cluster-announce-ip",
+    b"cluster-announce-hostname",
+    b"cluster-announce-human-nodename",
+    b"cluster-announce-port",
+    b"cluster-announce-bus-port",
+    b"cluster-announce-tls-port",
+    b"replica-announce-ip",
+    b"replica-announce-port",
+    b"slave-announce-ip",
+    b"slave-announce-port",
+];
+
+/// The first setting of a `CONFIG SET name value [name value ...]` that [`PER_NODE`] lists.
+fn per_node_setting<'a>(args: &Args<'a>) -> Option<&'a [u8]> {
+    (2..args.len())
+        .step_by(2)
+        .filter_map(|i| args.get(i))
+        .find(|p| PER_NODE.iter().any(|n| p.eq_ignore_ascii_case(n)))
 }
 
 /// `req` sent to each of `nodes`, their replies combined as `how` says. With no node known
