@@ -397,6 +397,22 @@ async fn shard_subscriptions_follow_their_slot() {
         .collect();
     names.sort();
     assert_eq!(names, ["a", "b", "c", "sch"], "{}", show(&listed));
+    // Each is counted on its master, in the order asked, with each of corral's subscribers
+    // (Redis counts corral's one subscription) and a subscriber of the node's own.
+    let mut second = RawClient::connect(proxy.addr).await.unwrap();
+    second.cmd("SSUBSCRIBE a").await;
+    let a_master = cluster.master_for_slot(corral::cluster::key_slot(b"a"));
+    let mut direct = common::connect(format!("127.0.0.1:{a_master}").parse().unwrap()).await;
+    direct.cmd("SSUBSCRIBE a").await;
+    assert_eq!(
+        show(&publisher.cmd("PUBSUB SHARDNUMSUB c a zz b").await),
+        show(b"*8\r\n$1\r\nc\r\n:1\r\n$1\r\na\r\n:3\r\n$2\r\nzz\r\n:0\r\n$1\r\nb\r\n:1\r\n")
+    );
+    assert_eq!(
+        publisher.cmd("PUBSUB SHARDNUMSUB a").await,
+        b"*2\r\n$1\r\na\r\n:3\r\n"
+    );
+    drop((second, direct));
 
     // Move the channel's slot to another master: Redis drops the shard subscription on the
     // old owner; corral subscribes again on the new one, without the client noticing.

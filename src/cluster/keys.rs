@@ -38,6 +38,8 @@ pub enum SplitKind {
     Mset,
     /// DEL, UNLINK, EXISTS, TOUCH: the sum of the integer replies.
     SumInt,
+    /// PUBSUB SHARDNUMSUB: a name and a count per key (shard channel), in key order.
+    Pairs,
 }
 
 /// How a command naming several keys is served by a cluster.

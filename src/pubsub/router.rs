@@ -168,16 +168,34 @@ impl Router {
     /// `None` when there is nothing to correct. Standalone only: in cluster mode a PUBLISH
     /// runs on some node whose count corral's subscriptions on another node do not enter.
     pub fn count_delta(&self, kind: Kind, channel: &[u8], patterns: bool) -> Option<i64> {
-        if self.cluster.is_some() || self.main.is_idle() {
+        if self.cluster.is_some() {
+            // But for a shard channel, counted on the master of its slot, where corral's
+            // subscription to it is.
+            return (kind == Kind::Shard)
+                .then(|| self.shard_hub_of(channel))
+                .flatten()
+                .map(|hub| hub.count_delta(kind, channel, false));
+        }
+        if self.main.is_idle() {
             return None;
         }
         Some(self.main.count_delta(kind, channel, patterns))
     }
 
-    /// Whether Redis's counts need no correction at all now (standalone mode, no
-    /// subscription through corral); see [`Router::count_delta`].
+    /// Whether Redis's counts need no correction at all now (no subscription through corral,
+    /// or in cluster mode no shard subscription); see [`Router::count_delta`].
     pub fn counts_exact(&self) -> bool {
-        self.cluster.is_some() || self.main.is_idle()
+        if self.cluster.is_some() {
+            return self.lock().hubs.values().all(|h| h.is_idle());
+        }
+        self.main.is_idle()
+    }
+
+    /// The hub a shard channel was last subscribed on (cluster mode).
+    fn shard_hub_of(&self, channel: &[u8]) -> Option<Arc<Hub>> {
+        let shards = self.lock();
+        let addr = shards.channel_node.get(channel)?;
+        shards.hubs.get(addr).cloned()
     }
 
     /// Upstream subscriptions now (for INFO).

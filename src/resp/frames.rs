@@ -67,6 +67,16 @@ pub fn array_parts(reply: &[u8]) -> Option<(&[u8], Vec<&[u8]>)> {
     aggregate_parts(reply, b'*')
 }
 
+/// The elements of a reply of name-value pairs, flat: an array of `2N` (RESP2, and RESP3
+/// where Redis sends one) or a RESP3 map of `N` pairs; `None` for anything else.
+pub fn pair_elements(reply: &[u8]) -> Option<Vec<&[u8]>> {
+    let elements = match reply.first() {
+        Some(b'%') => aggregate(reply, b'%', 2)?.1,
+        _ => aggregate(reply, b'*', 1)?.1,
+    };
+    elements.len().is_multiple_of(2).then_some(elements)
+}
+
 /// A RESP3 push (`>N\r\n`, such as an invalidation) split into its raw elements; `None` if
 /// it is not a complete push of exactly `N` elements.
 pub fn push_elements(frame: &[u8]) -> Option<Vec<&[u8]>> {
@@ -80,9 +90,15 @@ pub fn is_null(frame: &[u8]) -> bool {
 
 /// An aggregate of type `kind` (`*`, `>`) split into its header and its raw elements.
 fn aggregate_parts(reply: &[u8], kind: u8) -> Option<(&[u8], Vec<&[u8]>)> {
+    aggregate(reply, kind, 1)
+}
+
+/// [`aggregate_parts`] for an aggregate whose header counts `per` elements as one (a map's
+/// counts pairs).
+fn aggregate(reply: &[u8], kind: u8, per: i64) -> Option<(&[u8], Vec<&[u8]>)> {
     let rest = reply.strip_prefix(&[kind])?;
     let cr = rest.iter().position(|&b| b == b'\r')?;
-    let n = parse_int(&rest[..cr])?;
+    let n = parse_int(&rest[..cr])?.checked_mul(per)?;
     let header_end = 1 + cr + 2;
     let body = reply.get(header_end..)?;
     let mut iter = frames(body);
@@ -112,6 +128,24 @@ pub fn array_elements(reply: &[u8]) -> Option<Vec<&[u8]>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pairs_come_flat_from_arrays_and_maps() {
+        let flat = vec![&b"$1\r\na\r\n"[..], b":1\r\n"];
+        assert_eq!(
+            pair_elements(b"*2\r\n$1\r\na\r\n:1\r\n"),
+            Some(flat.clone())
+        );
+        assert_eq!(pair_elements(b"%1\r\n$1\r\na\r\n:1\r\n"), Some(flat));
+        assert_eq!(pair_elements(b"*0\r\n"), Some(vec![]));
+        assert_eq!(pair_elements(b"*1\r\n$1\r\na\r\n"), None, "a name alone");
+        assert_eq!(
+            pair_elements(b"%1\r\n$1\r\na\r\n"),
+            None,
+            "a map short of a value"
+        );
+        assert_eq!(pair_elements(b"-ERR x\r\n"), None);
+    }
 
     #[test]
     fn pushes_split_into_their_elements() {

@@ -8,7 +8,8 @@ pub mod request;
 pub mod scan;
 
 pub use frames::{
-    Frame, array_elements, array_parts, bulk_body, frames, int_value, is_null, push_elements,
+    Frame, array_elements, array_parts, bulk_body, frames, int_value, is_null, pair_elements,
+    push_elements,
 };
 pub use reply::{Encoder, Proto};
 pub use request::{Args, Limits, Parsed, ProtocolError, RequestParser};

@@ -12,7 +12,18 @@ use crate::resp::{bulk_body, int_value};
 impl Conn {
     /// Merges the per-slot replies of a split command in key order.
     pub(super) fn merge_split(&mut self, kind: SplitKind, parts: &[(Vec<usize>, Bytes)]) {
-        merge_split_replies(kind, parts, &mut self.wbuf);
+        if kind != SplitKind::Pairs {
+            return merge_split_replies(kind, parts, &mut self.wbuf);
+        }
+        // PUBSUB SHARDNUMSUB: each master counted corral once for a shard channel its
+        // clients subscribe to through corral.
+        let mut merged = BytesMut::new();
+        merge_split_replies(kind, parts, &mut merged);
+        let count = super::pubcount::Count::NumSub {
+            kind: crate::pubsub::Kind::Shard,
+        };
+        let merged = super::pubcount::correct(&count, merged.freeze(), &self.all_hubs());
+        self.wbuf.extend_from_slice(&merged);
     }
 
     /// Combines the replies of every master.
@@ -124,6 +135,28 @@ pub(super) fn merge_split_replies(
             let total: i64 = parts.iter().filter_map(|(_, r)| int_value(r)).sum();
             out.extend_from_slice(format!(":{total}\r\n").as_bytes());
         }
+        SplitKind::Pairs => {
+            let mut all: Vec<(usize, &[u8])> = Vec::new();
+            for (keys, reply) in parts {
+                let Some(elements) = crate::resp::pair_elements(reply) else {
+                    return out.extend_from_slice(reply);
+                };
+                for (&k, pair) in keys.iter().zip(elements.chunks(2)) {
+                    all.extend(pair.iter().map(|&e| (k, e)));
+                }
+            }
+            // A stable sort: each name stays before its count.
+            all.sort_by_key(|(i, _)| *i);
+            match parts.first() {
+                Some((_, r)) if r.first() == Some(&b'%') => {
+                    out.extend_from_slice(format!("%{}\r\n", all.len() / 2).as_bytes());
+                }
+                _ => out.extend_from_slice(format!("*{}\r\n", all.len()).as_bytes()),
+            }
+            for (_, e) in all {
+                out.extend_from_slice(e);
+            }
+        }
         SplitKind::Mget => {
             let mut all: Vec<(usize, &[u8])> = Vec::new();
             for (keys, reply) in parts {
@@ -156,5 +189,35 @@ mod tests {
     #[test]
     fn top_level_frames() {
         assert_eq!(frames(b"+OK\r\n:1\r\n").len(), 2);
+    }
+
+    #[test]
+    fn pairs_are_merged_in_the_order_asked() {
+        let merged = |parts: &[(Vec<usize>, Bytes)]| {
+            let mut out = BytesMut::new();
+            merge_split_replies(SplitKind::Pairs, parts, &mut out);
+            out.to_vec()
+        };
+        let parts = [
+            (vec![3], Bytes::from_static(b"*2\r\n$1\r\nc\r\n:3\r\n")),
+            (
+                vec![2, 4],
+                Bytes::from_static(b"*4\r\n$1\r\nb\r\n:2\r\n$1\r\nd\r\n:4\r\n"),
+            ),
+        ];
+        assert_eq!(
+            merged(&parts),
+            b"*6\r\n$1\r\nb\r\n:2\r\n$1\r\nc\r\n:3\r\n$1\r\nd\r\n:4\r\n"
+        );
+        let maps = [
+            (vec![3], Bytes::from_static(b"%1\r\n$1\r\nc\r\n:3\r\n")),
+            (vec![2], Bytes::from_static(b"%1\r\n$1\r\nb\r\n:2\r\n")),
+        ];
+        assert_eq!(merged(&maps), b"%2\r\n$1\r\nb\r\n:2\r\n$1\r\nc\r\n:3\r\n");
+        let failed = [
+            (vec![2], Bytes::from_static(b"*2\r\n$1\r\nb\r\n:2\r\n")),
+            (vec![3], Bytes::from_static(b"-ERR down\r\n")),
+        ];
+        assert_eq!(merged(&failed), b"-ERR down\r\n");
     }
 }

@@ -10,7 +10,7 @@ use bytes::{Bytes, BytesMut};
 use super::pending::{Fan, Part, Then};
 use super::plan::{AloneReq, NodeReq, Plan};
 use crate::cluster::keys::split_by_slot;
-use crate::cluster::{Addr, KeySlot, MultiKey, SplitKind, classify_multi};
+use crate::cluster::{Addr, KeySlot, MultiKey, SplitKind, classify_multi, key_slot};
 use crate::commands::{Access, Command};
 use crate::error::replies;
 use crate::resp::request::encode_request;
@@ -142,6 +142,9 @@ fn keyless(
         let error = replies::per_node_setting(param);
         return Plan::ready(Bytes::from(format!("-{error}\r\n")));
     }
+    if (name, sub.as_slice()) == (&b"PUBSUB"[..], &b"SHARDNUMSUB"[..]) && args.len() > 2 {
+        return shard_numsub(cluster, args, proto, client);
+    }
     let (how, nodes) = match spread_of(name, &sub) {
         Some(Spread::Masters(how)) => (how, cluster.masters()),
         Some(Spread::Nodes(how)) => (how, cluster.nodes()),
@@ -201,6 +204,45 @@ pub(super) fn fan_out(
             .iter()
             .map(|a| (cluster.conn_for(a, proto, client), req.clone()))
             .collect(),
+    }
+}
+
+/// PUBSUB SHARDNUMSUB: a shard channel's subscribers are on the master of its slot, so each
+/// channel is counted there; channels of several masters are asked of each, and their
+/// counts put back in the order asked. The counts are corrected for corral's own
+/// subscribers (`pubcount.rs`).
+fn shard_numsub(cluster: &ClusterUpstream, args: &Args<'_>, proto: Proto, client: u64) -> Plan {
+    let mut groups: Vec<(Addr, u16, Vec<usize>)> = Vec::new();
+    for i in 2..args.len() {
+        let slot = key_slot(args.get(i).unwrap_or_default());
+        let Some(addr) = cluster.master_of(slot) else {
+            cluster.request_refresh();
+            return Plan::ready(replies::SLOT_NOT_SERVED.to_bytes());
+        };
+        match groups.iter_mut().find(|(a, ..)| *a == addr) {
+            Some((_, _, channels)) => channels.push(i),
+            None => groups.push((addr, slot, vec![i])),
+        }
+    }
+    let request = |channels: &[usize]| {
+        let mut argv: Vec<&[u8]> = vec![b"PUBSUB", b"SHARDNUMSUB"];
+        argv.extend(channels.iter().map(|&i| args.get(i).unwrap_or_default()));
+        let mut req = BytesMut::new();
+        encode_request(&argv, &mut req);
+        req.freeze()
+    };
+    let parts: Vec<Part> = groups
+        .into_iter()
+        .map(|(addr, slot, channels)| Part {
+            conn: cluster.conn_for(&addr, proto, client),
+            req: request(&channels),
+            slot,
+            keys: channels,
+        })
+        .collect();
+    Plan::Split {
+        kind: SplitKind::Pairs,
+        parts,
     }
 }
 
