@@ -158,19 +158,7 @@ async fn a_killed_master_is_replaced_and_its_keys_are_readable_again() {
     // Keyspace events of a key of the victim's shard, set on every node through corral (the
     // replica too, once the topology lists it) and subscribed once, before the kill.
     let replica = cluster.replicas_of(victim)[0];
-    let listed = Deadline::new(Duration::from_secs(10), "the replica to take the setting")
-        .every(Duration::from_millis(100));
-    loop {
-        assert_eq!(
-            c.cmd("CONFIG SET notify-keyspace-events K$").await,
-            b"+OK\r\n"
-        );
-        let got = sync_cmd(replica, &["CONFIG", "GET", "notify-keyspace-events"]);
-        if got.ends_with(b"$2\r\n$K\r\n") {
-            break;
-        }
-        listed.pause_seeing(show(&got)).await;
-    }
+    keyspace_events_on(&mut c, replica).await;
     let mut events = RawClient::connect(proxy.addr).await.unwrap();
     events.cmd("SUBSCRIBE __keyspace@0__:fo:0").await;
     // Let the victim's replica catch up before it dies, or the keys die with it. WAIT on a
@@ -223,6 +211,24 @@ async fn a_killed_master_is_replaced_and_its_keys_are_readable_again() {
         b"*3\r\n$7\r\nmessage\r\n$19\r\n__keyspace@0__:fo:0\r\n$3\r\nset\r\n"
     );
     proxy.stop().await;
+}
+
+/// Turns on keyspace events for strings (`K$`) with a CONFIG SET through corral, which sets
+/// every node it lists, until `replica` has it: a replica is listed once it is online.
+async fn keyspace_events_on(c: &mut RawClient, replica: u16) {
+    let deadline = Deadline::new(Duration::from_secs(10), "the replica to take the setting")
+        .every(Duration::from_millis(100));
+    loop {
+        assert_eq!(
+            c.cmd("CONFIG SET notify-keyspace-events K$").await,
+            b"+OK\r\n"
+        );
+        let got = sync_cmd(replica, &["CONFIG", "GET", "notify-keyspace-events"]);
+        if got.ends_with(b"$2\r\n$K\r\n") {
+            return;
+        }
+        deadline.pause_seeing(show(&got)).await;
+    }
 }
 
 /// Whether a master's `INFO replication` shows a replica online at the master's offset.
@@ -560,19 +566,7 @@ async fn a_manual_failover_is_followed_without_redirections_or_lost_writes() {
     let others: Vec<String> = shards.iter().flat_map(|(_, k)| k.clone()).collect();
     // Keyspace events of a key on the shard that fails over: set on every node through
     // corral (the replica too, once the topology lists it), subscribed once.
-    let deadline = Deadline::new(Duration::from_secs(10), "the replica to take the setting")
-        .every(Duration::from_millis(100));
-    loop {
-        assert_eq!(
-            c.cmd("CONFIG SET notify-keyspace-events K$").await,
-            b"+OK\r\n"
-        );
-        let got = sync_cmd(replica, &["CONFIG", "GET", "notify-keyspace-events"]);
-        if got.ends_with(b"$2\r\n$K\r\n") {
-            break;
-        }
-        deadline.pause_seeing(show(&got)).await;
-    }
+    keyspace_events_on(&mut c, replica).await;
     let mut events = RawClient::connect(proxy.addr).await.unwrap();
     events.cmd("SUBSCRIBE __keyspace@0__:{fo}:x").await;
 
