@@ -352,6 +352,35 @@ async fn a_script_below_the_busy_threshold_delays_others_without_errors() {
     proxy.stop().await;
 }
 
+/// A request that needs a connection of its own (MULTI here) while Redis is stalled below
+/// its busy threshold: Redis answers the connection's handshake when the stall ends, as it
+/// answers any request then, so the transaction runs as on Redis, past the connect timeout
+/// (1 s; the stall is about 1.5 s), where corral once failed it (`connect timed out`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_begun_during_a_stall_waits_it_out() {
+    const SLOW: &str = "local t = redis.call('TIME') local s = t[1] * 1000000 + t[2] \
+                        while true do t = redis.call('TIME') \
+                        if t[1] * 1000000 + t[2] - s > 1500000 then break end end return 1";
+    let redis = RedisServer::start();
+    let proxy = proxy(&redis, |_| {}).await;
+    let mut a = client_in(proxy.addr, false).await;
+    let mut b = client_in(proxy.addr, false).await;
+    a.send(&encode(&[b"EVAL", SLOW.as_bytes(), b"0"])).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    b.send(b"MULTI\r\nSET stall:k v\r\nEXEC\r\nGET stall:k\r\n")
+        .await;
+    for want in [
+        &b"+OK\r\n"[..],
+        b"+QUEUED\r\n",
+        b"*1\r\n+OK\r\n",
+        b"$1\r\nv\r\n",
+    ] {
+        assert_eq!(show(&b.read_reply().await), show(want));
+    }
+    assert_eq!(a.read_reply().await, b":1\r\n");
+    proxy.stop().await;
+}
+
 /// CLIENT PAUSE WRITE parks a client at its first write, on Redis the client's own connection.
 /// Through corral a paused write must not park a shared upstream connection: other clients'
 /// reads (here queued on the one shared connection) are answered during the pause, as on

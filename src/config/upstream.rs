@@ -61,7 +61,8 @@ pub struct UpstreamConfig {
     pub url: String,
     /// Shared pipelined connections per protocol version (RESP2, RESP3).
     pub connections: usize,
-    /// Deadline for establishing (and authenticating) one upstream connection.
+    /// Deadline for connecting one upstream connection (TCP and TLS); Redis's handshake after
+    /// it waits as a request does (`request_timeout_ms`, never less than this).
     pub connect_timeout_ms: u64,
     /// Deadline for the reply to a request on a shared connection; 0 waits forever. Dedicated
     /// connections (scripts, transactions, blocking commands) wait as long as Redis takes.

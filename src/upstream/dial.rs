@@ -36,15 +36,12 @@ pub async fn dial(addr: &str, tls: Option<&UpstreamTlsConnector>) -> Result<Stre
     }
 }
 
-/// Connects and runs the handshake within the connect timeout.
+/// Connects and runs the handshake, each within its deadline (see [`connect`]).
 ///
 /// # Errors
-/// The connect, the handshake or the deadline failed.
+/// The connect, the handshake or a deadline failed.
 pub async fn open(s: &ConnSettings, status: &UpstreamStatus) -> Result<Stream, String> {
-    let stream = match timeout(s.connect_timeout, connect(s, status)).await {
-        Ok(r) => r.map(|(stream, _, _)| stream)?,
-        Err(_) => return Err("connect timed out".into()),
-    };
+    let (stream, _, _) = connect(s, status).await?;
     // Not managed here: no longer registered once handed over (it is MONITOR's relay).
     if let Ok(a) = stream.local_addr() {
         status.remove_conn(a);
@@ -52,7 +49,8 @@ pub async fn open(s: &ConnSettings, status: &UpstreamStatus) -> Result<Stream, S
     Ok(stream)
 }
 
-/// Connects and runs the handshake; returns the stream, whether tracking is on, and the
+/// Connects (TCP, TLS) within `connect_timeout` and runs the handshake within
+/// [`ConnSettings::handshake_timeout`]; returns the stream, whether tracking is on, and the
 /// server's client id for the connection. A refusal (credentials, TLS) is recorded in
 /// `status` and its cause says what to fix.
 pub(super) async fn connect(
@@ -102,7 +100,9 @@ async fn connect_once(
     access: &Access,
     status: &UpstreamStatus,
 ) -> Result<(Stream, bool, Option<u64>), String> {
-    let mut stream = dial(&s.addr, access.tls.as_ref()).await?;
+    let mut stream = timeout(s.connect_timeout, dial(&s.addr, access.tls.as_ref()))
+        .await
+        .map_err(|_| String::from("connect timed out"))??;
     // Known to MONITOR from before the handshake, whose commands are corral's own; the
     // guard forgets it if the handshake fails or is abandoned (connect timeout).
     let mut registered = stream.local_addr().ok().map(|a| {
@@ -114,24 +114,30 @@ async fn connect_once(
         Some(p) => (s.user.as_deref(), Some(p.as_str())),
         None => (access.user.as_deref(), access.password.as_deref()),
     };
-    let greeting = handshake::hello(&mut stream, s.proto, user, password)
-        .await?
-        .unwrap_or_default();
-    if let Some(v) = &greeting.version {
-        status.set_version(v);
-    }
-    if s.db != 0 {
-        handshake::select(&mut stream, s.proto, s.db).await?;
-    }
-    if s.readonly {
-        handshake::readonly(&mut stream, s.proto).await?;
-    }
-    let tracking = s.tracking && handshake::tracking_on(&mut stream, s.proto).await?;
+    let handshake = async {
+        let greeting = handshake::hello(&mut stream, s.proto, user, password)
+            .await?
+            .unwrap_or_default();
+        if let Some(v) = &greeting.version {
+            status.set_version(v);
+        }
+        if s.db != 0 {
+            handshake::select(&mut stream, s.proto, s.db).await?;
+        }
+        if s.readonly {
+            handshake::readonly(&mut stream, s.proto).await?;
+        }
+        let tracking = s.tracking && handshake::tracking_on(&mut stream, s.proto).await?;
+        Ok::<_, String>((tracking, greeting.id))
+    };
+    let (tracking, id) = timeout(s.handshake_timeout(), handshake)
+        .await
+        .map_err(|_| String::from("handshake timed out"))??;
     // Up: the caller forgets the address when the connection closes.
     if let Some(r) = registered.take() {
         std::mem::forget(r);
     }
-    Ok((stream, tracking, greeting.id))
+    Ok((stream, tracking, id))
 }
 
 /// Forgets a connection's address (see [`UpstreamStatus::add_conn`]) when dropped.

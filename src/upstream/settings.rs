@@ -28,7 +28,8 @@ pub struct ConnSettings {
     pub password: Option<String>,
     /// Protocol spoken on this connection.
     pub proto: Proto,
-    /// Deadline for connect plus handshake.
+    /// Deadline for the TCP connect and the TLS handshake (see
+    /// [`ConnSettings::handshake_timeout`] for Redis's handshake after them).
     pub connect_timeout: Duration,
     /// First reconnect delay.
     pub backoff_min: Duration,
@@ -70,6 +71,20 @@ pub struct ConnSettings {
     /// no timer of its own ([`super::UpstreamConn::times_out`]). `None` on connections whose
     /// waiters time out in their own way (tracking lanes, pub/sub).
     pub request_timeout: Option<Duration>,
+}
+
+impl ConnSettings {
+    /// Deadline for Redis's part of making a connection (HELLO, AUTH, SELECT, READONLY,
+    /// CLIENT TRACKING), once connected. A Redis stalled by a slow command, a script below
+    /// its busy threshold or DEBUG SLEEP answers it late, as it answers any request: so it
+    /// waits as a request does, `request_timeout` (never less than `connect_timeout`), and a
+    /// client's MULTI or blocking command waits out a stall as it would on Redis instead of
+    /// failing. Connections without a request deadline (tracking lanes, pub/sub, which
+    /// reconnect in the background) keep `connect_timeout`.
+    pub fn handshake_timeout(&self) -> Duration {
+        self.request_timeout
+            .map_or(self.connect_timeout, |r| r.max(self.connect_timeout))
+    }
 }
 
 /// By hand, so that a password never reaches a log line that prints the settings.

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use rand::Rng;
 use tokio::sync::{Notify, mpsc};
-use tokio::time::{Instant, sleep_until, timeout};
+use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
@@ -65,12 +65,13 @@ impl Task {
     async fn keep_connected(&mut self) {
         let mut backoff = self.s.backoff_min;
         loop {
+            // Each step has its deadline (`dial::connect`).
             let attempt = tokio::select! {
-                r = timeout(self.s.connect_timeout, connect(&self.s, &self.status)) => r,
+                r = connect(&self.s, &self.status) => r,
                 _ = self.shutdown.cancelled() => return,
             };
             let cause = match attempt {
-                Ok(Ok((stream, tracking, id))) => {
+                Ok((stream, tracking, id)) => {
                     backoff = self.s.backoff_min;
                     match self.serve(stream, tracking, id).await {
                         // Reconnect at once after losing a working connection; back off
@@ -79,8 +80,7 @@ impl Task {
                         After::Stop => return,
                     }
                 }
-                Ok(Err(e)) => e,
-                Err(_) => "connect timed out".to_string(),
+                Err(e) => e,
             };
             self.status.disconnected(&cause);
             if !self.s.reconnect || self.revoked() {
