@@ -92,8 +92,20 @@ async fn transactions_run_on_the_node_of_their_keys() {
     assert_eq!(c.cmd("EXEC").await, ABORT);
     assert_eq!(c.cmd("GET {u4}a").await, b"$-1\r\n");
     assert_eq!(c.cmd("GET {u4}kept").await, b"$1\r\n1\r\n");
-    // Outside a transaction they go to every master.
+    // Outside a transaction they go to every master, watching or not (`a`, `b` and `c` are
+    // on three masters: one of them is the master keyless commands go to).
     assert_eq!(c.cmd("DBSIZE").await, b":4\r\n");
+    for key in ["a", "b", "c"] {
+        assert_eq!(c.cmd(&format!("WATCH {key}")).await, b"+OK\r\n");
+        assert_eq!(c.cmd("DBSIZE").await, b":4\r\n", "watching {key}");
+        assert_eq!(c.cmd("UNWATCH").await, b"+OK\r\n");
+    }
+    assert_eq!(c.cmd("MULTI").await, b"+OK\r\n");
+    assert_eq!(
+        c.cmd("PUBSUB SHARDNUMSUB a b").await,
+        refused("pubsub|shardnumsub")
+    );
+    assert_eq!(c.cmd("DISCARD").await, b"+OK\r\n");
     proxy.stop().await;
 }
 

@@ -146,10 +146,10 @@ impl Cache {
             internal: true,
             // A fill's waiters wait on each of its writes.
             hold_at: 0,
-            // A fill that takes too long resets its lane from its waiter (`flight.rs`).
-            request_timeout: None,
             ..settings
-        };
+        }
+        // A fill that takes too long resets its lane from its waiter (`flight.rs`).
+        .background();
         let upstream_addr = lane_settings.addr.clone();
         let lanes = Arc::new(Lanes::new(
             core.clone(),

@@ -62,7 +62,8 @@ pub struct UpstreamConfig {
     /// Shared pipelined connections per protocol version (RESP2, RESP3).
     pub connections: usize,
     /// Deadline for connecting one upstream connection (TCP and TLS); Redis's handshake after
-    /// it waits as a request does (`request_timeout_ms`, never less than this).
+    /// it waits as a request does (`request_timeout_ms`, never less than this; 0, as long as
+    /// Redis takes).
     pub connect_timeout_ms: u64,
     /// Deadline for the reply to a request on a shared connection; 0 waits forever. Dedicated
     /// connections (scripts, transactions, blocking commands) wait as long as Redis takes.

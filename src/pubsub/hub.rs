@@ -54,15 +54,15 @@ impl Hub {
         filter: Filter,
     ) -> Hub {
         let inner = Arc::new(Inner::default());
+        // A subscription's waiter gives up without resetting the connection.
         let settings = ConnSettings {
             proto: crate::resp::Proto::Resp3,
             tracking: false,
             reconnect: true,
             gather: false,
-            // A subscription's waiter gives up without resetting the connection.
-            request_timeout: None,
             ..settings
-        };
+        }
+        .background();
         let (ups_tx, ups_rx) = mpsc::channel(1);
         let observer: Arc<dyn LinkObserver> =
             Arc::new(Observer::new(inner.clone(), ups_tx, moved, filter));

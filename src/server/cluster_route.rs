@@ -52,9 +52,10 @@ impl Conn {
         };
         !self.batch.fits(&pin.ded.conn)
             && (!matches!(cmd.route(), Route::Forward(_))
-                || self
-                    .node_of(cluster, cmd)
-                    .is_ok_and(|node| node == pin.ded.addr()))
+                || (!routed::spreads(cmd)
+                    && self
+                        .node_of(cluster, cmd)
+                        .is_ok_and(|node| node == pin.ded.addr())))
     }
 
     /// Cluster mode: routes by slot, answers CLUSTER/READONLY/READWRITE/SELECT as a single
@@ -76,6 +77,7 @@ impl Conn {
         };
         let name = cmd.name();
         if let (Some(pin), Route::Forward(_)) = (&self.pin, route)
+            && !routed::spreads(cmd)
             && self
                 .node_of(cluster, cmd)
                 .is_ok_and(|node| node == pin.ded.addr())

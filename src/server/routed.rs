@@ -114,14 +114,21 @@ fn spread_of(name: &[u8], sub: &[u8]) -> Option<Spread> {
     })
 }
 
-/// Whether `cmd` names no key and goes to several nodes (see [`Spread`]): inside a
-/// transaction, which runs on one master, it would read or change that master only.
+/// Whether `cmd` names no key and goes to several nodes (see [`Spread`], and PUBSUB
+/// SHARDNUMSUB): inside a transaction, or on a WATCH's pinned connection, it would read or
+/// change one master only.
 pub(super) fn spreads(cmd: &Command<'_>) -> bool {
     let Some(name) = cmd.kind.name.get() else {
         return false;
     };
     let sub = cmd.args.get(1).unwrap_or_default().to_ascii_uppercase();
-    cmd.keys().is_empty() && spread_of(name, &sub).is_some()
+    cmd.keys().is_empty()
+        && (spread_of(name, &sub).is_some() || is_shard_numsub(name, &sub, &cmd.args))
+}
+
+/// PUBSUB SHARDNUMSUB with channels, which are counted on their masters (`shard_numsub`).
+fn is_shard_numsub(name: &[u8], sub: &[u8], args: &Args<'_>) -> bool {
+    (name, sub) == (&b"PUBSUB"[..], &b"SHARDNUMSUB"[..]) && args.len() > 2
 }
 
 /// Commands that name no key: whole-keyspace ones go to every master, settings to every
@@ -142,7 +149,7 @@ fn keyless(
         let error = replies::per_node_setting(param);
         return Plan::ready(Bytes::from(format!("-{error}\r\n")));
     }
-    if (name, sub.as_slice()) == (&b"PUBSUB"[..], &b"SHARDNUMSUB"[..]) && args.len() > 2 {
+    if is_shard_numsub(name, &sub, args) {
         return shard_numsub(cluster, args, proto, client);
     }
     let (how, nodes) = match spread_of(name, &sub) {

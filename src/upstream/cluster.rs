@@ -248,11 +248,13 @@ impl ClusterUpstream {
     }
 
     async fn fetch_from(&self, addr: &Addr) -> Result<SlotMap, String> {
+        // A stalled node is passed over for the next within `connect_timeout`.
         let settings = ConnSettings {
             addr: addr.to_string(),
             proto: Proto::Resp2,
             ..self.base.clone()
-        };
+        }
+        .background();
         let mut stream = dial::open(&settings, &self.status).await?;
         let deadline = settings.connect_timeout;
         let shards = tokio::time::timeout(deadline, ask(&mut stream, &[b"CLUSTER", b"SHARDS"]))

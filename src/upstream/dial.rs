@@ -50,7 +50,7 @@ pub async fn open(s: &ConnSettings, status: &UpstreamStatus) -> Result<Stream, S
 }
 
 /// Connects (TCP, TLS) within `connect_timeout` and runs the handshake within
-/// [`ConnSettings::handshake_timeout`]; returns the stream, whether tracking is on, and the
+/// `handshake_timeout`; returns the stream, whether tracking is on, and the
 /// server's client id for the connection. A refusal (credentials, TLS) is recorded in
 /// `status` and its cause says what to fix.
 pub(super) async fn connect(
@@ -104,7 +104,7 @@ async fn connect_once(
         .await
         .map_err(|_| String::from("connect timed out"))??;
     // Known to MONITOR from before the handshake, whose commands are corral's own; the
-    // guard forgets it if the handshake fails or is abandoned (connect timeout).
+    // guard forgets it if the handshake fails or is abandoned (its deadline).
     let mut registered = stream.local_addr().ok().map(|a| {
         status.add_conn(a, s.internal);
         ConnRegistration { status, addr: a }
@@ -130,9 +130,12 @@ async fn connect_once(
         let tracking = s.tracking && handshake::tracking_on(&mut stream, s.proto).await?;
         Ok::<_, String>((tracking, greeting.id))
     };
-    let (tracking, id) = timeout(s.handshake_timeout(), handshake)
-        .await
-        .map_err(|_| String::from("handshake timed out"))??;
+    let (tracking, id) = match s.handshake_timeout {
+        Some(d) => timeout(d, handshake)
+            .await
+            .map_err(|_| String::from("handshake timed out"))??,
+        None => handshake.await?,
+    };
     // Up: the caller forgets the address when the connection closes.
     if let Some(r) = registered.take() {
         std::mem::forget(r);

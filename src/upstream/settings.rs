@@ -28,9 +28,16 @@ pub struct ConnSettings {
     pub password: Option<String>,
     /// Protocol spoken on this connection.
     pub proto: Proto,
-    /// Deadline for the TCP connect and the TLS handshake (see
-    /// [`ConnSettings::handshake_timeout`] for Redis's handshake after them).
+    /// Deadline for the TCP connect and the TLS handshake.
     pub connect_timeout: Duration,
+    /// Deadline for Redis's part of making a connection once connected (HELLO, AUTH, SELECT,
+    /// READONLY, CLIENT TRACKING); `None` waits as long as Redis takes. A Redis stalled by a
+    /// slow command, a script below its busy threshold or DEBUG SLEEP answers it late, as it
+    /// answers any request: so it waits as a request does (`upstream.request_timeout_ms`,
+    /// never less than `connect_timeout`; 0, as long as Redis takes), and a client's MULTI
+    /// or blocking command waits out a stall as on Redis instead of failing. Connections made
+    /// in the background (tracking lanes, pub/sub, topology fetches) use [`Self::background`].
+    pub handshake_timeout: Option<Duration>,
     /// First reconnect delay.
     pub backoff_min: Duration,
     /// Largest reconnect delay.
@@ -71,20 +78,6 @@ pub struct ConnSettings {
     /// no timer of its own ([`super::UpstreamConn::times_out`]). `None` on connections whose
     /// waiters time out in their own way (tracking lanes, pub/sub).
     pub request_timeout: Option<Duration>,
-}
-
-impl ConnSettings {
-    /// Deadline for Redis's part of making a connection (HELLO, AUTH, SELECT, READONLY,
-    /// CLIENT TRACKING), once connected. A Redis stalled by a slow command, a script below
-    /// its busy threshold or DEBUG SLEEP answers it late, as it answers any request: so it
-    /// waits as a request does, `request_timeout` (never less than `connect_timeout`), and a
-    /// client's MULTI or blocking command waits out a stall as it would on Redis instead of
-    /// failing. Connections without a request deadline (tracking lanes, pub/sub, which
-    /// reconnect in the background) keep `connect_timeout`.
-    pub fn handshake_timeout(&self) -> Duration {
-        self.request_timeout
-            .map_or(self.connect_timeout, |r| r.max(self.connect_timeout))
-    }
 }
 
 /// By hand, so that a password never reaches a log line that prints the settings.
@@ -129,6 +122,19 @@ impl ConnSettings {
             hold_at: cfg.hold_writes_at(),
             revoked: None,
             request_timeout: cfg.request_timeout(),
+            handshake_timeout: cfg.request_timeout().map(|r| r.max(cfg.connect_timeout())),
+        }
+    }
+
+    /// These settings for a connection made in the background (a tracking lane, pub/sub, a
+    /// topology fetch): no request deadline of its own, and Redis's handshake within
+    /// `connect_timeout`, so a stalled node is given up on and tried again, or another one
+    /// asked, rather than waited for.
+    pub fn background(self) -> ConnSettings {
+        ConnSettings {
+            request_timeout: None,
+            handshake_timeout: Some(self.connect_timeout),
+            ..self
         }
     }
 }

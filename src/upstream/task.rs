@@ -139,7 +139,11 @@ impl Task {
             o.down(&cause);
         }
         self.status.lost();
-        self.status.disconnected(&cause);
+        // A connection ended on purpose (a lane or hub no longer needed, or corral shutting
+        // down) is no upstream error for INFO's `upstream_last_error`.
+        if !self.shutdown.is_cancelled() {
+            self.status.disconnected(&cause);
+        }
         // Shut down, or every handle dropped: nothing left to serve.
         if self.shutdown.is_cancelled() || self.rx.is_closed() {
             return After::Stop;
