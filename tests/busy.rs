@@ -30,6 +30,11 @@ const DEEP: &str = "local t = {} local c = t for i = 1, 5000 do local n = {} c[1
 
 const SPIN: &str = "while true do end";
 
+/// A script that keeps Redis silent about 1.5 s, below its BUSY threshold (5 s).
+const SLOW: &str = "local t = redis.call('TIME') local s = t[1] * 1000000 + t[2] \
+                    while true do t = redis.call('TIME') \
+                    if t[1] * 1000000 + t[2] - s > 1500000 then break end end return 1";
+
 const SPIN_LIBRARY: &str =
     "#!lua name=busylib\nredis.register_function('spin', function() while true do end end)";
 
@@ -331,10 +336,6 @@ async fn shutdown_nosave_reaches_a_busy_redis_and_closes_like_redis() {
 /// request queued behind the PING gets its reply when the script ends (not `timed out`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_script_below_the_busy_threshold_delays_others_without_errors() {
-    // The script runs about 1.5 s; the BUSY threshold (5 s) is never reached.
-    const SLOW: &str = "local t = redis.call('TIME') local s = t[1] * 1000000 + t[2] \
-                        while true do t = redis.call('TIME') \
-                        if t[1] * 1000000 + t[2] - s > 1500000 then break end end return 1";
     let redis = RedisServer::start();
     let proxy = proxy(&redis, |cfg| {
         cfg.cache.lane_check_ms = 200;
@@ -358,9 +359,6 @@ async fn a_script_below_the_busy_threshold_delays_others_without_errors() {
 /// (1 s; the stall is about 1.5 s), where corral once failed it (`connect timed out`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_transaction_begun_during_a_stall_waits_it_out() {
-    const SLOW: &str = "local t = redis.call('TIME') local s = t[1] * 1000000 + t[2] \
-                        while true do t = redis.call('TIME') \
-                        if t[1] * 1000000 + t[2] - s > 1500000 then break end end return 1";
     let redis = RedisServer::start();
     let proxy = proxy(&redis, |_| {}).await;
     let mut a = client_in(proxy.addr, false).await;

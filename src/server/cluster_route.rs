@@ -6,6 +6,8 @@ use bytes::{Bytes, BytesMut};
 
 use super::client::Conn;
 use super::cluster_view;
+use super::info;
+use super::pending::Fan;
 use super::plan::{BlockingReq, NodeReq, Plan};
 use super::route::Request;
 use super::routed;
@@ -59,9 +61,9 @@ impl Conn {
     }
 
     /// Cluster mode: routes by slot, answers CLUSTER/READONLY/READWRITE/SELECT as a single
-    /// node would, and refuses what is not supported there yet. `None` in standalone mode or
-    /// for requests handled as usual (local commands, INFO, pub/sub, and a pinned client's
-    /// requests to its pinned node).
+    /// node would, sends INFO's keyspace question to every master, and refuses what is not
+    /// supported there yet. `None` in standalone mode or for requests handled as usual (local
+    /// commands, other INFO, pub/sub, and a pinned client's requests to its pinned node).
     pub(super) fn cluster_step(&self, cmd: &Command<'_>, req: &Request<'_>) -> Option<Plan> {
         let (args, route) = (&cmd.args, cmd.route());
         let cluster = self.shared.upstream.cluster.as_ref()?;
@@ -120,6 +122,26 @@ impl Conn {
                 Some(0) => Some(Plan::ready(Bytes::from_static(reply::OK))),
                 _ => error(replies::SELECT_IN_CLUSTER.text()),
             },
+            // Each master has its own keys: the keyspace section counts them all (with no
+            // master known yet, one node answers, as for other sections).
+            Route::Info
+                if info::wants_keyspace(args)
+                    && let masters = cluster.masters()
+                    && !masters.is_empty() =>
+            {
+                let how = Fan::Info {
+                    with_proxy: info::wants_proxy_section(args),
+                };
+                let (proto, id) = (self.session.proto, self.session.id);
+                Some(routed::fan_out(
+                    cluster,
+                    &masters,
+                    how,
+                    req.bytes(cmd),
+                    proto,
+                    id,
+                ))
+            }
             Route::Tx(tx) => self.cluster_tx(cluster, tx, cmd, req),
             Route::Blocking if self.pin.is_none() => match self.node_of(cluster, cmd) {
                 Ok(node) => Some(Plan::Blocking(Box::new(BlockingReq {

@@ -8,9 +8,9 @@ use super::cached::{cache_step, invalidate_writes};
 use super::client::Conn;
 use super::clients::{self};
 use super::gate::{is_admin, no_permission};
-use super::pending::{Fan, Then};
+use super::pending::Then;
 use super::plan::{AloneReq, AuthReq, BlockingReq, NodeReq, Plan, Repin};
-use super::{corral, info, routed};
+use super::{corral, info};
 use crate::commands::{self, Access, Command, Exclusive, Local, LocalCtx, Outcome, Route, Tx};
 use crate::error::replies;
 use crate::resp::digits::parse_int;
@@ -62,25 +62,6 @@ impl Conn {
             Route::Corral => {
                 self.shared.metrics.local_commands.inc();
                 Plan::ready(corral::execute(&args, &self.shared, self.session.proto))
-            }
-            // In a cluster each master has its own keys: the keyspace section counts them all
-            // (with no master known yet, one node answers, as for other sections).
-            Route::Info
-                if let Some(cluster) = &self.shared.upstream.cluster
-                    && info::wants_keyspace(&args)
-                    && let masters = cluster.masters()
-                    && !masters.is_empty() =>
-            {
-                routed::fan_out(
-                    cluster,
-                    &masters,
-                    Fan::Info {
-                        with_proxy: info::wants_proxy_section(&args),
-                    },
-                    req.bytes(cmd),
-                    self.session.proto,
-                    self.session.id,
-                )
             }
             Route::Info => Plan::Alone(Box::new(AloneReq {
                 conn: None,
