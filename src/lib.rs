@@ -91,14 +91,17 @@ pub async fn run_with(
         (None, Some(_)) => Some(bind(&cfg.tls.listen).await?),
         (_, None) => None,
     };
+    let requirepass = Arc::new(acl::DefaultPassword::new(cfg.requirepass.get()));
     reloader.attach(reload::Live {
         started: cfg.clone(),
         access: access.clone(),
         acceptor: acceptor.clone(),
+        requirepass: requirepass.clone(),
+        applied: std::sync::Mutex::new(cfg.clone()),
     });
     let acl = cfg.acl()?;
     // Every upstream connection (shared, dedicated, cache lanes, pub/sub) starts from these.
-    let base = upstream::ConnSettings::new(&cfg, &target.primary, access);
+    let base = upstream::ConnSettings::new(&cfg, &target.primary, access.clone());
     // Upstream connections outlive client connections during the drain, so in-flight requests
     // can complete; they get their own token, cancelled last.
     let upstream_token = CancellationToken::new();
@@ -132,6 +135,10 @@ pub async fn run_with(
         hub,
         Arc::new(metrics),
         acl,
+        server::Auth {
+            requirepass,
+            upstream: access,
+        },
     ));
     if let Some(admin) = listeners.admin {
         tokio::spawn(admin::serve(admin, shared.clone(), upstream_token.clone()));

@@ -1,15 +1,17 @@
 //! Reloading settings without a restart (SIGHUP): the TLS listener's certificate, key and
-//! client CA files are re-read (connected clients keep their sessions), and the upstream's
-//! credentials (user and password in `upstream.url`, or the first of `cluster.seeds`) and
-//! `[upstream.tls]` are replaced for the upstream connections made from then on (live ones
-//! are kept). Everything else is read at startup only: a reload that changes it says so in the
-//! log and leaves it as it was.
+//! client CA files are re-read (connected clients keep their sessions), `[upstream.tls]` is
+//! replaced for the upstream connections made from then on (live ones are kept), and so are
+//! the upstream's credentials (user and password in `upstream.url`, or the first of
+//! `cluster.seeds`) and `requirepass` when the file changed them. Unchanged in the file, they
+//! keep what a `CONFIG SET requirepass` through corral set since. Everything else is read at
+//! startup only: a reload that changes it says so in the log and leaves it as it was.
 //!
 //! A reload is all or nothing: if the new config is invalid or a file cannot be read, nothing
 //! changes and the error says why.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
+use crate::acl::DefaultPassword;
 use crate::config::Config;
 use crate::tls::TlsAcceptorHandle;
 use crate::upstream::{Access, UpstreamAccess};
@@ -27,6 +29,11 @@ pub(crate) struct Live {
     pub(crate) started: Arc<Config>,
     pub(crate) access: Arc<UpstreamAccess>,
     pub(crate) acceptor: Option<Arc<TlsAcceptorHandle>>,
+    /// The `default` user's password clients authenticate with.
+    pub(crate) requirepass: Arc<DefaultPassword>,
+    /// The config last applied (at start or by a reload): a credential the file leaves as it
+    /// was keeps its running value.
+    pub(crate) applied: Mutex<Arc<Config>>,
 }
 
 /// What a successful reload did.
@@ -66,11 +73,25 @@ impl Reloader {
             acceptor.reload().map_err(|e| e.to_string())?;
             done.applied.push("tls listener certificates");
         }
-        live.access.replace(access);
-        done.applied.push("upstream credentials");
+        let mut applied = live.applied.lock().unwrap_or_else(PoisonError::into_inner);
+        let before = applied
+            .validate()
+            .ok()
+            .map(|t| (t.primary.user, t.primary.password));
+        if before != Some((target.primary.user.clone(), target.primary.password.clone())) {
+            live.access.replace(access);
+            done.applied.push("upstream credentials");
+        } else {
+            live.access.replace_tls(access.tls);
+        }
         if target.tls {
             done.applied.push("upstream.tls");
         }
+        if applied.requirepass != new.requirepass {
+            live.requirepass.set(new.requirepass.get());
+            done.applied.push("requirepass");
+        }
+        *applied = Arc::new(new.clone());
         Ok(done)
     }
 }
@@ -114,7 +135,6 @@ fn restart_needed(old: &Config, new: &Config) -> Vec<&'static str> {
     check("listen", old.listen != new.listen);
     check("admin", old.admin != new.admin);
     check("tls", old.tls != new.tls);
-    check("requirepass", old.requirepass != new.requirepass);
     check("log_level", old.log_level != new.log_level);
     check("threads", old.threads != new.threads);
     check("max_clients", old.max_clients != new.max_clients);
@@ -150,6 +170,42 @@ mod tests {
             restart_needed(&old, &new),
             ["upstream address", "listen", "cache"]
         );
+    }
+
+    #[test]
+    fn a_password_followed_at_runtime_stays_until_the_file_changes_it() {
+        let mut cfg = Config::default();
+        cfg.upstream.url = "redis://:a@127.0.0.1:6379".into();
+        cfg.requirepass = crate::config::Secret("a".into());
+        let target = cfg.validate().unwrap();
+        let access = Arc::new(UpstreamAccess::new(
+            Access::from_config(&cfg, &target).unwrap(),
+        ));
+        let requirepass = Arc::new(DefaultPassword::new(Some("a")));
+        let reloader = Reloader::default();
+        reloader.attach(Live {
+            started: Arc::new(cfg.clone()),
+            access: access.clone(),
+            acceptor: None,
+            requirepass: requirepass.clone(),
+            applied: Mutex::new(Arc::new(cfg.clone())),
+        });
+        // CONFIG SET requirepass b through corral.
+        assert!(access.follow_default_password(Some("b")));
+        requirepass.set(Some("b"));
+        let password = || access.current().password.clone();
+
+        let done = reloader.reload(&cfg).unwrap();
+        assert!(done.applied.is_empty(), "{done:?}");
+        assert_eq!(password().as_deref(), Some("b"));
+        assert_eq!(requirepass.get().as_deref(), Some("b"));
+
+        cfg.upstream.url = "redis://:c@127.0.0.1:6379".into();
+        cfg.requirepass = crate::config::Secret("c".into());
+        let done = reloader.reload(&cfg).unwrap();
+        assert_eq!(done.applied, ["upstream credentials", "requirepass"]);
+        assert_eq!(password().as_deref(), Some("c"));
+        assert_eq!(requirepass.get().as_deref(), Some("c"));
     }
 
     #[test]

@@ -804,8 +804,20 @@ async fn settings_reach_every_node_replicas_too() {
             refused.into_bytes()
         );
     }
+    // corral could not follow a password some nodes took and others refused.
+    let refused = c
+        .cmd("CONFIG SET maxmemory-samples 5 requirepass s3cret")
+        .await;
+    assert!(
+        refused.starts_with(
+            b"-ERR CONFIG SET 'requirepass' is not supported by corral in cluster mode"
+        ),
+        "{}",
+        show(&refused)
+    );
     for &p in &nodes {
         assert!(samples(p).ends_with(b"$1\r\n7\r\n"), ":{p}");
+        assert_eq!(sync_cmd(p, &["PING"]), b"+PONG\r\n", ":{p}");
     }
     proxy.stop().await;
 }

@@ -5,6 +5,7 @@
 //! SHA-256 digests, as Redis keeps them, and never printed: [`User`]'s `Debug` omits them.
 
 mod guard;
+mod password;
 mod rules;
 pub mod table;
 
@@ -19,6 +20,7 @@ use sha2::{Digest, Sha256};
 use crate::error::replies;
 
 pub use guard::{Guard, GuardConfig, Verdict, unknown_subcommand};
+pub use password::DefaultPassword;
 pub use rules::{Perms, arity, is_container};
 
 /// One `[[users]]` entry of the config file.

@@ -130,6 +130,12 @@ canned! {
     /// AUTH as a Redis ACL user in cluster mode.
     ACL_USER_IN_CLUSTER = "ERR AUTH as a Redis ACL user other than 'default' is not supported \
         by corral in cluster mode";
+    /// CONFIG SET requirepass in cluster mode: each node would have to accept it for corral
+    /// to follow it.
+    REQUIREPASS_IN_CLUSTER = "ERR CONFIG SET 'requirepass' is not supported by corral in \
+        cluster mode: set it on each node and in cluster.seeds, then reload corral";
+    /// CONFIG SET requirepass with a password corral could not authenticate upstream with.
+    REQUIREPASS_NOT_UTF8 = "ERR CONFIG SET 'requirepass' through corral takes a UTF-8 password";
     /// MONITOR from a client authenticated as a Redis ACL user.
     MONITOR_AS_ACL_USER =
         "ERR MONITOR is not supported by corral for a client authenticated as a Redis ACL user";

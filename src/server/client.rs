@@ -101,7 +101,7 @@ impl Conn {
             max_multibulk_len: l.max_multibulk_len,
             max_inline_len: l.max_inline_len,
         };
-        let authenticated = shared.cfg.requirepass.get().is_none();
+        let authenticated = !shared.auth.requirepass.is_set();
         let session = Session::new(id, addr, laddr, authenticated);
         let entry = shared.clients.add(&session, kill.clone());
         let attention = Arc::new(Attention::default());

@@ -25,6 +25,9 @@ impl Conn {
     pub(super) fn refused_in_multi(&mut self, cmd: &Command<'_>) -> Option<Plan> {
         let why = if changes_the_client(cmd) {
             "not inside MULTI"
+        } else if super::password::requirepass_set(cmd).is_some() {
+            // Followed only once Redis accepts it, which inside MULTI is EXEC's reply.
+            "not with requirepass inside MULTI"
         } else if self.shared.upstream.cluster.is_some() && super::routed::spreads(cmd) {
             "not inside MULTI in cluster mode, where a transaction runs on one master"
         } else {

@@ -16,6 +16,7 @@ mod gate;
 mod info;
 mod merged;
 mod mget;
+mod password;
 mod pending;
 mod permit;
 mod pin;
@@ -37,7 +38,7 @@ mod user_pubsub;
 mod users;
 mod writes;
 
-pub use shared::Shared;
+pub use shared::{Auth, Shared};
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;

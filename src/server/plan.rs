@@ -41,6 +41,9 @@ pub(super) enum Plan {
     StartMulti { node: String, req: Bytes },
     /// SELECT: `db` if the argument is a valid index.
     Select { db: Option<u32>, req: Bytes },
+    /// CONFIG SET requirepass (the request, the new password): sent alone, followed by
+    /// corral once Redis accepts it (`password.rs`).
+    Requirepass(Box<(Bytes, String)>),
     /// SCRIPT KILL, FUNCTION KILL, SHUTDOWN: sent alone on a connection of its own.
     OutOfBand { req: Bytes, shutdown: bool },
     /// MONITOR: relay once this round's replies are written.

@@ -275,6 +275,10 @@ impl Conn {
             }
             Plan::StartMulti { node, req } => return self.start_multi(node, req).await,
             Plan::Select { db, req } => return self.select(db, req).await,
+            Plan::Requirepass(r) => {
+                let (req, password) = *r;
+                return self.set_requirepass(req, password).await;
+            }
             Plan::OutOfBand { req, shutdown } => return self.out_of_band(req, shutdown).await,
             Plan::Monitor => {
                 self.flush_batch().await;

@@ -147,6 +147,9 @@ impl Conn {
         if !matches!(route, Route::Forward(_)) {
             self.info_changed();
         }
+        if let Some(password) = super::password::requirepass_set(cmd) {
+            return Some(self.plan_requirepass(password, req.bytes(cmd)));
+        }
         if let Some(p) = self.cluster_cache_step(cmd) {
             return Some(p);
         }
@@ -389,8 +392,13 @@ impl Conn {
         let user_before = self.session.user.is_some();
         let proto_before = self.session.proto;
         let version = self.shared.upstream.status.version();
+        // Only these look at the password: PING and ECHO take no lock for it.
+        let requirepass = match local {
+            Local::Auth | Local::Hello | Local::Reset => self.shared.auth.requirepass.get(),
+            _ => None,
+        };
         let ctx = LocalCtx {
-            requirepass: self.shared.cfg.requirepass.get(),
+            requirepass: requirepass.as_deref(),
             version: version.as_deref().unwrap_or(crate::VERSION),
             users: Some(&self.shared.users),
         };

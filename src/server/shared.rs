@@ -6,12 +6,12 @@ use std::time::Instant;
 
 use super::clients;
 use super::track_state;
-use crate::acl::{Guard, Users};
+use crate::acl::{DefaultPassword, Guard, Users};
 use crate::cache::Cache;
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::pubsub::Router;
-use crate::upstream::Upstream;
+use crate::upstream::{Upstream, UpstreamAccess};
 
 /// State shared by all connections.
 #[derive(Debug)]
@@ -38,6 +38,17 @@ pub struct Shared {
     pub(super) guard: Guard,
     pub(super) next_id: AtomicU64,
     pub(super) client_count: AtomicUsize,
+    /// The `default` user's password, and what upstream connections authenticate with.
+    pub(super) auth: Auth,
+}
+
+/// The passwords a `CONFIG SET requirepass` through corral changes (see [`Shared::new`]).
+#[derive(Debug)]
+pub struct Auth {
+    /// The `default` user's password, which clients give corral.
+    pub requirepass: Arc<DefaultPassword>,
+    /// What upstream connections authenticate with.
+    pub upstream: Arc<UpstreamAccess>,
 }
 
 impl Shared {
@@ -49,6 +60,7 @@ impl Shared {
         pubsub: Arc<Router>,
         metrics: Arc<Metrics>,
         (users, guard): (Users, Guard),
+        auth: Auth,
     ) -> Self {
         Shared {
             cfg,
@@ -63,7 +75,20 @@ impl Shared {
             guard,
             next_id: AtomicU64::new(1),
             client_count: AtomicUsize::new(0),
+            auth,
         }
+    }
+
+    /// Redis accepted a `CONFIG SET requirepass` sent through corral: as on Redis, clients
+    /// now authenticate with `password` (none if empty), and so do corral's new upstream
+    /// connections when corral authenticates as `default` (its old password no longer would).
+    pub(super) fn follow_requirepass(&self, password: Option<&str>) {
+        self.auth.requirepass.set(password);
+        let upstream = self.auth.upstream.follow_default_password(password);
+        tracing::info!(
+            upstream,
+            "requirepass changed through corral: clients authenticate with the new password"
+        );
     }
 
     /// Clients connected now.

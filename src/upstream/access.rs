@@ -90,8 +90,64 @@ impl UpstreamAccess {
         self.changed.notify_waiters();
     }
 
+    /// Replaces the TLS setup only (a reload that left the credentials as they were): the
+    /// credentials in force, which a followed password change may have set, stay.
+    pub fn replace_tls(&self, tls: Option<UpstreamTlsConnector>) {
+        let now = self.current();
+        self.replace(Access {
+            user: now.user.clone(),
+            password: now.password.clone(),
+            tls,
+        });
+    }
+
+    /// Follows a change of Redis's `default` password (a `CONFIG SET requirepass` Redis
+    /// accepted through corral): connections made from now on authenticate with `password`
+    /// (none if empty), when corral authenticates as `default`. Returns whether it applied.
+    pub fn follow_default_password(&self, password: Option<&str>) -> bool {
+        let now = self.current();
+        if now.user.as_deref().is_some_and(|u| u != "default") {
+            return false;
+        }
+        self.replace(Access {
+            user: now.user.clone(),
+            password: password.filter(|p| !p.is_empty()).map(String::from),
+            tls: now.tls.clone(),
+        });
+        true
+    }
+
     /// Completes at the next [`UpstreamAccess::replace`].
     pub async fn changed(&self) {
         self.changed.notified().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Access, UpstreamAccess};
+
+    fn as_user(user: Option<&str>) -> UpstreamAccess {
+        UpstreamAccess::new(Access {
+            user: user.map(String::from),
+            password: Some("old".into()),
+            tls: None,
+        })
+    }
+
+    #[test]
+    fn only_the_default_users_password_is_followed() {
+        for user in [None, Some("default")] {
+            let access = as_user(user);
+            assert!(access.follow_default_password(Some("new")));
+            assert_eq!(access.current().password.as_deref(), Some("new"));
+            assert_eq!(access.current().user.as_deref(), user);
+            assert!(access.follow_default_password(Some("")));
+            assert_eq!(access.current().password, None);
+        }
+        // corral logs in as another Redis user: the default user's password is not its own.
+        let access = as_user(Some("app"));
+        assert!(!access.follow_default_password(Some("new")));
+        assert_eq!(access.current().password.as_deref(), Some("old"));
     }
 }
