@@ -278,6 +278,28 @@ async fn resp2_redirect_to_a_subscribed_corral_client() {
     );
 }
 
+/// CLIENT TRACKING OFF from a client without tracking: Redis still checks that a REDIRECT
+/// names a connected client, and which error comes first. corral sent its own client id,
+/// which Redis knew as some other connection or not at all.
+#[tokio::test]
+async fn tracking_off_without_tracking_checks_its_redirect_as_redis_does() {
+    let p = Pair::start().await;
+    same_on_both(
+        &p,
+        &[
+            "X: CLIENT ID => X #any",
+            "T: CLIENT TRACKING OFF REDIRECT @X",
+            "T: CLIENT TRACKING OFF REDIRECT 999999",
+            "T: CLIENT TRACKING OFF REDIRECT @X REDIRECT @X",
+            "T: CLIENT TRACKING OFF REDIRECT 999999 BOGUS",
+            "T: CLIENT TRACKING OFF BOGUS REDIRECT 999999",
+            "T: CLIENT TRACKING OFF REDIRECT notanumber",
+            "T: GET k",
+        ],
+    )
+    .await;
+}
+
 /// Redis drops the connection corral made for a redirection target (CLIENT KILL): the
 /// target's invalidations are gone with it, so corral closes the target, as Redis closes a
 /// client whose connection it kills; its library then drops the cache that nothing would

@@ -77,6 +77,7 @@ impl Conn {
         let tracking = self.pin.as_ref().is_some_and(|p| p.tracking.is_some());
         if !on && !tracking {
             // Nothing to turn off: Redis's `+OK` from wherever the client's requests go.
+            let req = self.redirect_for_off(&argv, req);
             self.append(&req);
             return false;
         }
@@ -116,6 +117,37 @@ impl Conn {
             }),
         })));
         false
+    }
+
+    /// CLIENT TRACKING OFF of a client without tracking, as Redis will get it. Redis checks
+    /// that a REDIRECT names a connected client even then: a corral id naming one becomes the
+    /// id of an upstream connection Redis has (the client's own), any other one an id Redis
+    /// cannot have, so that Redis's reply, and which error comes first, are its own.
+    fn redirect_for_off(&self, argv: &[Bytes], req: Bytes) -> Bytes {
+        let redirects = |j: usize| {
+            argv[j].eq_ignore_ascii_case(b"REDIRECT")
+                && argv.get(j + 1).and_then(|a| parse_int(a)).is_some()
+        };
+        if !(3..argv.len()).any(redirects) {
+            return req;
+        }
+        let own = self.target().client_id();
+        let mut words: Vec<Bytes> = argv.to_vec();
+        for j in (3..argv.len()).filter(|&j| redirects(j)) {
+            let named = parse_int(&argv[j + 1])
+                .and_then(|n| u64::try_from(n).ok())
+                .is_some_and(|id| self.shared.tracking.inboxes.contains_key(&id));
+            let up = if named && own != 0 {
+                own.to_string()
+            } else {
+                i64::MAX.to_string()
+            };
+            words[j + 1] = Bytes::from(up);
+        }
+        let mut bytes = BytesMut::new();
+        let words: Vec<&[u8]> = words.iter().map(|a| &a[..]).collect();
+        encode_request(&words, &mut bytes);
+        bytes.freeze()
     }
 
     /// BCAST and REDIRECT of CLIENT TRACKING ON/OFF: a REDIRECT's corral id becomes, in
