@@ -402,3 +402,52 @@ async fn users_cannot_run_corrals_admin_commands() {
     assert!(c.request(&[b"CLIENT", b"ID"]).await.starts_with(b":"));
     pair.proxy.stop().await;
 }
+
+/// A Redis user may be denied PING: corral's checks of that user's idle connections must not
+/// be PINGs, or each one is a `-NOPERM` in Redis's error statistics (which Redis's own suite
+/// asserts on, "Consistent eval error reporting", after a test that made such a user).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_checks_of_a_users_connections_cause_no_errors_on_redis() {
+    let pair = Pair::start_with(|c| c.cache.lane_check_ms = 20).await;
+    let setuser = [
+        "ACL", "SETUSER", "noping", "on", ">np", "+@all", "-ping", "allkeys",
+    ];
+    assert_eq!(sync_cmd(pair.behind.port(), &setuser), b"+OK\r\n");
+    assert_eq!(
+        sync_cmd(pair.behind.port(), &["CONFIG", "RESETSTAT"]),
+        b"+OK\r\n"
+    );
+    let mut c = connect(pair.proxy.addr).await;
+    assert_eq!(c.cmd("AUTH noping np").await, b"+OK\r\n");
+    assert_eq!(c.cmd("SET np:k v").await, b"+OK\r\n");
+    // The connection that ran the SET, checked while idle: its last command is the probe.
+    let list = common::client_list(pair.behind).await;
+    let shared = list
+        .iter()
+        .find(|l| {
+            common::field(l, "user") == Some("noping") && common::field(l, "cmd") == Some("set")
+        })
+        .and_then(|l| common::field(l, "id"))
+        .map(String::from)
+        .unwrap_or_else(|| panic!("no connection of noping ran the SET: {list:#?}"));
+    common::poll_until(
+        std::time::Duration::from_secs(10),
+        "the user's idle connection to be checked",
+        || async {
+            let list = common::client_list(pair.behind).await;
+            list.iter()
+                .any(|l| {
+                    common::field(l, "id") == Some(&shared)
+                        && common::field(l, "cmd").is_some_and(|c| c != "set")
+                })
+                .then_some(())
+        },
+    )
+    .await;
+    let errors = sync_cmd(pair.behind.port(), &["INFO", "errorstats"]);
+    assert!(
+        !String::from_utf8_lossy(&errors).contains("errorstat_"),
+        "{}",
+        show(&errors)
+    );
+}

@@ -171,17 +171,19 @@ impl Hub {
         let (tx, rx) = oneshot::channel();
         state.parting.entry(key.clone()).or_default().push(id);
         let (inner, parted) = (self.inner.clone(), key.clone());
-        // The PONG, or the connection's end: either way nothing more of the topic is coming
-        // from before the unsubscribe.
+        // The reply, or the connection's end: either way nothing more of the topic is coming
+        // from before the unsubscribe. HELLO (no arguments: it changes nothing) rather than
+        // PING, which a Redis ACL user's hub may be denied: a NOPERM would count in Redis's
+        // error statistics.
         let back = move |_: crate::upstream::JobResult| {
             inner.lock().parted(&parted, id);
             let _ = tx.send(());
         };
-        let mut ping = BytesMut::new();
-        encode_request(&[b"PING"], &mut ping);
+        let mut hello = BytesMut::new();
+        encode_request(&[b"HELLO"], &mut hello);
         let queued = self
             .commands
-            .send((ping.freeze(), 1, ReplyTo::Call(Box::new(back))));
+            .send((hello.freeze(), 1, ReplyTo::Call(Box::new(back))));
         if queued.is_err() {
             // The forwarding task is gone (shutdown): nothing will come back.
             state.parted(&key, id);

@@ -48,7 +48,8 @@ pub(super) struct Waiter {
     /// Replies already received, when a push frame split them (never on shared connections in
     /// practice, since they do not subscribe or track).
     partial: BytesMut,
-    /// corral's own health-check PING: its reply is consumed here, never handed to a client.
+    /// corral's own health check (HELLO, or PING before Redis 6): its reply is consumed here,
+    /// never handed to a client.
     probe: bool,
     /// When it was queued for writing, to time it out (see [`Link::request_timeout`]).
     since: Instant,
@@ -77,8 +78,14 @@ impl End {
     }
 }
 
-/// The encoded health-check request.
+/// The encoded health-check request for servers before Redis 6.
 const PING: &[u8] = b"*1\r\n$4\r\nPING\r\n";
+
+/// The encoded health-check request: `HELLO` without arguments changes nothing on the
+/// connection, and Redis lets every ACL user run it, where a user may be denied PING: a
+/// denied probe is an error reply in Redis's statistics (`total_error_replies`,
+/// `errorstat_NOPERM`) at every check of an idle connection of that user's pool.
+const HELLO: &[u8] = b"*1\r\n$5\r\nHELLO\r\n";
 
 /// State of one live connection.
 pub(super) struct Link {
@@ -92,6 +99,8 @@ pub(super) struct Link {
     observer: Option<Arc<dyn LinkObserver>>,
     /// Health checks, for a connection that has them.
     liveness: Option<Liveness>,
+    /// The health-check request (see [`HELLO`]).
+    probe: &'static [u8],
     /// Told when Redis answers `-BUSY` or `-LOADING` (PING is then forwarded).
     status: Arc<UpstreamStatus>,
     /// Let other clients add their requests to a write before it is made.
@@ -142,12 +151,18 @@ impl Link {
             scanner: ReplyScanner::new(),
             frame_start: 0,
             liveness,
+            probe: PING,
             hold_at: 0,
             sent: 0,
             owed: 0,
             writing: false,
             request_timeout: None,
         }
+    }
+
+    /// Health checks ask HELLO, which the server has (Redis 6+): see [`HELLO`].
+    pub(super) fn probe_with_hello(&mut self) {
+        self.probe = HELLO;
     }
 
     /// The oldest waiter's deadline, as of `now` (see [`Link::request_timeout`]).
@@ -163,7 +178,7 @@ impl Link {
         }
     }
 
-    /// Runs the health check due now, writing a PING if one is owed. Returns when to look
+    /// Runs the health check due now, writing the probe if one is owed. Returns when to look
     /// again, or why the connection is dead.
     fn check_health(&mut self, now: Instant) -> Result<Instant, End> {
         let Some(liveness) = &mut self.liveness else {
@@ -172,7 +187,7 @@ impl Link {
         match liveness.check(self.inflight.is_empty(), now) {
             Ok(Due::Wait(at)) => Ok(at),
             Ok(Due::Ping(at)) => {
-                self.wbuf.extend_from_slice(PING);
+                self.wbuf.extend_from_slice(self.probe);
                 self.inflight.push_back(Waiter {
                     remaining: 1,
                     reply: ReplyTo::Call(Box::new(|_| {})),

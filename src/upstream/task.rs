@@ -118,6 +118,10 @@ impl Task {
         }
         let health = if s.reconnect { s.health } else { None };
         let mut link = Link::new(&s.addr, self.observer.clone(), health, self.status.clone());
+        if id.is_some() {
+            // HELLO answered with this connection's id: Redis 6 or later.
+            link.probe_with_hello();
+        }
         // A dedicated connection serves one client, whose round is already one job: there is
         // nobody to wait for.
         link.gather = s.gather && s.reconnect;
