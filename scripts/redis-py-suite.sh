@@ -9,7 +9,8 @@
 # (KNOWN below).
 #
 # The first run downloads the redis-py sdist (its tests come with it) and makes a venv with
-# pytest, both under target/redis-py (PyPI must be reachable); later runs reuse them.
+# pytest, both under target/redis-py (PyPI must be reachable); later runs reuse them. Needs
+# redis-server 7 or later (its tests use DEBUG, which Redis 7 allows with a flag).
 #
 # Usage: scripts/redis-py-suite.sh [--corral BIN] [--protos "2 3"] [--modes "cache nocache"]
 #                                  [--version 5.0.8] [-k EXPR]
@@ -48,6 +49,7 @@ if [ ! -d "$SRC/tests" ]; then
   tar xzf "$CACHE/redis-$VERSION.tar.gz" -C "$CACHE"
 fi
 if [ ! -x "$CACHE/venv/bin/pytest" ]; then
+  # Debian's own python3 needs the python3-venv package for this (scripts/deps.sh).
   python3 -m venv "$CACHE/venv"
   "$CACHE/venv/bin/pip" install -q "$SRC" pytest==7.4.4 pytest-timeout pytest-asyncio==0.21.2 mock packaging
 fi
@@ -56,7 +58,9 @@ WORK=$(mktemp -d /tmp/redis-py-suite.XXXXXX)
 PIDS=()
 # shellcheck source=scripts/procs.sh
 . scripts/procs.sh
+# Fresh each run: a pass that wrote no results must not be compared with an old one's.
 RESULTS=$ROOT/target/redis-py/results
+rm -rf "$RESULTS"
 mkdir -p "$RESULTS"
 
 # run NAME PROTO [corral flags...]: one pass on a fresh redis-server (and corral unless NAME
@@ -98,8 +102,9 @@ run() {
 }
 
 # lost DIRECT.xml PROXIED.xml OUT: the tests passed directly and not through corral, but
-# for KNOWN (with RETRY set, of those PROXIED.xml ran): printed, and written to OUT as pytest
-# ids. Exits 1 if there is any.
+# for KNOWN: printed, and written to OUT as pytest ids (and to OUT.names as they are named
+# in the results). With RETRY=FILE.names, only those named there count, each one lost unless
+# PROXIED.xml has it passed. Exits 1 if there is any (or a file is missing).
 lost() {
   KNOWN=$KNOWN python3 - "$@" <<'PY'
 import os
@@ -124,7 +129,9 @@ direct, proxied = outcomes(sys.argv[1]), outcomes(sys.argv[2])
 known = set(os.environ["KNOWN"].split())
 passed = [n for n, (s, _) in direct.items() if s == "passed"]
 if os.environ.get("RETRY"):
-    passed = [n for n in passed if n in proxied]  # only the tests run again
+    with open(os.environ["RETRY"]) as f:
+        again = set(f.read().split("\n")) - {""}
+    passed = [n for n in passed if n in again]
 lost = [n for n in passed if proxied.get(n, ("missing",))[0] != "passed" and n not in known]
 print(f"  {sys.argv[2].rsplit('/', 1)[-1]}: {len(lost)} of {len(passed)} direct passes lost")
 for n in lost:
@@ -141,6 +148,8 @@ with open(sys.argv[3], "w") as f:
         rest = parts[parts.index(mod) + 1 :]
         ids.append("::".join([path, *rest, test]))
     f.write(" ".join(ids))
+with open(sys.argv[3] + ".names", "w") as f:
+    f.write("\n".join(lost))
 sys.exit(1 if lost else 0)
 PY
 }
@@ -159,8 +168,8 @@ for proto in $PROTOS; do
     lost "$RESULTS/direct-resp$proto.xml" "$RESULTS/$mode-resp$proto.xml" "$ids" && continue
     echo "  again, on a fresh pair:"
     ONLY=$ids run "$mode-again" "$proto" "${flags[@]}"
-    RETRY=1 lost "$RESULTS/direct-resp$proto.xml" "$RESULTS/$mode-again-resp$proto.xml" \
-      "$ids.again" || FAILED=1
+    RETRY=$ids.names lost "$RESULTS/direct-resp$proto.xml" \
+      "$RESULTS/$mode-again-resp$proto.xml" "$ids.again" || FAILED=1
   done
 done
 exit $FAILED

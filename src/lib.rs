@@ -135,10 +135,7 @@ pub async fn run_with(
         hub,
         Arc::new(metrics),
         acl,
-        server::Auth {
-            requirepass,
-            upstream: access,
-        },
+        server::Auth::new(requirepass, access),
     ));
     if let Some(admin) = listeners.admin {
         tokio::spawn(admin::serve(admin, shared.clone(), upstream_token.clone()));

@@ -82,6 +82,11 @@ impl Reloader {
             live.access.replace(access);
             done.applied.push("upstream credentials");
         } else {
+            if live.access.current().password != target.primary.password {
+                tracing::info!(
+                    "the upstream password a CONFIG SET requirepass set is kept: the file did not change it"
+                );
+            }
             live.access.replace_tls(access.tls);
         }
         if target.tls {
@@ -90,6 +95,10 @@ impl Reloader {
         if applied.requirepass != new.requirepass {
             live.requirepass.set(new.requirepass.get());
             done.applied.push("requirepass");
+        } else if live.requirepass.get().as_deref() != new.requirepass.get() {
+            tracing::info!(
+                "the requirepass a CONFIG SET requirepass set is kept: the file did not change it"
+            );
         }
         *applied = Arc::new(new.clone());
         Ok(done)

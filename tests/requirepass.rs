@@ -25,11 +25,18 @@ const SCRIPT: &[&str] = &[
     "A: CONFIG SET requirepass other ; AUTH other ; AUTH s3cret",
     "C: AUTH other",
     "C: EVAL \"return redis.call('get', KEYS[1])\" 1 k",
+    "E: GET k #before",
     "C: CONFIG SET requirepass \"\"",
     "D: GET k",
     "D: MULTI",
     "D: EXEC",
     "D: AUTH default anything",
+    // E connected while a password was set and never authenticated: let in once it is
+    // cleared, asked again once one is set.
+    "E: GET k #cleared",
+    "D: CONFIG SET requirepass again",
+    "E: GET k",
+    "D: CONFIG SET requirepass \"\"",
 ];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -43,6 +50,51 @@ async fn config_set_requirepass_is_followed_as_redis_follows_it() {
         assert!(noauth.starts_with(b"-NOAUTH"), "{}", show(noauth));
         let exec = tagged(&corral, "exec");
         assert!(exec.starts_with(b"*1\r\n:"), "{}", show(exec));
+        assert!(tagged(&corral, "before").starts_with(b"-NOAUTH"));
+        assert_eq!(show(tagged(&corral, "cleared")), show(b"$1\r\nv\r\n"));
+    }
+}
+
+/// Clients setting the password at the same time: whichever Redis ran last is the one
+/// corral keeps, for its clients and for its own new upstream connections.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_password_changes_end_on_the_one_redis_kept() {
+    let pair = RedisPair::start().await;
+    let mut admin = RawClient::connect(pair.behind).await.expect("redis");
+    for round in 0..20 {
+        // All connected (and so authenticated) before any sets a password.
+        let mut clients = Vec::new();
+        for _ in 0..4 {
+            let mut c = RawClient::connect(pair.proxy.addr).await.expect("connect");
+            assert_eq!(c.cmd("PING").await, b"+PONG\r\n");
+            clients.push(c);
+        }
+        let mut sets = Vec::new();
+        for (i, mut c) in clients.into_iter().enumerate() {
+            sets.push(tokio::spawn(async move {
+                c.cmd(&format!("CONFIG SET requirepass p{round}-{i}")).await
+            }));
+        }
+        for set in sets {
+            assert_eq!(set.await.expect("task"), b"+OK\r\n");
+        }
+        // The password Redis kept, asked of Redis itself.
+        let kept = admin.cmd("CONFIG GET requirepass").await;
+        let kept = String::from_utf8_lossy(&kept);
+        let kept = kept.lines().nth(4).expect("CONFIG GET reply").to_string();
+        let mut fresh = RawClient::connect(pair.proxy.addr).await.expect("connect");
+        assert_eq!(
+            fresh.cmd(&format!("AUTH {kept}")).await,
+            b"+OK\r\n",
+            "round {round}"
+        );
+        // A new upstream connection authenticates with it.
+        assert_eq!(fresh.cmd("MULTI").await, b"+OK\r\n", "round {round}");
+        assert_eq!(fresh.cmd("EXEC").await, b"*0\r\n", "round {round}");
+        let clear = fresh
+            .request(&[b"CONFIG", b"SET", b"requirepass", b""])
+            .await;
+        assert_eq!(clear, b"+OK\r\n");
     }
 }
 

@@ -145,6 +145,14 @@ impl Conn {
         }
     }
 
+    /// Whether the client may run commands: it authenticated, or `default` needs no password
+    /// now. As in Redis, a client that connected while a password was set is let in once a
+    /// `CONFIG SET requirepass ""` (or a reload) clears it, and must authenticate again if one
+    /// is set before it did. The password is read only for a client that did not authenticate.
+    pub(super) fn authenticated(&self) -> bool {
+        self.session.authenticated || !self.shared.auth.requirepass.is_set()
+    }
+
     /// The upstream connection this client's requests go to now.
     pub(super) fn target(&self) -> UpstreamConn {
         if let Some(pin) = &self.pin {

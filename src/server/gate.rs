@@ -63,7 +63,7 @@ impl Conn {
             route,
             Route::Local(Local::Auth | Local::Hello | Local::Quit | Local::Reset)
         );
-        if !self.session.authenticated && !allowed_unauthenticated {
+        if !allowed_unauthenticated && !self.authenticated() {
             // Redis looks the command up, and checks its subcommand and arity, before it
             // checks authentication.
             let argv: Vec<&[u8]> = args.iter().collect();

@@ -42,19 +42,28 @@ impl Conn {
 
     /// Sends the `CONFIG SET` on its own and, when Redis answers `+OK`, makes corral follow
     /// the new password. That is done on the upstream connection's task as the reply arrives,
-    /// so it happens even if this client is gone by then. Ends the round: an AUTH pipelined
+    /// so it happens even if this client is gone by then. One at a time (`Auth::changing`), so
+    /// that the last one Redis ran is the one corral keeps. Ends the round: an AUTH pipelined
     /// after it is checked against the new password, as Redis checks it.
     pub(super) async fn set_requirepass(&mut self, req: Bytes, password: String) -> bool {
         self.flush_batch().await;
         let conn = self.target();
         let (tx, rx) = oneshot::channel();
         let shared = self.shared.clone();
+        // Released once the reply is followed (or the job is dropped with its connection).
+        let turn = shared.auth.changing.clone().lock_owned().await;
         let follow = move |r: crate::upstream::JobResult| {
-            if let Ok(reply) = &r
-                && accepted(reply)
-            {
-                shared.follow_requirepass(Some(&password));
+            match &r {
+                Ok(reply) if accepted(reply) => shared.follow_requirepass(Some(&password)),
+                Ok(_) => {}
+                // Redis may have taken it before the connection failed: corral cannot tell.
+                Err(e) => tracing::warn!(
+                    error = %e,
+                    "CONFIG SET requirepass through corral got no reply: if Redis took it, \
+                     corral still uses the old password (set it in corral's config and reload)"
+                ),
             }
+            drop(turn);
             let _ = tx.send(r);
         };
         conn.send_to(req, 1, ReplyTo::Call(Box::new(follow))).await;

@@ -76,7 +76,7 @@ impl Conn {
         let gets = self.pin.is_none()
             && !self.deferred_multi
             && self.session.db == 0
-            && self.session.authenticated
+            && self.authenticated()
             && self.reply_mode == ReplyMode::On
             && !self.silent_now
             && self.shared.upstream.cluster.is_none()

@@ -74,7 +74,7 @@ impl Conn {
                 }
                 continue;
             }
-            let parsed = match parser.parse(&rbuf[off..], self.session.authenticated) {
+            let parsed = match parser.parse(&rbuf[off..], self.authenticated()) {
                 Ok(Some(p)) => p,
                 Ok(None) => {
                     wants_input = true;

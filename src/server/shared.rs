@@ -46,9 +46,24 @@ pub struct Shared {
 #[derive(Debug)]
 pub struct Auth {
     /// The `default` user's password, which clients give corral.
-    pub requirepass: Arc<DefaultPassword>,
+    pub(super) requirepass: Arc<DefaultPassword>,
     /// What upstream connections authenticate with.
-    pub upstream: Arc<UpstreamAccess>,
+    pub(super) upstream: Arc<UpstreamAccess>,
+    /// Held from sending a `CONFIG SET requirepass` until its reply is followed: one at a
+    /// time, so corral follows them in the order Redis ran them (two in flight on two
+    /// connections could be answered, and followed, the other way round).
+    pub(super) changing: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl Auth {
+    /// The client-side password and the upstream access a server starts with.
+    pub fn new(requirepass: Arc<DefaultPassword>, upstream: Arc<UpstreamAccess>) -> Auth {
+        Auth {
+            requirepass,
+            upstream,
+            changing: Arc::default(),
+        }
+    }
 }
 
 impl Shared {

@@ -137,6 +137,8 @@ impl Conn {
             let named = parse_int(&argv[j + 1])
                 .and_then(|n| u64::try_from(n).ok())
                 .is_some_and(|id| self.shared.tracking.inboxes.contains_key(&id));
+            // `own` is 0 only while the client's connection is not up (its requests fail
+            // then anyway); the id is read now, for a request sent in this round.
             let up = if named && own != 0 {
                 own.to_string()
             } else {

@@ -93,11 +93,12 @@ impl UpstreamAccess {
     /// Replaces the TLS setup only (a reload that left the credentials as they were): the
     /// credentials in force, which a followed password change may have set, stay.
     pub fn replace_tls(&self, tls: Option<UpstreamTlsConnector>) {
-        let now = self.current();
-        self.replace(Access {
-            user: now.user.clone(),
-            password: now.password.clone(),
-            tls,
+        self.update(|now| {
+            Some(Access {
+                user: now.user.clone(),
+                password: now.password.clone(),
+                tls,
+            })
         });
     }
 
@@ -105,15 +106,29 @@ impl UpstreamAccess {
     /// accepted through corral): connections made from now on authenticate with `password`
     /// (none if empty), when corral authenticates as `default`. Returns whether it applied.
     pub fn follow_default_password(&self, password: Option<&str>) -> bool {
-        let now = self.current();
-        if now.user.as_deref().is_some_and(|u| u != "default") {
+        self.update(|now| {
+            if now.user.as_deref().is_some_and(|u| u != "default") {
+                return None;
+            }
+            Some(Access {
+                user: now.user.clone(),
+                password: password.filter(|p| !p.is_empty()).map(String::from),
+                tls: now.tls.clone(),
+            })
+        })
+    }
+
+    /// Replaces the access with what `change` makes of the one in force, under one lock, so
+    /// that a reload and a followed password change cannot undo each other. Returns whether
+    /// it changed (`change` returned something).
+    fn update(&self, change: impl FnOnce(&Access) -> Option<Access>) -> bool {
+        let mut now = self.now.write().unwrap_or_else(PoisonError::into_inner);
+        let Some(next) = change(&now) else {
             return false;
-        }
-        self.replace(Access {
-            user: now.user.clone(),
-            password: password.filter(|p| !p.is_empty()).map(String::from),
-            tls: now.tls.clone(),
-        });
+        };
+        *now = Arc::new(next);
+        drop(now);
+        self.changed.notify_waiters();
         true
     }
 
