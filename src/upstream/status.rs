@@ -239,9 +239,11 @@ impl UpstreamStatus {
     /// the quotes) run by the client at `addr` (`ip:port`, as MONITOR prints it): everything
     /// an internal connection of corral's runs, and the handshake (HELLO, AUTH) of any of
     /// corral's connections: corral answers its clients' HELLO and AUTH itself, so none of
-    /// those lines stands for something a client did. PING too: a client's PING is answered
-    /// by corral, and one forwarded while Redis is busy is refused with `-BUSY` (which MONITOR
-    /// never shows), so a PING from a shared connection is corral's own health check.
+    /// those lines stands for something a client did; a HELLO without arguments is corral's
+    /// health check. PING too: a client's PING is answered by corral, and one forwarded while
+    /// Redis is busy is refused with `-BUSY` (which MONITOR never shows), so a PING from a
+    /// shared connection is a health check (before Redis 6) or a Redis ACL user's own PING,
+    /// which this leaves out too.
     pub fn monitor_hides(&self, addr: &str, cmd: &[u8]) -> bool {
         let Ok(a) = addr.parse::<SocketAddr>() else {
             return false;
