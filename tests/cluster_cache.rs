@@ -73,6 +73,29 @@ async fn hot_keys_are_cached_and_direct_writes_invalidate_them() {
     proxy.stop().await;
 }
 
+/// With the read barrier, a GET through corral right after a direct write on the key's
+/// master reads the new value: the round waits for a PING on every master's lane.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_read_barrier_covers_every_masters_lane() {
+    let mut cluster = RedisCluster::start(3, 0);
+    let (proxy, mut c) = common::ready_cluster_proxy(&cluster, |cfg| {
+        cfg.cache.hot_threshold = 2;
+        cfg.cache.read_barrier = true;
+    })
+    .await;
+    let mut stale = 0;
+    for i in 0..60 {
+        let key = format!("rb:{i}");
+        let owner = cluster.master_for_slot(key_slot(key.as_bytes()));
+        assert_eq!(sync_cmd(owner, &["SET", &key, "old"]), b"+OK\r\n");
+        make_cached_within(&mut c, &key, &bulk("old"), 100).await;
+        assert_eq!(sync_cmd(owner, &["SET", &key, "new"]), b"+OK\r\n");
+        stale += usize::from(c.cmd(&format!("GET {key}")).await != bulk("new"));
+    }
+    assert_eq!(stale, 0, "stale reads right after a direct write");
+    proxy.stop().await;
+}
+
 /// A GET of a key just turned hot waits on a read over its master's tracking connection; a
 /// SET of the key right after it, in the same pipelined write, must not reach Redis first.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

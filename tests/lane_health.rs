@@ -138,6 +138,30 @@ async fn delayed_lane_stops_vouching_within_the_window() {
     lane_fault_case(Fault::Delay(Duration::from_secs(5)), "delayed lane").await;
 }
 
+/// With the read barrier, a lane that stops answering vouches for nothing: the first GET
+/// after a direct write already reads the new value (the barrier's PING unanswered within
+/// the deadline, the cache is flushed and the round looks nothing up).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_read_barrier_on_a_blackholed_lane_serves_nothing_stale() {
+    let (redis, relay, proxy) = setup(|cfg| cfg.cache.read_barrier = true).await;
+    let (mut direct, mut c, lane, _) = cached_on_lane(&redis, &relay, &proxy).await;
+    relay.set_fault(lane, Fault::Blackhole);
+    assert_eq!(direct.cmd("SET k new").await, OK);
+    let t = Instant::now();
+    assert_eq!(c.cmd("GET k").await, bulk("new"));
+    eprintln!("first GET after the write answered in {:?}", t.elapsed());
+    for _ in 0..50 {
+        assert_eq!(c.cmd("GET k").await, bulk("new"));
+    }
+    assert!(stat_n(&mut c, "cache_barrier_failures").await > 0);
+    // Coherent again once a new lane is up.
+    wait_tracking(&mut c).await;
+    make_cached(&mut c, "k", &bulk("new")).await;
+    assert_eq!(direct.cmd("SET k newer").await, OK);
+    assert_eq!(c.cmd("GET k").await, bulk("newer"));
+    proxy.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fill_on_a_dead_lane_is_answered_uncached() {
     let (redis, relay, proxy) = setup(|_| {}).await;

@@ -37,6 +37,11 @@ pub struct Clock {
     /// [`Clock::looks_ahead`]).
     idle_looks: u8,
     since_look: u32,
+    /// With the read barrier (`barrier.rs`), this round's floor: reads in flight started at or
+    /// before it are not joined.
+    floor: Option<Instant>,
+    /// The round's read barrier failed: its GETs are forwarded, none looked up.
+    uncached: bool,
 }
 
 /// A connection whose last [`QUIET_AFTER`] looks ahead found no GET (a client that only
@@ -128,8 +133,32 @@ impl Clock {
     /// A new round: the next lookup reads the clock again.
     pub fn reset(&mut self) {
         self.now = None;
+        self.floor = None;
+        self.uncached = false;
         self.warm = self.hit;
         self.hit = false;
+    }
+
+    /// The round passed the read barrier (`Cache::pass_barrier`): `floor` is its floor, or
+    /// `None` when the barrier failed and nothing may be looked up this round. The round's
+    /// time is read again at its next lookup, after the barrier.
+    pub fn passed_barrier(&mut self, floor: Option<Instant>) {
+        self.now = None;
+        self.floor = floor;
+        self.uncached = floor.is_none();
+    }
+
+    /// Whether the round's GETs are forwarded without a lookup: its read barrier failed.
+    #[inline]
+    pub fn uncached(&self) -> bool {
+        self.uncached
+    }
+
+    /// Whether a read in flight started at `started` may be joined: after the round's
+    /// floor, if it has one.
+    #[inline]
+    pub(super) fn may_join(&self, started: Instant) -> bool {
+        self.floor.is_none_or(|floor| started > floor)
     }
 
     /// Whether the connection is cool (see [`COOL_WINDOW`]): its rounds prefetch only the

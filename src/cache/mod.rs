@@ -36,6 +36,7 @@
 mod admission;
 mod ahead;
 mod bar;
+mod barrier;
 mod churn;
 mod clock;
 mod coherence;
@@ -88,6 +89,7 @@ use crate::resp::request::encode_request;
 use crate::upstream::cluster::ClusterUpstream;
 use crate::upstream::{ConnSettings, Health, UpstreamConn, UpstreamStatus};
 use admission::Admission;
+use barrier::Barrier;
 use coherence::Core;
 use lane::{LaneHandle, Lanes};
 use stats::{Sources, Stats};
@@ -110,6 +112,8 @@ pub struct Cache {
     /// (Redis 7.0) sends no invalidation for its keys.
     cluster: Option<Arc<ClusterUpstream>>,
     seen_epoch: AtomicU64,
+    /// `[cache] read_barrier`: rounds of GETs wait for their lanes to catch up first.
+    barrier: Option<Arc<Barrier>>,
 }
 
 impl Cache {
@@ -170,6 +174,10 @@ impl Cache {
                 None
             }
         };
+        let barrier = cfg.cache.read_barrier.then(|| {
+            let deadline = Duration::from_millis(cfg.cache.lane_deadline_ms.max(1));
+            Arc::new(Barrier::new(core.clone(), lanes.clone(), deadline))
+        });
         Cache {
             core,
             lanes,
@@ -177,6 +185,7 @@ impl Cache {
             health,
             cluster,
             seen_epoch: AtomicU64::new(0),
+            barrier,
         }
     }
 
@@ -347,6 +356,22 @@ impl Cache {
                 Some(d) => drop(tokio::time::timeout(d, rx).await),
                 None => drop(rx.await),
             }
+        }
+    }
+
+    /// Whether a round's GETs must pass the read barrier ([`Cache::pass_barrier`]) before
+    /// anything is looked up.
+    pub fn read_barrier(&self) -> bool {
+        self.barrier.is_some()
+    }
+
+    /// The read barrier (`barrier.rs`): waits until every invalidation Redis sent before now
+    /// has been applied, then notes the round's floor in `clock` (see
+    /// [`Clock::passed_barrier`]). Without `read_barrier`, returns at once.
+    pub async fn pass_barrier(&self, clock: &mut Clock) {
+        if let Some(barrier) = &self.barrier {
+            let floor = barrier.pass().await;
+            clock.passed_barrier(floor);
         }
     }
 

@@ -146,12 +146,14 @@ impl Core {
             if let Some(mut slot) = self.leads.get_mut(&hash)
                 && slot.is_for(key)
                 && slot.joinable(now, self.join_bound)
+                && clock.may_join(slot.started)
             {
                 let rx = self.join_lead(&mut slot, Some(route.conn));
                 return self.joined(rx, clock);
             }
             if let Some(f) = self.fills.get(key)
                 && f.joinable(now, self.join_bound)
+                && clock.may_join(f.started)
             {
                 return self.joined(f.waiter(), clock);
             }
@@ -178,7 +180,7 @@ impl Core {
         let key = Key::from(key);
         let info = lane.as_ref().map(|l| l.info.clone());
         let conn = lane.as_ref().map_or(route.conn, |l| &l.conn);
-        let fill = match self.register(&key, hash, now, info, conn) {
+        let fill = match self.register(&key, hash, now, clock, info, conn) {
             Ok(fill) => fill,
             Err(rx) => return self.joined(rx, clock),
         };
@@ -208,6 +210,7 @@ impl Core {
         if let MapEntry::Occupied(o) = &mut slot
             && ours
             && o.get().joinable(now, self.join_bound)
+            && clock.may_join(o.get().started)
         {
             let rx = self.join_lead(o.get_mut(), Some(conn));
             return self.joined(rx, clock);
@@ -216,7 +219,8 @@ impl Core {
         // joined: a new one takes its place (its waiters stay in `joined`).
         if let Some(lane) = lane {
             let key = Key::from(key);
-            let fill = self.register(&key, hash, now, Some(lane.info.clone()), &lane.conn);
+            let info = Some(lane.info.clone());
+            let fill = self.register(&key, hash, now, clock, info, &lane.conn);
             match slot {
                 MapEntry::Occupied(o) if ours => {
                     o.remove();
@@ -234,6 +238,7 @@ impl Core {
         if self.presence.counts(hash).read()
             && let Some(f) = self.fills.get(key)
             && f.joinable(now, self.join_bound)
+            && clock.may_join(f.started)
         {
             let rx = f.waiter();
             return self.joined(rx, clock);
@@ -288,11 +293,14 @@ impl Core {
         key: &Key,
         hash: u64,
         now: Instant,
+        clock: &Clock,
         lane: Option<Arc<LaneState>>,
         conn: &UpstreamConn,
     ) -> Result<Arc<Fill>, FillRx> {
         let fill = match self.fills.entry(key.clone()) {
-            MapEntry::Occupied(o) if o.get().joinable(now, self.join_bound) => {
+            MapEntry::Occupied(o)
+                if o.get().joinable(now, self.join_bound) && clock.may_join(o.get().started) =>
+            {
                 return Err(o.get().waiter());
             }
             // A stale read is replaced: it can no longer insert.
@@ -790,5 +798,43 @@ mod tests {
             (1..2_000).contains(&tracked_first),
             "a tracked fill was first {tracked_first} times in 2,000"
         );
+    }
+
+    /// With the read barrier, a GET joins a read in flight only if it started after the
+    /// round's floor: one started before may have run before a write the round must see,
+    /// and the GET starts a read of its own in its place.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn a_read_started_before_the_rounds_floor_is_not_joined() {
+        let core = Arc::new(Core::for_test());
+        let conn = idle_conn();
+        let key = b"floor".as_slice();
+        let hash = core.admission.hash(key);
+        // Read once already: the next GETs take the full path and may be joined.
+        core.recent.read_again(hash);
+        let route = || Route {
+            conn: &conn,
+            lane: || None,
+            lead: true,
+        };
+        let first = core.lookup(key, hash, route(), &mut Clock::default());
+        assert!(matches!(first, Lookup::Lead(_)));
+        let mut earlier = Clock::default();
+        earlier.passed_barrier(Some(Instant::now() - std::time::Duration::from_secs(1)));
+        assert!(matches!(
+            core.lookup(key, hash, route(), &mut earlier),
+            Lookup::Wait(_)
+        ));
+        let mut later = Clock::default();
+        later.passed_barrier(Some(Instant::now()));
+        let second = core.lookup(key, hash, route(), &mut later);
+        assert!(matches!(second, Lookup::Lead(_)));
+        // The new read (a lead dropped unsent ends its read) is joined by a round whose
+        // floor is before it.
+        let mut next = Clock::default();
+        next.passed_barrier(Some(Instant::now() - std::time::Duration::from_millis(1)));
+        assert!(matches!(
+            core.lookup(key, hash, route(), &mut next),
+            Lookup::Wait(_)
+        ));
     }
 }

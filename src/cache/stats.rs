@@ -29,6 +29,8 @@ pub(super) struct Stats {
     pub(super) flushes: StripedCounter,
     pub(super) refreshes: StripedCounter,
     pub(super) oversized: StripedCounter,
+    pub(super) barriers: StripedCounter,
+    pub(super) barrier_failures: StripedCounter,
     entries: Gauge,
     bytes: Gauge,
     evictions: Gauge,
@@ -71,7 +73,7 @@ impl Stats {
     }
 
     /// Counters with their Prometheus names and help.
-    fn counters(&self) -> [(&'static str, &'static str, &StripedCounter); 12] {
+    fn counters(&self) -> [(&'static str, &'static str, &StripedCounter); 14] {
         [
             (
                 "cache_hits",
@@ -124,6 +126,16 @@ impl Stats {
                 "cache_oversized",
                 "Values too large to cache",
                 &self.oversized,
+            ),
+            (
+                "cache_barriers",
+                "Read barriers passed or failed (read_barrier): one PING per tracking lane each",
+                &self.barriers,
+            ),
+            (
+                "cache_barrier_failures",
+                "Read barriers a lane did not answer in time: the cache was flushed",
+                &self.barrier_failures,
             ),
         ]
     }
@@ -250,6 +262,11 @@ impl Stats {
             ("cache_flushes", self.flushes.get().to_string()),
             ("cache_refreshes", self.refreshes.get().to_string()),
             ("cache_oversized", self.oversized.get().to_string()),
+            ("cache_barriers", self.barriers.get().to_string()),
+            (
+                "cache_barrier_failures",
+                self.barrier_failures.get().to_string(),
+            ),
             ("cache_evictions", st.evictions().to_string()),
             ("cache_entries", st.len().to_string()),
             ("cache_bytes", st.bytes().to_string()),

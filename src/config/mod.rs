@@ -135,6 +135,10 @@ pub struct CacheConfig {
     /// PING goes unanswered this long. `lane_check_ms + lane_deadline_ms` bounds how long a
     /// cached value can outlive a write acknowledged by Redis while the lane is silently dead.
     pub lane_deadline_ms: u64,
+    /// Before a round of a client's GETs is answered from the cache, waits for a PING on the
+    /// tracking lanes, so that a write acknowledged by Redis (direct ones too) before the
+    /// GETs were sent is never read back stale (`cache/barrier.rs`).
+    pub read_barrier: bool,
 }
 
 /// A password: shown as `MASKED` in logs and debug output.
@@ -205,6 +209,7 @@ impl Default for CacheConfig {
             refresh_beta: 1.0,
             lane_check_ms: 500,
             lane_deadline_ms: 500,
+            read_barrier: false,
         }
     }
 }

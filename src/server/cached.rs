@@ -6,12 +6,40 @@ use super::client::Conn;
 use super::pending::{PendingReply, Then};
 use super::plan::{AloneReq, Plan};
 use super::writes::Writes;
-use crate::cache::{Cache, Entry, Lookup};
+use crate::cache::{Cache, Entry, Lookup, PREFETCH_MAX};
 use crate::commands::{self, Access, Command, KeyPositions};
+use crate::resp::lookahead::{self, Found};
 use crate::resp::request::encode_request;
 use crate::upstream::UpstreamConn;
 
 impl Conn {
+    /// The read barrier at the start of a round (`[cache] read_barrier`): passed now if a
+    /// GET is seen ahead in `rbuf`, as nearly every round with GETs has. Returns whether the
+    /// round may look keys up; if not, it passes the barrier at its first GET or MGET
+    /// ([`Conn::barrier_now`]) and takes no request the quick way before.
+    pub(super) async fn barrier_at_start(&mut self, rbuf: &[u8]) -> bool {
+        let Some(cache) = &self.shared.cache else {
+            return true;
+        };
+        if !cache.read_barrier() {
+            return true;
+        }
+        let get_ahead = lookahead::keys(rbuf, PREFETCH_MAX).any(|f| matches!(f, Found::Get(..)));
+        if get_ahead {
+            cache.pass_barrier(&mut self.writes.clock).await;
+        }
+        get_ahead
+    }
+
+    /// The read barrier before a GET or MGET the round's start did not see: the requests
+    /// batched before it go first, rather than wait with it.
+    pub(super) async fn barrier_now(&mut self) {
+        self.flush_batch().await;
+        if let Some(cache) = &self.shared.cache {
+            cache.pass_barrier(&mut self.writes.clock).await;
+        }
+    }
+
     /// What the cache's step made of a request standalone: a plan to carry out, or `None`
     /// when the request goes in the batch (a leading read goes with it, noted here).
     #[inline]
@@ -53,6 +81,7 @@ pub(super) fn cache_step(
             if args.len() > 1
                 && may_serve
                 && node.is_none()
+                && !writes.clock.uncached()
                 && !args.iter().skip(1).any(|k| writes.touched_key(k)) =>
         {
             let parts = cache.get_many(args.iter().skip(1));
@@ -109,7 +138,7 @@ pub(super) fn cache_step(
 /// [`get_step_writing`].
 #[inline]
 pub(super) fn forwards_unlooked(cache: &Cache, writes: &mut Writes, hash: u64) -> bool {
-    cache.skips(hash, &mut writes.clock) || writes.touched(hash)
+    writes.clock.uncached() || cache.skips(hash, &mut writes.clock) || writes.touched(hash)
 }
 
 /// The cache's part in a GET of `key`, whose [`Cache::hash`] is `hash`, from a client the

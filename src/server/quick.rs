@@ -59,6 +59,18 @@ pub(super) struct Quick {
     pub(super) sets: bool,
 }
 
+impl Quick {
+    /// None of the quick way until the round passed the read barrier (`synced`): a plain GET
+    /// is looked up, and the barrier is passed at the first GET the route sees.
+    #[inline]
+    pub(super) fn until(self, synced: bool) -> Quick {
+        Quick {
+            gets: self.gets && synced,
+            sets: self.sets && synced,
+        }
+    }
+}
+
 impl Conn {
     /// Whether plain GETs, and plain SETs, may skip the parser and the route: nothing there
     /// would decide other than to take a GET to the cache (or, without one, to the batch),

@@ -38,11 +38,13 @@ impl Conn {
         // Requests are routed from these while `self` changes; they are put back below.
         let rbuf = std::mem::take(&mut self.rbuf);
         let mut parser = std::mem::take(&mut self.parser);
+        // With the read barrier, nothing is looked up before the round passed it.
+        let mut synced = self.barrier_at_start(&rbuf).await;
         if let Some(cache) = &self.shared.cache {
             let found = lookahead::keys(&rbuf, PREFETCH_MAX);
             cache.prefetch(found, &mut self.writes.clock, &mut self.ahead);
         }
-        let mut quick = self.quick();
+        let mut quick = self.quick().until(synced);
         let mut left = None;
         while !self.closing {
             if handled == MAX_PER_ROUND || self.batch.len_bytes() >= MAX_ROUND_BYTES {
@@ -127,6 +129,11 @@ impl Conn {
                 queued: rbuf.len() - off,
                 refused: guarded.refusal(),
             };
+            if !synced && matches!(cmd.access(), Some(Access::Get | Access::MGet)) {
+                synced = true;
+                self.barrier_now().await;
+                quick = self.quick();
+            }
             let plan = self.route(&cmd, &req);
             off += len;
             let barrier = match self.handle_now(plan) {
@@ -143,7 +150,7 @@ impl Conn {
                 break;
             }
             if recheck {
-                quick = self.quick();
+                quick = self.quick().until(synced);
             }
         }
         self.rbuf = rbuf;
