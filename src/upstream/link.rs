@@ -51,7 +51,8 @@ pub(super) struct Waiter {
     /// corral's own health check (HELLO, or PING before Redis 6): its reply is consumed here,
     /// never handed to a client.
     probe: bool,
-    /// When it was queued for writing, to time it out (see [`Link::request_timeout`]).
+    /// When it was queued for writing, or (the oldest waiter) when replies last arrived, to
+    /// time it out (see [`Link::request_timeout`]).
     since: Instant,
 }
 
@@ -165,6 +166,32 @@ impl Link {
         self.probe = HELLO;
     }
 
+    /// Where the replies owed stand: the waiters in flight and the oldest one's replies still
+    /// to come. A change over a read means replies arrived.
+    fn owed_now(&self) -> (usize, u32) {
+        (
+            self.inflight.len(),
+            self.inflight.front().map_or(0, |w| w.remaining),
+        )
+    }
+
+    /// Delivers what a read brought. If replies arrived (or part of one, still coming), the
+    /// oldest waiter's request timer starts over at `now()`: the timeout is for a connection
+    /// on which Redis stopped answering, not for a long pipeline it answers steadily, nor a
+    /// large reply still on its way (600 GETs of 1 MiB values in one pipeline took longer
+    /// than `request_timeout_ms` on a busy machine, and every one of them failed).
+    fn received(&mut self, now: impl FnOnce() -> Instant) -> Result<(), String> {
+        let owed = self.owed_now();
+        self.deliver()?;
+        if self.request_timeout.is_some()
+            && (owed != self.owed_now() || !self.rbuf.is_empty())
+            && let Some(front) = self.inflight.front_mut()
+        {
+            front.since = now();
+        }
+        Ok(())
+    }
+
     /// The oldest waiter's deadline, as of `now` (see [`Link::request_timeout`]).
     fn expiry(&self, now: Instant) -> Expiry {
         let (Some(limit), Some(oldest)) = (self.request_timeout, self.inflight.front()) else {
@@ -236,7 +263,7 @@ impl Link {
                         if let Some(l) = &mut self.liveness {
                             l.heard(Instant::now());
                         }
-                        if let Err(e) = self.deliver() {
+                        if let Err(e) = self.received(Instant::now) {
                             return End::lost(e);
                         }
                     }
@@ -560,6 +587,39 @@ mod tests {
         link.rbuf.extend_from_slice(b"+2\r\n");
         link.deliver().expect("deliver");
         assert!(matches!(link.expiry(t0 + ms(900)), Expiry::Idle));
+    }
+
+    /// Replies arriving start the request timer over: a pipeline answered steadily, or one
+    /// large reply still coming in, never times out; a push alone does not count.
+    #[test]
+    fn replies_still_arriving_keep_a_request_from_timing_out() {
+        let mut link = link();
+        link.request_timeout = Some(ms(300));
+        let t0 = Instant::now();
+        let (a, _ra) = job(3);
+        link.enqueue(a, t0);
+        write_all(&mut link);
+        link.rbuf.extend_from_slice(b"+1\r\n");
+        link.received(|| t0 + ms(250)).expect("deliver");
+        assert!(matches!(link.expiry(t0 + ms(400)), Expiry::At(at) if at == t0 + ms(550)));
+        // Part of a large reply.
+        link.rbuf.extend_from_slice(b"$10\r\n01234");
+        link.received(|| t0 + ms(500)).expect("deliver");
+        assert!(matches!(link.expiry(t0 + ms(700)), Expiry::At(at) if at == t0 + ms(800)));
+        link.rbuf.extend_from_slice(b"56789\r\n");
+        link.received(|| t0 + ms(700)).expect("deliver");
+        // Nothing since: it times out.
+        assert!(matches!(link.expiry(t0 + ms(1000)), Expiry::Passed));
+        // The last reply: the next waiter is timed from it. A push is no reply.
+        let (b, _rb) = job(1);
+        link.enqueue(b, t0 + ms(700));
+        link.rbuf.extend_from_slice(b"+3\r\n");
+        link.received(|| t0 + ms(800)).expect("deliver");
+        assert!(matches!(link.expiry(t0 + ms(900)), Expiry::At(at) if at == t0 + ms(1100)));
+        link.rbuf
+            .extend_from_slice(b">2\r\n$10\r\ninvalidate\r\n*0\r\n");
+        link.received(|| t0 + ms(1000)).expect("deliver");
+        assert!(matches!(link.expiry(t0 + ms(1100)), Expiry::Passed));
     }
 
     #[test]
