@@ -178,3 +178,41 @@ fn invalid_config_exits_non_zero_naming_the_field() {
     let err = refused(&["--config", "/nonexistent/corral.toml"]);
     assert!(err.contains("/nonexistent/corral.toml"), "{err}");
 }
+
+/// A client CLIENT LIST shows in a blocking command can be unblocked at once, as on Redis:
+/// corral shows the command (`cmd=blpop`) only with the client blocked, once the connection
+/// it went on is live and its id on the server known. Before, CLIENT LIST showed the
+/// command as soon as it was routed, an UNBLOCK sent then named no one (`:0`), and the
+/// client stayed blocked for ever (ioredis's CLIENT UNBLOCK test; 25 in 200 tries here).
+/// Run against the binary: its one-thread runtime is where the window was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_shown_blocked_can_be_unblocked_at_once() {
+    let redis = RedisServer::start();
+    let proxy = Proxy::start(&["--upstream", &redis.url()]).await;
+    let mut b = RawClient::connect(proxy.addr).await.expect("connect");
+    for i in 0..200 {
+        let mut a = RawClient::connect(proxy.addr).await.expect("connect");
+        let id = a.cmd("CLIENT ID").await;
+        let id = String::from_utf8_lossy(&id[1..id.len() - 2]).into_owned();
+        a.send(&common::encode(&[b"BLPOP", b"ub", b"0"])).await;
+        // Asked back to back, as a client waiting for it does: the first time it shows.
+        let want = format!("id={id} ");
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let list = String::from_utf8_lossy(&b.cmd("CLIENT LIST").await).into_owned();
+            if list
+                .lines()
+                .any(|l| l.starts_with(&want) && l.contains("cmd=blpop"))
+            {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{id} never shown blocked"
+            );
+        }
+        let unblocked = b.cmd(&format!("CLIENT UNBLOCK {id}")).await;
+        assert_eq!(unblocked, b":1\r\n", "try {i}");
+        assert_eq!(a.read_reply().await, b"*-1\r\n", "try {i}");
+    }
+}

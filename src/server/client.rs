@@ -68,6 +68,10 @@ pub(super) struct Conn {
     info_changed: bool,
     /// The last command CLIENT LIST shows for this client (published at the end of a round).
     published_cmd: commands::session::LastCmd,
+    /// The round sent a blocking command: its session (`cmd=blpop`...) is published once the
+    /// client shows blocked, as on Redis, where both change when the command runs (see
+    /// `Conn::wait_blocking`).
+    pub(super) blocking_unshown: bool,
     /// Pub/sub subscriptions, once the client subscribed to something.
     pub(super) subs: Option<Subscriptions>,
     /// An EXEC being sent runs these queued SELECTs (database, position).
@@ -134,6 +138,7 @@ impl Conn {
             pin_reset: false,
             info_changed: false,
             published_cmd: commands::session::LastCmd::default(),
+            blocking_unshown: false,
             subs: None,
             exec_select: None,
             deferred_multi: false,
@@ -245,6 +250,8 @@ impl Conn {
         if blocked {
             self.session.flags = self.flags(true);
             self.entry.update(&self.session);
+            self.published_cmd = self.session.last_cmd;
+            self.info_changed = false;
         }
         self.entry.set_blocked(on);
         if !blocked {
@@ -272,6 +279,9 @@ impl Conn {
     /// updates a client before it replies: a client that got its reply and asks another
     /// connection's CLIENT LIST sees the command it sent last.
     pub(super) fn publish_session(&mut self) {
+        if self.blocking_unshown {
+            return;
+        }
         if self.info_changed || self.session.last_cmd != self.published_cmd {
             self.info_changed = false;
             self.published_cmd = self.session.last_cmd;

@@ -61,6 +61,15 @@ impl Conn {
             proto,
         } in replies.drain(..)
         {
+            if reply.blocks() && !self.wbuf.is_empty() {
+                // Replies held from rounds before go out before the client blocks, as Redis
+                // writes them before it blocks the client.
+                if !matches!(self.send_replies(client).await, Ok(true)) {
+                    self.apply(Effect::Gone);
+                    break;
+                }
+                self.wbuf.clear();
+            }
             let mark = self.wbuf.len();
             let effect = self.resolve(reply, proto, client).await;
             if silent {
@@ -423,16 +432,24 @@ impl Conn {
         blocked: bool,
         conn: &UpstreamConn,
     ) -> Option<JobResult> {
-        if blocked {
-            // CLIENT UNBLOCK from another client names this connection's id on the server.
-            self.show_blocked(Some(conn.clone()));
-        }
+        // Shown blocked in CLIENT LIST (with the round's session: `cmd=blpop`...), and
+        // CLIENT UNBLOCK from another client given this connection's id on the server, once
+        // the connection is live: a new one learns its id in its handshake, and only then
+        // sends the blocking command. Shown before, an UNBLOCK sent as soon as CLIENT LIST
+        // showed it could name no one, and the client stayed blocked.
+        let live = conn.live();
+        tokio::pin!(live);
+        let mut shown = false;
         let limit = self.shared.cfg.limits.client_query_buffer_limit;
         let result = loop {
             if self.rbuf.capacity() - self.rbuf.len() < 4096 {
                 self.rbuf.reserve(16 * 1024);
             }
             tokio::select! {
+                () = &mut live, if blocked && !shown => {
+                    self.show_blocked(Some(conn.clone()));
+                    shown = true;
+                }
                 r = &mut rx => break Some(r.unwrap_or(Err(UpstreamError::ShuttingDown))),
                 n = client.read_buf(&mut self.rbuf), if self.rbuf.len() < limit => match n {
                     Ok(0) | Err(_) => break None,
@@ -445,7 +462,13 @@ impl Conn {
             }
         };
         if blocked {
-            self.show_blocked(None);
+            self.blocking_unshown = false;
+            if shown {
+                self.show_blocked(None);
+            } else {
+                // Answered before it showed: the session as any round's, before the reply.
+                self.publish_session();
+            }
         }
         result
     }

@@ -43,8 +43,13 @@ pub async fn run(
                 return Ok(());
             }
         }
-        // Cache hits with nothing pending before them were encoded during the round.
-        if !c.wbuf.is_empty() {
+        // Cache hits with nothing pending before them were encoded during the round. While
+        // requests already read wait for the next round (this one ended before a MULTI or a
+        // blocking command, say), its replies wait too, up to `HOLD_REPLIES` bytes: Redis
+        // writes the replies to what it read in one write, and some clients act on where a
+        // write ends (ioredis reconnects on an error before reading the rest).
+        let more = !wants_input && !c.closing && !c.monitor && c.wbuf.len() < HOLD_REPLIES;
+        if !c.wbuf.is_empty() && !more {
             let open = c.send_replies(&mut stream).await?;
             c.wbuf.clear();
             if !open {
@@ -75,6 +80,9 @@ pub async fn run(
     }
 }
 
+/// Most reply bytes held for the next round's (see `run`).
+const HOLD_REPLIES: usize = 64 * 1024;
+
 /// Writes `buf` whole and flushes it: TLS may otherwise keep encrypted bytes it could not
 /// write yet until the next write, which may never come (plain TCP has nothing to flush).
 pub(super) async fn send(stream: &mut Stream, buf: &[u8]) -> std::io::Result<()> {
@@ -101,7 +109,7 @@ impl Conn {
     /// (up to `client_query_buffer_limit`, for the next rounds), as Redis goes on reading a
     /// client whose replies wait. Else each would wait for the other for ever. False when
     /// the client closed its side meanwhile: like Redis, corral then drops it.
-    async fn send_replies(&mut self, stream: &mut Stream) -> std::io::Result<bool> {
+    pub(super) async fn send_replies(&mut self, stream: &mut Stream) -> std::io::Result<bool> {
         // Nearly always the socket takes it all at once.
         let written = {
             let mut write = pin!(stream.write(&self.wbuf));

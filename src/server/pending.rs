@@ -88,6 +88,13 @@ pub(super) enum PendingReply {
     Subscribed(Box<Subscribed>),
 }
 
+impl PendingReply {
+    /// A blocking command's reply: it may take as long as Redis keeps the client blocked.
+    pub(super) fn blocks(&self) -> bool {
+        matches!(self, PendingReply::Upstream(up) if up.blocking.as_ref().is_some_and(|b| b.blocked))
+    }
+}
+
 /// An (un)subscribe's confirmations ([`PendingReply::Subscribed`]).
 #[derive(Debug)]
 pub(super) struct Subscribed {

@@ -196,6 +196,7 @@ impl Conn {
                 closes_client: false,
             }),
         })));
+        self.blocking_unshown = true;
         true
     }
 

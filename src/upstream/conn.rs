@@ -42,8 +42,26 @@ struct Handle {
     dedicated: bool,
     /// The server's client id for the live connection (0: none, or not reported).
     client_id: Arc<AtomicU64>,
+    up: Arc<Up>,
     /// Its task times its requests out (see [`ConnSettings::request_timeout`]).
     times_out: bool,
+}
+
+/// Whether the connection is live (its handshake done), and a wake-up when it becomes so.
+#[derive(Debug, Default)]
+pub(super) struct Up {
+    live: AtomicBool,
+    notify: Notify,
+}
+
+impl Up {
+    /// The task's connection finished its handshake (`true`) or ended.
+    pub(super) fn set(&self, live: bool) {
+        self.live.store(live, Ordering::Relaxed);
+        if live {
+            self.notify.notify_waiters();
+        }
+    }
 }
 
 /// Most jobs queued per connection before senders wait (backpressure, bounded memory).
@@ -62,6 +80,7 @@ impl UpstreamConn {
         let dead = Arc::new(AtomicBool::new(false));
         let never_up = Arc::new(AtomicBool::new(false));
         let client_id = Arc::new(AtomicU64::new(0));
+        let up = Arc::new(Up::default());
         let handle = UpstreamConn(Arc::new(Handle {
             tx,
             reset: reset.clone(),
@@ -70,6 +89,7 @@ impl UpstreamConn {
             never_up: never_up.clone(),
             dedicated: !settings.reconnect,
             client_id: client_id.clone(),
+            up: up.clone(),
             times_out: settings.reconnect && settings.request_timeout.is_some(),
         }));
         let task = Task {
@@ -78,6 +98,7 @@ impl UpstreamConn {
             rx,
             reset,
             client_id,
+            up,
             never_up,
             observer,
             shutdown,
@@ -168,5 +189,20 @@ impl UpstreamConn {
     /// The server's client id for this connection (from HELLO), 0 while unknown.
     pub fn client_id(&self) -> u64 {
         self.0.client_id.load(Ordering::Relaxed)
+    }
+
+    /// Waits until the connection is live: its handshake done, so its [`client_id`] known
+    /// (on Redis 6 and later) and requests queued before now on their way to Redis. At once
+    /// if it is.
+    ///
+    /// [`client_id`]: UpstreamConn::client_id
+    pub async fn live(&self) {
+        loop {
+            let notified = self.0.up.notify.notified();
+            if self.0.up.live.load(Ordering::Relaxed) {
+                return;
+            }
+            notified.await;
+        }
     }
 }

@@ -28,6 +28,7 @@ pub(super) struct Task {
     pub(super) reset: Arc<Notify>,
     /// The server's client id for the live connection.
     pub(super) client_id: Arc<AtomicU64>,
+    pub(super) up: Arc<super::conn::Up>,
     /// Set when a connection that does not reconnect fails to connect.
     pub(super) never_up: Arc<AtomicBool>,
     pub(super) observer: Option<Arc<dyn LinkObserver>>,
@@ -109,6 +110,7 @@ impl Task {
     async fn serve(&mut self, stream: Stream, tracking: bool, id: Option<u64>) -> After {
         let s = &self.s;
         self.client_id.store(id.unwrap_or(0), Ordering::Relaxed);
+        self.up.set(true);
         // Registered by `connect` (for MONITOR) until the connection closes.
         let local = stream.local_addr().ok();
         self.status.connected();
@@ -136,6 +138,7 @@ impl Task {
         link.fail_all(&end);
         let cause = end.cause.clone();
         self.client_id.store(0, Ordering::Relaxed);
+        self.up.set(false);
         if let Some(a) = local {
             self.status.remove_conn(a);
         }
