@@ -260,10 +260,12 @@ impl Link {
                 r = rd.read_buf(&mut self.rbuf) => match r {
                     Ok(0) => return End::lost("closed by upstream"),
                     Ok(_) => {
-                        if let Some(l) = &mut self.liveness {
-                            l.heard(Instant::now());
-                        }
-                        if let Err(e) = self.received(Instant::now) {
+                        let heard = self.liveness.as_mut().map(|l| {
+                            let now = Instant::now();
+                            l.heard(now);
+                            now
+                        });
+                        if let Err(e) = self.received(|| heard.unwrap_or_else(Instant::now)) {
                             return End::lost(e);
                         }
                     }
