@@ -451,3 +451,48 @@ async fn idle_checks_of_a_users_connections_cause_no_errors_on_redis() {
         show(&errors)
     );
 }
+
+/// MONITOR as a Redis ACL user runs as that user: refused with Redis's own `-NOPERM` to a
+/// user without it (the client then goes on as before), and a stream of Redis's commands to
+/// one with it.
+#[tokio::test]
+async fn monitor_as_a_user_is_checked_by_redis() {
+    let pair = start().await;
+    pair.on_both(|port| {
+        let r = sync_cmd(
+            port,
+            &[
+                "ACL", "SETUSER", "nomon", "on", ">p", "+@read", "+@write", "+ping", "~*",
+            ],
+        );
+        assert_eq!(r, b"+OK\r\n", "{}", show(&r));
+    });
+    let replies = same(
+        &pair,
+        &[
+            &[b"AUTH", b"nomon", b"p"],
+            &[b"MONITOR"],
+            &[b"SET", b"m1", b"v"],
+            &[b"GET", b"m1"],
+            &[b"PING"],
+        ],
+    )
+    .await;
+    assert!(replies[1].starts_with(b"-NOPERM"), "{}", show(&replies[1]));
+    // A user who may: the stream, with other clients' commands in it.
+    let mut m = connect(pair.proxy.addr).await;
+    assert_eq!(show(&m.cmd("AUTH alice a-pass").await), show(b"+OK\r\n"));
+    assert_eq!(show(&m.cmd("MONITOR").await), show(b"+OK\r\n"));
+    let mut other = connect(pair.proxy.addr).await;
+    assert_eq!(
+        show(&other.cmd("SET a-monitored v").await),
+        show(b"+OK\r\n")
+    );
+    let seen = async { while !common::contains(&m.read_reply().await, b"\"a-monitored\"") {} };
+    let limit = std::time::Duration::from_secs(10);
+    assert!(
+        tokio::time::timeout(limit, seen).await.is_ok(),
+        "SET not monitored"
+    );
+    pair.proxy.stop().await;
+}

@@ -136,9 +136,6 @@ canned! {
         cluster mode: set it on each node and in cluster.seeds, then reload corral";
     /// CONFIG SET requirepass with a password corral could not authenticate upstream with.
     REQUIREPASS_NOT_UTF8 = "ERR CONFIG SET 'requirepass' through corral takes a UTF-8 password";
-    /// MONITOR from a client authenticated as a Redis ACL user.
-    MONITOR_AS_ACL_USER =
-        "ERR MONITOR is not supported by corral for a client authenticated as a Redis ACL user";
     /// A Redis user's (un)subscribe that corral could not have Redis check (the user may not
     /// run MULTI).
     USER_PUBSUB_UNCHECKED = "ERR corral has Redis check a Redis ACL user's (un)subscribe \
@@ -318,11 +315,6 @@ mod tests {
     #[test]
     fn wrapped_texts_are_the_bytes_clients_got_before() {
         // As the literals read where these replies were built by hand.
-        assert_eq!(
-            MONITOR_AS_ACL_USER.wire(),
-            b"-ERR MONITOR is not supported by corral for a client authenticated as a Redis \
-              ACL user\r\n"
-        );
         assert_eq!(
             ACL_USER_IN_CLUSTER.text(),
             "ERR AUTH as a Redis ACL user other than 'default' is not supported by corral \

@@ -58,7 +58,11 @@ pub async fn run(
         }
         c.after_round();
         if c.monitor {
-            return c.relay_monitor(stream).await;
+            if c.relay_monitor(&mut stream).await? {
+                return Ok(());
+            }
+            // Redis refused it: the client goes on.
+            c.monitor = false;
         }
         if c.closing {
             return Ok(());

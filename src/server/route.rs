@@ -89,9 +89,6 @@ impl Conn {
                     node: None,
                 }))
             }
-            Route::Monitor if self.redis_user() => {
-                Plan::ready(replies::MONITOR_AS_ACL_USER.to_bytes())
-            }
             Route::Monitor => Plan::Monitor,
             Route::ClientAdmin => self.client_admin(cmd, req),
             Route::Tracking => Plan::Tracking {

@@ -279,8 +279,11 @@ impl Conn {
     }
 
     /// MONITOR: the client's connection becomes a byte relay to a dedicated upstream
-    /// connection that ran MONITOR, until either side closes.
-    pub(super) async fn relay_monitor(&mut self, mut client: Stream) -> std::io::Result<()> {
+    /// connection that ran MONITOR, until either side closes. The connection is
+    /// authenticated as the client's Redis ACL user, if it has one, so Redis checks the
+    /// user's permissions: a MONITOR Redis refuses gets Redis's error, and the client goes
+    /// on as a client of corral (`Ok(false)`), as it would go on with Redis.
+    pub(super) async fn relay_monitor(&mut self, client: &mut Stream) -> std::io::Result<bool> {
         let mut upstream = match self
             .shared
             .upstream
@@ -295,31 +298,49 @@ impl Conn {
             Err(e) => {
                 let msg = replies::upstream_unavailable_for("MONITOR", &e.to_string());
                 client.write_all(&replies::line(&msg)).await?;
-                return Ok(());
+                return Ok(true);
             }
         };
         let mut first = BytesMut::new();
         encode_request(&[b"MONITOR"], &mut first);
-        // Requests the client sent after MONITOR go to Redis in order.
-        first.extend_from_slice(&self.rbuf);
-        self.rbuf.clear();
         super::connection::send(&mut upstream, &first).await?;
+        // Its reply, one line: `+OK`, or an error (`-NOPERM` for a user without MONITOR).
+        let mut buf = BytesMut::with_capacity(16 * 1024);
+        let line_end = loop {
+            if let Some(at) = buf.windows(2).position(|w| w == b"\r\n") {
+                break at + 2;
+            }
+            if upstream.read_buf(&mut buf).await? == 0 {
+                let msg = replies::upstream_unavailable_for("MONITOR", "connection closed");
+                client.write_all(&replies::line(&msg)).await?;
+                return Ok(true);
+            }
+        };
+        let reply = buf.split_to(line_end);
+        super::connection::send(client, &reply).await?;
+        if !reply.starts_with(b"+") {
+            return Ok(false);
+        }
+        // Requests the client sent after MONITOR go to Redis in order.
+        if !self.rbuf.is_empty() {
+            super::connection::send(&mut upstream, &self.rbuf).await?;
+            self.rbuf.clear();
+        }
         let status = self.shared.upstream.status.clone();
         let (mut up_rd, mut up_wr) = upstream.split();
         let (mut cl_rd, mut cl_wr) = client.split();
         let to_upstream = tokio::io::copy(&mut cl_rd, &mut up_wr);
         let to_client = async {
-            let mut buf = BytesMut::with_capacity(16 * 1024);
             let mut out = BytesMut::new();
             loop {
-                if up_rd.read_buf(&mut buf).await? == 0 {
-                    return Ok::<(), std::io::Error>(());
-                }
                 filter_monitor(&mut buf, &mut out, &|a, cmd| status.monitor_hides(a, cmd));
                 if !out.is_empty() {
                     cl_wr.write_all(&out).await?;
                     cl_wr.flush().await?;
                     out.clear();
+                }
+                if up_rd.read_buf(&mut buf).await? == 0 {
+                    return Ok::<(), std::io::Error>(());
                 }
             }
         };
@@ -328,6 +349,7 @@ impl Conn {
             r = to_client => r,
             _ = self.kill.cancelled() => Ok(()),
         }
+        .map(|()| true)
     }
 }
 
