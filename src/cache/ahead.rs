@@ -48,6 +48,11 @@ impl Default for Ahead {
 }
 
 impl Ahead {
+    /// Whether the round's look ahead found no GET (or did not look).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
     /// Forgets the last round's GETs.
     pub(super) fn clear(&mut self) {
         self.len = 0;

@@ -6,25 +6,25 @@ use super::client::Conn;
 use super::pending::{PendingReply, Then};
 use super::plan::{AloneReq, Plan};
 use super::writes::Writes;
-use crate::cache::{Cache, Entry, Lookup, PREFETCH_MAX};
+use crate::cache::{Cache, Entry, Lookup};
 use crate::commands::{self, Access, Command, KeyPositions};
-use crate::resp::lookahead::{self, Found};
 use crate::resp::request::encode_request;
 use crate::upstream::UpstreamConn;
 
 impl Conn {
-    /// The read barrier at the start of a round (`[cache] read_barrier`): passed now if a
-    /// GET is seen ahead in `rbuf`, as nearly every round with GETs has. Returns whether the
-    /// round may look keys up; if not, it passes the barrier at its first GET or MGET
-    /// ([`Conn::barrier_now`]) and takes no request the quick way before.
-    pub(super) async fn barrier_at_start(&mut self, rbuf: &[u8]) -> bool {
+    /// The read barrier at the start of a round (`[cache] read_barrier`): passed now if the
+    /// round's look ahead (`Cache::prefetch`, which only loads memory) found a GET, as nearly
+    /// every round with GETs does. Returns whether the round may look keys up; if not, it
+    /// passes the barrier at its first GET or MGET ([`Conn::barrier_now`]) and takes no
+    /// request the quick way before.
+    pub(super) async fn barrier_at_start(&mut self) -> bool {
         let Some(cache) = &self.shared.cache else {
             return true;
         };
         if !cache.read_barrier() {
             return true;
         }
-        let get_ahead = lookahead::keys(rbuf, PREFETCH_MAX).any(|f| matches!(f, Found::Get(..)));
+        let get_ahead = !self.ahead.is_empty();
         if get_ahead {
             cache.pass_barrier(&mut self.writes.clock).await;
         }

@@ -38,12 +38,12 @@ impl Conn {
         // Requests are routed from these while `self` changes; they are put back below.
         let rbuf = std::mem::take(&mut self.rbuf);
         let mut parser = std::mem::take(&mut self.parser);
-        // With the read barrier, nothing is looked up before the round passed it.
-        let mut synced = self.barrier_at_start(&rbuf).await;
         if let Some(cache) = &self.shared.cache {
             let found = lookahead::keys(&rbuf, PREFETCH_MAX);
             cache.prefetch(found, &mut self.writes.clock, &mut self.ahead);
         }
+        // With the read barrier, nothing is looked up before the round passed it.
+        let mut synced = self.barrier_at_start().await;
         let mut quick = self.quick().until(synced);
         let mut left = None;
         while !self.closing {
