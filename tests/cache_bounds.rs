@@ -184,6 +184,38 @@ async fn without_tracking_entries_live_fallback_ttl_at_most() {
     proxy.stop().await;
 }
 
+/// With the read barrier, a Redis that refuses tracking vouches for nothing: every GET goes
+/// to Redis, so a direct write is read back at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_tracking_the_read_barrier_serves_nothing_from_the_cache() {
+    let redis = RedisServer::start();
+    let mut direct = connect(redis.addr()).await;
+    let acl = direct
+        .cmd("ACL SETUSER corral on >pw ~* &* +@all -client|tracking")
+        .await;
+    assert_eq!(acl, OK);
+    let url = format!("redis://corral:pw@127.0.0.1:{}", redis.port);
+    let proxy = TestProxy::start_with(&url, |cfg| {
+        cfg.cache.fallback_ttl_ms = 60_000;
+        cfg.cache.read_barrier = true;
+    })
+    .await;
+    let mut c = connect(proxy.addr).await;
+    Stats::wait(&mut c, "the fallback mode", |s| {
+        s.text("cache_tracking") == "off (ttl-only fallback)"
+    })
+    .await;
+    for i in 0..50 {
+        let v = i.to_string();
+        assert_eq!(direct.request(&[b"SET", b"k", v.as_bytes()]).await, OK);
+        for _ in 0..5 {
+            assert_eq!(get(&mut c, "k").await, bulk(&v));
+        }
+    }
+    assert_eq!(Stats::of(&mut c).await.n("cache_hits"), 0);
+    proxy.stop().await;
+}
+
 // ---- 7. hits among other replies ----
 
 /// Hits are written as soon as nothing is pending before them: in a pipeline mixing hits,

@@ -57,9 +57,9 @@ impl Barrier {
 
     /// Waits until every invalidation Redis sent before now has been applied. Returns the
     /// round's floor: a read in flight started at or before it may predate a write the
-    /// round must see, and is not joined. `None`: a lane did not answer, the cache was
-    /// flushed, and the round must not look anything up (a slow lane may still hold an
-    /// invalidation of an entry filled since).
+    /// round must see, and is not joined. `None`: the round must not look anything up (a
+    /// lane did not answer and the cache was flushed, but a slow lane may still hold an
+    /// invalidation of an entry filled since; or a lane is not tracking).
     pub(super) async fn pass(self: &Arc<Self>) -> Option<Instant> {
         let pass = {
             let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
@@ -85,27 +85,46 @@ impl Barrier {
 
     /// Sends the open PING on every tracking lane and publishes its floor once every lane
     /// answered. A lane that does not (lost, or slower than the deadline) may have lost
-    /// invalidations: the cache is flushed, as losing a lane does.
+    /// invalidations: the cache is flushed, as losing a lane does. A lane Redis refused
+    /// tracking on (entries kept `fallback_ttl_ms`, not invalidated) vouches for nothing:
+    /// the round looks nothing up.
     async fn run(self: Arc<Self>) {
+        // Spawned on a worker of a multi-thread runtime, this task would run before the
+        // tasks already queued there, whose rounds are to join its PING.
+        if tokio::runtime::Handle::current().runtime_flavor()
+            != tokio::runtime::RuntimeFlavor::CurrentThread
+        {
+            tokio::task::yield_now().await;
+        }
         let Some(pass) = self.open.lock().unwrap_or_else(|p| p.into_inner()).take() else {
             return;
         };
         let sent = Instant::now();
+        let until = tokio::time::Instant::from_std(sent) + self.deadline;
         let mut replies = Vec::new();
+        let mut tracked = true;
+        let mut answered = true;
         for lane in self.lanes.all() {
-            if lane.info.tracking() == Tracking::On {
-                replies.push(lane.conn.send(self.ping.clone(), 1).await);
+            match lane.info.tracking() {
+                Tracking::On => {
+                    let send = lane.conn.send(self.ping.clone(), 1);
+                    match tokio::time::timeout_at(until, send).await {
+                        Ok(rx) => replies.push(rx),
+                        Err(_) => answered = false,
+                    }
+                }
+                Tracking::Fallback => tracked = false,
+                // Nothing of a lane down is cached.
+                Tracking::Down | Tracking::Partial => {}
             }
         }
         // Any reply does: an error (`-BUSY`, `-LOADING`) comes after the pushes before it too.
-        let mut answered = true;
-        let until = tokio::time::Instant::from_std(sent) + self.deadline;
         for rx in replies {
             let pong = tokio::time::timeout_at(until, rx).await;
             answered &= matches!(pong, Ok(Ok(Ok(_))));
         }
         self.core.stats.barriers.inc();
-        let floor = answered.then_some(sent);
+        let floor = (answered && tracked).then_some(sent);
         if !answered {
             self.core.stats.barrier_failures.inc();
             self.core.flush();

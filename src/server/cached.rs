@@ -24,6 +24,9 @@ impl Conn {
         if !cache.read_barrier() {
             return true;
         }
+        if !self.cache_may_serve() {
+            return false;
+        }
         let get_ahead = !self.ahead.is_empty();
         if get_ahead {
             cache.pass_barrier(&mut self.writes.clock).await;
@@ -32,12 +35,23 @@ impl Conn {
     }
 
     /// The read barrier before a GET or MGET the round's start did not see: the requests
-    /// batched before it go first, rather than wait with it.
-    pub(super) async fn barrier_now(&mut self) {
+    /// batched before it go first, rather than wait with it. Returns whether it was passed:
+    /// not for a client the cache does not serve, whose GETs look nothing up.
+    pub(super) async fn barrier_now(&mut self) -> bool {
+        if !self.cache_may_serve() {
+            return false;
+        }
         self.flush_batch().await;
         if let Some(cache) = &self.shared.cache {
             cache.pass_barrier(&mut self.writes.clock).await;
         }
+        true
+    }
+
+    /// Whether the cache may answer this client's GETs at all: what `through_cache` asks
+    /// (the cluster's step asks more). A client it may not answer needs no read barrier.
+    pub(super) fn cache_may_serve(&self) -> bool {
+        self.pin.is_none() && self.session.db == 0 && !self.redis_user()
     }
 
     /// What the cache's step made of a request standalone: a plan to carry out, or `None`

@@ -434,8 +434,8 @@ impl Conn {
     ) -> Option<JobResult> {
         // Shown blocked in CLIENT LIST (with the round's session: `cmd=blpop`...), and
         // CLIENT UNBLOCK from another client given this connection's id on the server, once
-        // the connection is live: a new one learns its id in its handshake, and only then
-        // sends the blocking command. Shown before, an UNBLOCK sent as soon as CLIENT LIST
+        // the connection is live: a new one learns its id in its handshake, and writes the
+        // blocking command right after. Shown before, an UNBLOCK sent as soon as CLIENT LIST
         // showed it could name no one, and the client stayed blocked.
         let live = conn.live();
         tokio::pin!(live);

@@ -48,7 +48,13 @@ pub async fn run(
         // blocking command, say), its replies wait too, up to `HOLD_REPLIES` bytes: Redis
         // writes the replies to what it read in one write, and some clients act on where a
         // write ends (ioredis reconnects on an error before reading the rest).
-        let more = !wants_input && !c.closing && !c.monitor && c.wbuf.len() < HOLD_REPLIES;
+        let limit = c.shared.cfg.limits.client_output_buffer_limit;
+        let hold = if limit == 0 {
+            HOLD_REPLIES
+        } else {
+            HOLD_REPLIES.min(limit / 2)
+        };
+        let more = !wants_input && !c.closing && !c.monitor && c.wbuf.len() < hold;
         if !c.wbuf.is_empty() && !more {
             let open = c.send_replies(&mut stream).await?;
             c.wbuf.clear();
@@ -84,7 +90,8 @@ pub async fn run(
     }
 }
 
-/// Most reply bytes held for the next round's (see `run`).
+/// Most reply bytes held for the next round's (see `run`); half the client output buffer
+/// limit if that is less, so held replies never count a client over it.
 const HOLD_REPLIES: usize = 64 * 1024;
 
 /// Writes `buf` whole and flushes it: TLS may otherwise keep encrypted bytes it could not

@@ -129,9 +129,11 @@ impl Conn {
                 queued: rbuf.len() - off,
                 refused: guarded.refusal(),
             };
-            if !synced && matches!(cmd.access(), Some(Access::Get | Access::MGet)) {
+            if !synced
+                && matches!(cmd.access(), Some(Access::Get | Access::MGet))
+                && self.barrier_now().await
+            {
                 synced = true;
-                self.barrier_now().await;
                 quick = self.quick();
             }
             let plan = self.route(&cmd, &req);

@@ -324,7 +324,7 @@ impl Conn {
         if let Some(cache) = &self.shared.cache {
             // Never for a Redis user's client: a cached value, or a read coalesced with
             // another client's, would bypass Redis's check of the user's key permissions.
-            let may_serve = self.pin.is_none() && self.session.db == 0 && !self.redis_user();
+            let may_serve = self.cache_may_serve();
             // Only used with `may_serve` (a leading GET rides on it): corral's own.
             let conn = self
                 .shared

@@ -282,7 +282,8 @@ impl Conn {
     /// connection that ran MONITOR, until either side closes. The connection is
     /// authenticated as the client's Redis ACL user, if it has one, so Redis checks the
     /// user's permissions: a MONITOR Redis refuses gets Redis's error, and the client goes
-    /// on as a client of corral (`Ok(false)`), as it would go on with Redis.
+    /// on as a client of corral (`Ok(false)`), as it would go on with Redis; so does one
+    /// corral could not run (no connection, no reply within `request_timeout_ms`).
     pub(super) async fn relay_monitor(&mut self, client: &mut Stream) -> std::io::Result<bool> {
         let mut upstream = match self
             .shared
@@ -297,8 +298,8 @@ impl Conn {
             Ok(s) => s,
             Err(e) => {
                 let msg = replies::upstream_unavailable_for("MONITOR", &e.to_string());
-                client.write_all(&replies::line(&msg)).await?;
-                return Ok(true);
+                super::connection::send(client, &replies::line(&msg)).await?;
+                return Ok(false);
             }
         };
         let mut first = BytesMut::new();
@@ -306,15 +307,30 @@ impl Conn {
         super::connection::send(&mut upstream, &first).await?;
         // Its reply, one line: `+OK`, or an error (`-NOPERM` for a user without MONITOR).
         let mut buf = BytesMut::with_capacity(16 * 1024);
-        let line_end = loop {
-            if let Some(at) = buf.windows(2).position(|w| w == b"\r\n") {
-                break at + 2;
+        let reply_line = async {
+            loop {
+                if let Some(at) = buf.windows(2).position(|w| w == b"\r\n") {
+                    return Ok(Some(at + 2));
+                }
+                if upstream.read_buf(&mut buf).await? == 0 {
+                    return Ok::<_, std::io::Error>(None);
+                }
             }
-            if upstream.read_buf(&mut buf).await? == 0 {
-                let msg = replies::upstream_unavailable_for("MONITOR", "connection closed");
-                client.write_all(&replies::line(&msg)).await?;
-                return Ok(true);
-            }
+        };
+        let waited = match self.shared.upstream.request_timeout {
+            Some(limit) => tokio::select! {
+                r = tokio::time::timeout(limit, reply_line) => r.unwrap_or(Ok(None)),
+                () = self.kill.cancelled() => return Ok(true),
+            },
+            None => tokio::select! {
+                r = reply_line => r,
+                () = self.kill.cancelled() => return Ok(true),
+            },
+        };
+        let Some(line_end) = waited? else {
+            let msg = replies::upstream_unavailable_for("MONITOR", "no reply to MONITOR");
+            super::connection::send(client, &replies::line(&msg)).await?;
+            return Ok(false);
         };
         let reply = buf.split_to(line_end);
         super::connection::send(client, &reply).await?;

@@ -57,7 +57,8 @@ pub(super) struct Up {
 impl Up {
     /// The task's connection finished its handshake (`true`) or ended.
     pub(super) fn set(&self, live: bool) {
-        self.live.store(live, Ordering::Relaxed);
+        // Release: whoever sees it live sees the client id stored before.
+        self.live.store(live, Ordering::Release);
         if live {
             self.notify.notify_waiters();
         }
@@ -192,14 +193,14 @@ impl UpstreamConn {
     }
 
     /// Waits until the connection is live: its handshake done, so its [`client_id`] known
-    /// (on Redis 6 and later) and requests queued before now on their way to Redis. At once
-    /// if it is.
+    /// (on Redis 6 and later), and the requests queued for it written next. At once if it
+    /// is.
     ///
     /// [`client_id`]: UpstreamConn::client_id
     pub async fn live(&self) {
         loop {
             let notified = self.0.up.notify.notified();
-            if self.0.up.live.load(Ordering::Relaxed) {
+            if self.0.up.live.load(Ordering::Acquire) {
                 return;
             }
             notified.await;

@@ -116,8 +116,10 @@ pub(super) struct Link {
     owed: usize,
     /// `wbuf` holds the rest of a write begun.
     writing: bool,
-    /// A request unanswered this long ends the connection as timed out, failing everything
-    /// in flight with [`UpstreamError::Timeout`] (see `ConnSettings::request_timeout`). Only
+    /// A request unanswered this long (counted from when it was queued, or from the last
+    /// reply bytes that came for it or the requests before it: [`Link::received`]) ends the
+    /// connection as timed out, failing everything in flight with
+    /// [`UpstreamError::Timeout`] (see `ConnSettings::request_timeout`). Only
     /// the oldest waiter is timed, by one timer the connection re-arms when it fires: a
     /// timer per client's wait cost about 1,000 instructions per round (callgrind).
     pub(super) request_timeout: Option<Duration>,
@@ -183,8 +185,13 @@ impl Link {
     fn received(&mut self, now: impl FnOnce() -> Instant) -> Result<(), String> {
         let owed = self.owed_now();
         self.deliver()?;
+        // Part of a reply (not of a push) still coming counts as well.
+        let partial = self
+            .rbuf
+            .get(self.frame_start)
+            .is_some_and(|&first| first != b'>');
         if self.request_timeout.is_some()
-            && (owed != self.owed_now() || !self.rbuf.is_empty())
+            && (owed != self.owed_now() || partial)
             && let Some(front) = self.inflight.front_mut()
         {
             front.since = now();
