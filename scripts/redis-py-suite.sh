@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# redis-py's own test suite (a client we did not write) run through corral: the sync test
-# files that apply to one plain Redis, first against redis-server directly, then through
-# corral with its cache on and with --no-cache, each on a fresh redis-server on free
-# 127.0.0.1 ports. A test that passes directly but fails or errors through corral is run
-# once more on a fresh pair (timing-dependent tests then tell themselves apart); those that
-# fail again are printed, and the script exits 1. What Redis itself fails (tests written for
-# a newer Redis, say) is left out that way, and so are the differences README documents
-# (KNOWN below).
+# redis-py's own test suite (a client we did not write) run through corral: the sync and
+# asyncio test files that apply to one plain Redis, first against redis-server directly,
+# then through corral with its cache on and with --no-cache, each on a fresh redis-server
+# on free 127.0.0.1 ports. A test that passes directly but fails or errors through corral
+# is run once more on a fresh pair (timing-dependent tests then tell themselves apart);
+# those that fail again are printed, and the script exits 1. What Redis itself fails
+# (tests written for a newer Redis, say) is left out that way, and so are the differences
+# README documents (KNOWN below).
 #
 # The first run downloads the redis-py sdist (its tests come with it) and makes a venv with
 # pytest, both under target/redis-py (PyPI must be reachable); later runs reuse them. Needs
@@ -33,13 +33,21 @@ done
 [ -x "$CORRAL" ] || { echo "redis-py-suite.sh: no corral at $CORRAL (cargo build --release)" >&2; exit 2; }
 CORRAL=$(realpath "$CORRAL")
 
-# Files that need only one plain Redis (no modules, cluster, sentinel, TLS or replicas).
+# Files that need only one plain Redis (no modules, cluster, sentinel, TLS or replicas). The
+# asyncio ones run with pytest-asyncio's auto mode, as redis-py's own tox.ini (not in the
+# sdist) sets: without it they are skipped.
 FILES="test_commands.py test_pipeline.py test_pubsub.py test_scripting.py test_function.py
   test_lock.py test_connection.py test_connection_pool.py test_encoding.py test_hash.py
-  test_helpers.py test_retry.py test_credentials.py test_monitor.py test_multiprocessing.py"
+  test_helpers.py test_retry.py test_credentials.py test_monitor.py test_multiprocessing.py
+  test_asyncio/test_commands.py test_asyncio/test_pipeline.py test_asyncio/test_pubsub.py
+  test_asyncio/test_scripting.py test_asyncio/test_lock.py test_asyncio/test_connection.py
+  test_asyncio/test_connection_pool.py test_asyncio/test_encoding.py test_asyncio/test_hash.py
+  test_asyncio/test_retry.py test_asyncio/test_credentials.py test_asyncio/test_monitor.py"
 MARKS="not onlycluster and not redismod and not ssl and not replica"
 # Documented differences (README, "Commands"): MONITOR does not show the PINGs corral answers.
-KNOWN="tests.test_monitor.TestMonitor::test_response_values"
+KNOWN="tests.test_monitor.TestMonitor::test_response_values
+  tests.test_asyncio.test_monitor.TestMonitor::test_response_values[single]
+  tests.test_asyncio.test_monitor.TestMonitor::test_response_values[pool]"
 
 CACHE=$ROOT/target/redis-py
 SRC=$CACHE/redis-$VERSION
@@ -92,7 +100,8 @@ run() {
   fi
   local xml=$RESULTS/$name-resp$proto.xml
   (cd "$SRC" && timeout 3000 "$CACHE/venv/bin/python" -m pytest -p no:cacheprovider \
-    --timeout 60 -q --redis-url="redis://127.0.0.1:$port/0" --protocol="$proto" \
+    --timeout 60 -q -o asyncio_mode=auto --redis-url="redis://127.0.0.1:$port/0" \
+    --protocol="$proto" \
     -m "$MARKS" ${KEXPR:+-k "$KEXPR"} --junitxml="$xml" "${tests[@]}" \
     >"$RESULTS/$name-resp$proto.log" 2>&1) || true
   echo "$name RESP$proto: $(tail -1 "$RESULTS/$name-resp$proto.log")"
@@ -143,7 +152,7 @@ with open(sys.argv[3], "w") as f:
     for n in lost:
         cls, test = n.split("::", 1)
         parts = cls.split(".")
-        mod = [p for p in parts if p.startswith("test_")][0]
+        mod = [p for p in parts if p.startswith("test_")][-1]
         path = "/".join(parts[: parts.index(mod) + 1]) + ".py"
         rest = parts[parts.index(mod) + 1 :]
         ids.append("::".join([path, *rest, test]))
