@@ -142,22 +142,32 @@ async fn with_the_cache_off_every_get_reaches_redis() {
 
 // ---- 6. TTL-only fallback when Redis refuses CLIENT TRACKING ----
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn without_tracking_entries_live_fallback_ttl_at_most() {
+/// Redis, a direct client of it, and corral (adjusted by `tweak`) logged in as a user that
+/// may do everything but turn tracking on, with a client of it once the cache fell back to
+/// TTL-only entries.
+async fn without_tracking(
+    tweak: impl FnOnce(&mut corral::Config),
+) -> (RedisServer, TestProxy, RawClient, RawClient) {
     let redis = RedisServer::start();
     let mut direct = connect(redis.addr()).await;
-    // A user that may do everything except turn tracking on.
     let acl = direct
         .cmd("ACL SETUSER corral on >pw ~* &* +@all -client|tracking")
         .await;
     assert_eq!(acl, OK);
     let url = format!("redis://corral:pw@127.0.0.1:{}", redis.port);
-    let proxy = TestProxy::start_with(&url, |cfg| cfg.cache.fallback_ttl_ms = 200).await;
+    let proxy = TestProxy::start_with(&url, tweak).await;
     let mut c = connect(proxy.addr).await;
     Stats::wait(&mut c, "the fallback mode", |s| {
         s.text("cache_tracking") == "off (ttl-only fallback)"
     })
     .await;
+    (redis, proxy, direct, c)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_tracking_entries_live_fallback_ttl_at_most() {
+    let (_redis, proxy, mut direct, mut c) =
+        without_tracking(|cfg| cfg.cache.fallback_ttl_ms = 200).await;
     assert_eq!(direct.cmd("SET k old").await, OK);
     make_cached(&mut c, "k", &bulk("old")).await;
     assert_eq!(direct.cmd("SET k new").await, OK);
@@ -188,21 +198,9 @@ async fn without_tracking_entries_live_fallback_ttl_at_most() {
 /// to Redis, so a direct write is read back at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_tracking_the_read_barrier_serves_nothing_from_the_cache() {
-    let redis = RedisServer::start();
-    let mut direct = connect(redis.addr()).await;
-    let acl = direct
-        .cmd("ACL SETUSER corral on >pw ~* &* +@all -client|tracking")
-        .await;
-    assert_eq!(acl, OK);
-    let url = format!("redis://corral:pw@127.0.0.1:{}", redis.port);
-    let proxy = TestProxy::start_with(&url, |cfg| {
+    let (_redis, proxy, mut direct, mut c) = without_tracking(|cfg| {
         cfg.cache.fallback_ttl_ms = 60_000;
         cfg.cache.read_barrier = true;
-    })
-    .await;
-    let mut c = connect(proxy.addr).await;
-    Stats::wait(&mut c, "the fallback mode", |s| {
-        s.text("cache_tracking") == "off (ttl-only fallback)"
     })
     .await;
     for i in 0..50 {
