@@ -22,6 +22,7 @@ mod permit;
 mod pin;
 mod plan;
 mod pubcount;
+mod queue;
 mod quick;
 mod redirects;
 mod round;

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use tokio::sync::oneshot;
 
 use super::client::Conn;
-use super::pending::{AfterAck, Forwarded, PendingReply};
+use super::pending::{AfterAck, PendingReply};
 use super::plan::Plan;
 use crate::commands::Command;
 use crate::error::replies;
@@ -67,14 +67,7 @@ impl Conn {
             let _ = tx.send(r);
         };
         conn.send_to(req, 1, ReplyTo::Call(Box::new(follow))).await;
-        self.push_reply(PendingReply::Upstream(Box::new(Forwarded {
-            rx,
-            count: 1,
-            conn,
-            after: AfterAck::default(),
-            interleaved: Default::default(),
-            blocking: None,
-        })));
+        self.push_reply(PendingReply::one(rx, conn, AfterAck::default(), None));
         true
     }
 }

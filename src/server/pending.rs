@@ -118,6 +118,25 @@ pub(super) struct Forwarded {
     pub(super) interleaved: Between,
 }
 
+impl PendingReply {
+    /// The reply to one request sent on its own over `conn`, arriving at `rx`.
+    pub(super) fn one(
+        rx: oneshot::Receiver<JobResult>,
+        conn: UpstreamConn,
+        after: AfterAck,
+        blocking: Option<Blocking>,
+    ) -> PendingReply {
+        PendingReply::Upstream(Box::new(Forwarded {
+            rx,
+            count: 1,
+            conn,
+            after,
+            blocking,
+            interleaved: Between::default(),
+        }))
+    }
+}
+
 /// Cache replies to requests between a batch's forwarded ones (see [`Interleaved`]).
 #[derive(Default)]
 pub(super) struct Between {

@@ -1,14 +1,14 @@
 //! One round over a client's pipelined requests: parse each complete request, route it
-//! (`route.rs`), carry out its [`Plan`], and hand consecutive forwarded requests to the
-//! upstream as one job. The replies are collected afterwards, in order (`collect.rs`).
+//! (`route.rs`) and carry out its [`Plan`]; consecutive forwarded requests go to the
+//! upstream as one job (`queue.rs`). The replies are collected afterwards, in order
+//! (`collect.rs`).
 
 use bytes::{Buf, Bytes};
 use tracing::debug;
 
-use super::batch::Taken;
 use super::client::Conn;
 use super::clients::ReplyMode;
-use super::pending::{AfterAck, AloneReply, Forwarded, Interleaved, PendingReply, Queued};
+use super::pending::{AloneReply, Interleaved, PendingReply};
 use super::plan::{AloneReq, BlockingReq, NodeReq, Plan};
 use super::route::Request;
 use crate::cache::PREFETCH_MAX;
@@ -359,146 +359,6 @@ impl Conn {
                 });
             }
             _ => {}
-        }
-    }
-
-    /// Appends encoded request bytes to the batch.
-    pub(super) fn append(&mut self, bytes: &[u8]) {
-        let conn = self.batch.is_empty().then(|| self.target());
-        self.batch.push(bytes, conn);
-    }
-
-    /// Queues a local reply after everything routed before it.
-    pub(super) async fn push_ready(&mut self, bytes: Bytes) {
-        self.flush_batch().await;
-        self.push_reply(PendingReply::Ready(bytes));
-    }
-
-    /// Whether a local reply of about `size` bytes may be encoded into the write buffer now
-    /// rather than queued (see [`Conn::write_room`]). A cache hit then costs no pending-reply
-    /// slot.
-    fn may_write_now(&self, size: usize) -> bool {
-        self.write_room().is_some_and(|room| size <= room)
-    }
-
-    /// How many bytes of local replies may be encoded into the write buffer now rather than
-    /// queued, if any may: nothing is pending before them (no batch, no queued reply),
-    /// replies are on, and the buffer stays far below the output limit that `collect`
-    /// enforces.
-    pub(super) fn write_room(&self) -> Option<usize> {
-        const MOST: usize = 64 * 1024;
-        let limit = match self.shared.cfg.limits.client_output_buffer_limit {
-            0 => MOST,
-            l => l.min(MOST),
-        };
-        (self.batch.is_empty()
-            && self.replies.is_empty()
-            && !self.silent_now
-            && self.reply_mode != ReplyMode::Off)
-            .then(|| limit.saturating_sub(self.wbuf.len() + 32))
-    }
-
-    /// Whether a cache reply can ride in the batch, between its forwarded requests' replies
-    /// (see [`Interleaved`]): on corral's shared connections in standalone mode, where the
-    /// batch's replies are one frame per request, never redirected.
-    pub(super) fn may_interleave(&self) -> bool {
-        self.batch.takes_interleaved()
-            && self.pin.is_none()
-            && self.shared.upstream.cluster.is_none()
-    }
-
-    /// Queues a pending reply, silenced if CLIENT REPLY says so. (Un)subscribe confirmations never
-    /// are: Redis sends them as pushes, which CLIENT REPLY OFF/SKIP does not silence, in
-    /// either protocol (a client waiting for them would hang).
-    pub(super) fn push_reply(&mut self, reply: PendingReply) {
-        let silent = !matches!(reply, PendingReply::Subscribed(_))
-            && (self.silent_now || self.reply_mode == ReplyMode::Off);
-        self.replies.push(Queued {
-            reply,
-            silent,
-            proto: self.session.proto,
-        });
-    }
-
-    /// Hands the pending forwarded requests to the upstream as one job.
-    pub(super) async fn flush_batch(&mut self) {
-        let Some(Taken {
-            bytes,
-            count,
-            conn,
-            cmds,
-            leads,
-            interleaved,
-            script,
-            script_keys,
-            skip_first,
-        }) = self.batch.take()
-        else {
-            return;
-        };
-        let conn = match conn {
-            Some(c) => c,
-            None => self.target(),
-        };
-        let rx = if leads.is_empty() {
-            conn.send(bytes, count).await
-        } else {
-            // The replies go through the upstream connection's task, which shares the leading
-            // GETs' replies with their waiters whatever becomes of this client.
-            let (tx, rx) = tokio::sync::oneshot::channel();
-            let share = move |r: crate::upstream::JobResult| {
-                super::batch::share_leads(leads, &r);
-                let _ = tx.send(r);
-            };
-            conn.send_to(
-                bytes,
-                count,
-                crate::upstream::ReplyTo::Call(Box::new(share)),
-            )
-            .await;
-            rx
-        };
-        let writes = self.writes.take_keys();
-        let write_mark = self.writes.mark.take().unwrap_or(0);
-        let writes_all = std::mem::take(&mut self.writes.all);
-        let lane_barrier = std::mem::take(&mut self.writes.barrier);
-        let exec_select = self.exec_select.take();
-        // Redirections are followed on shared connections only: inside a transaction a
-        // MOVED is part of what the client must see (the transaction is then aborted).
-        let cluster_cmds =
-            (self.shared.upstream.cluster.is_some() && self.pin.is_none()).then_some(cmds);
-        let script = script.then(|| {
-            self.shared
-                .upstream
-                .status
-                .script_started(script_keys, conn.is_dedicated())
-        });
-        self.push_reply(PendingReply::Upstream(Box::new(Forwarded {
-            rx,
-            count,
-            conn,
-            after: AfterAck {
-                writes,
-                write_mark,
-                writes_all,
-                lane_barrier,
-                exec_select,
-                cluster_cmds,
-                skip_first,
-                script,
-            },
-            blocking: None,
-            interleaved,
-        })));
-    }
-
-    /// The cache work pending for writes routed so far, to run once they are acknowledged.
-    fn take_writes(&mut self) -> AfterAck {
-        AfterAck {
-            writes: self.writes.take_keys(),
-            write_mark: self.writes.mark.take().unwrap_or(0),
-            writes_all: std::mem::take(&mut self.writes.all),
-            ..AfterAck::default()
         }
     }
 }

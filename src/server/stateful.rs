@@ -10,7 +10,7 @@ use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::client::Conn;
-use super::pending::{AfterAck, AloneReply, Blocking, Forwarded, PendingReply, Then};
+use super::pending::{AfterAck, AloneReply, Blocking, PendingReply, Then};
 use super::plan::Repin;
 use super::writes::WrittenKeys;
 use crate::commands::Tx;
@@ -181,21 +181,16 @@ impl Conn {
             None => self.target(),
         };
         let rx = conn.send(req, 1).await;
-        self.push_reply(PendingReply::Upstream(Box::new(Forwarded {
-            rx,
-            count: 1,
-            conn,
-            after: AfterAck {
-                writes: WrittenKeys::of(&writes),
-                ..AfterAck::default()
-            },
-            interleaved: Default::default(),
-            blocking: Some(Blocking {
-                dedicated,
-                blocked: true,
-                closes_client: false,
-            }),
-        })));
+        let after = AfterAck {
+            writes: WrittenKeys::of(&writes),
+            ..AfterAck::default()
+        };
+        let blocking = Blocking {
+            dedicated,
+            blocked: true,
+            closes_client: false,
+        };
+        self.push_reply(PendingReply::one(rx, conn, after, Some(blocking)));
         self.blocking_unshown = true;
         true
     }
@@ -211,18 +206,17 @@ impl Conn {
                 .out_of_band(self.user_pool(), self.session.proto, self.session.db);
         let conn = ded.conn.clone();
         let rx = conn.send(req, 1).await;
-        self.push_reply(PendingReply::Upstream(Box::new(Forwarded {
+        let blocking = Blocking {
+            dedicated: Some(ded),
+            blocked: false,
+            closes_client: shutdown,
+        };
+        self.push_reply(PendingReply::one(
             rx,
-            count: 1,
             conn,
-            after: AfterAck::default(),
-            interleaved: Default::default(),
-            blocking: Some(Blocking {
-                dedicated: Some(ded),
-                blocked: false,
-                closes_client: shutdown,
-            }),
-        })));
+            AfterAck::default(),
+            Some(blocking),
+        ));
         true
     }
 
