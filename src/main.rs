@@ -14,7 +14,8 @@ use tracing_subscriber::EnvFilter;
 /// mimalloc, not the system allocator: a cached GET allocates and frees small objects (a
 /// fill's shared state, its key, reply buffers) where a forwarded one does not, and glibc's
 /// malloc spent about 60 ns per request on them on a 90/10 GET/SET mix, much of it merging
-/// freed chunks (`malloc_consolidate`) before each new 16 KiB read buffer.
+/// freed chunks (`malloc_consolidate`) before each new 16 KiB read buffer. Built with
+/// `no_thp`: see Cargo.toml.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
