@@ -4,7 +4,8 @@
 #
 # Runs are interleaved (each round: direct, nutcracker, corral) so that the noise of a shared
 # machine hits every target alike; each figure is the median over the rounds. For every run it
-# records throughput and p99 latency (from the client), the CPU time per request of the
+# records throughput and p99 latency (from the client; p99.9 too from corral-load, which
+# shows a stall of one thread that p99 hides), the CPU time per request of the
 # proxy and of redis-server (utime+stime from /proc/PID/stat around the run), and the share
 # of the machine left idle meanwhile (/proc/stat): a run with much idle time is bound by the
 # latency of its round trips rather than by CPU, and its throughput ratios say less about
@@ -238,12 +239,13 @@ start_corral_cluster() {
 
 # measure SCENARIO TEST TARGET ROUND PARSER -- CMD...: runs CMD with the CPU counters of
 # redis-server, of the target's proxy and of the machine read around it; PARSER (a function
-# and its arguments, word-split) turns CMD's output into "requests rps p99_ms"; appends one
+# and its arguments, word-split) turns CMD's output into "requests rps p99_ms p999_ms" (p999
+# "-" where the client gives none); appends one
 # line to $RESULTS.
 measure() {
   local scenario=$1 test=$2 target=$3 round=$4 parser=$5
   shift 6
-  local ppid=${PROXY_PID[$target]} out r0 r1 p0=0 p1=0 requests rps p99 proxy_us redis_us
+  local ppid=${PROXY_PID[$target]} out r0 r1 p0=0 p1=0 requests rps p99 p999 proxy_us redis_us
   local m0 m1 idle_pct
   r0=$(redis_ticks "$target")
   [ -n "$ppid" ] && p0=$(cpu_ticks "$ppid")
@@ -255,7 +257,7 @@ measure() {
   r1=$(redis_ticks "$target")
   [ -n "$ppid" ] && p1=$(cpu_ticks "$ppid")
   # shellcheck disable=SC2086
-  read -r requests rps p99 < <(printf '%s\n' "$out" | $parser) || true
+  read -r requests rps p99 p999 < <(printf '%s\n' "$out" | $parser) || true
   [ -n "${p99:-}" ] || { echo "bench.sh: no result from: $*" >&2; printf '%s\n' "$out" >&2; exit 1; }
   # µs per request = ticks * 1e6 / CLK_TCK / requests
   redis_us=$(python3 -c "print(f'{($r1-$r0)*1e6/$CLK_TCK/$requests:.3f}')")
@@ -263,17 +265,18 @@ measure() {
   [ -n "$ppid" ] && proxy_us=$(python3 -c "print(f'{($p1-$p0)*1e6/$CLK_TCK/$requests:.3f}')")
   idle_pct=$(python3 -c "i0, t0, i1, t1 = map(int, '$m0 $m1'.split())
 print(f'{100 * (i1 - i0) / max(t1 - t0, 1):.0f}')")
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$scenario" "$test" "$target" "$round" \
-    "$rps" "$p99" "$proxy_us" "$redis_us" "$idle_pct" >>"$RESULTS"
-  printf '  %-5s %-4s %-11s round %s: %10.0f req/s  p99 %6s ms  proxy %6s us/req  redis %6s us/req  idle %3s%%\n' \
-    "$scenario" "$test" "$target" "$round" "$rps" "$p99" "$proxy_us" "$redis_us" "$idle_pct"
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$scenario" "$test" "$target" "$round" \
+    "$rps" "$p99" "$proxy_us" "$redis_us" "$idle_pct" "${p999:--}" >>"$RESULTS"
+  printf '  %-5s %-4s %-11s round %s: %10.0f req/s  p99 %6s ms  p99.9 %6s ms  proxy %6s us/req  redis %6s us/req  idle %3s%%\n' \
+    "$scenario" "$test" "$target" "$round" "$rps" "$p99" "${p999:--}" "$proxy_us" "$redis_us" \
+    "$idle_pct"
 }
 
 # redis-benchmark --csv: "test","rps","avg","min","p50","p95","p99","max".
 # The request count is the one given to redis-benchmark (-n), passed in $1.
-parse_rb() { awk -F'"' -v n="$1" 'NR > 1 && NF > 14 { print n, $4, $14; exit }'; }
-# corral-load --csv: ops,secs,rps,p50_ms,p99_ms,...
-parse_load() { awk -F, 'NR == 2 { print $1, $3, $5 }'; }
+parse_rb() { awk -F'"' -v n="$1" 'NR > 1 && NF > 14 { print n, $4, $14, "-"; exit }'; }
+# corral-load --csv: ops,secs,rps,p50_ms,p99_ms,p999_ms,...
+parse_load() { awk -F, 'NR == 2 { print $1, $3, $5, $6 }'; }
 
 # record_rb SCENARIO PIPELINE REQUESTS ROUND: one redis-benchmark run per test per target.
 record_rb() {
@@ -577,12 +580,14 @@ runs = defaultdict(list)
 rps_by_round = defaultdict(dict)
 order = []
 for line in open(path):
-    sc, test, target, rnd, rps, p99, proxy, redis, idle = line.rstrip("\n").split("\t")
+    # p99.9 is the last field; results written before it have none.
+    sc, test, target, rnd, rps, p99, proxy, redis, idle, *p999 = line.rstrip("\n").split("\t")
+    p999 = None if p999 in ([], ["-"]) else float(p999[0])
     if (sc, test) not in order:
         order.append((sc, test))
     runs[(sc, test, target)].append(
         (float(rps), float(p99), None if proxy == "-" else float(proxy), float(redis),
-         float(idle)))
+         float(idle), p999))
     rps_by_round[(sc, test, target)][rnd] = float(rps)
 
 def med(key, i):
@@ -634,8 +639,8 @@ last = None
 for sc, test in order:
     if sc != last:
         print(f"\n== {titles.get(sc, sc)}  (median of {rounds} rounds) ==")
-        print(f"{'test':<5}{'target':<12}{'req/s':>12}{'p99 ms':>9}{'proxy us/req':>14}"
-              f"{'redis us/req':>14}{'idle %':>8}")
+        print(f"{'test':<5}{'target':<12}{'req/s':>12}{'p99 ms':>9}{'p99.9 ms':>10}"
+              f"{'proxy us/req':>14}{'redis us/req':>14}{'idle %':>8}")
         last = sc
     m = {}
     for target in ("direct", "nutcracker", "corral", "cached", "cluster", "base", "basecached",
@@ -643,10 +648,10 @@ for sc, test in order:
         key = (sc, test, target)
         if key not in runs:
             continue
-        m[target] = [med(key, i) for i in range(5)]
-        rps, p99, proxy, redis, idle = m[target]
-        print(f"{test:<5}{target:<12}{rps:>12,.0f}{p99:>9.3f}{fmt(proxy, '>14.3f')}{redis:>14.3f}"
-              f"{idle:>8.0f}")
+        m[target] = [med(key, i) for i in range(6)]
+        rps, p99, proxy, redis, idle, p999 = m[target]
+        print(f"{test:<5}{target:<12}{rps:>12,.0f}{p99:>9.3f}{fmt(p999, '>10.3f')}"
+              f"{fmt(proxy, '>14.3f')}{redis:>14.3f}{idle:>8.0f}")
     if {"direct", "corral", "cached"} <= m.keys():
         on_off = ratio(sc, test, "cached", "corral")
         cd = ratio(sc, test, "cached", "direct")
