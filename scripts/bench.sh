@@ -239,9 +239,8 @@ start_corral_cluster() {
 
 # measure SCENARIO TEST TARGET ROUND PARSER -- CMD...: runs CMD with the CPU counters of
 # redis-server, of the target's proxy and of the machine read around it; PARSER (a function
-# and its arguments, word-split) turns CMD's output into "requests rps p99_ms p999_ms" (p999
-# "-" where the client gives none); appends one
-# line to $RESULTS.
+# and its arguments, word-split) turns CMD's output into "requests rps p99_ms p999_ms"
+# (p999_ms "-" where the client gives none); appends one line to $RESULTS.
 measure() {
   local scenario=$1 test=$2 target=$3 round=$4 parser=$5
   shift 6
