@@ -88,13 +88,6 @@ pub(super) enum PendingReply {
     Subscribed(Box<Subscribed>),
 }
 
-impl PendingReply {
-    /// A blocking command's reply: it may take as long as Redis keeps the client blocked.
-    pub(super) fn blocks(&self) -> bool {
-        matches!(self, PendingReply::Upstream(up) if up.blocking.as_ref().is_some_and(|b| b.blocked))
-    }
-}
-
 /// An (un)subscribe's confirmations ([`PendingReply::Subscribed`]).
 #[derive(Debug)]
 pub(super) struct Subscribed {
@@ -119,6 +112,11 @@ pub(super) struct Forwarded {
 }
 
 impl PendingReply {
+    /// A blocking command's reply: it may take as long as Redis keeps the client blocked.
+    pub(super) fn blocks(&self) -> bool {
+        matches!(self, PendingReply::Upstream(up) if up.blocking.as_ref().is_some_and(|b| b.blocked))
+    }
+
     /// The reply to one request sent on its own over `conn`, arriving at `rx`.
     pub(super) fn one(
         rx: oneshot::Receiver<JobResult>,

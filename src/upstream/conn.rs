@@ -42,6 +42,7 @@ struct Handle {
     dedicated: bool,
     /// The server's client id for the live connection (0: none, or not reported).
     client_id: Arc<AtomicU64>,
+    /// Whether the connection is live, for [`UpstreamConn::live`].
     up: Arc<Up>,
     /// Its task times its requests out (see [`ConnSettings::request_timeout`]).
     times_out: bool,

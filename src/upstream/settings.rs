@@ -74,10 +74,10 @@ pub struct ConnSettings {
     /// On a connection that reconnects: a request unanswered this long (from when it was
     /// queued, or from the last reply bytes that arrived for it or the requests before it)
     /// resets it, and every request in flight on it fails with a timeout, so a stuck Redis
-    /// holds a shared connection's clients no longer than `upstream.request_timeout_ms`. Enforced by the
-    /// connection's task, which times its oldest request only: a client waiting on it sets
-    /// no timer of its own ([`super::UpstreamConn::times_out`]). `None` on connections whose
-    /// waiters time out in their own way (tracking lanes, pub/sub).
+    /// holds a shared connection's clients no longer than `upstream.request_timeout_ms`.
+    /// Enforced by the connection's task, which times its oldest request only: a client
+    /// waiting on it sets no timer of its own ([`super::UpstreamConn::times_out`]). `None`
+    /// on connections whose waiters time out in their own way (tracking lanes, pub/sub).
     pub request_timeout: Option<Duration>,
 }
 

@@ -28,6 +28,7 @@ pub(super) struct Task {
     pub(super) reset: Arc<Notify>,
     /// The server's client id for the live connection.
     pub(super) client_id: Arc<AtomicU64>,
+    /// Set live once a connection's handshake is done, and not live when it ends.
     pub(super) up: Arc<super::conn::Up>,
     /// Set when a connection that does not reconnect fails to connect.
     pub(super) never_up: Arc<AtomicBool>,
