@@ -47,9 +47,16 @@
 # --baseline BIN adds a second corral build to every scenario, as targets "base" (--no-cache)
 # and "basecached" (cache on), run in the same rounds, with before/after ratios and CPU.
 #
+# --pin CLIENT_CPUS:SERVER_CPUS (taskset lists, say 0:1) runs the load generators (this
+# script and everything it runs but the servers) on CLIENT_CPUS, and every redis-server,
+# nutcracker and corral on SERVER_CPUS: a client host and a server host whose CPU the proxy
+# shares with Redis. Unpinned, the scheduler places the three processes on the cores as it
+# likes, and which two share a core moves throughput by up to half between runs of one build
+# (see docs/BENCHMARKS.md "Where the processes run").
+#
 # Usage: scripts/bench.sh [-n N] [--n16 N] [-r ROUNDS] [--quick] [--scenarios "p1 p16 load"]
 #                         [--load-seconds S] [--load-keys K] [--out FILE] [--no-build]
-#                         [--baseline BIN] [--warmup S] [--settle S]
+#                         [--baseline BIN] [--warmup S] [--settle S] [--pin C:S]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -66,6 +73,7 @@ CLIENTS=50
 OUT=""
 BUILD=1
 BASELINE=""
+PIN=""
 # Upper bound for any single client run, so a wedged target cannot hang the script.
 RUN_TIMEOUT=300
 
@@ -86,6 +94,7 @@ while [ $# -gt 0 ]; do
     --out) OUT="$2"; shift 2 ;;
     --no-build) BUILD=0; shift ;;
     --baseline) BASELINE="$2"; shift 2 ;;
+    --pin) PIN="$2"; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "bench.sh: unknown option $1" >&2; usage >&2; exit 2 ;;
   esac
@@ -98,6 +107,15 @@ N16=${N16:-$N}
 for cmd in redis-server redis-cli redis-benchmark nutcracker python3 timeout; do
   command -v "$cmd" >/dev/null || { echo "bench.sh: $cmd not found (scripts/deps.sh --bench)" >&2; exit 1; }
 done
+
+# ON_SERVER prefixes every server's command line; the clients inherit this script's CPUs.
+ON_SERVER=()
+if [ -n "$PIN" ]; then
+  command -v taskset >/dev/null || { echo "bench.sh: --pin needs taskset (util-linux)" >&2; exit 1; }
+  [[ "$PIN" == ?*:?* ]] || { echo "bench.sh: --pin wants CLIENT_CPUS:SERVER_CPUS, say 0:1" >&2; exit 2; }
+  taskset -cp "${PIN%%:*}" $$ >/dev/null || { echo "bench.sh: cannot pin to CPUs ${PIN%%:*}" >&2; exit 1; }
+  ON_SERVER=(taskset -c "${PIN#*:}")
+fi
 
 if [ "$BUILD" = 1 ]; then
   cargo build --release --bins --quiet
@@ -140,8 +158,8 @@ machine_ticks() {
 
 start_redis() {
   REDIS_PORT=$(free_port)
-  redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no \
-    --daemonize no --logfile "$WORK/redis.log" &
+  "${ON_SERVER[@]}" redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" \
+    --appendonly no --daemonize no --logfile "$WORK/redis.log" &
   REDIS_PID=$!
   PIDS+=("$REDIS_PID")
   wait_ready "$REDIS_PORT" redis "$REDIS_PID"
@@ -164,7 +182,8 @@ bench:
   servers:
    - 127.0.0.1:$REDIS_PORT:1
 EOF
-  nutcracker -c "$WORK/nutcracker.yml" -s "$stats" -a 127.0.0.1 -o "$WORK/nutcracker.log" &
+  "${ON_SERVER[@]}" nutcracker -c "$WORK/nutcracker.yml" -s "$stats" -a 127.0.0.1 \
+    -o "$WORK/nutcracker.log" &
   local pid=$!
   PIDS+=("$pid")
   wait_ready "$port" nutcracker "$pid"
@@ -176,8 +195,8 @@ start_corral() {
   local target=$1 bin=$2 port
   shift 2
   port=$(free_port)
-  "$bin" "$@" --listen "127.0.0.1:$port" --upstream "redis://127.0.0.1:$REDIS_PORT" \
-    --log-level warn >"$WORK/$target.log" 2>&1 &
+  "${ON_SERVER[@]}" "$bin" "$@" --listen "127.0.0.1:$port" \
+    --upstream "redis://127.0.0.1:$REDIS_PORT" --log-level warn >"$WORK/$target.log" 2>&1 &
   local pid=$!
   PIDS+=("$pid")
   wait_ready "$port" "$target" "$pid"
@@ -194,8 +213,8 @@ start_cluster() {
     port=$(free_port)
     bus=$(free_port)
     mkdir -p "$WORK/node$i"
-    redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --daemonize no \
-      --cluster-enabled yes --cluster-config-file nodes.conf --cluster-port "$bus" \
+    "${ON_SERVER[@]}" redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no \
+      --daemonize no --cluster-enabled yes --cluster-config-file nodes.conf --cluster-port "$bus" \
       --cluster-node-timeout 5000 --dir "$WORK/node$i" --logfile "$WORK/node$i.log" &
     pid=$!
     PIDS+=("$pid")
@@ -223,7 +242,7 @@ start_cluster() {
 start_corral_cluster() {
   local port i
   port=$(free_port)
-  "$CORRAL" --no-cache --listen "127.0.0.1:$port" --cluster "$CLUSTER_SEEDS" \
+  "${ON_SERVER[@]}" "$CORRAL" --no-cache --listen "127.0.0.1:$port" --cluster "$CLUSTER_SEEDS" \
     --log-level warn >"$WORK/corral-cluster.log" 2>&1 &
   local pid=$!
   PIDS+=("$pid")
@@ -479,7 +498,8 @@ start_tls() {
     -days 2 -extfile "$d/ext.cnf" -out "$d/server.pem" >/dev/null 2>&1
   port=$(free_port)
   tport=$(free_port)
-  redis-server --port "$port" --tls-port "$tport" --bind 127.0.0.1 --save "" --appendonly no \
+  "${ON_SERVER[@]}" redis-server --port "$port" --tls-port "$tport" --bind 127.0.0.1 \
+    --save "" --appendonly no \
     --tls-cert-file "$d/server.pem" --tls-key-file "$d/server.key" \
     --tls-ca-cert-file "$d/ca.pem" --tls-auth-clients no \
     --daemonize no --logfile "$WORK/redis-tls.log" &
@@ -489,7 +509,8 @@ start_tls() {
   add_target rplain "$port" ""
   add_target rtls "$tport" ""
   cport=$(free_port)
-  "$CORRAL" --no-cache --listen "127.0.0.1:$cport" --upstream "redis://127.0.0.1:$port" \
+  "${ON_SERVER[@]}" "$CORRAL" --no-cache --listen "127.0.0.1:$cport" \
+    --upstream "redis://127.0.0.1:$port" \
     --log-level warn >"$WORK/cplain.log" 2>&1 &
   cpid=$!
   PIDS+=("$cpid")
@@ -499,7 +520,8 @@ start_tls() {
   ctport=$(free_port)
   printf '[upstream.tls]\nca_file = "%s"\n[tls]\ncert_file = "%s"\nkey_file = "%s"\n' \
     "$d/ca.pem" "$d/server.pem" "$d/server.key" >"$d/corral.toml"
-  "$CORRAL" --config "$d/corral.toml" --no-cache --listen "127.0.0.1:$cport" \
+  "${ON_SERVER[@]}" "$CORRAL" --config "$d/corral.toml" --no-cache \
+    --listen "127.0.0.1:$cport" \
     --tls-listen "127.0.0.1:$ctport" --upstream "rediss://127.0.0.1:$tport" \
     --log-level warn >"$WORK/ctls.log" 2>&1 &
   cpid=$!
@@ -561,7 +583,8 @@ done
 echo "corral bench: N=$N N16=$N16 rounds=$ROUNDS clients=$CLIENTS scenarios=\"$SCENARIOS\"" \
   "redis :$REDIS_PORT nutcracker :${PORT[nutcracker]} corral :${PORT[corral]}" \
   "${PORT[cluster]:+corral-cluster :${PORT[cluster]} over $CLUSTER_SEEDS}" \
-  "(CPU tick = $((1000000 / CLK_TCK)) us)"
+  "(CPU tick = $((1000000 / CLK_TCK)) us)" \
+  "${PIN:+pinned: clients on CPUs ${PIN%%:*}, servers on CPUs ${PIN#*:}}"
 : >"$RESULTS"
 for s in $SCENARIOS; do
   declare -F "scenario_$s" >/dev/null || { echo "bench.sh: no scenario $s" >&2; exit 2; }
@@ -569,6 +592,7 @@ for s in $SCENARIOS; do
 done
 
 [ -n "$OUT" ] && cp "$RESULTS" "$OUT"
+[ -z "$PIN" ] || echo "(pinned: clients on CPUs ${PIN%%:*}, servers on CPUs ${PIN#*:})"
 
 python3 - "$RESULTS" "$N" "$N16" "$ROUNDS" "$LOAD_SECONDS" "$LOAD_KEYS" "$WARMUP" "$SETTLE" <<'EOF'
 import statistics, sys
