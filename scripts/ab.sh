@@ -5,16 +5,17 @@
 # first loaded for WARM seconds (unmeasured), then ROUNDS interleaved rounds of SECS seconds
 # each print the target's requests/s and corral's CPU per request, with its user and system
 # parts (utime and stime from /proc/PID/stat around the run). Compare targets within a run,
-# round by round.
+# round by round. --pin CLIENT_CPUS:SERVER_CPUS runs corral-load on the first CPUs (taskset
+# lists) and redis-server and every corral on the second, as scripts/bench.sh --pin does.
 #
 # Usage: scripts/ab.sh [-r ROUNDS] [-s SECS] [-w WARM] [-k KEYS] [-P DEPTH] [--dist zipf|uniform]
-#                      [--get-ratio R] NAME=BIN[,FLAG...] ...
+#                      [--get-ratio R] [--pin C:S] NAME=BIN[,FLAG...] ...
 #   e.g. scripts/ab.sh -r 6 new=target/release/corral old=/tmp/corral-old \
 #          off=target/release/corral,--no-cache held=target/release/corral,--config,/tmp/h1.toml
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-ROUNDS=3 SECS=4 WARM=6 KEYS=1000000 DEPTH=16 DIST=zipf RATIO=1.0
+ROUNDS=3 SECS=4 WARM=6 KEYS=1000000 DEPTH=16 DIST=zipf RATIO=1.0 PIN=""
 TARGETS=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -25,7 +26,8 @@ while [ $# -gt 0 ]; do
     -P) DEPTH=$2; shift 2 ;;
     --dist) DIST=$2; shift 2 ;;
     --get-ratio) RATIO=$2; shift 2 ;;
-    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+    --pin) PIN=$2; shift 2 ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
     *=*) TARGETS+=("$1"); shift ;;
     *) echo "ab.sh: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -35,13 +37,22 @@ command -v redis-server >/dev/null || { echo "ab.sh: needs redis-server" >&2; ex
 LOAD=target/release/corral-load
 [ -x "$LOAD" ] || cargo build --release --bin corral-load >&2
 
+# ON_SERVER prefixes the servers' command lines; corral-load inherits this script's CPUs.
+ON_SERVER=()
+if [ -n "$PIN" ]; then
+  [[ "$PIN" == ?*:?* ]] || { echo "ab.sh: --pin wants CLIENT_CPUS:SERVER_CPUS, say 0:1" >&2; exit 2; }
+  taskset -cp "${PIN%%:*}" $$ >/dev/null || { echo "ab.sh: cannot pin to CPUs ${PIN%%:*}" >&2; exit 1; }
+  ON_SERVER=(taskset -c "${PIN#*:}")
+fi
+
 WORK=$(mktemp -d /tmp/corral-ab.XXXXXX)
 PIDS=()
 # shellcheck source=scripts/procs.sh
 . scripts/procs.sh
 
 REDIS_PORT=$(free_port)
-redis-server --port "$REDIS_PORT" --save '' --appendonly no >"$WORK/redis.log" 2>&1 &
+"${ON_SERVER[@]}" redis-server --port "$REDIS_PORT" --save '' --appendonly no \
+  >"$WORK/redis.log" 2>&1 &
 PIDS+=($!)
 wait_ready "$REDIS_PORT" redis $!
 "$LOAD" --addr "127.0.0.1:$REDIS_PORT" --fill -k "$KEYS" -d 64 >/dev/null
@@ -51,7 +62,7 @@ for t in "${TARGETS[@]}"; do
   name=${t%%=*}
   IFS=, read -ra argv <<< "${t#*=}"
   port=$(free_port)
-  "${argv[0]}" --listen "127.0.0.1:$port" --upstream "redis://127.0.0.1:$REDIS_PORT" \
+  "${ON_SERVER[@]}" "${argv[0]}" --listen "127.0.0.1:$port" --upstream "redis://127.0.0.1:$REDIS_PORT" \
     --log-level warn "${argv[@]:1}" >"$WORK/$name.log" 2>&1 &
   pid=$!
   PIDS+=("$pid")
@@ -64,7 +75,8 @@ run() { # PORT SECONDS: prints the requests/s corral-load reports
     --get-ratio "$RATIO" -d 64 --duration "$2" 2>&1 | grep -oE '[0-9.]+ req/s' | head -1 | cut -d' ' -f1
 }
 for i in "${!NAMES[@]}"; do run "${PORTS[$i]}" "$WARM" >/dev/null; done
-echo "corral-load -c 50 -P $DEPTH -k $KEYS --dist $DIST --get-ratio $RATIO, $SECS s rounds after $WARM s"
+echo "corral-load -c 50 -P $DEPTH -k $KEYS --dist $DIST --get-ratio $RATIO, $SECS s rounds after $WARM s" \
+  "${PIN:+(pinned: corral-load on CPUs ${PIN%%:*}, servers on ${PIN#*:})}"
 for r in $(seq 1 "$ROUNDS"); do
   for i in "${!NAMES[@]}"; do
     read -r u0 s0 <<< "$(cpu_split "${CPIDS[$i]}")"
