@@ -166,7 +166,7 @@ impl Cache {
     }
 
     /// Starts loading the entry of the next GET in `ahead`, if its front slot holds one.
-    /// Called once per request handled, it runs [`ENTRY_LEAD`] GETs ahead of the lookups.
+    /// Called once per request handled, it runs `ENTRY_LEAD` GETs ahead of the lookups.
     #[inline]
     pub fn prefetch_next(&self, ahead: &mut Ahead) {
         if !ahead.entries {

@@ -14,7 +14,7 @@ use super::admission::below;
 ///
 /// It also remembers whether the last round served a hit (see [`Clock::warm`]), and how many
 /// of the connection's recent GETs were hits, joined reads or started fills (see
-/// [`COOL_WINDOW`]).
+/// `COOL_WINDOW`).
 #[derive(Debug, Default)]
 pub struct Clock {
     now: Option<Instant>,
@@ -161,7 +161,7 @@ impl Clock {
         self.floor.is_none_or(|floor| started > floor)
     }
 
-    /// Whether the connection is cool (see [`COOL_WINDOW`]): its rounds prefetch only the
+    /// Whether the connection is cool (see `COOL_WINDOW`): its rounds prefetch only the
     /// presence counts its GETs are checked against.
     pub fn cool(&self) -> bool {
         self.cool

@@ -238,7 +238,7 @@ impl Entry {
         )
     }
 
-    /// Records a hit. Only the first [`COUNTED_HITS`] write to the entry: past them a hit
+    /// Records a hit. Only the first `COUNTED_HITS` write to the entry: past them a hit
     /// only loads, and the hot path stays free of writes to shared memory. Two hits on two
     /// threads at once may count as one: the count only steers admission.
     pub fn mark_hit(&self) {

@@ -75,7 +75,7 @@ pub(super) struct Route<'a, L: Fn() -> Option<Arc<LaneHandle>>> {
 
 impl Core {
     /// Whether a cool connection's GET of `key` is forwarded with no lookup: see
-    /// [`COOL_WINDOW`].
+    /// [`COOL_WINDOW`](super::clock::COOL_WINDOW).
     #[inline]
     pub(super) fn skips(&self, hash: u64, clock: &mut Clock) -> bool {
         if !clock.cool() || self.presence.may_hold(hash) || clock.samples_cool() {

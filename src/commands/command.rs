@@ -98,7 +98,7 @@ pub struct Kind {
     /// Where the request goes.
     pub route: Route,
     /// Named like a command that [`Command::client_pause`], [`super::busy::exclusive`] or
-    /// [`super::session::LastCmd`] looks at further (see [`needs_a_closer_look`]). Every
+    /// [`super::session::LastCmd`] looks at further (see `needs_a_closer_look`). Every
     /// forwarded request is asked all three, some several times over: this answers for
     /// nearly all of them at once.
     pub special: bool,

@@ -320,7 +320,7 @@ fn sort_store(args: &Args<'_>) -> Span {
     store
 }
 
-/// GEORADIUS[BYMEMBER]: the key, then the first `STORE` and the first `STOREDIST` key at or
+/// `GEORADIUS[BYMEMBER]`: the key, then the first `STORE` and the first `STOREDIST` key at or
 /// after `from`, in that order (not argument order). This follows Redis 7.0's key specs (what `COMMAND
 /// GETKEYS` and the cluster's slot check see), which name both when both are given.
 fn georadius(args: &Args<'_>, from: usize) -> [Span; 3] {

@@ -348,7 +348,7 @@ impl Config {
         Ok((users, guard))
     }
 
-    /// `upstream.hold_writes_at` as set, else [`upstream::HOLD_WRITES_AT`]. Holding a write
+    /// `upstream.hold_writes_at` as set, else `upstream::HOLD_WRITES_AT`. Holding a write
     /// while many requests are out lets the requests of every client arriving meanwhile go
     /// out as one write. Without the cache, Zipf GETs from 50 clients 16 deep went from
     /// 0.65M to 0.88M requests/s with it (corral's CPU per request 0.47 → 0.39 µs, Redis's

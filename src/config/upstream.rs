@@ -85,7 +85,7 @@ pub struct UpstreamConfig {
     /// (counted in `max_dedicated` too), plus the REDIRECT targets' connections.
     pub max_tracking_clients: usize,
     /// Requests a shared connection may have written and not yet answered before its next
-    /// write waits for replies (0: never wait). Unset: [`HOLD_WRITES_AT`], lowered while the
+    /// write waits for replies (0: never wait). Unset: `HOLD_WRITES_AT`, lowered while the
     /// cache (if on) serves many GETs (see `Config::hold_writes_at`).
     pub hold_writes_at: Option<usize>,
     /// How TLS connections to a `rediss://` upstream (and every cluster node) are verified.

@@ -114,7 +114,7 @@ impl Hub {
     /// subscriber. Returns a receiver that fires once Redis has confirmed that end, or `None`
     /// when the upstream subscription stays: after the client saw its confirmation, PUBLISH
     /// no longer counts corral for it. Where it stays, the receiver fires once the messages
-    /// Redis may have sent the client before are in (see [`Hub::part`]).
+    /// Redis may have sent the client before are in (see `Hub::part`).
     pub fn unsubscribe(&self, id: u64, kind: Kind, name: &[u8]) -> Option<oneshot::Receiver<()>> {
         self.leave(id, kind, name, true)
     }

@@ -251,7 +251,7 @@ fn type_matches_any(t: &[u8]) -> Option<()> {
 /// One CLIENT KILL condition.
 type Filter = Box<dyn Fn(&Session) -> bool>;
 
-/// CLIENT KILL ip:port, or CLIENT KILL <filter> <value> ... (ID, ADDR, LADDR, USER, TYPE,
+/// CLIENT KILL ip:port, or `CLIENT KILL <filter> <value> ...` (ID, ADDR, LADDR, USER, TYPE,
 /// SKIPME, MAXAGE), as Redis parses them.
 fn kill(args: &Args<'_>, me: &Session, registry: &Registry, e: &mut Encoder<'_>) {
     let addr_of = |a: &[u8]| String::from_utf8_lossy(a).parse::<SocketAddr>().ok();
