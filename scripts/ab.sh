@@ -62,8 +62,9 @@ for t in "${TARGETS[@]}"; do
   name=${t%%=*}
   IFS=, read -ra argv <<< "${t#*=}"
   port=$(free_port)
-  "${ON_SERVER[@]}" "${argv[0]}" --listen "127.0.0.1:$port" --upstream "redis://127.0.0.1:$REDIS_PORT" \
-    --log-level warn "${argv[@]:1}" >"$WORK/$name.log" 2>&1 &
+  "${ON_SERVER[@]}" "${argv[0]}" --listen "127.0.0.1:$port" \
+    --upstream "redis://127.0.0.1:$REDIS_PORT" --log-level warn "${argv[@]:1}" \
+    >"$WORK/$name.log" 2>&1 &
   pid=$!
   PIDS+=("$pid")
   wait_ready "$port" "$name" "$pid"

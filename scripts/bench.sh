@@ -52,7 +52,7 @@
 # script and everything it runs but the servers) on CLIENT_CPUS, and every redis-server,
 # nutcracker and corral on SERVER_CPUS: a client host and a server host whose CPU the proxy
 # shares with Redis. Unpinned, the scheduler places the three processes on the cores as it
-# likes, and which two share a core moves throughput by up to half between runs of one build
+# likes, and which two share a core moves throughput by up to 40% between runs of one build
 # (see docs/BENCHMARKS.md "Where the processes run").
 #
 # Usage: scripts/bench.sh [-n N] [--n16 N] [-r ROUNDS] [--quick] [--scenarios "p1 p16 load"]
