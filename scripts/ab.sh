@@ -37,18 +37,12 @@ command -v redis-server >/dev/null || { echo "ab.sh: needs redis-server" >&2; ex
 LOAD=target/release/corral-load
 [ -x "$LOAD" ] || cargo build --release --bin corral-load >&2
 
-# ON_SERVER prefixes the servers' command lines; corral-load inherits this script's CPUs.
-ON_SERVER=()
-if [ -n "$PIN" ]; then
-  [[ "$PIN" == ?*:?* ]] || { echo "ab.sh: --pin wants CLIENT_CPUS:SERVER_CPUS, say 0:1" >&2; exit 2; }
-  taskset -cp "${PIN%%:*}" $$ >/dev/null || { echo "ab.sh: cannot pin to CPUs ${PIN%%:*}" >&2; exit 1; }
-  ON_SERVER=(taskset -c "${PIN#*:}")
-fi
-
 WORK=$(mktemp -d /tmp/corral-ab.XXXXXX)
 PIDS=()
 # shellcheck source=scripts/procs.sh
 . scripts/procs.sh
+# Servers start under ON_SERVER; the clients inherit this script's CPUs.
+pin_placement "$PIN"
 
 REDIS_PORT=$(free_port)
 "${ON_SERVER[@]}" redis-server --port "$REDIS_PORT" --save '' --appendonly no \

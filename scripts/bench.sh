@@ -109,15 +109,6 @@ for cmd in redis-server redis-cli redis-benchmark nutcracker python3 timeout; do
   command -v "$cmd" >/dev/null || { echo "bench.sh: $cmd not found (scripts/deps.sh --bench)" >&2; exit 1; }
 done
 
-# ON_SERVER prefixes every server's command line; the clients inherit this script's CPUs.
-ON_SERVER=()
-if [ -n "$PIN" ]; then
-  command -v taskset >/dev/null || { echo "bench.sh: --pin needs taskset (util-linux)" >&2; exit 1; }
-  [[ "$PIN" == ?*:?* ]] || { echo "bench.sh: --pin wants CLIENT_CPUS:SERVER_CPUS, say 0:1" >&2; exit 2; }
-  taskset -cp "${PIN%%:*}" $$ >/dev/null || { echo "bench.sh: cannot pin to CPUs ${PIN%%:*}" >&2; exit 1; }
-  ON_SERVER=(taskset -c "${PIN#*:}")
-fi
-
 if [ "$BUILD" = 1 ]; then
   cargo build --release --bins --quiet
 fi
@@ -135,6 +126,8 @@ PIDS=()
 
 # shellcheck source=scripts/procs.sh
 . scripts/procs.sh
+# Servers start under ON_SERVER; the clients inherit this script's CPUs.
+pin_placement "$PIN"
 
 # Targets: name -> port and the pid of the proxy in front of Redis ("" when direct).
 # REDIS_PIDS_OF: the redis-server pids behind a target, when not the standalone one.

@@ -18,6 +18,18 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
+# pin_placement C:S: with a non-empty C:S (taskset CPU lists, say 0:1), moves this script,
+# and so every client it starts from now on, to CPUs C, and sets ON_SERVER to the prefix
+# that runs a server on CPUs S; with an empty one, ON_SERVER is empty.
+ON_SERVER=()
+pin_placement() {
+  [ -n "$1" ] || return 0
+  command -v taskset >/dev/null || { echo "$(basename "$0"): --pin needs taskset (util-linux)" >&2; exit 1; }
+  [[ "$1" == ?*:?* ]] || { echo "$(basename "$0"): --pin wants CLIENT_CPUS:SERVER_CPUS, say 0:1" >&2; exit 2; }
+  taskset -cp "${1%%:*}" $$ >/dev/null || { echo "$(basename "$0"): cannot pin to CPUs ${1%%:*}" >&2; exit 1; }
+  ON_SERVER=(taskset -c "${1#*:}")
+}
+
 free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
