@@ -10,8 +10,9 @@
 //! coalescing, tracking lanes) and [`pubsub`], [`server`] (accept loop and client
 //! connections), [`admin`].
 //!
-//! No `unsafe` code but one block, allowed on its function with its reason: the CPU
-//! prefetch hint in `prefetch.rs`.
+//! No `unsafe` code but two places, each allowed on its item with its reason: the CPU
+//! prefetch hint in `prefetch.rs`, and the global allocator's calls into mimalloc in
+//! [`heap`].
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -22,6 +23,7 @@ pub mod cluster;
 pub mod commands;
 pub mod config;
 pub mod error;
+pub mod heap;
 pub mod metrics;
 mod prefetch;
 pub mod pubsub;
@@ -42,6 +44,7 @@ use tracing::{info, warn};
 
 pub use config::Config;
 pub use error::{Error, Result};
+pub use heap::Heap;
 pub use reload::Reloader;
 
 /// corral's version.

@@ -15,9 +15,9 @@ use tracing_subscriber::EnvFilter;
 /// fill's shared state, its key, reply buffers) where a forwarded one does not, and glibc's
 /// malloc spent about 60 ns per request on them on a 90/10 GET/SET mix, much of it merging
 /// freed chunks (`malloc_consolidate`) before each new 16 KiB read buffer. Built with
-/// `no_thp`: see Cargo.toml.
+/// `no_thp`: see Cargo.toml. [`corral::Heap`] asks it for plain blocks where it can.
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: corral::Heap = corral::Heap;
 
 /// A drop-in caching proxy for Redis.
 #[derive(Debug, Clone, Parser)]
