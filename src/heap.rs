@@ -7,7 +7,7 @@
 //! page is used up), it falls back to over-allocating `size + align - 1` bytes from the
 //! next size class, unless the size is a power of two. That fallback never refills the
 //! size's own page, so a size such as 112 bytes (one of a forwarded batch's per-job
-//! objects) took the slow path on every allocation: in callgrind, corral-load Zipf GETs
+//! objects) took the slow path on every allocation: in callgrind, corral-load uniform GETs
 //! -P 16 over 1M keys, `mi_malloc_aligned` went through the over-allocation 98,069 times in
 //! 190,458 calls, at about 150 instructions each, and every such block took 128 bytes
 //! instead of 112. mimalloc's blocks are all a multiple of a word and start word-aligned,
