@@ -7,11 +7,20 @@ use crate::resp::lookahead::{Found, Plain};
 /// Most keys `Cache::prefetch` takes at once: a full pipeline of a usual depth.
 pub const PREFETCH_MAX: usize = 32;
 
-/// How many GETs ahead of the lookups their entries are loaded: enough for the loads to
-/// arrive in time, at the few hundred nanoseconds a request takes to handle. With the heap
-/// on 4 KiB pages a load of a large store's entry also walks the page tables: at 2, perf
-/// put the store's lookup at 134-150 ns per request on Zipf GET -P 16, at 4 or 7 at 103-125.
-const ENTRY_LEAD: usize = 4;
+/// How many GETs ahead of the lookups their entries (or, for keys the front does not hold,
+/// their buckets in the table) are loaded: enough for the loads to arrive in time, at the few
+/// hundred nanoseconds a request takes to handle. With the heap on 4 KiB pages a load of a
+/// large store's entry also walks the page tables: at 2, perf put the store's lookup at
+/// 134-150 ns per request on Zipf GET -P 16, at 4 or 7 at 103-125.
+const ENTRY_LEAD: usize = 8;
+/// How many GETs ahead of the lookups the entries in the table's buckets are loaded: a bucket
+/// asked for `ENTRY_LEAD - TABLE_ENTRY_LEAD` requests before has arrived, and only then is the
+/// entry it holds for the key known. A lookup in the table compares the entry's key, past the
+/// lines a front hit reads: without this the first read of that key took 10% of corral's
+/// user time on Zipf GETs -P 16 over 1M keys (perf), `Slots::find` waiting for it.
+const TABLE_ENTRY_LEAD: usize = 4;
+// Which GETs had their buckets asked for is one bit each.
+const _: () = assert!(PREFETCH_MAX <= u32::BITS as usize && TABLE_ENTRY_LEAD < ENTRY_LEAD);
 
 /// The GETs of a round found ahead: their keys' hashes, where they are in the read buffer
 /// (for [`Ahead::plain_at`]), and how many of their entries `Cache::prefetch_next` asked
@@ -24,6 +33,10 @@ pub struct Ahead {
     /// The next GET whose entry `Cache::prefetch_next` loads, if `entries`.
     pub(super) next: usize,
     pub(super) entries: bool,
+    /// The GETs whose buckets in the table `Cache::prefetch_next` asked for (bit `i`: the
+    /// `i`th), and the next of them whose entry it loads.
+    in_table: u32,
+    table_next: usize,
     /// The next GET [`Ahead::plain_at`] may be asked for.
     taken: usize,
 }
@@ -44,6 +57,8 @@ impl Default for Ahead {
             len: 0,
             next: 0,
             entries: false,
+            in_table: 0,
+            table_next: TABLE_ENTRY_LEAD,
             taken: 0,
         }
     }
@@ -61,6 +76,8 @@ impl Ahead {
         self.next = 0;
         self.taken = 0;
         self.entries = false;
+        self.in_table = 0;
+        self.table_next = TABLE_ENTRY_LEAD;
     }
 
     /// Notes a GET of a key of `key_len` bytes at `plain`, with its key's hash, unless
@@ -77,6 +94,29 @@ impl Ahead {
             end: plain.key + key_len,
         };
         self.len += 1;
+    }
+
+    /// The next GET whose front slot's entry (or bucket in the table) is to be loaded: its
+    /// place among the round's GETs, and its key's hash.
+    fn next_slot(&mut self) -> Option<(usize, u64)> {
+        let i = self.next;
+        let &hash = self.hashes[..self.len].get(i)?;
+        self.next += 1;
+        Some((i, hash))
+    }
+
+    /// The bucket in the table of the `i`th GET was asked for.
+    fn bucket_asked(&mut self, i: usize) {
+        self.in_table |= 1 << i;
+    }
+
+    /// The hash of the next GET whose entry in the table is to be loaded, if its bucket was
+    /// asked for (else `None`, and the next call looks at the GET after it).
+    fn next_table_entry(&mut self) -> Option<u64> {
+        let i = self.table_next;
+        let &hash = self.hashes[..self.len].get(i)?;
+        self.table_next += 1;
+        (self.in_table & 1 << i != 0).then_some(hash)
     }
 
     /// The GET found ahead that starts at `at` in the read buffer, if one does: where its
@@ -159,26 +199,39 @@ impl Cache {
             }
         }
         ahead.entries = front && !cool;
-        for _ in 0..ENTRY_LEAD {
-            self.prefetch_next(ahead);
+        if ahead.entries {
+            for _ in 0..ENTRY_LEAD {
+                self.prefetch_slot(ahead);
+            }
         }
         clock.found_gets(gets > 0);
     }
 
-    /// Starts loading the entry of the next GET in `ahead`, if its front slot holds one.
-    /// Called once per request handled, it runs `ENTRY_LEAD` GETs ahead of the lookups.
+    /// Starts loading the entry of the next GET in `ahead` if its front slot holds one, else
+    /// its bucket in the table; and the entry of a GET `TABLE_ENTRY_LEAD` ahead whose bucket
+    /// was asked for, from that bucket. Called once per request handled, so the loads run
+    /// ahead of the lookups by as many requests.
     #[inline]
     pub fn prefetch_next(&self, ahead: &mut Ahead) {
         if !ahead.entries {
             return;
         }
-        if let Some(&hash) = ahead.hashes[..ahead.len].get(ahead.next) {
+        self.prefetch_slot(ahead);
+        if let Some(hash) = ahead.next_table_entry() {
+            self.core.store.prefetch_table_entry(hash);
+        }
+    }
+
+    /// The first part of [`Cache::prefetch_next`], for the next GET.
+    #[inline]
+    fn prefetch_slot(&self, ahead: &mut Ahead) {
+        if let Some((i, hash)) = ahead.next_slot() {
             // Not in the front: its bucket in the table, if the key may have an entry (its
             // presence count was loaded with the front's slot).
             if !self.core.store.prefetch_entry(hash) && self.core.presence.counts(hash).entry() {
                 self.core.store.prefetch_table(hash);
+                ahead.bucket_asked(i);
             }
-            ahead.next += 1;
         }
     }
 }
@@ -186,6 +239,66 @@ impl Cache {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A round of `n` GETs as `Cache::prefetch` and `Cache::prefetch_next` walk it, every
+    /// bucket asked for but those of `in_front`: for each GET, the step its bucket was asked
+    /// for and the step its entry was (0 before any request is handled, `k` after the `k`th).
+    fn walk(n: usize, in_front: &[usize]) -> Vec<(Option<usize>, Option<usize>)> {
+        let mut ahead = Ahead::default();
+        for i in 0..n {
+            ahead.push(
+                i as u64,
+                Plain {
+                    at: i * 30,
+                    key: i * 30 + 17,
+                },
+                3,
+            );
+        }
+        let mut steps = vec![(None, None); n];
+        let slot = |ahead: &mut Ahead, steps: &mut Vec<(Option<usize>, Option<usize>)>, k| {
+            if let Some((i, hash)) = ahead.next_slot() {
+                assert_eq!(hash, i as u64);
+                if !in_front.contains(&i) {
+                    ahead.bucket_asked(i);
+                    steps[i].0 = Some(k);
+                }
+            }
+        };
+        for _ in 0..ENTRY_LEAD {
+            slot(&mut ahead, &mut steps, 0);
+        }
+        for k in 1..=n {
+            slot(&mut ahead, &mut steps, k);
+            if let Some(hash) = ahead.next_table_entry() {
+                steps[hash as usize].1 = Some(k);
+            }
+        }
+        steps
+    }
+
+    #[test]
+    fn a_table_entry_is_loaded_after_its_bucket_and_before_its_lookup() {
+        let n = PREFETCH_MAX;
+        for (i, step) in walk(n, &[]).into_iter().enumerate() {
+            let (Some(bucket), entry) = step else {
+                panic!("GET {i}: no bucket asked for");
+            };
+            if i < TABLE_ENTRY_LEAD {
+                // Looked up before its bucket can have arrived: not worth loading from it.
+                assert_eq!(entry, None, "GET {i}");
+                continue;
+            }
+            let entry = entry.unwrap_or_else(|| panic!("GET {i}: no entry loaded"));
+            // The `i`th GET is looked up after the `i`th step.
+            assert!(bucket < entry && entry <= i, "GET {i}: {bucket} {entry}");
+        }
+        // A GET the front holds has no bucket asked for, nor an entry loaded from one.
+        let steps = walk(n, &[9, 10]);
+        assert_eq!(steps[9], (None, None));
+        assert_eq!(steps[10], (None, None));
+        assert!(steps[11].1.is_some());
+    }
 
     #[test]
     fn gets_are_found_at_their_place_once_in_order() {

@@ -215,6 +215,12 @@ impl Entry {
         crate::prefetch::read_prefix(self, std::mem::offset_of!(Entry, key));
     }
 
+    /// All of it, the key (an inline key's bytes) with what [`Entry::prefetch`] loads: for a
+    /// lookup in the table, which compares the key.
+    pub(super) fn prefetch_with_key(&self) {
+        crate::prefetch::read_prefix(self, std::mem::size_of::<Entry>());
+    }
+
     /// Whether the entry is still in the store.
     pub(super) fn live(&self) -> bool {
         self.live.load(Ordering::Acquire)

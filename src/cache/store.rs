@@ -176,6 +176,14 @@ impl Store {
         self.table.prefetch(hash);
     }
 
+    /// Asks the CPU to load the entry the table holds for `hash`, key and all: worth it once
+    /// its bucket is loaded, some time after [`Store::prefetch_table`]. A lookup in the table
+    /// compares the entry's key, which a front hit does not read, and which lies past what
+    /// [`Store::prefetch_entry`] loads.
+    pub fn prefetch_table_entry(&self, hash: u64) {
+        self.table.prefetch_entry(hash);
+    }
+
     /// Inserts or replaces the entry of `entry`'s key (may evict others to stay within the
     /// budget). A replaced entry is retired like any other that leaves.
     pub fn insert(&self, entry: Arc<Entry>) {

@@ -318,6 +318,20 @@ impl Table {
         crate::prefetch::read_addr(base.wrapping_add(b));
     }
 
+    /// Asks the CPU to load the entry whose tag is `hash`'s in the bucket its hash picks, if
+    /// one is: nearly always the key's (a tag is 63 bits of the hash), and nearly every entry
+    /// is in the first bucket of its probe.
+    pub(super) fn prefetch_entry(&self, hash: u64) {
+        let slots = self.shard(hash).read();
+        let t = tag(hash);
+        let bucket = &slots.buckets[hash as usize & slots.mask()];
+        if let Some(i) = bucket.tags.iter().position(|&x| x == t)
+            && let Some(e) = &bucket.entries[i]
+        {
+            e.prefetch_with_key();
+        }
+    }
+
     /// The entry of `key` (whose hash is `hash`), marked used.
     pub(super) fn get(&self, hash: u64, key: &[u8]) -> Option<Arc<Entry>> {
         let slots = self.shard(hash).read();
