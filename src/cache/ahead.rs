@@ -32,7 +32,8 @@ pub struct Ahead {
     pub(super) hashes: [u64; PREFETCH_MAX],
     places: [Place; PREFETCH_MAX],
     pub(super) len: usize,
-    /// The next GET whose entry `Cache::prefetch_next` loads, if `entries`.
+    /// The next GET whose front entry (or bucket in the table) `Cache::prefetch_next` loads,
+    /// if `entries`.
     pub(super) next: usize,
     pub(super) entries: bool,
     /// The GETs whose buckets in the table `Cache::prefetch_next` asked for (bit `i`: the
