@@ -4,8 +4,8 @@
 # keys of 64 bytes) and one corral per target, each on free 127.0.0.1 ports; every target is
 # first loaded for WARM seconds (unmeasured), then ROUNDS interleaved rounds of SECS seconds
 # each print the target's requests/s and corral's CPU per request, with its user and system
-# parts (utime and stime from /proc/PID/stat around the run). Compare targets within a run,
-# round by round. --pin CLIENT_CPUS:SERVER_CPUS runs corral-load on the first CPUs (taskset
+# parts (utime and stime from /proc/PID/stat around the run), and the shared redis-server's
+# CPU per request over the same run. Compare targets within a run, round by round. --pin CLIENT_CPUS:SERVER_CPUS runs corral-load on the first CPUs (taskset
 # lists) and redis-server and every corral on the second, as scripts/bench.sh --pin does.
 #
 # Usage: scripts/ab.sh [-r ROUNDS] [-s SECS] [-w WARM] [-k KEYS] [-P DEPTH] [--dist zipf|uniform]
@@ -47,8 +47,9 @@ pin_placement "$PIN"
 REDIS_PORT=$(free_port)
 "${ON_SERVER[@]}" redis-server --port "$REDIS_PORT" --save '' --appendonly no \
   >"$WORK/redis.log" 2>&1 &
-PIDS+=($!)
-wait_ready "$REDIS_PORT" redis $!
+REDIS_PID=$!
+PIDS+=("$REDIS_PID")
+wait_ready "$REDIS_PORT" redis "$REDIS_PID"
 "$LOAD" --addr "127.0.0.1:$REDIS_PORT" --fill -k "$KEYS" -d 64 >/dev/null
 
 NAMES=() PORTS=() CPIDS=()
@@ -75,12 +76,14 @@ echo "corral-load -c 50 -P $DEPTH -k $KEYS --dist $DIST --get-ratio $RATIO, $SEC
 for r in $(seq 1 "$ROUNDS"); do
   for i in "${!NAMES[@]}"; do
     read -r u0 s0 <<< "$(cpu_split "${CPIDS[$i]}")"
+    read -r ru0 rs0 <<< "$(cpu_split "$REDIS_PID")"
     rps=$(run "${PORTS[$i]}" "$SECS")
     read -r u1 s1 <<< "$(cpu_split "${CPIDS[$i]}")"
+    read -r ru1 rs1 <<< "$(cpu_split "$REDIS_PID")"
     awk -v n="${NAMES[$i]}" -v r="$r" -v rps="${rps:-0}" -v u=$((u1 - u0)) -v k=$((s1 - s0)) \
-      -v s="$SECS" -v t="$CLK_TCK" \
+      -v rc=$((ru1 + rs1 - ru0 - rs0)) -v s="$SECS" -v t="$CLK_TCK" \
       'BEGIN { per = (rps > 0) ? 1e6 / t / (rps * s) : 0
-               printf "%-12s round %d  %10.0f req/s  corral %.3f us/req (user %.3f, system %.3f)\n",
-                 n, r, rps, (u + k) * per, u * per, k * per }'
+               printf "%-12s round %d  %10.0f req/s  corral %.3f us/req (user %.3f, system %.3f)  redis %.3f\n",
+                 n, r, rps, (u + k) * per, u * per, k * per, rc * per }'
   done
 done
