@@ -178,6 +178,72 @@ async fn stampede_on_a_key_never_read_over_a_large_key_space_costs_two_reads_at_
     proxy.stop().await;
 }
 
+/// A GET that joins a read led from the middle of a pipeline of large values gets that read's
+/// reply, taken from the part of the pipeline's replies that holds it as the parts arrive
+/// (each 300 KiB reply is a part of its own), and the pipeline gets every reply in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_joined_inside_a_streamed_pipeline_gets_its_own_reply() {
+    const PAUSE_MS: u64 = 1000;
+    let (_redis, proxy, mut direct, mut admin) = start().await;
+    let mut leader = connect(proxy.addr).await;
+    let mut joiner = connect(proxy.addr).await;
+    let lookups = |s: &Stats| s.n("cache_misses") + s.n("cache_skipped");
+    for attempt in 0..3 {
+        let keys: Vec<String> = (0..3).map(|i| format!("streamed:{attempt}:{i}")).collect();
+        let values: Vec<Vec<u8>> = (0..3u8).map(|i| vec![b'a' + i; 300 * 1024]).collect();
+        for (k, v) in keys.iter().zip(&values) {
+            assert_eq!(direct.request(&[b"SET", k.as_bytes(), v]).await, OK);
+        }
+        // Read once before: read again soon after, the middle key leads a read others may
+        // join (in the middle of the pipeline, which nothing else in it joins).
+        let get = |i: usize| encode(&[b"GET", keys[i].as_bytes()]);
+        leader.send(&get(1)).await;
+        assert!(leader.read_reply().await == bulk(&values[1]));
+        let before = Stats::of(&mut admin).await;
+        assert_eq!(
+            direct.cmd(&format!("CLIENT PAUSE {PAUSE_MS} ALL")).await,
+            OK
+        );
+        let paused = Instant::now();
+        leader.send(&[get(0), get(1), get(2)].concat()).await;
+        let sent = Stats::wait(&mut admin, "the pipeline's GETs", |s| {
+            lookups(s) >= lookups(&before) + 3
+        })
+        .await;
+        joiner.send(&get(1)).await;
+        let after = Stats::wait(&mut admin, "the joining GET", |s| {
+            lookups(s) >= lookups(&before) + 4
+        })
+        .await;
+        let in_time = paused.elapsed() < Duration::from_millis(PAUSE_MS * 8 / 10);
+        let replies = leader.read_replies(3).await;
+        for (i, (got, v)) in replies.iter().zip(&values).enumerate() {
+            assert!(
+                *got == bulk(v),
+                "pipeline reply {i}: {}",
+                show(&got[..got.len().min(40)])
+            );
+        }
+        let got = joiner.read_reply().await;
+        assert!(
+            got == bulk(&values[1]),
+            "joined GET: {}",
+            show(&got[..got.len().min(40)])
+        );
+        if !in_time {
+            eprintln!("{}: GETs not all sent within the pause, retrying", keys[0]);
+            continue;
+        }
+        let coalesced = after.n("cache_coalesced") - sent.n("cache_coalesced");
+        assert_eq!(
+            coalesced, 1,
+            "the second client's GET joined the pipeline's read"
+        );
+        return;
+    }
+    panic!("could not send the GETs within {PAUSE_MS} ms in 3 tries");
+}
+
 // ---- 2. read-your-writes through corral ----
 
 /// The key a writer writes in one iteration of the stress.

@@ -6,7 +6,7 @@ use bytes::{Bytes, BytesMut};
 use super::pending::{Between, Interleaved};
 use crate::cache::{Lead, Value};
 use crate::resp::Proto;
-use crate::upstream::UpstreamConn;
+use crate::upstream::{JobResult, PartHook, UpstreamConn};
 
 /// Largest cache reply copied into the batch's encoded replies; a larger one is held as it is
 /// until written, so a round of large hits does not copy its values twice.
@@ -170,10 +170,15 @@ impl Batch {
     }
 }
 
-/// Completes the leading GETs of a batch from its replies (frame `i` answers request `i`;
-/// leads are in batch order). Leads nobody joined, nearly all of them, end without their
-/// reply; the frames are scanned only for the others.
-pub(super) fn share_leads(leads: Vec<(u32, Lead)>, replies: &crate::upstream::JobResult) {
+/// Completes the leading GETs of a batch from its replies, or from those of its replies that
+/// start with the reply to request `first` (frame `i` answers request `first + i`; leads are
+/// in batch order, each answered there). Leads nobody joined, nearly all of them, end
+/// without their reply; the frames are scanned only for the others.
+pub(super) fn share_leads(
+    leads: impl IntoIterator<Item = (u32, Lead)>,
+    replies: &JobResult,
+    first: u32,
+) {
     let mut joined = leads
         .into_iter()
         .filter_map(|(i, lead)| lead.finish_unjoined().map(|l| (i, l)))
@@ -182,7 +187,7 @@ pub(super) fn share_leads(leads: Vec<(u32, Lead)>, replies: &crate::upstream::Jo
         return;
     }
     let mut frames = crate::resp::frames(replies.as_ref().map_or(&[][..], |b| &b[..]));
-    let mut next = 0;
+    let mut next = first;
     for (i, lead) in joined {
         let r = match replies {
             Ok(b) => {
@@ -200,6 +205,25 @@ pub(super) fn share_leads(leads: Vec<(u32, Lead)>, replies: &crate::upstream::Jo
         };
         lead.complete(r);
     }
+}
+
+/// What shares a streamed batch's leading GETs (in batch order) with the reads that joined
+/// them, each as soon as the part holding its reply arrives (see [`share_leads`]).
+pub(super) fn lead_hook(mut leads: Vec<(u32, Lead)>) -> PartHook {
+    // Requests answered by the parts so far.
+    let mut answered = 0;
+    Box::new(move |r: &JobResult, replies: u32| {
+        let end = if r.is_ok() {
+            answered + replies
+        } else {
+            u32::MAX
+        };
+        let now = leads.partition_point(|(i, _)| *i < end);
+        if now > 0 {
+            share_leads(leads.drain(..now), r, answered);
+        }
+        answered = end;
+    })
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@ use tracing::warn;
 use super::client::Conn;
 use super::pending::{
     AfterAck, AloneReply, Between, Blocking, Effect, Fan, Forwarded, Part, PendingReply, Queued,
-    Then,
+    Streamed, Then,
 };
 use super::subscriber::encode_message;
 use super::{info, mget};
@@ -22,7 +22,7 @@ use crate::cluster::{Redirect, SplitKind};
 use crate::error::UpstreamError;
 use crate::resp::Proto;
 use crate::tls::Stream;
-use crate::upstream::{JobResult, UpstreamConn};
+use crate::upstream::{JobResult, Reply, STREAM_PART, UpstreamConn};
 
 /// The database the client is in after an EXEC whose reply is the last one in `replies`,
 /// given the SELECTs it queued: the last one answered `+OK` (none if EXEC did not run).
@@ -124,6 +124,9 @@ impl Conn {
                 return self
                     .upstream_answered(result, count, &conn, after, interleaved)
                     .await;
+            }
+            PendingReply::Streamed(streamed) => {
+                return self.resolve_streamed(*streamed, client).await;
             }
             PendingReply::Split { kind, parts, after } => {
                 self.resolve_split(kind, parts).await;
@@ -398,6 +401,18 @@ impl Conn {
         rx: oneshot::Receiver<JobResult>,
         conn: &UpstreamConn,
     ) -> JobResult {
+        self.wait_for(rx, conn)
+            .await
+            .and_then(|r| r.unwrap_or(Err(UpstreamError::ShuttingDown)))
+    }
+
+    /// Waits for `reply` from `conn`: a timeout error if the request deadline passes first
+    /// (the connection is then reset).
+    async fn wait_for<T>(
+        &self,
+        reply: impl Future<Output = T>,
+        conn: &UpstreamConn,
+    ) -> Result<T, UpstreamError> {
         // The deadline protects the other clients of a shared connection; a dedicated one
         // has none, and resetting it would only lose this client's state. A connection whose
         // task times its requests out itself answers this one with the timeout.
@@ -406,19 +421,72 @@ impl Conn {
             .upstream
             .request_timeout
             .filter(|_| !conn.is_dedicated() && !conn.times_out());
-        let result = match deadline {
-            Some(d) => match timeout(d, rx).await {
-                Ok(r) => r,
-                Err(_) => {
-                    conn.reset();
-                    return Err(UpstreamError::Timeout {
-                        addr: conn.addr().to_string(),
-                    });
+        match deadline {
+            Some(d) => timeout(d, reply).await.map_err(|_| {
+                conn.reset();
+                UpstreamError::Timeout {
+                    addr: conn.addr().to_string(),
                 }
-            },
-            None => rx.await,
+            }),
+            None => Ok(reply.await),
+        }
+    }
+
+    /// Writes a plain batch's replies ([`PendingReply::Streamed`]): a large one as its parts
+    /// arrive, each written to the client once the buffer holds [`STREAM_PART`] bytes, so a
+    /// pipeline of large values reaches the client while Redis is still sending it, and
+    /// corral holds a part of it at a time rather than all of it. An error after some parts
+    /// answers the requests whose replies did not come.
+    async fn resolve_streamed(
+        &mut self,
+        streamed: Streamed,
+        client: &mut Stream,
+    ) -> Option<Effect> {
+        let Streamed { rx, count, conn } = streamed;
+        let first = match self.wait_for(rx, &conn).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(_)) => Reply::Whole(Err(UpstreamError::ShuttingDown)),
+            Err(e) => Reply::Whole(Err(e)),
         };
-        result.unwrap_or(Err(UpstreamError::ShuttingDown))
+        let (first, mut rest) = match first {
+            Reply::Whole(Ok(b)) => {
+                self.wbuf.extend_from_slice(&b);
+                return None;
+            }
+            Reply::Whole(Err(e)) => {
+                self.upstream_error(&e, count);
+                return None;
+            }
+            Reply::Parts(first, rest) => (first, rest),
+        };
+        let mut written = 0;
+        let mut part = Ok(first);
+        loop {
+            match part {
+                Ok(b) => {
+                    written += crate::resp::frames(&b).filter(|f| !f.push).count() as u32;
+                    self.wbuf.extend_from_slice(&b);
+                }
+                Err(e) => {
+                    self.upstream_error(&e, count.saturating_sub(written));
+                    return None;
+                }
+            }
+            if written >= count {
+                return None;
+            }
+            if self.wbuf.len() >= STREAM_PART {
+                if !matches!(self.send_replies(client).await, Ok(true)) {
+                    return Some(Effect::Gone);
+                }
+                self.wbuf.clear();
+            }
+            part = match self.wait_for(rest.recv(), &conn).await {
+                Ok(Some(r)) => r,
+                Ok(None) => Err(UpstreamError::ShuttingDown),
+                Err(e) => Err(e),
+            };
+        }
     }
 
     /// Waits for a reply on a connection that serves this client alone, as long as it takes;

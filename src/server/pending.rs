@@ -8,7 +8,7 @@ use super::writes::WrittenKeys;
 use crate::cache::{FillRx, Value};
 use crate::cluster::SplitKind;
 use crate::resp::Proto;
-use crate::upstream::{Dedicated, JobResult, ScriptRun, UpstreamConn};
+use crate::upstream::{Dedicated, JobResult, Reply, ScriptRun, UpstreamConn};
 
 /// A reply on a connection that serves this client alone (a blocking command, a script, an
 /// out-of-band command): no deadline, since nobody else waits behind it and Redis may
@@ -69,6 +69,9 @@ pub(super) enum PendingReply {
     /// `count` replies from `conn` (boxed, as the other large variants: one per batch, while
     /// every request of a round moves its own pending reply around).
     Upstream(Box<Forwarded>),
+    /// `count` replies from `conn` to a batch that needs nothing done once they arrive but
+    /// their writing: large ones are written as they come (see [`Reply`]).
+    Streamed(Box<Streamed>),
     /// Cluster mode: a multi-key request split per slot, merged in key order.
     Split {
         kind: SplitKind,
@@ -109,6 +112,13 @@ pub(super) struct Forwarded {
     /// Cache replies to requests between the batch's forwarded ones. Empty but for batches
     /// of GETs partly served from the cache.
     pub(super) interleaved: Between,
+}
+
+/// A plain batch's replies ([`PendingReply::Streamed`]).
+pub(super) struct Streamed {
+    pub(super) rx: oneshot::Receiver<Reply>,
+    pub(super) count: u32,
+    pub(super) conn: UpstreamConn,
 }
 
 impl PendingReply {

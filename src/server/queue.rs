@@ -7,7 +7,7 @@ use bytes::Bytes;
 use super::batch::Taken;
 use super::client::Conn;
 use super::clients::ReplyMode;
-use super::pending::{AfterAck, Forwarded, PendingReply, Queued};
+use super::pending::{AfterAck, Forwarded, PendingReply, Queued, Streamed};
 
 impl Conn {
     /// Appends encoded request bytes to the batch.
@@ -89,6 +89,30 @@ impl Conn {
             Some(c) => c,
             None => self.target(),
         };
+        // Replies that need nothing but writing, on a shared connection in standalone mode
+        // (no redirection to follow), whose client reads them: written as they arrive. Not
+        // under an output buffer limit, which counts a round's replies whole, as Redis counts
+        // what a pipeline read at once adds to a client's output.
+        if interleaved.is_empty()
+            && !script
+            && !skip_first
+            && !conn.is_dedicated()
+            && self.shared.upstream.cluster.is_none()
+            && self.exec_select.is_none()
+            && !self.writes.pending()
+            && !self.silent_now
+            && self.reply_mode != ReplyMode::Off
+            && self.shared.cfg.limits.client_output_buffer_limit == 0
+        {
+            let hook = (!leads.is_empty()).then(|| super::batch::lead_hook(leads));
+            let rx = conn.send_streamed(bytes, count, hook).await;
+            self.push_reply(PendingReply::Streamed(Box::new(Streamed {
+                rx,
+                count,
+                conn,
+            })));
+            return;
+        }
         let rx = if leads.is_empty() {
             conn.send(bytes, count).await
         } else {
@@ -96,7 +120,7 @@ impl Conn {
             // GETs' replies with their waiters whatever becomes of this client.
             let (tx, rx) = tokio::sync::oneshot::channel();
             let share = move |r: crate::upstream::JobResult| {
-                super::batch::share_leads(leads, &r);
+                super::batch::share_leads(leads, &r, 0);
                 let _ = tx.send(r);
             };
             conn.send_to(

@@ -14,7 +14,7 @@ use bytes::Bytes;
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use super::job::{Job, JobResult, LinkObserver, ReplyTo};
+use super::job::{Job, JobResult, LinkObserver, PartHook, Reply, ReplyTo};
 use super::settings::ConnSettings;
 use super::status::UpstreamStatus;
 use super::task::Task;
@@ -113,6 +113,21 @@ impl UpstreamConn {
     pub async fn send(&self, bytes: Bytes, count: u32) -> oneshot::Receiver<JobResult> {
         let (tx, rx) = oneshot::channel();
         self.send_to(bytes, count, ReplyTo::Channel(tx)).await;
+        rx
+    }
+
+    /// Like [`UpstreamConn::send`], for requests whose replies the caller takes in parts
+    /// as they arrive, when they are large (see [`Reply`]); `hook` sees each part first, on
+    /// the connection's task.
+    pub async fn send_streamed(
+        &self,
+        bytes: Bytes,
+        count: u32,
+        hook: Option<PartHook>,
+    ) -> oneshot::Receiver<Reply> {
+        let (tx, rx) = oneshot::channel();
+        self.send_to(bytes, count, ReplyTo::Streamed(tx, hook))
+            .await;
         rx
     }
 

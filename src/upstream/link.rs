@@ -15,7 +15,7 @@ use tracing::{debug, warn};
 
 use super::dial::Stream;
 use super::health::{Dead, Due, Liveness};
-use super::job::{Job, LinkObserver, ReplyTo};
+use super::job::{Job, JobResult, LinkObserver, ReplyTo, Rest, STREAM_PART};
 use super::settings::Health;
 use super::status::UpstreamStatus;
 use crate::error::UpstreamError;
@@ -54,6 +54,23 @@ pub(super) struct Waiter {
     /// When it was queued for writing, or (the oldest waiter) when replies last arrived, to
     /// time it out (see [`Link::request_timeout`]).
     since: Instant,
+    /// Where the rest of its replies go, once a first part of them was handed over (see
+    /// [`ReplyTo::Streamed`]).
+    rest: Option<Rest>,
+    /// Replies received and not handed over yet.
+    unsent: u32,
+}
+
+impl Waiter {
+    /// Hands over `r`, the last of its replies (the `unsent` ones) or the error that ends
+    /// them.
+    fn finish(self, r: JobResult) {
+        let replies = if r.is_ok() { self.unsent } else { 0 };
+        match self.rest {
+            Some(mut rest) => rest.send(r, replies),
+            None => self.reply.send_replies(r, replies),
+        }
+    }
 }
 
 /// Why a live connection ended.
@@ -228,6 +245,8 @@ impl Link {
                     partial: BytesMut::new(),
                     probe: true,
                     since: now,
+                    rest: None,
+                    unsent: 0,
                 });
                 Ok(at)
             }
@@ -369,6 +388,8 @@ impl Link {
             partial: BytesMut::new(),
             probe: false,
             since: now,
+            rest: None,
+            unsent: 0,
         });
     }
 
@@ -416,16 +437,29 @@ impl Link {
             }
             self.frame_start = frame.end;
             front.remaining -= 1;
+            front.unsent += 1;
             if self.sent > 0 {
                 self.owed = self.owed.saturating_sub(1);
             }
             if front.remaining > 0 {
+                // A streamed job's whole replies so far go over once they add up to a part.
+                if frame.end >= STREAM_PART && (front.rest.is_some() || front.reply.streams()) {
+                    let part = self.rbuf.split_to(frame.end);
+                    self.scanner.consumed(frame.end);
+                    self.frame_start = 0;
+                    let part = with_pending(self.observer.as_deref(), front, part).freeze();
+                    let replies = std::mem::take(&mut front.unsent);
+                    match &mut front.rest {
+                        Some(rest) => rest.send(Ok(part), replies),
+                        None => front.rest = front.reply.start_parts(part, replies).ok(),
+                    }
+                }
                 continue;
             }
-            let mut bytes = self.rbuf.split_to(frame.end);
+            let bytes = self.rbuf.split_to(frame.end);
             self.scanner.consumed(frame.end);
             self.frame_start = 0;
-            if let Some(w) = self.inflight.pop_front() {
+            if let Some(mut w) = self.inflight.pop_front() {
                 self.sent = self.sent.saturating_sub(1);
                 if w.probe {
                     if let Some(l) = &mut self.liveness {
@@ -433,16 +467,8 @@ impl Link {
                     }
                     continue;
                 }
-                let mut all = BytesMut::new();
-                if let Some(o) = &self.observer {
-                    o.take_pending(&mut all);
-                }
-                if !w.partial.is_empty() || !all.is_empty() {
-                    all.extend_from_slice(&w.partial);
-                    all.extend_from_slice(&bytes);
-                    bytes = all;
-                }
-                w.reply.send(Ok(bytes.freeze()));
+                let bytes = with_pending(self.observer.as_deref(), &mut w, bytes);
+                w.finish(Ok(bytes.freeze()));
             }
         }
         Ok(())
@@ -460,9 +486,25 @@ impl Link {
                     cause: end.cause.clone(),
                 }
             };
-            w.reply.send(Err(e));
+            w.finish(Err(e));
         }
     }
+}
+
+/// `bytes`, replies of `w`'s, after what comes before them: pushes the observer kept while
+/// no job was in flight, and replies a push split off (`Waiter::partial`, taken).
+fn with_pending(observer: Option<&dyn LinkObserver>, w: &mut Waiter, bytes: BytesMut) -> BytesMut {
+    let mut all = BytesMut::new();
+    if let Some(o) = observer {
+        o.take_pending(&mut all);
+    }
+    if w.partial.is_empty() && all.is_empty() {
+        return bytes;
+    }
+    all.extend_from_slice(&w.partial);
+    w.partial.clear();
+    all.extend_from_slice(&bytes);
+    all
 }
 
 #[cfg(test)]
@@ -561,6 +603,113 @@ mod tests {
             },
             rx,
         )
+    }
+
+    /// A bulk reply of `len` bytes of `fill`.
+    fn bulk(fill: u8, len: usize) -> Vec<u8> {
+        let mut b = format!("${len}\r\n").into_bytes();
+        b.resize(b.len() + len, fill);
+        b.extend_from_slice(b"\r\n");
+        b
+    }
+
+    /// A streamed job's whole replies go over once they add up to a part, before the rest
+    /// has arrived; the hook sees every part first; the last part closes the stream; and a
+    /// job that is not streamed, or whose replies stay short, gets them all at once.
+    #[test]
+    fn large_replies_go_over_in_parts_as_they_arrive() {
+        use super::super::job::Reply;
+        use std::sync::Mutex;
+        let mut link = link();
+        let t0 = Instant::now();
+        let (tx, mut rx) = tokio::sync::oneshot::channel();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let hooked = seen.clone();
+        let hook: super::super::job::PartHook = Box::new(move |r, n| {
+            if let Ok(mut s) = hooked.lock() {
+                s.push((r.as_ref().map(Bytes::len).unwrap_or(0), n));
+            }
+        });
+        link.enqueue(
+            Job {
+                bytes: Bytes::from(b"*2\r\n$3\r\nGET\r\n$1\r\na\r\n".repeat(4)),
+                count: 4,
+                reply: ReplyTo::Streamed(tx, Some(hook)),
+            },
+            t0,
+        );
+        let (short, mut short_rx) = job(2);
+        link.enqueue(short, t0);
+        write_all(&mut link);
+        let (a, b) = (bulk(b'a', 10), bulk(b'b', STREAM_PART));
+        // A short reply, and the first half of a large one: nothing yet.
+        link.rbuf.extend_from_slice(&a);
+        link.rbuf.extend_from_slice(&b[..STREAM_PART / 2]);
+        link.deliver().expect("deliver");
+        assert!(
+            rx.try_recv().is_err(),
+            "nothing whole adds up to a part yet"
+        );
+        // The large reply completes it: the two go over as the first part.
+        link.rbuf.extend_from_slice(&b[STREAM_PART / 2..]);
+        link.deliver().expect("deliver");
+        let Ok(Reply::Parts(first, mut rest)) = rx.try_recv() else {
+            panic!("the first part");
+        };
+        assert_eq!(first, [&a[..], &b[..]].concat());
+        assert!(rest.try_recv().is_err(), "the rest is still to come");
+        // Two short replies finish the job: the last part, then the stream ends.
+        let c = bulk(b'c', 3);
+        link.rbuf.extend_from_slice(&c);
+        link.rbuf.extend_from_slice(&c);
+        link.rbuf.extend_from_slice(b"+PONG\r\n+PONG\r\n");
+        link.deliver().expect("deliver");
+        let last = rest.try_recv().expect("the last part").expect("replies");
+        assert_eq!(last, [&c[..], &c[..]].concat());
+        assert!(matches!(
+            rest.try_recv(),
+            Err(tokio::sync::mpsc::error::TryRecvError::Disconnected)
+        ));
+        let lens = seen.lock().map(|s| s.clone()).unwrap_or_default();
+        assert_eq!(
+            lens,
+            vec![(first.len(), 2), (last.len(), 2)],
+            "the hook saw each part and its replies"
+        );
+        // The job behind it, short and not streamed, gets its replies whole.
+        assert_eq!(
+            short_rx.try_recv().expect("whole").expect("replies"),
+            &b"+PONG\r\n+PONG\r\n"[..]
+        );
+        assert!(link.inflight.is_empty());
+    }
+
+    /// A streamed job cut short by a lost connection: what arrived went over, the error
+    /// ends the rest.
+    #[test]
+    fn a_lost_connection_ends_a_streamed_job_after_its_parts() {
+        use super::super::job::Reply;
+        let mut link = link();
+        let (tx, mut rx) = tokio::sync::oneshot::channel();
+        link.enqueue(
+            Job {
+                bytes: Bytes::from_static(b"*1\r\n$4\r\nPING\r\n"),
+                count: 3,
+                reply: ReplyTo::Streamed(tx, None),
+            },
+            Instant::now(),
+        );
+        write_all(&mut link);
+        link.rbuf.extend_from_slice(&bulk(b'x', STREAM_PART));
+        link.deliver().expect("deliver");
+        let Ok(Reply::Parts(_, mut rest)) = rx.try_recv() else {
+            panic!("the first part");
+        };
+        link.fail_all(&End::lost("gone"));
+        assert!(matches!(
+            rest.try_recv(),
+            Ok(Err(UpstreamError::ConnectionLost { .. }))
+        ));
     }
 
     /// What a write loop would do after writing all of `wbuf`.

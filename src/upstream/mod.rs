@@ -34,7 +34,7 @@ use tokio_util::sync::CancellationToken;
 pub use access::{Access, UpstreamAccess};
 pub use conn::UpstreamConn;
 pub use dial::Stream;
-pub use job::{Job, JobResult, LinkObserver, ReplyTo};
+pub use job::{Job, JobResult, LinkObserver, PartHook, Reply, ReplyTo, STREAM_PART};
 pub use settings::{ConnSettings, Health};
 pub use status::{ScriptRun, UpstreamStatus};
 pub use users::{Secret, UserLease, UserPool, UserPools};
