@@ -321,8 +321,9 @@ fn value(seed: u8, len: usize) -> Vec<u8> {
 /// A pipeline of large values mixed with short replies, errors and a local reply, sent in one
 /// write: corral hands the large replies to the client in parts as they arrive, and what the
 /// client receives is Redis's bytes, reply for reply, in both protocols, with the cache on and
-/// off (a key read twice in one round leads a read others may join, whose replies are then
-/// shared as their parts arrive).
+/// off. With the cache on, a short key is served from the cache between the large replies,
+/// GETs of a key read again join the first (or lead reads others may join), and their
+/// replies are written in place as the parts arrive.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pipeline_of_large_values_matches_redis_byte_for_byte() {
     let redis = RedisServer::start();
@@ -356,6 +357,11 @@ async fn a_pipeline_of_large_values_matches_redis_byte_for_byte() {
     let bytes: Vec<u8> = requests.iter().flat_map(|r| encode(r)).collect();
     for cache in [true, false] {
         let proxy = TestProxy::start_with(&redis.url(), |cfg| cfg.cache.enabled = cache).await;
+        if cache {
+            // The short value served from the cache, between the large forwarded replies.
+            let mut warm = RawClient::connect(proxy.addr).await.unwrap();
+            common::make_cached(&mut warm, "big:3", &bulk(value(3, 100))).await;
+        }
         for resp3 in [false, true] {
             let mut direct = common::client_in(redis.addr(), resp3).await;
             let want = direct.pipeline(&bytes, bytes.len(), requests.len()).await;

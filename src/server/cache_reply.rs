@@ -112,6 +112,7 @@ impl Conn {
     /// A batch's replies with the cache replies that came between its requests, in request
     /// order. Such a batch went on a shared connection in standalone mode (see
     /// `Conn::may_interleave`): one reply frame per request, nothing to skip or redirect.
+    ///
     /// The cache replies are read where they are: each one moved out, across the wait a
     /// shared read may need, was stored and read back in pieces (a failed store forwarding
     /// on every hit, 14% of `resolve`'s samples in perf on Zipf GETs at -P 16).
@@ -121,39 +122,83 @@ impl Conn {
         count: u32,
         interleaved: Between,
     ) {
-        let mut done = 0;
-        let Between { replies, encoded } = interleaved;
-        let mut cached = Cached { encoded, at: 0 };
-        let proto = self.session.proto;
+        let mut merge = Merge::new(interleaved);
         match result {
-            Ok(b) => {
-                let mut frames = crate::resp::frames(&b).filter(|f| !f.push);
-                let mut written = 0;
-                for (before, reply) in &replies {
-                    let mut upto = written;
-                    while done < *before {
-                        let Some(f) = frames.next() else { break };
-                        upto = f.end();
-                        done += 1;
-                    }
-                    self.wbuf.extend_from_slice(&b[written..upto]);
-                    written = upto;
-                    if let Some((rx, proto)) = cached.write(reply, proto, &mut self.wbuf) {
-                        self.resolve_fill(rx, proto).await;
-                    }
-                }
-                self.wbuf.extend_from_slice(&b[written..]);
+            Ok(b) => self.merge_part(&mut merge, &b, true).await,
+            Err(e) => self.merge_error(&mut merge, &e, count).await,
+        }
+    }
+
+    /// Writes `part`, the next of a batch's whole reply frames, with the cache replies that
+    /// come between them. Cache replies after its last frame wait for the next part, unless
+    /// this is the `last`.
+    pub(super) async fn merge_part(&mut self, merge: &mut Merge, part: &[u8], last: bool) {
+        let proto = self.session.proto;
+        let mut frames = crate::resp::frames(part).filter(|f| !f.push);
+        let mut written = 0;
+        let mut upto = 0;
+        while let Some((before, reply)) = merge.replies.get(merge.next) {
+            while merge.done < *before {
+                let Some(f) = frames.next() else { break };
+                upto = f.end();
+                merge.done += 1;
             }
-            Err(e) => {
-                for (before, reply) in &replies {
-                    self.upstream_error(&e, before - done);
-                    done = *before;
-                    if let Some((rx, proto)) = cached.write(reply, proto, &mut self.wbuf) {
-                        self.resolve_fill(rx, proto).await;
-                    }
-                }
-                self.upstream_error(&e, count - done);
+            if merge.done < *before && !last {
+                break;
             }
+            self.wbuf.extend_from_slice(&part[written..upto]);
+            written = upto;
+            merge.next += 1;
+            if let Some((rx, proto)) = merge.cached.write(reply, proto, &mut self.wbuf) {
+                self.resolve_fill(rx, proto).await;
+            }
+        }
+        if !last {
+            merge.done += frames.count() as u32;
+        }
+        self.wbuf.extend_from_slice(&part[written..]);
+    }
+
+    /// The batch's replies failed with `e` after `merge.done` of its `count` came: the error
+    /// answers each of the others, with the cache replies between them.
+    pub(super) async fn merge_error(
+        &mut self,
+        merge: &mut Merge,
+        e: &crate::error::UpstreamError,
+        count: u32,
+    ) {
+        let proto = self.session.proto;
+        while let Some((before, reply)) = merge.replies.get(merge.next) {
+            self.upstream_error(e, before.saturating_sub(merge.done));
+            merge.done = merge.done.max(*before);
+            merge.next += 1;
+            if let Some((rx, proto)) = merge.cached.write(reply, proto, &mut self.wbuf) {
+                self.resolve_fill(rx, proto).await;
+            }
+        }
+        self.upstream_error(e, count.saturating_sub(merge.done));
+    }
+}
+
+/// A batch's cache replies as its reply frames are written (see [`Conn::merge_part`]).
+pub(super) struct Merge {
+    replies: Vec<(u32, Interleaved)>,
+    /// The next cache reply to write.
+    next: usize,
+    /// Reply frames of the batch's written so far.
+    pub(super) done: u32,
+    cached: Cached,
+}
+
+impl Merge {
+    /// Before any of the batch's replies.
+    pub(super) fn new(interleaved: Between) -> Merge {
+        let Between { replies, encoded } = interleaved;
+        Merge {
+            replies,
+            next: 0,
+            done: 0,
+            cached: Cached { encoded, at: 0 },
         }
     }
 }

@@ -11,6 +11,7 @@ use tokio::sync::oneshot;
 use tokio::time::timeout;
 use tracing::warn;
 
+use super::cache_reply::Merge;
 use super::client::Conn;
 use super::pending::{
     AfterAck, AloneReply, Between, Blocking, Effect, Fan, Forwarded, Part, PendingReply, Queued,
@@ -432,23 +433,32 @@ impl Conn {
         }
     }
 
-    /// Writes a plain batch's replies ([`PendingReply::Streamed`]): a large one as its parts
-    /// arrive, each written to the client once the buffer holds [`STREAM_PART`] bytes, so a
-    /// pipeline of large values reaches the client while Redis is still sending it, and
-    /// corral holds a part of it at a time rather than all of it. An error after some parts
-    /// answers the requests whose replies did not come.
+    /// Writes a plain batch's replies ([`PendingReply::Streamed`]), with the cache replies
+    /// between them: large ones as their parts arrive, the buffer written to the client
+    /// each time it holds [`STREAM_PART`] bytes, so a pipeline of large values reaches the
+    /// client while Redis is still sending it, and corral does not hold all of it. An error
+    /// after some parts answers the requests whose replies did not come.
     async fn resolve_streamed(
         &mut self,
         streamed: Streamed,
         client: &mut Stream,
     ) -> Option<Effect> {
-        let Streamed { rx, count, conn } = streamed;
+        let Streamed {
+            rx,
+            count,
+            conn,
+            interleaved,
+        } = streamed;
         let first = match self.wait_for(rx, &conn).await {
             Ok(Ok(r)) => r,
             Ok(Err(_)) => Reply::Whole(Err(UpstreamError::ShuttingDown)),
             Err(e) => Reply::Whole(Err(e)),
         };
         let (first, mut rest) = match first {
+            Reply::Whole(r) if !interleaved.is_empty() => {
+                self.write_interleaved(r, count, interleaved).await;
+                return None;
+            }
             Reply::Whole(Ok(b)) => {
                 self.wbuf.extend_from_slice(&b);
                 return None;
@@ -459,20 +469,19 @@ impl Conn {
             }
             Reply::Parts(first, rest) => (first, rest),
         };
-        let mut written = 0;
+        let mut merge = Merge::new(interleaved);
         let mut part = Ok(first);
         loop {
             match part {
-                Ok(b) => {
-                    written += crate::resp::frames(&b).filter(|f| !f.push).count() as u32;
-                    self.wbuf.extend_from_slice(&b);
-                }
+                Ok(b) => self.merge_part(&mut merge, &b, false).await,
                 Err(e) => {
-                    self.upstream_error(&e, count.saturating_sub(written));
+                    self.merge_error(&mut merge, &e, count).await;
                     return None;
                 }
             }
-            if written >= count {
+            if merge.done >= count {
+                // The cache replies after the last forwarded one.
+                self.merge_part(&mut merge, &[], true).await;
                 return None;
             }
             if self.wbuf.len() >= STREAM_PART {

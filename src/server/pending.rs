@@ -70,7 +70,8 @@ pub(super) enum PendingReply {
     /// every request of a round moves its own pending reply around).
     Upstream(Box<Forwarded>),
     /// `count` replies from `conn` to a batch that needs nothing done once they arrive but
-    /// their writing: large ones are written as they come (see [`Reply`]).
+    /// their writing (with the cache replies between them): large ones are written as they
+    /// come (see [`Reply`]).
     Streamed(Box<Streamed>),
     /// Cluster mode: a multi-key request split per slot, merged in key order.
     Split {
@@ -119,6 +120,8 @@ pub(super) struct Streamed {
     pub(super) rx: oneshot::Receiver<Reply>,
     pub(super) count: u32,
     pub(super) conn: UpstreamConn,
+    /// Cache replies to requests between the batch's forwarded ones.
+    pub(super) interleaved: Between,
 }
 
 impl PendingReply {

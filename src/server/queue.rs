@@ -89,12 +89,12 @@ impl Conn {
             Some(c) => c,
             None => self.target(),
         };
-        // Replies that need nothing but writing, on a shared connection in standalone mode
-        // (no redirection to follow), whose client reads them: written as they arrive. Not
-        // under an output buffer limit, which counts a round's replies whole, as Redis counts
-        // what a pipeline read at once adds to a client's output.
-        if interleaved.is_empty()
-            && !script
+        // Replies that need nothing but writing (with the cache replies between them), on a
+        // shared connection in standalone mode (no redirection to follow), whose client reads
+        // them: written as they arrive. Not under an output buffer limit, which counts a
+        // round's replies whole, as Redis counts what a pipeline read at once adds to a
+        // client's output.
+        if !script
             && !skip_first
             && !conn.is_dedicated()
             && self.shared.upstream.cluster.is_none()
@@ -110,6 +110,7 @@ impl Conn {
                 rx,
                 count,
                 conn,
+                interleaved,
             })));
             return;
         }
