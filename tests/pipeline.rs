@@ -318,8 +318,8 @@ fn value(seed: u8, len: usize) -> Vec<u8> {
         .collect()
 }
 
-/// A pipeline of large values mixed with short replies, errors and a local reply, sent in one
-/// write: corral hands the large replies to the client in parts as they arrive, and what the
+/// A pipeline of large values mixed with short replies, errors, writes and a local reply,
+/// sent in one write: corral hands the large replies to the client in parts as they arrive, and what the
 /// client receives is Redis's bytes, reply for reply, in both protocols, with the cache on and
 /// off. With the cache on, a short key is served from the cache between the large replies,
 /// GETs of a key read again join the first (or lead reads others may join), and their
@@ -340,8 +340,10 @@ async fn a_pipeline_of_large_values_matches_redis_byte_for_byte() {
     let field = value(7, 400 * 1024);
     assert_eq!(setup.request(&[b"HSET", b"h", b"f", &field]).await, int(1));
     let requests: &[&[&[u8]]] = &[
+        &[b"SET", b"w", b"1"],
         &[b"GET", b"big:0"],
         &[b"GET", b"big:3"],
+        &[b"INCR", b"w"],
         &[b"LLEN", b"big:1"],
         &[b"GET", b"big:1"],
         &[b"GET", b"missing"],
@@ -352,6 +354,7 @@ async fn a_pipeline_of_large_values_matches_redis_byte_for_byte() {
         &[b"HGETALL", b"h"],
         &[b"GET", b"big:2"],
         &[b"GET", b"big:2"],
+        &[b"GET", b"w"],
         &[b"EXISTS", b"big:1"],
     ];
     let bytes: Vec<u8> = requests.iter().flat_map(|r| encode(r)).collect();

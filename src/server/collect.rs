@@ -436,8 +436,10 @@ impl Conn {
     /// Writes a plain batch's replies ([`PendingReply::Streamed`]), with the cache replies
     /// between them: large ones as their parts arrive, the buffer written to the client
     /// each time it holds [`STREAM_PART`] bytes, so a pipeline of large values reaches the
-    /// client while Redis is still sending it, and corral does not hold all of it. An error
-    /// after some parts answers the requests whose replies did not come.
+    /// client while Redis is still sending it, and corral does not hold all of it. The keys
+    /// the batch writes are invalidated again before each part is written: the part holding
+    /// a write's acknowledgement came after Redis ran it. An error after some parts answers
+    /// the requests whose replies did not come.
     async fn resolve_streamed(
         &mut self,
         streamed: Streamed,
@@ -448,6 +450,7 @@ impl Conn {
             count,
             conn,
             interleaved,
+            after,
         } = streamed;
         let first = match self.wait_for(rx, &conn).await {
             Ok(Ok(r)) => r,
@@ -455,38 +458,40 @@ impl Conn {
             Err(e) => Reply::Whole(Err(e)),
         };
         let (first, mut rest) = match first {
-            Reply::Whole(r) if !interleaved.is_empty() => {
-                self.write_interleaved(r, count, interleaved).await;
-                return None;
-            }
-            Reply::Whole(Ok(b)) => {
-                self.wbuf.extend_from_slice(&b);
-                return None;
-            }
-            Reply::Whole(Err(e)) => {
-                self.upstream_error(&e, count);
-                return None;
-            }
             Reply::Parts(first, rest) => (first, rest),
+            Reply::Whole(r) => {
+                // Whatever the outcome, the writes may have run.
+                self.invalidate_after(&after);
+                self.writes.recycle(after.writes);
+                match r {
+                    r if !interleaved.is_empty() => {
+                        self.write_interleaved(r, count, interleaved).await;
+                    }
+                    Ok(b) => self.wbuf.extend_from_slice(&b),
+                    Err(e) => self.upstream_error(&e, count),
+                }
+                return None;
+            }
         };
         let mut merge = Merge::new(interleaved);
         let mut part = Ok(first);
-        loop {
+        let effect = loop {
+            self.invalidate_after(&after);
             match part {
                 Ok(b) => self.merge_part(&mut merge, &b, false).await,
                 Err(e) => {
                     self.merge_error(&mut merge, &e, count).await;
-                    return None;
+                    break None;
                 }
             }
             if merge.done >= count {
                 // The cache replies after the last forwarded one.
                 self.merge_part(&mut merge, &[], true).await;
-                return None;
+                break None;
             }
             if self.wbuf.len() >= STREAM_PART {
                 if !matches!(self.send_replies(client).await, Ok(true)) {
-                    return Some(Effect::Gone);
+                    break Some(Effect::Gone);
                 }
                 self.wbuf.clear();
             }
@@ -495,7 +500,9 @@ impl Conn {
                 Ok(None) => Err(UpstreamError::ShuttingDown),
                 Err(e) => Err(e),
             };
-        }
+        };
+        self.writes.recycle(after.writes);
+        effect
     }
 
     /// Waits for a reply on a connection that serves this client alone, as long as it takes;

@@ -70,8 +70,8 @@ pub(super) enum PendingReply {
     /// every request of a round moves its own pending reply around).
     Upstream(Box<Forwarded>),
     /// `count` replies from `conn` to a batch that needs nothing done once they arrive but
-    /// their writing (with the cache replies between them): large ones are written as they
-    /// come (see [`Reply`]).
+    /// their writing (with the cache replies between them) and its written keys' second
+    /// invalidation: large ones are written as they come (see [`Reply`]).
     Streamed(Box<Streamed>),
     /// Cluster mode: a multi-key request split per slot, merged in key order.
     Split {
@@ -122,6 +122,9 @@ pub(super) struct Streamed {
     pub(super) conn: UpstreamConn,
     /// Cache replies to requests between the batch's forwarded ones.
     pub(super) interleaved: Between,
+    /// Keys the batch writes, invalidated again before any of its replies is written (only
+    /// `writes`, `write_mark` and `writes_all` are set).
+    pub(super) after: AfterAck,
 }
 
 impl PendingReply {

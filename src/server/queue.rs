@@ -89,28 +89,30 @@ impl Conn {
             Some(c) => c,
             None => self.target(),
         };
-        // Replies that need nothing but writing (with the cache replies between them), on a
-        // shared connection in standalone mode (no redirection to follow), whose client reads
-        // them: written as they arrive. Not under an output buffer limit, which counts a
-        // round's replies whole, as Redis counts what a pipeline read at once adds to a
-        // client's output.
+        // Replies that need nothing but writing (with the cache replies between them) once
+        // the batch's written keys are invalidated again, on a shared connection in
+        // standalone mode (no redirection to follow), whose client reads them: written as
+        // they arrive. Not under an output buffer limit, which counts a round's replies
+        // whole, as Redis counts what a pipeline read at once adds to a client's output.
         if !script
             && !skip_first
             && !conn.is_dedicated()
             && self.shared.upstream.cluster.is_none()
             && self.exec_select.is_none()
-            && !self.writes.pending()
+            && !self.writes.barrier
             && !self.silent_now
             && self.reply_mode != ReplyMode::Off
             && self.shared.cfg.limits.client_output_buffer_limit == 0
         {
             let hook = (!leads.is_empty()).then(|| super::batch::lead_hook(leads));
             let rx = conn.send_streamed(bytes, count, hook).await;
+            let after = self.take_writes();
             self.push_reply(PendingReply::Streamed(Box::new(Streamed {
                 rx,
                 count,
                 conn,
                 interleaved,
+                after,
             })));
             return;
         }

@@ -152,12 +152,6 @@ impl Writes {
         self.waiting.contains(&self.hasher.hash_one(key))
     }
 
-    /// Whether the current batch writes anything the cache must follow once it is
-    /// acknowledged (keys, every key, a script's).
-    pub(super) fn pending(&self) -> bool {
-        !self.keys.is_empty() || self.mark.is_some() || self.all || self.barrier
-    }
-
     /// The current batch's written keys.
     pub(super) fn take_keys(&mut self) -> WrittenKeys {
         std::mem::take(&mut self.keys)
@@ -249,11 +243,6 @@ pub(super) struct WrittenKeys {
 }
 
 impl WrittenKeys {
-    /// No key added.
-    pub(super) fn is_empty(&self) -> bool {
-        self.ends.is_empty()
-    }
-
     /// Adds a key.
     pub(super) fn push(&mut self, key: &[u8]) {
         if self.ends.capacity() == 0 {
