@@ -109,9 +109,10 @@ impl Conn {
         }
     }
 
-    /// A batch's replies with the cache replies that came between its requests, in request
-    /// order. Such a batch went on a shared connection in standalone mode (see
-    /// `Conn::may_interleave`): one reply frame per request, nothing to skip or redirect.
+    /// A batch's replies (or the error that ends them, answering each request) with the cache
+    /// replies that came between its requests, if any, in request order. A batch with such
+    /// replies went on a shared connection in standalone mode (see `Conn::may_interleave`):
+    /// one reply frame per request, nothing to skip or redirect.
     ///
     /// The cache replies are read where they are: each one moved out, across the wait a
     /// shared read may need, was stored and read back in pieces (a failed store forwarding

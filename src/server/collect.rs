@@ -11,11 +11,10 @@ use tokio::sync::oneshot;
 use tokio::time::timeout;
 use tracing::warn;
 
-use super::cache_reply::Merge;
 use super::client::Conn;
 use super::pending::{
     AfterAck, AloneReply, Between, Blocking, Effect, Fan, Forwarded, Part, PendingReply, Queued,
-    Streamed, Then,
+    Then,
 };
 use super::subscriber::encode_message;
 use super::{info, mget};
@@ -23,7 +22,7 @@ use crate::cluster::{Redirect, SplitKind};
 use crate::error::UpstreamError;
 use crate::resp::Proto;
 use crate::tls::Stream;
-use crate::upstream::{JobResult, Reply, STREAM_PART, UpstreamConn};
+use crate::upstream::{JobResult, UpstreamConn};
 
 /// The database the client is in after an EXEC whose reply is the last one in `replies`,
 /// given the SELECTs it queued: the last one answered `+OK` (none if EXEC did not run).
@@ -267,11 +266,7 @@ impl Conn {
             (Some(selects), Ok(b)) => selected_by_exec(b, &selects),
             _ => None,
         };
-        match result {
-            r if !interleaved.is_empty() => self.write_interleaved(r, count, interleaved).await,
-            Ok(b) => self.wbuf.extend_from_slice(&b),
-            Err(e) => self.upstream_error(&e, count),
-        }
+        self.write_interleaved(result, count, interleaved).await;
         selected.map(Effect::Database)
     }
 
@@ -384,7 +379,7 @@ impl Conn {
     }
 
     /// Invalidates again what acknowledged writes may have changed.
-    fn invalidate_after(&self, after: &AfterAck) {
+    pub(super) fn invalidate_after(&self, after: &AfterAck) {
         if let Some(cache) = &self.shared.cache {
             if cache.reads_since(after.write_mark) {
                 for k in after.writes.iter() {
@@ -409,7 +404,7 @@ impl Conn {
 
     /// Waits for `reply` from `conn`: a timeout error if the request deadline passes first
     /// (the connection is then reset).
-    async fn wait_for<T>(
+    pub(super) async fn wait_for<T>(
         &self,
         reply: impl Future<Output = T>,
         conn: &UpstreamConn,
@@ -431,78 +426,6 @@ impl Conn {
             }),
             None => Ok(reply.await),
         }
-    }
-
-    /// Writes a plain batch's replies ([`PendingReply::Streamed`]), with the cache replies
-    /// between them: large ones as their parts arrive, the buffer written to the client
-    /// each time it holds [`STREAM_PART`] bytes, so a pipeline of large values reaches the
-    /// client while Redis is still sending it, and corral does not hold all of it. The keys
-    /// the batch writes are invalidated again before each part is written: the part holding
-    /// a write's acknowledgement came after Redis ran it. An error after some parts answers
-    /// the requests whose replies did not come.
-    async fn resolve_streamed(
-        &mut self,
-        streamed: Streamed,
-        client: &mut Stream,
-    ) -> Option<Effect> {
-        let Streamed {
-            rx,
-            count,
-            conn,
-            interleaved,
-            after,
-        } = streamed;
-        let first = match self.wait_for(rx, &conn).await {
-            Ok(Ok(r)) => r,
-            Ok(Err(_)) => Reply::Whole(Err(UpstreamError::ShuttingDown)),
-            Err(e) => Reply::Whole(Err(e)),
-        };
-        let (first, mut rest) = match first {
-            Reply::Parts(first, rest) => (first, rest),
-            Reply::Whole(r) => {
-                // Whatever the outcome, the writes may have run.
-                self.invalidate_after(&after);
-                self.writes.recycle(after.writes);
-                match r {
-                    r if !interleaved.is_empty() => {
-                        self.write_interleaved(r, count, interleaved).await;
-                    }
-                    Ok(b) => self.wbuf.extend_from_slice(&b),
-                    Err(e) => self.upstream_error(&e, count),
-                }
-                return None;
-            }
-        };
-        let mut merge = Merge::new(interleaved);
-        let mut part = Ok(first);
-        let effect = loop {
-            self.invalidate_after(&after);
-            match part {
-                Ok(b) => self.merge_part(&mut merge, &b, false).await,
-                Err(e) => {
-                    self.merge_error(&mut merge, &e, count).await;
-                    break None;
-                }
-            }
-            if merge.done >= count {
-                // The cache replies after the last forwarded one.
-                self.merge_part(&mut merge, &[], true).await;
-                break None;
-            }
-            if self.wbuf.len() >= STREAM_PART {
-                if !matches!(self.send_replies(client).await, Ok(true)) {
-                    break Some(Effect::Gone);
-                }
-                self.wbuf.clear();
-            }
-            part = match self.wait_for(rest.recv(), &conn).await {
-                Ok(Some(r)) => r,
-                Ok(None) => Err(UpstreamError::ShuttingDown),
-                Err(e) => Err(e),
-            };
-        };
-        self.writes.recycle(after.writes);
-        effect
     }
 
     /// Waits for a reply on a connection that serves this client alone, as long as it takes;

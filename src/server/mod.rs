@@ -30,6 +30,7 @@ mod route;
 mod routed;
 mod shared;
 mod stateful;
+mod streamed;
 mod subscribe;
 mod subscriber;
 mod track_state;

@@ -160,13 +160,6 @@ pub(super) struct Between {
     pub(super) encoded: Bytes,
 }
 
-impl Between {
-    /// No cache reply between the batch's.
-    pub(super) fn is_empty(&self) -> bool {
-        self.replies.is_empty()
-    }
-}
-
 /// A cache reply answering a request that came between two forwarded requests of a batch.
 /// It is written between their replies, so the batch still goes to Redis as one job: a hit
 /// queued on its own would cut the batch in two, and with hits and misses alternating, a

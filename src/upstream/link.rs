@@ -15,9 +15,10 @@ use tracing::{debug, warn};
 
 use super::dial::Stream;
 use super::health::{Dead, Due, Liveness};
-use super::job::{Job, JobResult, LinkObserver, ReplyTo, Rest, STREAM_PART};
+use super::job::{Job, LinkObserver, STREAM_PART};
 use super::settings::Health;
 use super::status::UpstreamStatus;
+use super::waiter::Waiter;
 use crate::error::UpstreamError;
 use crate::resp::ReplyScanner;
 use crate::tls::WriteHalf;
@@ -38,38 +39,6 @@ async fn write_or_flush(wr: &mut WriteHalf<'_>, wbuf: &mut BytesMut) -> std::io:
         wr.flush().await.map(|()| true)
     } else {
         wr.write_buf(wbuf).await.map(|_| false)
-    }
-}
-
-/// A job whose replies are still arriving.
-pub(super) struct Waiter {
-    remaining: u32,
-    reply: ReplyTo,
-    /// Replies already received, when a push frame split them (never on shared connections in
-    /// practice, since they do not subscribe or track).
-    partial: BytesMut,
-    /// corral's own health check (HELLO, or PING before Redis 6): its reply is consumed here,
-    /// never handed to a client.
-    probe: bool,
-    /// When it was queued for writing, or (the oldest waiter) when replies last arrived, to
-    /// time it out (see [`Link::request_timeout`]).
-    since: Instant,
-    /// Where the rest of its replies go, once a first part of them was handed over (see
-    /// [`ReplyTo::Streamed`]).
-    rest: Option<Rest>,
-    /// Replies received and not handed over yet.
-    unsent: u32,
-}
-
-impl Waiter {
-    /// Hands over `r`, the last of its replies (the `unsent` ones) or the error that ends
-    /// them.
-    fn finish(self, r: JobResult) {
-        let replies = if r.is_ok() { self.unsent } else { 0 };
-        match self.rest {
-            Some(mut rest) => rest.send(r, replies),
-            None => self.reply.send_replies(r, replies),
-        }
     }
 }
 
@@ -239,15 +208,7 @@ impl Link {
             Ok(Due::Wait(at)) => Ok(at),
             Ok(Due::Ping(at)) => {
                 self.wbuf.extend_from_slice(self.probe);
-                self.inflight.push_back(Waiter {
-                    remaining: 1,
-                    reply: ReplyTo::Call(Box::new(|_| {})),
-                    partial: BytesMut::new(),
-                    probe: true,
-                    since: now,
-                    rest: None,
-                    unsent: 0,
-                });
+                self.inflight.push_back(Waiter::probe(now));
                 Ok(at)
             }
             Err(Dead(cause)) => Err(End::timed_out(cause)),
@@ -382,15 +343,8 @@ impl Link {
         if let (Some(l), true) = (&mut self.liveness, self.inflight.is_empty()) {
             l.went_busy(now);
         }
-        self.inflight.push_back(Waiter {
-            remaining: job.count,
-            reply: job.reply,
-            partial: BytesMut::new(),
-            probe: false,
-            since: now,
-            rest: None,
-            unsent: 0,
-        });
+        self.inflight
+            .push_back(Waiter::new(job.count, job.reply, now));
     }
 
     /// Hands complete replies to their waiters.
@@ -443,16 +397,11 @@ impl Link {
             }
             if front.remaining > 0 {
                 // A streamed job's whole replies so far go over once they add up to a part.
-                if frame.end >= STREAM_PART && (front.rest.is_some() || front.reply.streams()) {
+                if frame.end >= STREAM_PART && front.streams() {
                     let part = self.rbuf.split_to(frame.end);
                     self.scanner.consumed(frame.end);
                     self.frame_start = 0;
-                    let part = with_pending(self.observer.as_deref(), front, part).freeze();
-                    let replies = std::mem::take(&mut front.unsent);
-                    match &mut front.rest {
-                        Some(rest) => rest.send(Ok(part), replies),
-                        None => front.rest = front.reply.start_parts(part, replies).ok(),
-                    }
+                    front.hand_part(self.observer.as_deref(), part);
                 }
                 continue;
             }
@@ -467,7 +416,7 @@ impl Link {
                     }
                     continue;
                 }
-                let bytes = with_pending(self.observer.as_deref(), &mut w, bytes);
+                let bytes = w.with_pending(self.observer.as_deref(), bytes);
                 w.finish(Ok(bytes.freeze()));
             }
         }
@@ -491,24 +440,9 @@ impl Link {
     }
 }
 
-/// `bytes`, replies of `w`'s, after what comes before them: pushes the observer kept while
-/// no job was in flight, and replies a push split off (`Waiter::partial`, taken).
-fn with_pending(observer: Option<&dyn LinkObserver>, w: &mut Waiter, bytes: BytesMut) -> BytesMut {
-    let mut all = BytesMut::new();
-    if let Some(o) = observer {
-        o.take_pending(&mut all);
-    }
-    if w.partial.is_empty() && all.is_empty() {
-        return bytes;
-    }
-    all.extend_from_slice(&w.partial);
-    w.partial.clear();
-    all.extend_from_slice(&bytes);
-    all
-}
-
 #[cfg(test)]
 mod tests {
+    use super::super::job::ReplyTo;
     use super::*;
 
     fn ms(n: u64) -> Duration {

@@ -23,6 +23,7 @@ mod settings;
 mod status;
 mod task;
 mod users;
+mod waiter;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
