@@ -211,7 +211,7 @@ async fn a_read_joined_inside_a_streamed_pipeline_gets_its_own_reply() {
         })
         .await;
         joiner.send(&get(1)).await;
-        let after = Stats::wait(&mut admin, "the joining GET", |s| {
+        Stats::wait(&mut admin, "the joining GET", |s| {
             lookups(s) >= lookups(&before) + 4
         })
         .await;
@@ -234,6 +234,8 @@ async fn a_read_joined_inside_a_streamed_pipeline_gets_its_own_reply() {
             eprintln!("{}: GETs not all sent within the pause, retrying", keys[0]);
             continue;
         }
+        // Read once every reply is in: a join is counted a moment after its lookup.
+        let after = Stats::of(&mut admin).await;
         let coalesced = after.n("cache_coalesced") - sent.n("cache_coalesced");
         assert_eq!(
             coalesced, 1,
@@ -611,17 +613,16 @@ fn counter(reply: &[u8]) -> i64 {
 }
 
 /// One client INCRs four keys through corral while three read them, one GET at a time and
-/// in pipelines of 32: a reader never sees a key's value go back, as Redis, which runs a
-/// client's requests in order, never shows one. A GET forwarded in a round runs at Redis
-/// after the round; a later GET of the key in the round may not be served by a hit or a
-/// read already in flight, whose values can be older.
-///
-/// Ignored in the default run: with this test's machine busy (the other tests of this file
-/// beside it), a few reads in some thousands still go back within a pipeline (README,
-/// "Reads going back"). Without the rule above, 1,186-2,009 per
-/// reader; with it, none when run alone. `cargo test --test cache -- --ignored`.
+/// in pipelines of 32: within a round a reader never sees a key's value go back, as Redis,
+/// which runs a client's requests in order, never shows one. A GET forwarded in a round
+/// runs at Redis after the round, and a read a GET led or joined whenever its batch or the
+/// lane sends it: a later GET of the key in the round is given that read, or is forwarded
+/// behind it, never a hit or another read, whose values can be older (`noted.rs`).
+/// Without that rule, 1,186-2,009 reads went back per reader; with only forwarded GETs
+/// noted, a few in some thousands with the machine busy. Reads below a value read in an
+/// earlier round are counted and printed, not failed: one way to them is left (README,
+/// "Reads going back").
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "rare backwards reads remain under load; see the doc comment"]
 async fn a_clients_reads_of_a_key_never_go_back() {
     const KEYS: usize = 4;
     const INCRS: usize = 10_000;

@@ -87,8 +87,8 @@ impl Fill {
     }
 }
 
-/// Where a waiter gets the result of a shared read.
-#[derive(Debug)]
+/// Where a waiter gets the result of a shared read. A clone waits for the same read.
+#[derive(Debug, Clone)]
 pub struct FillRx(Arc<Fill>);
 
 impl FillRx {

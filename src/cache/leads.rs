@@ -106,6 +106,11 @@ impl Lead {
         }
     }
 
+    /// The read's id, for [`crate::cache::Cache::rejoin`].
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
     /// Shares the GET's reply (one RESP frame), or its failure, with the waiters.
     pub fn complete(mut self, reply: JobResult) {
         self.done = true;

@@ -286,6 +286,36 @@ impl Core {
         fill.waiter()
     }
 
+    /// A later GET of the key a GET of the same round led the read `id` of (`hash` its
+    /// hash): that read joined, counted as a GET and a join would be, if it is still the
+    /// key's; `None` once an invalidation unlinked it (or a newer read took its place).
+    pub(super) fn rejoin_lead(
+        &self,
+        key: &[u8],
+        hash: u64,
+        id: u64,
+        conn: &UpstreamConn,
+        clock: &mut Clock,
+    ) -> Option<FillRx> {
+        let rx = {
+            let mut slot = self.leads.get_mut(&hash)?;
+            if slot.id != id {
+                return None;
+            }
+            self.join_lead(&mut slot, Some(conn))
+        };
+        self.count_join(key, hash, clock);
+        Some(rx)
+    }
+
+    /// A GET of `key` (`hash` its hash) that joins a read it did not look up: counted in the
+    /// read sketch, as looking it up would have, and as a join.
+    pub(super) fn count_join(&self, key: &[u8], hash: u64, clock: &mut Clock) {
+        self.admission.record_get(hash, key);
+        self.stats.coalesced.inc();
+        clock.joined();
+    }
+
     /// Registers a read of `key` in `fills` (a tracked fill if `lane` is the lane's state, a
     /// plain read otherwise, sent over `conn`), or finds the read in flight to join (`Err`).
     fn register(
@@ -797,6 +827,52 @@ mod tests {
         assert!(
             (1..2_000).contains(&tracked_first),
             "a tracked fill was first {tracked_first} times in 2,000"
+        );
+    }
+
+    /// A later GET of a round joins the read an earlier GET of its key led while that read is
+    /// the key's, and gets its reply; once a write's invalidation unlinked it, it does not.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn a_led_read_is_rejoined_only_while_it_is_the_keys() {
+        let core = Arc::new(Core::for_test());
+        let conn = idle_conn();
+        let lead = |key: &[u8]| {
+            let hash = core.admission.hash(key);
+            // Read once already: the next GET takes the full path and may be joined.
+            core.recent.read_again(hash);
+            let route = Route {
+                conn: &conn,
+                lane: || None,
+                lead: true,
+            };
+            match core.lookup(key, hash, route, &mut Clock::default()) {
+                Lookup::Lead(lead) => lead,
+                _ => panic!("{key:?} led no read"),
+            }
+        };
+        let rejoin = |key: &[u8], id: u64| {
+            let hash = core.admission.hash(key);
+            core.rejoin_lead(key, hash, id, &conn, &mut Clock::default())
+        };
+        let kept = lead(b"kept");
+        let joins = core.stats.coalesced.get();
+        let rx = rejoin(b"kept", kept.id()).expect("the lead is still the key's");
+        assert_eq!(core.stats.coalesced.get(), joins + 1, "counted as a join");
+        kept.complete(Ok(bytes::Bytes::from_static(b"$1\r\nv\r\n")));
+        assert!(
+            matches!(rx.peek(), Some(Ok(v)) if *v == Value::from_get_reply(b"$1\r\nv\r\n").unwrap_or(Value::Nil)),
+            "the lead's reply answers the later GET"
+        );
+        let written = lead(b"written");
+        core.invalidate(b"written", false);
+        assert!(
+            rejoin(b"written", written.id()).is_none(),
+            "unlinked by a write"
+        );
+        let other = lead(b"other");
+        assert!(
+            rejoin(b"other", other.id() + 1).is_none(),
+            "another read's id"
         );
     }
 

@@ -3,6 +3,7 @@
 use bytes::{Bytes, BytesMut};
 
 use super::client::Conn;
+use super::noted::Note;
 use super::pending::{PendingReply, Then};
 use super::plan::{AloneReq, Plan};
 use super::writes::Writes;
@@ -85,10 +86,11 @@ pub(super) fn cache_step(
         Access::Get if args.len() == 2 && may_serve => {
             let key = args.get(1)?;
             let hash = cache.hash(key);
-            if forwards_unlooked(cache, writes, hash) {
-                return None;
+            match unlooked(cache, || conn, writes, key, hash) {
+                Some(Written::Plan(plan)) => Some(plan),
+                Some(_) => None,
+                None => looked_up(cache, conn, node, writes, key, hash),
             }
-            looked_up(cache, conn, node, writes, key, hash)
         }
         // In cluster mode the missing keys of an MGET may span slots: it is routed as usual.
         Access::MGet
@@ -105,12 +107,16 @@ pub(super) fn cache_step(
                 .zip(&parts)
                 .filter_map(|(k, p)| p.is_none().then_some(k))
                 .collect();
+            if missing.is_empty() {
+                return Some(Plan::Reply(PendingReply::Values(parts)));
+            }
+            // The keys read from Redis, as a GET forwarded (`Writes::read_forwarded`).
+            for k in &missing {
+                writes.read_forwarded(cache.hash(k));
+            }
             if missing.len() == parts.len() {
                 // Nothing cached: forward the MGET as it is.
                 return None;
-            }
-            if missing.is_empty() {
-                return Some(Plan::Reply(PendingReply::Values(parts)));
             }
             let mut req = BytesMut::new();
             let mut argv: Vec<&[u8]> = Vec::with_capacity(missing.len() + 1);
@@ -146,17 +152,55 @@ pub(super) fn cache_step(
     }
 }
 
-/// Whether a GET of the key whose [`Cache::hash`] is `hash` is forwarded with no lookup: the
-/// connection is cool and the key cold ([`Cache::skips`], which counts it so), or a write
-/// earlier in the round may have changed it. Asked once per GET, before [`looked_up`] or
-/// [`get_step_writing`].
+/// What a GET of `key`, whose [`Cache::hash`] is `hash`, is given with no lookup, if anything
+/// (`None`: look it up). Forwarded: after a write of its key earlier in the round or a GET of
+/// it forwarded, or when the connection is cool and the key cold ([`Cache::skips`], which
+/// counts it so; noted as a GET forwarded). Or the read an earlier GET of its key in the
+/// round waits on: joined, or led in the batch (forwarded behind it if that lead is no
+/// longer the key's); see `noted.rs`. `conn` is asked for only to join a lead. Asked once
+/// per GET, before [`looked_up`] or [`get_step_writing`].
 #[inline]
-pub(super) fn forwards_unlooked(cache: &Cache, writes: &mut Writes, hash: u64) -> bool {
-    writes.clock.uncached() || cache.skips(hash, &mut writes.clock) || writes.touched(hash)
+pub(super) fn unlooked<'c>(
+    cache: &Cache,
+    conn: impl FnOnce() -> &'c UpstreamConn,
+    writes: &mut Writes,
+    key: &[u8],
+    hash: u64,
+) -> Option<Written> {
+    if writes.clock.uncached() {
+        return Some(Written::Forward);
+    }
+    // Most GETs a cool connection skips are of keys the round has no note of, and one with a
+    // note but a joined read's is forwarded behind that note anyway: skipped first, with no
+    // look at the notes, unless a GET of the round waits on a read outside the batch.
+    let waiting = writes.waiting();
+    if !waiting && cache.skips(hash, &mut writes.clock) {
+        writes.read_forwarded(hash);
+        return Some(Written::Forward);
+    }
+    let Some(note) = writes.earlier(hash) else {
+        if waiting && cache.skips(hash, &mut writes.clock) {
+            writes.read_forwarded(hash);
+            return Some(Written::Forward);
+        }
+        return None;
+    };
+    let rx = match note {
+        Note::Forward => None,
+        Note::Joined(rx) => Some(cache.wait_again(key, hash, rx, &mut writes.clock)),
+        Note::Led(id) => cache.rejoin(key, hash, id, conn(), &mut writes.clock),
+    };
+    Some(match rx {
+        Some(rx) => Written::Plan(Plan::Reply(PendingReply::Fill { rx })),
+        None => {
+            writes.read_forwarded(hash);
+            Written::Forward
+        }
+    })
 }
 
 /// The cache's part in a GET of `key`, whose [`Cache::hash`] is `hash`, from a client the
-/// cache may serve, once [`forwards_unlooked`] let it through: a hit, a read to join or to
+/// cache may serve, once [`unlooked`] left it to a lookup: a hit, a read to join or to
 /// lead, or `None` to forward it.
 pub(super) fn looked_up(
     cache: &Cache,
@@ -200,7 +244,8 @@ pub(super) fn get_step_writing<'c>(
 
 /// The plan for a GET the cache looked up (its key's hash `hash`): `None` to forward it. A
 /// GET that waits on a read outside the batch is noted in `writes` (see `Writes::waits_on`),
-/// and so is one forwarded (see `Writes::read_forwarded`).
+/// and so are one that leads a read (`Writes::leads`) and one forwarded
+/// (`Writes::read_forwarded`).
 fn lookup_plan(lookup: Lookup, writes: &mut Writes, hash: u64) -> Option<Plan> {
     Some(match lookup {
         Lookup::Hit(v) => Plan::Reply(PendingReply::Value(v)),
@@ -209,10 +254,13 @@ fn lookup_plan(lookup: Lookup, writes: &mut Writes, hash: u64) -> Option<Plan> {
             return None;
         }
         Lookup::Wait(rx) => {
-            writes.waits_on(hash);
+            writes.waits_on(hash, &rx);
             Plan::Reply(PendingReply::Fill { rx })
         }
-        Lookup::Lead(lead) => Plan::Lead(lead),
+        Lookup::Lead(lead) => {
+            writes.leads(hash, lead.id());
+            Plan::Lead(lead)
+        }
     })
 }
 

@@ -16,6 +16,7 @@ mod gate;
 mod info;
 mod merged;
 mod mget;
+mod noted;
 mod password;
 mod pending;
 mod permit;

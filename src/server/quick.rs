@@ -20,7 +20,7 @@
 
 use std::sync::LazyLock;
 
-use super::cached::{Written, forwards_unlooked, get_step_writing, looked_up, write_one};
+use super::cached::{Written, get_step_writing, looked_up, unlooked, write_one};
 use super::client::Conn;
 use super::clients::ReplyMode;
 use super::plan::Plan;
@@ -163,23 +163,18 @@ impl Conn {
         if let Some(cache) = &self.shared.cache {
             let key = frame.get(key)?;
             let hash = hash.unwrap_or_else(|| cache.hash(key));
-            // A GET the cache does not look up (most of a cool connection's, or one of a key
-            // the round wrote) goes to the batch here, before anything a lookup needs is
-            // made ready.
-            if forwards_unlooked(cache, &mut self.writes, hash) {
-                self.append(frame);
-                return Some(len);
-            }
             let (proto, id) = (self.session.proto, self.session.id);
             let upstream = &self.shared.upstream;
             // The closures go by reference: moved, their captures (stored a moment before) were
             // copied in wider loads than they were stored with, a failed store forwarding on
             // every lookup (19% of `get_step_writing`'s samples in perf, Zipf GETs -P 16).
             let conn = &|| upstream.conn(proto, id);
-            // A hit in this thread's front goes where `handle_now` would write it: straight
-            // into the write buffer with nothing pending before it, else among the batch's
-            // replies. Neither (its reply waits for others): the usual way.
-            let step = if let Some(room) = self.write_room() {
+            // A GET the cache does not look up (most of a cool connection's, or one of a key
+            // the round wrote) goes to the batch here, before anything a lookup needs is
+            // made ready; one of a key an earlier GET of the round read waits on that read.
+            let step = if let Some(step) = unlooked(cache, conn, &mut self.writes, key, hash) {
+                step
+            } else if let Some(room) = self.write_room() {
                 let wbuf = &mut self.wbuf;
                 let write = &mut |e: &Entry| {
                     e.reply_len() <= room && {

@@ -1,14 +1,14 @@
-//! What a connection has written, as the cache needs to know it: keys written earlier in the
-//! round (a later GET of one must not be served locally), keys to invalidate again once a
-//! batch is acknowledged, and the writes queued in a MULTI; and the time the round's
-//! lookups are served at.
+//! What a connection has written, as the cache needs to know it: keys written or read
+//! earlier in the round (`noted.rs`: a later GET of one must not be served locally, or is
+//! given the same read), keys to invalidate again once a batch is acknowledged, and the
+//! writes queued in a MULTI; and the time the round's lookups are served at.
 
-use std::collections::HashSet;
 use std::hash::BuildHasher;
 
 use bytes::Bytes;
 
-use crate::cache::Clock;
+use super::noted::{Note, RoundNotes};
+use crate::cache::{Clock, FillRx};
 
 /// Most keys collected from the writes queued in one MULTI; past this, EXEC flushes the
 /// whole cache once acknowledged instead (memory per client stays bounded).
@@ -21,25 +21,17 @@ const KEEP_KEY_BYTES: usize = 64 * 1024;
 /// pipeline's worth of short keys, where growing from nothing reallocated several times.
 const FIRST_KEYS: usize = 16;
 const FIRST_KEY_BYTES: usize = 256;
-/// Up to this many written keys, a GET scans them; past it, they are indexed.
-const SCAN_AT_MOST: usize = 16;
 
 /// Writes seen by a connection, as the cache needs them.
 #[derive(Default)]
 pub(super) struct Writes {
-    /// Hashes of the keys written earlier in this round: a later GET of one of them must
-    /// not be served from the cache or coalesced, or it could miss the write. Hashes, not
-    /// keys: recording one allocates nothing, and two keys sharing a hash only send a GET
-    /// to Redis that could have been a hit. Indexed (`round_index`) only when a GET asks and
-    /// there are many, so a pipeline of one huge DEL and many GETs costs one lookup per GET,
-    /// and a pipeline of SETs alone builds no set.
-    round_keys: Vec<u64>,
-    /// One bit per hash in `round_keys`, picked by its top six bits: most GETs of a round
-    /// that wrote or forwarded a few keys are told apart from them by this alone.
-    round_bits: u64,
-    /// `round_keys[..indexed]`, as a set.
-    round_index: HashSet<u64, foldhash::fast::RandomState>,
-    indexed: usize,
+    /// Hashes of the keys written or read earlier in this round, with what was done (see
+    /// `noted.rs`): a later GET of a key written must not be served from the cache or
+    /// coalesced, or it could miss the write. Hashes, not keys: recording one allocates
+    /// nothing, and two keys sharing a hash only send a GET to Redis that could have been a
+    /// hit. Indexed only when a GET asks and there are many, so a pipeline of one huge DEL
+    /// and many GETs costs one lookup per GET, and a pipeline of SETs alone builds no index.
+    notes: RoundNotes,
     /// This round forwarded a write whose keys are not known (a script, an unknown command)
     /// or that changes every key: no later GET in it may be served locally.
     pub(super) round_all: bool,
@@ -58,12 +50,6 @@ pub(super) struct Writes {
     /// Hashes keys as the cache does (`Cache::hasher`): a GET's or a SET's hash in hand is
     /// not computed again for `round_keys`.
     hasher: foldhash::fast::RandomState,
-    /// Hashes of the keys of this round's GETs whose replies wait on a read sent outside the
-    /// connection's batch: joined (another client's), or a tracked fill over the lane. That
-    /// read is not ordered with the batch, so a write of one of these keys later in the
-    /// round must wait until it is answered (see [`Writes::waits_for`]), or the GET could
-    /// answer with what its own client wrote after it.
-    waiting: Vec<u64>,
 }
 
 impl Writes {
@@ -77,18 +63,8 @@ impl Writes {
 
     /// A new round: nothing written in it yet.
     pub(super) fn new_round(&mut self) {
-        if self.round_keys.capacity() > KEEP_ROUND_CAPACITY {
-            // Do not carry (and clear, every round) the table of one huge write.
-            self.round_keys = Vec::new();
-            self.round_index = HashSet::default();
-        } else if !self.round_keys.is_empty() {
-            self.round_keys.clear();
-            self.round_index.clear();
-        }
-        self.indexed = 0;
-        self.round_bits = 0;
+        self.notes.clear();
         self.round_all = false;
-        self.waiting.clear();
         self.clock.reset();
     }
 
@@ -101,8 +77,7 @@ impl Writes {
 
     /// Notes a key of this round, by its hash, for [`Writes::touched`].
     fn note(&mut self, hash: u64) {
-        self.round_keys.push(hash);
-        self.round_bits |= round_bit(hash);
+        self.notes.add(hash, Note::Forward);
     }
 
     /// A write of the current batch names `key`, whose [`Cache::hash`] is `hash`: kept to
@@ -114,13 +89,15 @@ impl Writes {
         self.note(hash);
     }
 
-    /// A GET of the key whose [`Cache::hash`] is `hash` was looked up and forwarded in the
-    /// batch: Redis runs it once the batch is sent, after the round. A later GET of the key
-    /// in the round must not be served before it, by a hit or by joining a read already in
-    /// flight, whose values may be older than the one this GET will read: the client would
-    /// see the key's value go back. It is forwarded too, as after a write. (A GET skipped
-    /// by a cool connection is not noted: its key had nothing cached or in flight, and a
-    /// read of it started and answered later in the same round is not looked for.)
+    /// A GET of the key whose [`Cache::hash`] is `hash` was forwarded in the batch, looked up
+    /// or skipped by a cool connection: Redis runs it once the batch is sent, after the
+    /// round. A later GET of the key in the round must not be served before it, by a hit or
+    /// by joining a read already in flight, whose values may be older than the one this GET
+    /// will read: the client would see the key's value go back. It is forwarded too, as
+    /// after a write. (A skipped GET's key had nothing here, but another client's read of it
+    /// may start, and even complete into an entry, before the round's next GET of it.) The
+    /// hash itself is kept, not only its bit: a cool round skips many GETs, and their bits
+    /// alone would send most of its later GETs to Redis, hits among them.
     ///
     /// [`Cache::hash`]: crate::cache::Cache::hash
     pub(super) fn read_forwarded(&mut self, hash: u64) {
@@ -137,19 +114,39 @@ impl Writes {
     /// batch (see `Writes::waiting`).
     ///
     /// [`Cache::hash`]: crate::cache::Cache::hash
-    pub(super) fn waits_on(&mut self, hash: u64) {
-        self.waiting.push(hash);
+    pub(super) fn waits_on(&mut self, hash: u64, rx: &FillRx) {
+        self.notes.add(hash, Note::Joined(rx.clone()));
+    }
+
+    /// A GET of the key whose [`Cache::hash`] is `hash` leads the read `id` in the batch.
+    ///
+    /// [`Cache::hash`]: crate::cache::Cache::hash
+    pub(super) fn leads(&mut self, hash: u64, id: u64) {
+        self.notes.add(hash, Note::Led(id));
+    }
+
+    /// What an earlier request of the round did with the key whose [`Cache::hash`] is `hash`
+    /// (see `noted.rs`): `Note::Forward` after a write or a GET forwarded (and after any
+    /// write of keys not known), the read a GET joined or led, or `None`.
+    ///
+    /// [`Cache::hash`]: crate::cache::Cache::hash
+    #[inline]
+    pub(super) fn earlier(&mut self, hash: u64) -> Option<Note> {
+        if self.round_all {
+            return Some(Note::Forward);
+        }
+        self.notes.find(hash)
     }
 
     /// Whether a GET of this round waits on a read sent outside the batch.
     #[inline]
     pub(super) fn waiting(&self) -> bool {
-        !self.waiting.is_empty()
+        self.notes.joined_any()
     }
 
     /// Whether a GET of this round waits on a read of `key` sent outside the batch.
     pub(super) fn waits_for(&self, key: &[u8]) -> bool {
-        self.waiting.contains(&self.hasher.hash_one(key))
+        self.notes.joined(self.hasher.hash_one(key))
     }
 
     /// The current batch's written keys.
@@ -171,43 +168,22 @@ impl Writes {
         }
     }
 
-    /// Whether a write earlier in this round may have changed the key whose [`Cache::hash`]
-    /// is `hash`.
+    /// Whether a request earlier in this round wrote, or read other than by a hit, the key
+    /// whose [`Cache::hash`] is `hash` (see [`Writes::earlier`]).
     ///
     /// [`Cache::hash`]: crate::cache::Cache::hash
     #[inline]
     pub(super) fn touched(&mut self, hash: u64) -> bool {
-        // Inlined for this check: nearly every GET's key is none of the round's.
-        if self.round_bits & round_bit(hash) == 0 {
-            return self.round_all;
-        }
-        self.touched_by_keys(hash)
+        self.round_all || self.notes.find(hash).is_some()
     }
 
     /// [`Writes::touched`], the key hashed here.
     pub(super) fn touched_key(&mut self, key: &[u8]) -> bool {
-        if self.round_bits == 0 {
+        if !self.notes.any() {
             return self.round_all;
         }
         let hash = self.hasher.hash_one(key);
-        if self.round_bits & round_bit(hash) == 0 {
-            return self.round_all;
-        }
-        self.touched_by_keys(hash)
-    }
-
-    /// [`Writes::touched`] once this round wrote keys.
-    fn touched_by_keys(&mut self, hash: u64) -> bool {
-        if self.round_all {
-            return true;
-        }
-        if self.round_keys.len() <= SCAN_AT_MOST {
-            return self.round_keys.contains(&hash);
-        }
-        let new = &self.round_keys[self.indexed..];
-        self.round_index.extend(new.iter().copied());
-        self.indexed = self.round_keys.len();
-        self.round_index.contains(&hash)
+        self.touched(hash)
     }
 
     /// An EXEC is being sent: the writes it runs count as written in this round and are
@@ -224,11 +200,6 @@ impl Writes {
         }
         tx.keys = Vec::new();
     }
-}
-
-/// The bit of `Writes::round_bits` for a key's hash.
-fn round_bit(hash: u64) -> u64 {
-    1 << (hash >> 58)
 }
 
 /// Keys written by one batch, kept until Redis acknowledges it: their bytes end to end in
