@@ -309,9 +309,10 @@ impl Core {
     }
 
     /// A GET of `key` (`hash` its hash) that joins a read it did not look up: counted in the
-    /// read sketch, as looking it up would have, and as a join.
+    /// read sketch and as a miss, as looking it up would have, and as a join.
     pub(super) fn count_join(&self, key: &[u8], hash: u64, clock: &mut Clock) {
         self.admission.record_get(hash, key);
+        self.stats.misses.inc();
         self.stats.coalesced.inc();
         clock.joined();
     }
