@@ -278,12 +278,8 @@ impl Cache {
         }
     }
 
-    /// A GET of `key` (its [`Cache::hash`] `hash`) in a round where an earlier GET of it led
-    /// the read `id` (see [`Lead::id`]): that read joined, or `None` if it is no longer the
-    /// key's (a write's invalidation unlinked it), and the GET is then forwarded behind it.
-    /// Looked up instead, it could hit an entry, or join a read, that another client's GET
-    /// started after the invalidation and Redis ran before the write and the lead, and so
-    /// read an older value than the earlier GET.
+    /// A later GET of `key` in a round whose earlier GET of it led the read `id` ([`Lead::id`]):
+    /// that read joined, or `None` once a write's invalidation unlinked it (`server/noted.rs`).
     pub fn rejoin(
         &self,
         key: &[u8],
@@ -295,12 +291,9 @@ impl Cache {
         self.core.rejoin_lead(key, hash, id, conn, clock)
     }
 
-    /// A GET of `key` (its [`Cache::hash`] `hash`) in a round where an earlier GET of it
-    /// waits on the read `rx` (joined, or a tracked fill): `rx` again, the GET counted as a
-    /// GET and a join would be.
-    pub fn wait_again(&self, key: &[u8], hash: u64, rx: FillRx, clock: &mut Clock) -> FillRx {
+    /// A GET given the read an earlier GET of its key waits on: its lookup's miss and join.
+    pub fn count_join(&self, key: &[u8], hash: u64, clock: &mut Clock) {
         self.core.count_join(key, hash, clock);
-        rx
     }
 
     /// Whether a GET of the key whose [`Cache::hash`] is `hash` is forwarded as it is, with

@@ -187,7 +187,10 @@ pub(super) fn unlooked<'c>(
     };
     let rx = match note {
         Note::Forward => None,
-        Note::Joined(rx) => Some(cache.wait_again(key, hash, rx, &mut writes.clock)),
+        Note::Joined(rx) => {
+            cache.count_join(key, hash, &mut writes.clock);
+            Some(rx)
+        }
         Note::Led(id) => cache.rejoin(key, hash, id, conn(), &mut writes.clock),
     };
     Some(match rx {
