@@ -613,19 +613,26 @@ fn counter(reply: &[u8]) -> i64 {
 }
 
 /// One client INCRs four keys through corral while three read them, one GET at a time and
-/// in pipelines of 32: within a round a reader never sees a key's value go back, as Redis,
-/// which runs a client's requests in order, never shows one. A GET forwarded in a round
-/// runs at Redis after the round, and a read a GET led or joined whenever its batch or the
-/// lane sends it: a later GET of the key in the round is given that read, or is forwarded
-/// behind it, never a hit or another read, whose values can be older (`noted.rs`).
-/// Without that rule, 1,186-2,009 reads went back per reader; with only forwarded GETs
-/// noted, a few in some thousands with the machine busy. Reads below a value read in an
-/// earlier round are counted and printed, not failed: one way to them is left (README,
-/// "Reads going back").
+/// in pipelines of 32: a reader never sees a key's value go back, as Redis, which runs a
+/// client's requests in order, never shows one.
+/// - Within a round: a GET forwarded in a round runs at Redis after the round, and a read a
+///   GET led or joined whenever its batch or the lane sends it: a later GET of the key in
+///   the round is given that read, or is forwarded behind it, never a hit or another read,
+///   whose values can be older (`noted.rs`). Without that rule, 1,186-2,009 reads went back
+///   per reader; with only forwarded GETs noted, a few in some thousands with the machine
+///   busy.
+/// - Across rounds: a read registered after an INCR's first invalidation may run before it;
+///   until the INCR's acknowledgement has been applied, such a read neither fills the cache
+///   nor is joined (`unacked.rs`). Without that, reads went back across rounds in 4 of 24
+///   runs of this test with `MONO_INCRS=20000` and four runs at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_clients_reads_of_a_key_never_go_back() {
     const KEYS: usize = 4;
-    const INCRS: usize = 10_000;
+    // More makes the test longer and likelier to catch a read going back.
+    let incrs: usize = std::env::var("MONO_INCRS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000);
     let (_redis, proxy, _direct, mut w) = start().await;
     let stop = Arc::new(AtomicBool::new(false));
     let mut readers = JoinSet::new();
@@ -634,7 +641,7 @@ async fn a_clients_reads_of_a_key_never_go_back() {
         readers.spawn(async move {
             let mut c = connect(addr).await;
             let mut seen = [0i64; KEYS];
-            let (mut back, mut across) = (Vec::new(), 0usize);
+            let mut back = Vec::new();
             let mut round = 0usize;
             while !stop.load(Ordering::Relaxed) {
                 let keys: Vec<usize> = (0..depth).map(|i| (round * 7 + i * 3) % KEYS).collect();
@@ -652,7 +659,10 @@ async fn a_clients_reads_of_a_key_never_go_back() {
                             "round {round}: mono:{k} read {was} by GET {at}, then {v} by GET {pos}"
                         ));
                     } else if v < seen[k] {
-                        across += 1;
+                        back.push(format!(
+                            "round {round}: mono:{k} read {v} by GET {pos}, {} in an earlier round",
+                            seen[k]
+                        ));
                     }
                     if v > in_round[k].0 {
                         in_round[k] = (v, pos);
@@ -661,20 +671,19 @@ async fn a_clients_reads_of_a_key_never_go_back() {
                 }
                 round += 1;
             }
-            (depth, round, back, across)
+            (depth, round, back)
         });
     }
-    for i in 0..INCRS {
+    for i in 0..incrs {
         let r = w.cmd(&format!("INCR mono:{}", i % KEYS)).await;
         assert!(r.starts_with(b":"), "INCR: {}", show(&r));
     }
     stop.store(true, Ordering::Relaxed);
     let mut failures = Vec::new();
     while let Some(done) = readers.join_next().await {
-        let (depth, rounds, back, across) = done.expect("reader");
+        let (depth, rounds, back) = done.expect("reader");
         eprintln!(
-            "reader -P {depth}: {rounds} rounds, {} reads went back within one, {across} \
-             below a value read in an earlier round",
+            "reader -P {depth}: {rounds} rounds, {} reads went back",
             back.len()
         );
         failures.extend(back.into_iter().take(3));

@@ -27,6 +27,7 @@ use super::recent::RecentReads;
 use super::stats::Stats;
 use super::store::Store;
 use super::tracking::Tracking;
+use super::unacked::UnackedTable;
 use super::value::{self, Value};
 use crate::error::UpstreamError;
 use crate::upstream::JobResult;
@@ -51,6 +52,9 @@ pub(super) struct Core {
     pub(super) recent: RecentReads,
     /// When reads were last registered, by key hash (a write's second invalidation).
     pub(super) epochs: ReadEpochs,
+    /// Writes through corral not yet acknowledged, by key hash: their keys are neither
+    /// filled nor joined.
+    pub(super) unacked: Arc<UnackedTable>,
     /// Joined bare reads by lead id: where a lead finds its waiters even after an
     /// invalidation unlinked it from `leads` (they are still owed the result).
     pub(super) joined: DashMap<u64, Arc<Fill>, foldhash::fast::RandomState>,
@@ -213,11 +217,15 @@ impl Core {
         if tracking == Tracking::Fallback {
             life = life.min(self.fallback_ttl);
         }
+        let hash = self.admission.hash(key);
         if let MapEntry::Occupied(o) = self.fills.entry(key.clone()) {
             if !Arc::ptr_eq(o.get(), fill) {
                 return;
             }
-            if cacheable && !life.is_zero() {
+            // Under the map's lock: a write held after this look removes the entry (its first
+            // invalidation waits for the lock), and while one is held the read may have run
+            // before it (`unacked.rs`).
+            if cacheable && !life.is_zero() && !self.unacked.held(hash) {
                 let delta = fill.started.elapsed();
                 let window = self.admission.refresh_window(delta);
                 let entry = Entry::new(key, value.clone(), fill.started + life, delta, window);
@@ -226,7 +234,7 @@ impl Core {
             }
             o.remove();
             // After the entry was counted: the key's count never passes through zero.
-            self.presence.remove(self.admission.hash(key), Held::Read);
+            self.presence.remove(hash, Held::Read);
         }
     }
 
@@ -248,6 +256,7 @@ impl Core {
             leads: Leads::default(),
             recent: RecentReads::default(),
             epochs: ReadEpochs::default(),
+            unacked: Arc::default(),
             joined: DashMap::default(),
             admission,
             stats: Stats::default(),
@@ -482,6 +491,26 @@ mod tests {
         // With no read registered since its mark, a write's second pass finds nothing to do.
         let mark = c.epochs.mark();
         assert!(!c.invalidate_acked(b"k", mark));
+    }
+
+    /// A fill registered after a write's first invalidation fills nothing while the write is
+    /// unacknowledged (it may have run before it), but answers its waiters; once the write is
+    /// released, the next fill does.
+    #[test]
+    fn a_fill_completed_before_a_writes_acknowledgement_fills_nothing() {
+        let c = Core::for_test();
+        let mut write = super::super::Unacked::default();
+        write.hold(&c.unacked, c.admission.hash(b"k"));
+        c.invalidate(b"k", false);
+        let f = fill(&c, b"k");
+        let rx = f.waiter();
+        c.complete_fill(&Key::from(&b"k"[..]), &f, Ok(Bytes::from_static(REPLY)));
+        assert!(!cached(&c, b"k") && c.fills.is_empty());
+        assert_eq!(rx.peek(), Some(&Ok(Value::bulk(b"v"))));
+        drop(write);
+        let f = fill(&c, b"k");
+        c.complete_fill(&Key::from(&b"k"[..]), &f, Ok(Bytes::from_static(REPLY)));
+        assert!(cached(&c, b"k"));
     }
 
     /// Every way a fill, a bare read or an entry leaves is uncounted once, so the counts

@@ -61,8 +61,10 @@ mod stats;
 mod store;
 mod table;
 mod tracking;
+mod unacked;
 mod value;
 mod window;
+mod writes;
 mod written;
 
 use std::sync::Arc;
@@ -82,6 +84,7 @@ pub use hotkeys::HotKey;
 pub use leads::Lead;
 pub use read::Lookup;
 pub use tracking::Tracking;
+pub use unacked::Unacked;
 pub use value::Value;
 
 use crate::config::Config;
@@ -322,43 +325,6 @@ impl Cache {
         self.core.get_many(keys)
     }
 
-    /// A write through corral to `key` is about to be forwarded: counted against the key's
-    /// admission (see `Admission::record_write`), and the key invalidated.
-    pub fn write_coming(&self, key: &[u8]) {
-        self.write_coming_hashed(key, self.hash(key));
-    }
-
-    /// [`Cache::write_coming`] of a key whose [`Cache::hash`] is `hash`.
-    #[inline]
-    pub fn write_coming_hashed(&self, key: &[u8], hash: u64) {
-        let core = &self.core;
-        core.admission.record_write(hash);
-        if core.invalidate_hashed(key, hash, false) {
-            core.stats.local_invalidations.inc();
-        }
-    }
-
-    /// A mark to take before a write's first invalidation ([`Cache::write_coming`]), for
-    /// its second ([`Cache::invalidate_for_write`]).
-    pub fn write_mark(&self) -> u64 {
-        self.core.epochs.mark()
-    }
-
-    /// Whether a read may have been registered since `mark`: if not, no key written after
-    /// it needs [`Cache::invalidate_for_write`].
-    pub fn reads_since(&self, mark: u64) -> bool {
-        self.core.epochs.any_since(mark)
-    }
-
-    /// A write through corral to `key` was acknowledged: its key is invalidated again if a
-    /// read of it may have been registered since `mark` (see `epochs.rs`). A mark of 0
-    /// invalidates every key any read was ever registered for.
-    pub fn invalidate_for_write(&self, key: &[u8], mark: u64) {
-        if self.core.invalidate_acked(key, mark) {
-            self.core.stats.local_invalidations.inc();
-        }
-    }
-
     /// Waits until the tracking connection has delivered everything Redis sent on it before
     /// now: a PING sent on it is answered after every invalidation already queued. Used after
     /// scripts, which may write keys they did not declare, so their writes are read back.
@@ -488,6 +454,7 @@ fn new_core(cfg: &Config) -> Core {
         leads: leads::Leads::default(),
         recent: recent::RecentReads::default(),
         epochs: epochs::ReadEpochs::default(),
+        unacked: Arc::default(),
         joined: DashMap::default(),
         admission,
         stats: Stats::default(),

@@ -139,6 +139,12 @@ impl Core {
         }
         let now = clock.now();
         let reading = counts.unwrap_or_else(|| self.presence.counts(hash)).read();
+        // A read in flight may have run before a write of the key Redis has not acknowledged
+        // yet, whose value this client may have read already (`unacked.rs`): not joined.
+        if reading && self.unacked.held(hash) {
+            self.stats.reads.inc();
+            return Lookup::Forward;
+        }
         // Another client's read is in flight: wait for it. A bare read first: nearly every
         // read joined is one (keys not cached), and its map is keyed by the hash in hand,
         // where `fills` hashes the key again.
@@ -875,6 +881,34 @@ mod tests {
             rejoin(b"other", other.id() + 1).is_none(),
             "another read's id"
         );
+    }
+
+    /// A read registered after a write's first invalidation is not joined until the write's
+    /// acknowledgement has been applied: it may have run before the write, whose value the
+    /// joining client may have read already. A GET then goes to Redis.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn a_read_is_not_joined_while_a_write_of_its_key_is_unacknowledged() {
+        let core = Arc::new(Core::for_test());
+        let conn = idle_conn();
+        let key = b"held".as_slice();
+        let hash = core.admission.hash(key);
+        let mut write = super::super::Unacked::default();
+        write.hold(&core.unacked, hash);
+        core.invalidate(key, false);
+        // Read once already: the next GETs take the full path and may be joined.
+        core.recent.read_again(hash);
+        let route = || Route {
+            conn: &conn,
+            lane: || None,
+            lead: true,
+        };
+        let first = core.lookup(key, hash, route(), &mut Clock::default());
+        assert!(matches!(first, Lookup::Lead(_)), "its own read");
+        let second = core.lookup(key, hash, route(), &mut Clock::default());
+        assert!(matches!(second, Lookup::Forward), "not joined");
+        write.release();
+        let third = core.lookup(key, hash, route(), &mut Clock::default());
+        assert!(matches!(third, Lookup::Wait(_)), "joined once acknowledged");
     }
 
     /// With the read barrier, a GET joins a read in flight only if it started after the

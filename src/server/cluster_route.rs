@@ -11,6 +11,7 @@ use super::pending::Fan;
 use super::plan::{BlockingReq, NodeReq, Plan};
 use super::route::Request;
 use super::routed;
+use super::writes::WrittenKeys;
 use crate::commands::{Command, Local, Route, Tx};
 use crate::error::replies;
 use crate::resp::digits::parse_int;
@@ -146,7 +147,7 @@ impl Conn {
             Route::Blocking if self.pin.is_none() => match self.node_of(cluster, cmd) {
                 Ok(node) => Some(Plan::Blocking(Box::new(BlockingReq {
                     req: req.bytes(cmd),
-                    writes: Vec::new(),
+                    writes: WrittenKeys::default(),
                     node: Some(node),
                 }))),
                 Err(e) => Some(Plan::ready(e)),

@@ -378,7 +378,8 @@ impl Conn {
         }
     }
 
-    /// Invalidates again what acknowledged writes may have changed.
+    /// Invalidates again what acknowledged writes may have changed. Their holds
+    /// (`Unacked`) are released after, when `after.writes` is emptied or dropped.
     pub(super) fn invalidate_after(&self, after: &AfterAck) {
         if let Some(cache) = &self.shared.cache {
             if cache.reads_since(after.write_mark) {

@@ -5,6 +5,7 @@ use bytes::Bytes;
 
 use super::clients::ReplyMode;
 use super::pending::{Fan, Part, PendingReply, Then};
+use super::writes::WrittenKeys;
 use crate::commands::Tx;
 use crate::upstream::UpstreamConn;
 
@@ -84,7 +85,7 @@ pub(super) struct AloneReq {
 /// A command that may block, with the keys it may write ([`Plan::Blocking`]).
 pub(super) struct BlockingReq {
     pub(super) req: Bytes,
-    pub(super) writes: Vec<Bytes>,
+    pub(super) writes: WrittenKeys,
     /// Cluster mode: the node serving the keys.
     pub(super) node: Option<String>,
 }

@@ -10,6 +10,7 @@ use super::clients::{self};
 use super::gate::{is_admin, no_permission};
 use super::pending::Then;
 use super::plan::{AloneReq, AuthReq, BlockingReq, NodeReq, Plan, Repin};
+use super::writes::WrittenKeys;
 use super::{corral, info};
 use crate::commands::{self, Access, Command, Exclusive, Local, LocalCtx, Outcome, Route, Tx};
 use crate::error::replies;
@@ -81,7 +82,7 @@ impl Conn {
             Route::Blocking => {
                 let writes = match &self.shared.cache {
                     Some(cache) => invalidate_writes(cache, cmd),
-                    None => Vec::new(),
+                    None => WrittenKeys::default(),
                 };
                 Plan::Blocking(Box::new(BlockingReq {
                     req: req.bytes(cmd),
@@ -193,7 +194,7 @@ impl Conn {
         // connection unfit for reuse.
         let mut queued_writes = match (route, &self.shared.cache) {
             (Route::Forward(Access::Write), Some(cache)) => invalidate_writes(cache, cmd),
-            _ => Vec::new(),
+            _ => WrittenKeys::default(),
         };
         // SWAPDB sends no invalidation: EXEC flushes the cache once acknowledged, as the
         // command sent alone does.
@@ -289,7 +290,7 @@ impl Conn {
             // connection of its own, so only its client waits, as on Redis.
             let writes = match &self.shared.cache {
                 Some(cache) if access == Access::Write => invalidate_writes(cache, cmd),
-                _ => Vec::new(),
+                _ => WrittenKeys::default(),
             };
             return Plan::Blocking(Box::new(BlockingReq {
                 req: req.bytes(cmd),

@@ -127,6 +127,10 @@ impl Conn {
                     }
                     // EXEC runs the queued scripts now: count them as running.
                     self.batch.script |= tx == Tx::Exec && std::mem::take(&mut pin.script_queued);
+                    // Discarded, the queued writes never run: their keys are held no longer.
+                    if tx == Tx::Discard {
+                        pin.tx_writes = Default::default();
+                    }
                     ends = true;
                 }
                 Tx::Unwatch if !pin.in_multi => {
@@ -157,7 +161,7 @@ impl Conn {
     pub(super) async fn blocking(
         &mut self,
         req: Bytes,
-        writes: Vec<Bytes>,
+        writes: WrittenKeys,
         node: Option<String>,
     ) -> bool {
         self.flush_batch().await;
@@ -182,7 +186,7 @@ impl Conn {
         };
         let rx = conn.send(req, 1).await;
         let after = AfterAck {
-            writes: WrittenKeys::of(&writes),
+            writes,
             ..AfterAck::default()
         };
         let blocking = Blocking {

@@ -5,10 +5,8 @@
 
 use std::hash::BuildHasher;
 
-use bytes::Bytes;
-
 use super::noted::{Note, RoundNotes};
-use crate::cache::{Clock, FillRx};
+use crate::cache::{Cache, Clock, FillRx, Unacked};
 
 /// Most keys collected from the writes queued in one MULTI; past this, EXEC flushes the
 /// whole cache once acknowledged instead (memory per client stays bounded).
@@ -69,7 +67,7 @@ impl Writes {
     }
 
     /// Keys a write in this round names.
-    pub(super) fn written(&mut self, keys: &[Bytes]) {
+    pub(super) fn written<'k>(&mut self, keys: impl Iterator<Item = &'k [u8]>) {
         for k in keys {
             self.note(self.hasher.hash_one(k));
         }
@@ -104,9 +102,12 @@ impl Writes {
         self.note(hash);
     }
 
-    /// [`Writes::wrote`], the key hashed here.
-    pub(super) fn wrote_key(&mut self, key: &[u8]) {
-        let hash = self.hasher.hash_one(key);
+    /// A write of the current batch names `key` (`hash` its [`Cache::hash`]): its key
+    /// invalidated now and held until the batch is acknowledged
+    /// ([`Cache::write_coming_hashed`]), kept to invalidate again then, and written in this
+    /// round.
+    pub(super) fn write_coming(&mut self, cache: &Cache, key: &[u8], hash: u64) {
+        cache.write_coming_hashed(key, hash, &mut self.keys.unacked);
         self.wrote(key, hash);
     }
 
@@ -158,12 +159,11 @@ impl Writes {
     /// if none are held yet: a batch that writes then allocates no buffers of its own.
     /// Buffers grown past [`KEEP_ROUND_CAPACITY`] keys or [`KEEP_KEY_BYTES`] are let go.
     pub(super) fn recycle(&mut self, mut keys: WrittenKeys) {
+        keys.clear();
         if self.keys.ends.capacity() == 0
             && keys.ends.capacity() <= KEEP_ROUND_CAPACITY
             && keys.bytes.capacity() <= KEEP_KEY_BYTES
         {
-            keys.ends.clear();
-            keys.bytes.clear();
             self.keys = keys;
         }
     }
@@ -193,12 +193,13 @@ impl Writes {
             self.round_all = true;
             self.all = true;
         } else {
-            self.written(&tx.keys);
-            self.keys.extend(&tx.keys);
+            let mut keys = std::mem::take(&mut tx.keys);
+            self.written(keys.iter());
+            self.keys.append(&mut keys);
             // They were invalidated when queued, before any mark this batch took.
             self.mark = Some(0);
         }
-        tx.keys = Vec::new();
+        tx.keys = WrittenKeys::default();
     }
 }
 
@@ -211,6 +212,9 @@ pub(super) struct WrittenKeys {
     bytes: Vec<u8>,
     /// Where each key ends in `bytes`.
     ends: Vec<usize>,
+    /// The writes' holds on their keys (see [`Unacked`]): released when these are emptied
+    /// for the next batch, or dropped.
+    pub(super) unacked: Unacked,
 }
 
 impl WrittenKeys {
@@ -234,23 +238,31 @@ impl WrittenKeys {
         })
     }
 
-    /// Adds each of `keys`.
-    pub(super) fn extend(&mut self, keys: &[Bytes]) {
-        keys.iter().for_each(|k| self.push(k));
+    /// How many keys.
+    pub(super) fn len(&self) -> usize {
+        self.ends.len()
     }
 
-    /// Keys written by a blocking command, known apart from any batch.
-    pub(super) fn of(keys: &[Bytes]) -> WrittenKeys {
-        let mut w = WrittenKeys::default();
-        w.extend(keys);
-        w
+    /// Takes over `other`'s keys and holds.
+    pub(super) fn append(&mut self, other: &mut WrittenKeys) {
+        other.iter().for_each(|k| self.push(k));
+        self.unacked.append(&mut other.unacked);
+        other.clear();
+    }
+
+    /// Empties it, its holds released, keeping its room.
+    pub(super) fn clear(&mut self) {
+        self.ends.clear();
+        self.bytes.clear();
+        self.unacked.release();
     }
 }
 
-/// Keys written by the commands queued in a MULTI, bounded by [`MAX_TX_WRITE_KEYS`].
+/// Keys written by the commands queued in a MULTI, bounded by [`MAX_TX_WRITE_KEYS`], held
+/// from when each was queued until EXEC is acknowledged (or the transaction ends without).
 #[derive(Debug, Default)]
 pub(super) struct TxWrites {
-    keys: Vec<Bytes>,
+    keys: WrittenKeys,
     /// Too many keys to track: EXEC invalidates everything.
     all: bool,
 }
@@ -259,17 +271,18 @@ impl TxWrites {
     /// A queued command may change every key (FLUSHALL, SWAPDB...): EXEC flushes the cache.
     pub(super) fn change_all(&mut self) {
         self.all = true;
-        self.keys = Vec::new();
+        self.keys = WrittenKeys::default();
     }
 
-    /// Adds the keys of one queued write.
-    pub(super) fn add(&mut self, keys: &mut Vec<Bytes>) {
+    /// Adds the keys of one queued write. Past the bound they are let go, held no longer:
+    /// EXEC flushes the cache once acknowledged, but meanwhile their reads may fill it.
+    pub(super) fn add(&mut self, keys: &mut WrittenKeys) {
         if self.all {
             return;
         }
         if self.keys.len() + keys.len() > MAX_TX_WRITE_KEYS {
             self.all = true;
-            self.keys = Vec::new();
+            self.keys = WrittenKeys::default();
             return;
         }
         self.keys.append(keys);
@@ -280,23 +293,39 @@ impl TxWrites {
 mod tests {
     use super::*;
 
-    fn keys(range: std::ops::Range<usize>) -> Vec<Bytes> {
-        range.map(|i| Bytes::from(format!("k{i}"))).collect()
+    fn keys(range: std::ops::Range<usize>) -> Vec<Vec<u8>> {
+        range.map(|i| format!("k{i}").into_bytes()).collect()
+    }
+
+    fn written(w: &mut Writes, keys: &[Vec<u8>]) {
+        w.written(keys.iter().map(|k| &k[..]));
+    }
+
+    /// `key` written, hashed here.
+    fn wrote(w: &mut Writes, key: &[u8]) {
+        let hash = w.hasher.hash_one(key);
+        w.wrote(key, hash);
+    }
+
+    fn of(keys: &[&[u8]]) -> WrittenKeys {
+        let mut w = WrittenKeys::default();
+        keys.iter().for_each(|k| w.push(k));
+        w
     }
 
     #[test]
     fn written_keys_are_seen_scanned_or_indexed_until_the_next_round() {
         let mut w = Writes::default();
-        w.written(&keys(0..3));
+        written(&mut w, &keys(0..3));
         assert!(w.touched_key(b"k2") && !w.touched_key(b"k3"));
         // Past the scan limit the keys are indexed, and keys written after a lookup too.
-        w.written(&keys(3..40));
+        written(&mut w, &keys(3..40));
         assert!(w.touched_key(b"k39") && !w.touched_key(b"k40"));
-        w.written(&keys(40..41));
+        written(&mut w, &keys(40..41));
         assert!(w.touched_key(b"k40") && w.touched_key(b"k0"));
         w.new_round();
         assert!(!w.touched_key(b"k0") && !w.touched_key(b"k40"));
-        w.written(&keys(5..6));
+        written(&mut w, &keys(5..6));
         assert!(w.touched_key(b"k5") && !w.touched_key(b"k39"));
     }
 
@@ -307,7 +336,7 @@ mod tests {
         let hasher = foldhash::fast::RandomState::default();
         let mut w = Writes::new(hasher.clone());
         w.wrote(b"a", hasher.hash_one(b"a"));
-        w.wrote_key(b"b");
+        wrote(&mut w, b"b");
         assert!(w.touched_key(b"a") && w.touched(hasher.hash_one(b"b")));
         assert!(!w.touched_key(b"c") && !w.touched(hasher.hash_one(b"c")));
         assert!(w.take_keys().iter().eq([&b"a"[..], b"b"]));
@@ -316,14 +345,13 @@ mod tests {
     #[test]
     fn written_keys_come_back_as_they_went_in() {
         let long = vec![b'x'; 5000];
-        let keys: Vec<Bytes> = [&b"a"[..], b"", b"key:1", &long, b"key:2"]
-            .iter()
-            .map(|k| Bytes::copy_from_slice(k))
-            .collect();
-        let mut w = WrittenKeys::default();
-        keys.iter().for_each(|k| w.push(k));
-        assert!(w.iter().eq(keys.iter().map(|k| &k[..])));
-        assert!(WrittenKeys::of(&keys).iter().eq(w.iter()));
+        let keys = [&b"a"[..], b"", b"key:1", &long, b"key:2"];
+        let mut w = of(&keys);
+        assert!(w.iter().eq(keys));
+        let mut more = of(&[b"key:3"]);
+        w.append(&mut more);
+        assert!(w.iter().eq(keys.into_iter().chain([&b"key:3"[..]])));
+        assert_eq!(more.iter().count(), 0);
         assert_eq!(WrittenKeys::default().iter().count(), 0);
     }
 
@@ -341,22 +369,19 @@ mod tests {
     #[test]
     fn an_acknowledged_batchs_buffers_hold_the_next_batchs_keys() {
         let mut w = Writes::default();
-        w.wrote_key(b"a");
+        wrote(&mut w, b"a");
         let acked = w.take_keys();
         let room = acked.ends.as_ptr();
         w.recycle(acked);
         assert_eq!(w.keys.iter().count(), 0, "emptied");
-        w.wrote_key(b"b");
+        wrote(&mut w, b"b");
         assert!(w.keys.iter().eq([&b"b"[..]]));
         assert_eq!(w.keys.ends.as_ptr(), room, "the same buffer, not a new one");
         // Keys already held stay; buffers grown large are let go.
-        w.recycle(WrittenKeys::of(&[Bytes::from_static(b"c")]));
+        w.recycle(of(&[b"c"]));
         assert!(w.keys.iter().eq([&b"b"[..]]));
         w.take_keys();
-        w.recycle(WrittenKeys::of(&[Bytes::from(vec![
-            b'k';
-            KEEP_KEY_BYTES + 1
-        ])]));
+        w.recycle(of(&[&vec![b'k'; KEEP_KEY_BYTES + 1]]));
         assert_eq!(w.keys.bytes.capacity(), 0);
     }
 }
