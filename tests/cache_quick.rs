@@ -55,6 +55,37 @@ async fn pipelined(c: &mut RawClient, requests: &[&[&[u8]]], n: usize) -> Vec<Ve
     c.pipeline(&bytes, bytes.len(), n).await
 }
 
+/// A GET after another read of its key forwarded earlier in the same pipelined write
+/// (STRLEN, EXISTS, GETRANGE, TYPE) goes to Redis behind it: a hit could be older than what
+/// that read saw. Another key's read leaves it to the cache.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_get_after_another_read_of_its_key_in_the_pipeline_is_not_served_locally() {
+    let (_redis, proxy, _direct, mut c) = warm("k", "v").await;
+    let reads: [&[&[u8]]; 4] = [
+        &[b"STRLEN", b"k"],
+        &[b"EXISTS", b"other", b"k"],
+        &[b"GETRANGE", b"k", b"0", b"-1"],
+        &[b"TYPE", b"k"],
+    ];
+    for read in reads {
+        let hits = Stats::of(&mut c).await.n("cache_hits");
+        let got = pipelined(&mut c, &[&[b"GET", b"k"], read, &[b"GET", b"k"]], 3).await;
+        assert_eq!([&got[0], &got[2]], [&bulk("v"), &bulk("v")]);
+        assert_eq!(
+            Stats::of(&mut c).await.n("cache_hits"),
+            hits + 1,
+            "{}: only the first GET is a hit",
+            show(&read.concat())
+        );
+        stays(&mut c, "k", &bulk("v"), 2).await;
+    }
+    let hits = Stats::of(&mut c).await.n("cache_hits");
+    let got = pipelined(&mut c, &[&[b"STRLEN", b"other"], &[b"GET", b"k"]], 2).await;
+    assert_eq!(got[1], bulk("v"));
+    assert_eq!(Stats::of(&mut c).await.n("cache_hits"), hits + 1);
+    proxy.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_earlier_in_the_pipeline_is_read_back() {
     let (_redis, proxy, _direct, mut c) = warm("k", "old").await;

@@ -129,7 +129,17 @@ pub(super) fn cache_step(
                 then: Then::MGet(parts),
             })))
         }
-        Access::Get | Access::MGet | Access::Read => None,
+        // Forwarded, it runs at Redis after the round: a later GET of a key it reads must
+        // not be served a value older than the one it sees (`Writes::read_forwarded`).
+        Access::Get | Access::MGet | Access::Read => {
+            let positions = cmd.keys();
+            if positions.is_known() {
+                positions
+                    .keys(args)
+                    .for_each(|k| writes.read_forwarded(cache.hash(k)));
+            }
+            None
+        }
         Access::Write => {
             if matches!(cmd.name(), b"EVAL" | b"EVALSHA" | b"FCALL") {
                 writes.barrier = true;

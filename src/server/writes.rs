@@ -193,13 +193,12 @@ impl Writes {
             self.round_all = true;
             self.all = true;
         } else {
-            let mut keys = std::mem::take(&mut tx.keys);
-            self.written(keys.iter());
-            self.keys.append(&mut keys);
+            self.written(tx.keys.iter());
+            // Their holds too: released once EXEC is acknowledged.
+            self.keys.append(&mut tx.keys);
             // They were invalidated when queued, before any mark this batch took.
             self.mark = Some(0);
         }
-        tx.keys = WrittenKeys::default();
     }
 }
 
