@@ -883,6 +883,21 @@ mod tests {
         );
     }
 
+    /// The key with this hash was read once already: its next GETs take the full path and
+    /// may be joined.
+    fn read_once(core: &Core, hash: u64) {
+        core.recent.read_again(hash);
+    }
+
+    /// The route of a GET whose plain read is a lead, over `conn`, of a key with no lane.
+    fn led(conn: &UpstreamConn) -> Route<'_, fn() -> Option<Arc<LaneHandle>>> {
+        Route {
+            conn,
+            lane: || None,
+            lead: true,
+        }
+    }
+
     /// A read registered after a write's first invalidation is not joined until the write's
     /// acknowledgement has been applied: it may have run before the write, whose value the
     /// joining client may have read already. A GET then goes to Redis.
@@ -895,13 +910,8 @@ mod tests {
         let mut write = super::super::Unacked::default();
         write.hold(&core.unacked, hash);
         core.invalidate(key, false);
-        // Read once already: the next GETs take the full path and may be joined.
-        core.recent.read_again(hash);
-        let route = || Route {
-            conn: &conn,
-            lane: || None,
-            lead: true,
-        };
+        read_once(&core, hash);
+        let route = || led(&conn);
         let first = core.lookup(key, hash, route(), &mut Clock::default());
         assert!(matches!(first, Lookup::Lead(_)), "its own read");
         let second = core.lookup(key, hash, route(), &mut Clock::default());
@@ -920,13 +930,8 @@ mod tests {
         let conn = idle_conn();
         let key = b"floor".as_slice();
         let hash = core.admission.hash(key);
-        // Read once already: the next GETs take the full path and may be joined.
-        core.recent.read_again(hash);
-        let route = || Route {
-            conn: &conn,
-            lane: || None,
-            lead: true,
-        };
+        read_once(&core, hash);
+        let route = || led(&conn);
         let first = core.lookup(key, hash, route(), &mut Clock::default());
         assert!(matches!(first, Lookup::Lead(_)));
         let mut earlier = Clock::default();
