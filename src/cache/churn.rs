@@ -68,6 +68,13 @@ impl Churn {
         b.store(score as i8, Relaxed);
     }
 
+    /// A fill of the key with this hash read a value too large to keep: shut out until the
+    /// next halving, as far as [`BOUND`] goes (at most one tick), so its GETs are read as a
+    /// cold key's are rather than filled again at each miss.
+    pub(super) fn shut(&self, hash: u64) {
+        self.bucket(hash).store(BOUND, Relaxed);
+    }
+
     /// Whether the key with this hash is shut out of the store for now.
     pub(super) fn shut_out(&self, hash: u64) -> bool {
         self.bucket(hash).load(Relaxed) >= SHUT_OUT
@@ -114,6 +121,13 @@ mod tests {
         let mut seed = 7;
         lives(&c, mixed, 9, 20, &mut seed);
         assert!(c.shut_out(mixed));
+        // Shut for one halving: an oversized value's key.
+        let big = 3u64 << 40;
+        lives(&c, big, 100, 10, &mut seed);
+        c.shut(big);
+        assert!(c.shut_out(big));
+        c.halve();
+        assert!(!c.shut_out(big));
         // Many fills: a run of short lives must not shut a hot key out.
         for _ in 0..1_000 {
             lives(&c, read_mostly, 100, 1, &mut seed);

@@ -201,10 +201,12 @@ impl Core {
     /// since it was sent.
     fn insert_if_current(&self, key: &Key, fill: &Arc<Fill>, pttl: i64, value: &Value) {
         let tracking = fill.lane.as_ref().map_or(Tracking::Down, |l| l.tracking());
+        let hash = self.admission.hash(key);
         let cacheable = match value {
             Value::Error(_) => false,
             v if v.size() > self.max_value => {
                 self.stats.oversized.inc();
+                self.admission.oversized(hash);
                 false
             }
             _ => tracking != Tracking::Down,
@@ -217,7 +219,6 @@ impl Core {
         if tracking == Tracking::Fallback {
             life = life.min(self.fallback_ttl);
         }
-        let hash = self.admission.hash(key);
         if let MapEntry::Occupied(o) = self.fills.entry(key.clone()) {
             if !Arc::ptr_eq(o.get(), fill) {
                 return;
