@@ -98,11 +98,6 @@ impl Unacked {
         self.hashes.append(&mut other.hashes);
     }
 
-    /// How many writes are held.
-    pub fn len(&self) -> usize {
-        self.hashes.len()
-    }
-
     /// Whether none is.
     pub fn is_empty(&self) -> bool {
         self.hashes.is_empty()
