@@ -284,11 +284,7 @@ fn lookup_plan(lookup: Lookup, writes: &mut Writes, hash: u64) -> Option<Plan> {
 /// acknowledged.
 pub(super) fn write_one(cache: &Cache, writes: &mut Writes, key: &[u8]) {
     writes.mark.get_or_insert_with(|| cache.write_mark());
-    let hash = cache.hash(key);
-    // Not through `Writes::write_coming`, which the compiler calls: that cost about 20 more
-    // instructions per SET (callgrind) than these two inlined here.
-    cache.write_coming_hashed(key, hash, &mut writes.keys.unacked);
-    writes.wrote(key, hash);
+    writes.write_coming(cache, key, cache.hash(key));
 }
 
 /// Invalidates the keys a write command names (before it is forwarded) and returns them,

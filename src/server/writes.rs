@@ -106,6 +106,8 @@ impl Writes {
     /// invalidated now and held until the batch is acknowledged
     /// ([`Cache::write_coming_hashed`]), kept to invalidate again then, and written in this
     /// round.
+    // Always: called, it cost a plain SET about 20 more instructions (callgrind).
+    #[inline(always)]
     pub(super) fn write_coming(&mut self, cache: &Cache, key: &[u8], hash: u64) {
         cache.write_coming_hashed(key, hash, &mut self.keys.unacked);
         self.wrote(key, hash);
