@@ -749,3 +749,31 @@ async fn a_get_is_not_overtaken_by_a_script_writing_its_key_after_it() {
     let script: &[u8] = b"return redis.call('set', KEYS[1], 'new')";
     get_then_write(&[b"EVAL", script, b"1", b"$key"], OK).await;
 }
+
+// ---- a transaction's writes ----
+
+/// A write queued in a MULTI runs at EXEC, and its key is held from then until EXEC is
+/// answered, not from when it was queued: while a client idles inside MULTI, the key is
+/// still cached for others. Once EXEC is answered, every client reads the transaction's
+/// value, pipelined right behind EXEC or not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_write_holds_its_key_from_exec_only() {
+    let (_redis, proxy, mut direct, mut c) = start().await;
+    assert_eq!(direct.cmd("SET k v1").await, OK);
+    let mut tx = connect(proxy.addr).await;
+    assert_eq!(tx.cmd("MULTI").await, OK);
+    assert_eq!(tx.cmd("SET k v2").await, b"+QUEUED\r\n");
+    make_cached(&mut c, "k", &bulk("v1")).await;
+    stays(&mut c, "k", &bulk("v1"), 3).await;
+    let sent: Vec<u8> = ["EXEC", "GET k"]
+        .iter()
+        .flat_map(|l| encode_line(l))
+        .collect();
+    let got = tx.pipeline(&sent, sent.len(), 2).await;
+    assert_eq!(show(&got[0]), show(b"*1\r\n+OK\r\n"));
+    assert_eq!(show(&got[1]), show(&bulk("v2")));
+    assert_eq!(show(&get(&mut c, "k").await), show(&bulk("v2")));
+    // The hold ended with EXEC's reply: the new value is cached in turn.
+    make_cached(&mut c, "k", &bulk("v2")).await;
+    proxy.stop().await;
+}

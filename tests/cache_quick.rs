@@ -56,16 +56,20 @@ async fn pipelined(c: &mut RawClient, requests: &[&[&[u8]]], n: usize) -> Vec<Ve
 }
 
 /// A GET after another read of its key forwarded earlier in the same pipelined write
-/// (STRLEN, EXISTS, GETRANGE, TYPE) goes to Redis behind it: a hit could be older than what
-/// that read saw. Another key's read leaves it to the cache.
+/// (STRLEN, EXISTS, GETRANGE, TYPE, or a read-only script, which may read keys it does not
+/// declare) goes to Redis behind it: a hit could be older than what that read saw. Another
+/// key's read leaves it to the cache.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_get_after_another_read_of_its_key_in_the_pipeline_is_not_served_locally() {
     let (_redis, proxy, _direct, mut c) = warm("k", "v").await;
-    let reads: [&[&[u8]]; 4] = [
+    let script: &[u8] = b"return redis.call('get', 'k')";
+    let reads: [&[&[u8]]; 6] = [
         &[b"STRLEN", b"k"],
         &[b"EXISTS", b"other", b"k"],
         &[b"GETRANGE", b"k", b"0", b"-1"],
         &[b"TYPE", b"k"],
+        &[b"EVAL_RO", script, b"0"],
+        &[b"EVAL_RO", script, b"1", b"other"],
     ];
     for read in reads {
         let hits = Stats::of(&mut c).await.n("cache_hits");

@@ -133,10 +133,14 @@ pub(super) fn cache_step(
         // not be served a value older than the one it sees (`Writes::read_forwarded`).
         Access::Get | Access::MGet | Access::Read => {
             let positions = cmd.keys();
-            if positions.is_known() {
+            if positions.is_known() && !reads_undeclared(cmd.name()) {
                 positions
                     .keys(args)
                     .for_each(|k| writes.read_forwarded(cache.hash(k)));
+            } else {
+                // Any key may be among those it reads: no later GET in the round is served
+                // locally.
+                writes.round_all = true;
             }
             None
         }
@@ -279,6 +283,12 @@ fn lookup_plan(lookup: Lookup, writes: &mut Writes, hash: u64) -> Option<Plan> {
     })
 }
 
+/// Whether a read command (upper-cased `name`) may read keys it does not name: a read-only
+/// script, which Redis lets read undeclared keys outside cluster mode.
+fn reads_undeclared(name: &[u8]) -> bool {
+    matches!(name, b"EVAL_RO" | b"EVALSHA_RO" | b"FCALL_RO")
+}
+
 /// The cache's part in a write of the one key `key` (a plain SET), as [`cache_step`] takes
 /// any write: the key invalidated now and held, and recorded to invalidate again once
 /// acknowledged.
@@ -297,6 +307,16 @@ pub(super) fn invalidate_writes(cache: &Cache, cmd: &Command<'_>) -> WrittenKeys
         cache.write_coming(k, &mut keys.unacked);
         keys.push(k);
     });
+    keys
+}
+
+/// The keys a write command names, found as [`invalidate_writes`] finds them, but neither
+/// invalidated nor held: a write queued in a MULTI runs only at EXEC, which does both
+/// (`Writes::exec`). Held from queueing, a transaction left open would keep its keys (and
+/// the others of their slots) out of the cache for as long as its client idled.
+pub(super) fn queued_write_keys(cmd: &Command<'_>) -> WrittenKeys {
+    let mut keys = WrittenKeys::default();
+    invalidate_keys(cmd, cmd.keys(), |k| keys.push(k));
     keys
 }
 

@@ -4,7 +4,7 @@
 
 use bytes::{Bytes, BytesMut};
 
-use super::cached::{cache_step, invalidate_writes};
+use super::cached::{cache_step, invalidate_writes, queued_write_keys};
 use super::client::Conn;
 use super::clients::{self};
 use super::gate::{is_admin, no_permission};
@@ -193,7 +193,7 @@ impl Conn {
         // replies must be Redis's own. Commands that change connection state leave the
         // connection unfit for reuse.
         let mut queued_writes = match (route, &self.shared.cache) {
-            (Route::Forward(Access::Write), Some(cache)) => invalidate_writes(cache, cmd),
+            (Route::Forward(Access::Write), Some(_)) => queued_write_keys(cmd),
             _ => WrittenKeys::default(),
         };
         // SWAPDB sends no invalidation: EXEC flushes the cache once acknowledged, as the
@@ -441,9 +441,10 @@ impl Conn {
         if let Tx::Exec = tx
             && let Some(pin) = &mut self.pin
             && pin.in_multi
+            && let Some(cache) = &self.shared.cache
         {
-            // The queued writes run now: invalidate them again once EXEC is answered.
-            self.writes.exec(&mut pin.tx_writes);
+            // The queued writes run now: invalidated and held until EXEC is answered.
+            self.writes.exec(cache, &mut pin.tx_writes);
         }
         Plan::Tx {
             tx,

@@ -31,7 +31,8 @@ pub(super) struct Writes {
     /// and many GETs costs one lookup per GET, and a pipeline of SETs alone builds no index.
     notes: RoundNotes,
     /// This round forwarded a write whose keys are not known (a script, an unknown command)
-    /// or that changes every key: no later GET in it may be served locally.
+    /// or that changes every key, or a read of keys it may not name (a read-only script):
+    /// no later GET in it may be served locally.
     pub(super) round_all: bool,
     /// Keys written by the current batch, invalidated again once it is acknowledged.
     pub(super) keys: WrittenKeys,
@@ -67,6 +68,7 @@ impl Writes {
     }
 
     /// Keys a write in this round names.
+    #[cfg(test)]
     pub(super) fn written<'k>(&mut self, keys: impl Iterator<Item = &'k [u8]>) {
         for k in keys {
             self.note(self.hasher.hash_one(k));
@@ -188,19 +190,20 @@ impl Writes {
         self.touched(hash)
     }
 
-    /// An EXEC is being sent: the writes it runs count as written in this round and are
-    /// invalidated again once it is acknowledged.
-    pub(super) fn exec(&mut self, tx: &mut TxWrites) {
+    /// An EXEC is being sent: the writes it runs are written in this round, their keys
+    /// invalidated and held now ([`Writes::write_coming`]) and invalidated again once it is
+    /// acknowledged, as the batch's own writes are.
+    pub(super) fn exec(&mut self, cache: &Cache, tx: &mut TxWrites) {
         if std::mem::take(&mut tx.all) {
             self.round_all = true;
             self.all = true;
-        } else {
-            self.written(tx.keys.iter());
-            // Their holds too: released once EXEC is acknowledged.
-            self.keys.append(&mut tx.keys);
-            // They were invalidated when queued, before any mark this batch took.
-            self.mark = Some(0);
+        } else if tx.keys.len() > 0 {
+            self.mark.get_or_insert_with(|| cache.write_mark());
+            for k in tx.keys.iter() {
+                self.write_coming(cache, k, cache.hash(k));
+            }
         }
+        tx.keys.clear();
     }
 }
 
@@ -259,8 +262,8 @@ impl WrittenKeys {
     }
 }
 
-/// Keys written by the commands queued in a MULTI, bounded by [`MAX_TX_WRITE_KEYS`], held
-/// from when each was queued until EXEC is acknowledged (or the transaction ends without).
+/// Keys written by the commands queued in a MULTI, bounded by [`MAX_TX_WRITE_KEYS`]: EXEC
+/// invalidates and holds them ([`Writes::exec`]); nothing is held before.
 #[derive(Debug, Default)]
 pub(super) struct TxWrites {
     keys: WrittenKeys,
@@ -275,8 +278,8 @@ impl TxWrites {
         self.keys = WrittenKeys::default();
     }
 
-    /// Adds the keys of one queued write. Past the bound they are let go, held no longer:
-    /// EXEC flushes the cache once acknowledged, but meanwhile their reads may fill it.
+    /// Adds the keys of one queued write. Past the bound they are let go: EXEC flushes the
+    /// cache once acknowledged, but while it is out their reads may fill it.
     pub(super) fn add(&mut self, keys: &mut WrittenKeys) {
         if self.all {
             return;
