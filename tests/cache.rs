@@ -777,3 +777,27 @@ async fn a_queued_write_holds_its_key_from_exec_only() {
     make_cached(&mut c, "k", &bulk("v2")).await;
     proxy.stop().await;
 }
+
+/// FLUSHALL through corral holds every key while it is out: read right behind it, on the
+/// client's connection or another, every key reads what Redis holds after it; once it is
+/// answered, keys are cached again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flush_through_corral_holds_every_key_until_answered() {
+    let (_redis, proxy, mut direct, mut c) = start().await;
+    let mut other = connect(proxy.addr).await;
+    // A key each: a key whose entries writes end young stops being cached (`churn.rs`).
+    for (flush, k) in [("FLUSHALL", "f:1"), ("FLUSHDB ASYNC", "f:2")] {
+        assert_eq!(direct.cmd(&format!("SET {k} v1")).await, OK);
+        make_cached(&mut other, k, &bulk("v1")).await;
+        let sent: Vec<u8> = [flush, &format!("GET {k}")]
+            .iter()
+            .flat_map(|l| encode_line(l))
+            .collect();
+        let got = c.pipeline(&sent, sent.len(), 2).await;
+        assert_eq!([show(&got[0]), show(&got[1])], [show(OK), show(NIL)]);
+        stays(&mut other, k, NIL, 3).await;
+        assert_eq!(direct.cmd(&format!("SET {k} v2")).await, OK);
+        make_cached(&mut other, k, &bulk("v2")).await;
+    }
+    proxy.stop().await;
+}

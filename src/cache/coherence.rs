@@ -514,6 +514,22 @@ mod tests {
         assert!(cached(&c, b"k"));
     }
 
+    /// The same while a write of every key (FLUSHALL) is unacknowledged: no key is filled.
+    #[test]
+    fn a_fill_completed_before_a_flushs_acknowledgement_fills_nothing() {
+        let c = Core::for_test();
+        let mut write = super::super::Unacked::default();
+        write.hold_all(&c.unacked);
+        c.flush();
+        let f = fill(&c, b"k");
+        c.complete_fill(&Key::from(&b"k"[..]), &f, Ok(Bytes::from_static(REPLY)));
+        assert!(!cached(&c, b"k") && c.fills.is_empty());
+        write.release();
+        let f = fill(&c, b"k");
+        c.complete_fill(&Key::from(&b"k"[..]), &f, Ok(Bytes::from_static(REPLY)));
+        assert!(cached(&c, b"k"));
+    }
+
     /// Every way a fill, a bare read or an entry leaves is uncounted once, so the counts
     /// return to zero; while a key has an entry, its count is never zero.
     #[test]

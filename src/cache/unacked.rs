@@ -11,7 +11,8 @@
 //! slot from before its first invalidation until its acknowledgement has been applied, and
 //! a key whose slot is held is neither filled ([`super::coherence::Core`]) nor joined
 //! ([`super::read`]): its GETs go to Redis, which runs them in order. Keys sharing a slot
-//! only lose their fills and joins while the other's write is out.
+//! only lose their fills and joins while the other's write is out. A write that may change
+//! every key (FLUSHALL, SWAPDB, a transaction of more keys than corral keeps) holds them all.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
@@ -27,12 +28,15 @@ const FIRST_HOLDS: usize = 16;
 #[derive(Debug)]
 pub(super) struct UnackedTable {
     slots: Box<[AtomicU32]>,
+    /// Unacknowledged writes that may change every key: each holds every slot.
+    all: AtomicU32,
 }
 
 impl Default for UnackedTable {
     fn default() -> Self {
         UnackedTable {
             slots: (0..SLOTS).map(|_| AtomicU32::new(0)).collect(),
+            all: AtomicU32::new(0),
         }
     }
 }
@@ -55,9 +59,10 @@ impl UnackedTable {
         self.slot(hash).fetch_sub(1, SeqCst);
     }
 
-    /// Whether a write of a key with this hash (or one sharing its slot) is out.
+    /// Whether a write of a key with this hash (or one sharing its slot), or of every key,
+    /// is out.
     pub(super) fn held(&self, hash: u64) -> bool {
-        self.slot(hash).load(SeqCst) != 0
+        self.slot(hash).load(SeqCst) != 0 || self.all.load(SeqCst) != 0
     }
 }
 
@@ -68,6 +73,8 @@ impl UnackedTable {
 pub struct Unacked {
     table: Option<Arc<UnackedTable>>,
     hashes: Vec<u64>,
+    /// Holds of every slot.
+    all: u32,
 }
 
 impl Unacked {
@@ -83,10 +90,20 @@ impl Unacked {
         self.hashes.push(hash);
     }
 
+    /// Holds every slot of `table` until released, as a write that may change every key.
+    pub(super) fn hold_all(&mut self, table: &Arc<UnackedTable>) {
+        table.all.fetch_add(1, SeqCst);
+        if self.table.is_none() {
+            self.table = Some(table.clone());
+        }
+        self.all += 1;
+    }
+
     /// Releases every slot held, keeping the room for the next batch's.
     pub fn release(&mut self) {
         if let Some(table) = &self.table {
             self.hashes.drain(..).for_each(|h| table.release(h));
+            table.all.fetch_sub(std::mem::take(&mut self.all), SeqCst);
         }
     }
 
@@ -96,11 +113,12 @@ impl Unacked {
             self.table = other.table.clone();
         }
         self.hashes.append(&mut other.hashes);
+        self.all += std::mem::take(&mut other.all);
     }
 
     /// Whether none is.
     pub fn is_empty(&self) -> bool {
-        self.hashes.is_empty()
+        self.hashes.is_empty() && self.all == 0
     }
 }
 
@@ -133,5 +151,27 @@ mod tests {
         assert!(table.held(b));
         drop(first);
         assert!(!table.held(b));
+    }
+
+    #[test]
+    fn a_hold_of_every_slot_holds_any_key_until_released_or_dropped() {
+        let table = Arc::new(UnackedTable::default());
+        let mut all = Unacked::default();
+        all.hold_all(&table);
+        assert!(!all.is_empty());
+        assert!((0..64u64).all(|i| table.held(i << 40)));
+        all.release();
+        assert!(all.is_empty() && !table.held(5 << 40));
+        // Handed over with a key's hold, and dropped with its new holder.
+        let mut other = Unacked::default();
+        other.hold_all(&table);
+        let mut holder = Unacked::default();
+        holder.hold(&table, 1 << 40);
+        holder.append(&mut other);
+        assert!(other.is_empty());
+        drop(other);
+        assert!(table.held(7 << 40));
+        drop(holder);
+        assert!(!table.held(7 << 40) && !table.held(1 << 40));
     }
 }

@@ -24,6 +24,15 @@ impl Cache {
         }
     }
 
+    /// A write through corral that may change every key (FLUSHALL, SWAPDB, a transaction
+    /// naming more keys than corral keeps) is about to be forwarded: every key held in
+    /// `unacked` until its acknowledgement has been applied (a read that ran before it must
+    /// not fill the store after a client read what it left), and the cache flushed.
+    pub fn write_coming_all(&self, unacked: &mut Unacked) {
+        unacked.hold_all(&self.core.unacked);
+        self.flush();
+    }
+
     /// A mark to take before a write's first invalidation ([`Cache::write_coming`]), for
     /// its second ([`Cache::invalidate_for_write`]).
     pub fn write_mark(&self) -> u64 {

@@ -161,7 +161,7 @@ pub(super) fn cache_step(
         }
         Access::All => {
             writes.round_all = true;
-            cache.flush();
+            cache.write_coming_all(&mut writes.keys.unacked);
             writes.all = true;
             None
         }

@@ -197,6 +197,7 @@ impl Writes {
         if std::mem::take(&mut tx.all) {
             self.round_all = true;
             self.all = true;
+            cache.write_coming_all(&mut self.keys.unacked);
         } else if tx.keys.len() > 0 {
             self.mark.get_or_insert_with(|| cache.write_mark());
             for k in tx.keys.iter() {
@@ -272,14 +273,15 @@ pub(super) struct TxWrites {
 }
 
 impl TxWrites {
-    /// A queued command may change every key (FLUSHALL, SWAPDB...): EXEC flushes the cache.
+    /// A queued command may change every key (FLUSHALL, SWAPDB...): EXEC holds every key
+    /// and flushes the cache, before it is sent and once it is acknowledged.
     pub(super) fn change_all(&mut self) {
         self.all = true;
         self.keys = WrittenKeys::default();
     }
 
-    /// Adds the keys of one queued write. Past the bound they are let go: EXEC flushes the
-    /// cache once acknowledged, but while it is out their reads may fill it.
+    /// Adds the keys of one queued write. Past the bound they are let go: EXEC then holds
+    /// every key and flushes the cache, as FLUSHALL does.
     pub(super) fn add(&mut self, keys: &mut WrittenKeys) {
         if self.all {
             return;
