@@ -115,6 +115,43 @@ async fn values_over_max_value_bytes_are_never_cached() {
     proxy.stop().await;
 }
 
+/// A value over Redis's `client-output-buffer-limit` for normal clients: Redis closes the
+/// connection its reply is on, the tracking connection when corral fills it. The key is then
+/// kept from being filled again for a while, so its GETs do not close the tracking
+/// connection (and flush the cache) again and again; the cache goes on working.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fill_that_loses_the_tracking_connection_is_not_tried_again_at_once() {
+    let redis = RedisServer::start_with(&["--client-output-buffer-limit", "normal 64kb 64kb 0"]);
+    let proxy = TestProxy::start(&redis.url()).await;
+    let mut direct = connect(redis.addr()).await;
+    let mut c = connect(proxy.addr).await;
+    let big = big_value(1, 256 * 1024);
+    assert_eq!(direct.request(&[b"SET", b"big", &big]).await, OK);
+    assert_eq!(direct.cmd("SET small v").await, OK);
+    let before = Stats::of(&mut c).await;
+    for _ in 0..40 {
+        // Redis closes whichever connection the reply is on: the client's GET is answered
+        // with the value or with `connection lost`, never anything else.
+        let got = get(&mut c, "big").await;
+        assert!(
+            got == bulk(&big) || got.starts_with(b"-"),
+            "GET big: {}",
+            show(&got[..got.len().min(80)])
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let after = Stats::of(&mut c).await;
+    let resets = after.n("cache_lane_resets") - before.n("cache_lane_resets");
+    eprintln!("{resets} tracking connection resets in 40 GETs of a value over the limit");
+    assert!(
+        resets <= 1,
+        "{resets} tracking connection resets: {:?}",
+        after.0
+    );
+    make_cached(&mut c, "small", &bulk("v")).await;
+    proxy.stop().await;
+}
+
 // ---- 5. no-cache mode ----
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -144,6 +144,13 @@ impl Core {
                 Ok(value)
             }
             Err(e) => {
+                // The lane broke with this reply due, and the reply may be what broke it: a
+                // value over Redis's `client-output-buffer-limit` closes the connection it is
+                // on. Filled again at its next miss, it would close the lane, and flush the
+                // cache, again; read as a cold key's for a while instead (`Churn::shut`).
+                if fill.lane.is_some() && matches!(e, UpstreamError::ConnectionLost { .. }) {
+                    self.admission.oversized(self.admission.hash(key));
+                }
                 self.remove_fill(key, fill);
                 Err(e)
             }
@@ -512,6 +519,45 @@ mod tests {
         let f = fill(&c, b"k");
         c.complete_fill(&Key::from(&b"k"[..]), &f, Ok(Bytes::from_static(REPLY)));
         assert!(cached(&c, b"k"));
+    }
+
+    /// A fill whose tracking connection broke with its reply due shuts its key out of
+    /// admission (the reply may be what broke it); one that timed out, or a plain read, does
+    /// not.
+    #[test]
+    fn a_fill_that_lost_its_lane_shuts_its_key_out() {
+        let c = Core::for_test();
+        let lost = || UpstreamError::ConnectionLost {
+            addr: "test".into(),
+            cause: "closed by upstream".into(),
+        };
+        let cases: [(&'static [u8], bool, UpstreamError, bool); 3] = [
+            (b"lost", true, lost(), true),
+            (
+                b"slow",
+                true,
+                UpstreamError::Timeout {
+                    addr: "test".into(),
+                },
+                false,
+            ),
+            (b"plain", false, lost(), false),
+        ];
+        for (key, on_lane, error, shut) in cases {
+            let hash = c.admission.hash(key);
+            let lane = on_lane.then(lane_on);
+            let f = Fill::new(Key::from(key), Instant::now(), lane, None);
+            add_fill(&c, Key::from(key), hash, f.clone());
+            assert!(c.admission.hot(15, hash));
+            c.complete_fill(&Key::from(key), &f, Err(error));
+            assert_eq!(
+                !c.admission.hot(15, hash),
+                shut,
+                "{}",
+                String::from_utf8_lossy(key)
+            );
+            assert!(c.fills.is_empty());
+        }
     }
 
     /// The same while a write of every key (FLUSHALL) is unacknowledged: no key is filled.
