@@ -135,6 +135,7 @@ impl Cache {
         let (counted, steered) = (core.clone(), core.clone());
         let react = move |gets, served| {
             bar::follow(&steered, gets, served);
+            steered.presence.follow_store(steered.store.len());
             if let Some(status) = &holds_follow {
                 holds::follow(status, gets, served);
             }

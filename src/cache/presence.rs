@@ -13,7 +13,7 @@
 //! key that may have an entry, and for a read to join only for one that may have a read,
 //! and a write touches only the maps its key may be in.
 
-use std::sync::atomic::{AtomicU16, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU16, Ordering::Relaxed, Ordering::SeqCst};
 
 /// Slots: 256 KiB. A slot shared by keys only costs a look in the maps that finds nothing,
 /// but with the store's lookup a few cache misses deep, that look costs: on Zipf GETs over
@@ -68,12 +68,15 @@ impl Counts {
 #[derive(Debug)]
 pub(super) struct Presence {
     slots: Box<[AtomicU16]>,
+    /// The store held at least as many entries as there are slots when last looked at.
+    crowded: AtomicBool,
 }
 
 impl Default for Presence {
     fn default() -> Self {
         Presence {
             slots: (0..SLOTS).map(|_| AtomicU16::new(0)).collect(),
+            crowded: AtomicBool::new(false),
         }
     }
 }
@@ -82,6 +85,20 @@ impl Presence {
     fn slot(&self, hash: u64) -> &AtomicU16 {
         // Middle bits: `recent.rs` indexes by the low ones, `epochs.rs` by the top ones.
         &self.slots[(hash >> 24) as usize % SLOTS]
+    }
+
+    /// Notes how many entries the store holds (looked at every 250 ms). From as many as
+    /// there are slots, most slots are counted, and most writes' invalidations probe the
+    /// store's table: a long-running cache on Zipf GETs over 1M keys held 232,147 entries
+    /// after 6 s and 594,974 after 26 s, against 131,072 slots.
+    pub(super) fn follow_store(&self, entries: usize) {
+        self.crowded.store(entries >= SLOTS, Relaxed);
+    }
+
+    /// Whether the store held as many entries as there are slots at the last look: a key's
+    /// count then says little, and a write's invalidation nearly always reads the table.
+    pub(super) fn crowded(&self) -> bool {
+        self.crowded.load(Relaxed)
     }
 
     /// Asks the CPU to load the key's slot (see `Cache::prefetch`).
@@ -136,6 +153,18 @@ impl Presence {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_store_is_crowded_from_as_many_entries_as_slots() {
+        let p = Presence::default();
+        assert!(!p.crowded());
+        p.follow_store(SLOTS - 1);
+        assert!(!p.crowded());
+        p.follow_store(SLOTS);
+        assert!(p.crowded());
+        p.follow_store(0);
+        assert!(!p.crowded());
+    }
 
     #[test]
     fn a_slot_is_clear_only_when_all_its_keys_left() {
