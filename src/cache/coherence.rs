@@ -501,24 +501,35 @@ mod tests {
         assert!(!c.invalidate_acked(b"k", mark));
     }
 
+    /// A fill registered while `write` holds its key fills nothing (the read may have run
+    /// before the write), but answers its waiters; once `write` is released, the next fill
+    /// does.
+    fn fills_nothing_while(c: &Core, write: super::super::Unacked) {
+        let f = fill(c, b"k");
+        let rx = f.waiter();
+        c.complete_fill(&Key::from(&b"k"[..]), &f, Ok(Bytes::from_static(REPLY)));
+        assert!(!cached(c, b"k") && c.fills.is_empty());
+        assert_eq!(rx.peek(), Some(&Ok(Value::bulk(b"v"))));
+        drop(write);
+        let f = fill(c, b"k");
+        c.complete_fill(&Key::from(&b"k"[..]), &f, Ok(Bytes::from_static(REPLY)));
+        assert!(cached(c, b"k"));
+    }
+
     /// A fill registered after a write's first invalidation fills nothing while the write is
-    /// unacknowledged (it may have run before it), but answers its waiters; once the write is
-    /// released, the next fill does.
+    /// unacknowledged, whether it holds its key or every key (FLUSHALL).
     #[test]
     fn a_fill_completed_before_a_writes_acknowledgement_fills_nothing() {
         let c = Core::for_test();
         let mut write = super::super::Unacked::default();
         write.hold(&c.unacked, c.admission.hash(b"k"));
         c.invalidate(b"k", false);
-        let f = fill(&c, b"k");
-        let rx = f.waiter();
-        c.complete_fill(&Key::from(&b"k"[..]), &f, Ok(Bytes::from_static(REPLY)));
-        assert!(!cached(&c, b"k") && c.fills.is_empty());
-        assert_eq!(rx.peek(), Some(&Ok(Value::bulk(b"v"))));
-        drop(write);
-        let f = fill(&c, b"k");
-        c.complete_fill(&Key::from(&b"k"[..]), &f, Ok(Bytes::from_static(REPLY)));
-        assert!(cached(&c, b"k"));
+        fills_nothing_while(&c, write);
+        let c = Core::for_test();
+        let mut write = super::super::Unacked::default();
+        write.hold_all(&c.unacked);
+        c.flush();
+        fills_nothing_while(&c, write);
     }
 
     /// A fill whose tracking connection broke with its reply due shuts its key out of
@@ -558,22 +569,6 @@ mod tests {
             );
             assert!(c.fills.is_empty());
         }
-    }
-
-    /// The same while a write of every key (FLUSHALL) is unacknowledged: no key is filled.
-    #[test]
-    fn a_fill_completed_before_a_flushs_acknowledgement_fills_nothing() {
-        let c = Core::for_test();
-        let mut write = super::super::Unacked::default();
-        write.hold_all(&c.unacked);
-        c.flush();
-        let f = fill(&c, b"k");
-        c.complete_fill(&Key::from(&b"k"[..]), &f, Ok(Bytes::from_static(REPLY)));
-        assert!(!cached(&c, b"k") && c.fills.is_empty());
-        write.release();
-        let f = fill(&c, b"k");
-        c.complete_fill(&Key::from(&b"k"[..]), &f, Ok(Bytes::from_static(REPLY)));
-        assert!(cached(&c, b"k"));
     }
 
     /// Every way a fill, a bare read or an entry leaves is uncounted once, so the counts

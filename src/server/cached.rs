@@ -154,7 +154,7 @@ pub(super) fn cache_step(
                 writes.round_all = true;
             }
             writes.mark.get_or_insert_with(|| cache.write_mark());
-            invalidate_keys(cmd, positions, |k| {
+            each_write_key(cmd, positions, |k| {
                 writes.write_coming(cache, k, cache.hash(k))
             });
             None
@@ -303,7 +303,7 @@ pub(super) fn write_one(cache: &Cache, writes: &mut Writes, key: &[u8]) {
 /// commands.
 pub(super) fn invalidate_writes(cache: &Cache, cmd: &Command<'_>) -> WrittenKeys {
     let mut keys = WrittenKeys::default();
-    invalidate_keys(cmd, cmd.keys(), |k| {
+    each_write_key(cmd, cmd.keys(), |k| {
         cache.write_coming(k, &mut keys.unacked);
         keys.push(k);
     });
@@ -316,12 +316,12 @@ pub(super) fn invalidate_writes(cache: &Cache, cmd: &Command<'_>) -> WrittenKeys
 /// the others of their slots) out of the cache for as long as its client idled.
 pub(super) fn queued_write_keys(cmd: &Command<'_>) -> WrittenKeys {
     let mut keys = WrittenKeys::default();
-    invalidate_keys(cmd, cmd.keys(), |k| keys.push(k));
+    each_write_key(cmd, cmd.keys(), |k| keys.push(k));
     keys
 }
 
 /// Hands each key the write names to `add`, with the key positions already looked up.
-fn invalidate_keys(cmd: &Command<'_>, positions: KeyPositions, mut add: impl FnMut(&[u8])) {
+fn each_write_key(cmd: &Command<'_>, positions: KeyPositions, mut add: impl FnMut(&[u8])) {
     if positions.is_known() {
         positions.keys(&cmd.args).for_each(&mut add);
     } else if let Some(k) = commands::keys::unknown_write_key(cmd.name(), &cmd.args) {

@@ -127,7 +127,7 @@ impl Conn {
                     }
                     // EXEC runs the queued scripts now: count them as running.
                     self.batch.script |= tx == Tx::Exec && std::mem::take(&mut pin.script_queued);
-                    // Discarded, the queued writes never run: their keys are held no longer.
+                    // Discarded, the queued writes never run: a later EXEC must not count them.
                     if tx == Tx::Discard {
                         pin.tx_writes = Default::default();
                     }

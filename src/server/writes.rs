@@ -67,14 +67,6 @@ impl Writes {
         self.clock.reset();
     }
 
-    /// Keys a write in this round names.
-    #[cfg(test)]
-    pub(super) fn written<'k>(&mut self, keys: impl Iterator<Item = &'k [u8]>) {
-        for k in keys {
-            self.note(self.hasher.hash_one(k));
-        }
-    }
-
     /// Notes a key of this round, by its hash, for [`Writes::touched`].
     fn note(&mut self, hash: u64) {
         self.notes.add(hash, Note::Forward);
@@ -303,8 +295,11 @@ mod tests {
         range.map(|i| format!("k{i}").into_bytes()).collect()
     }
 
+    /// Keys a write in this round names.
     fn written(w: &mut Writes, keys: &[Vec<u8>]) {
-        w.written(keys.iter().map(|k| &k[..]));
+        for k in keys {
+            w.note(w.hasher.hash_one(k));
+        }
     }
 
     /// `key` written, hashed here.
