@@ -810,3 +810,32 @@ async fn a_flush_through_corral_holds_every_key_until_answered() {
     }
     proxy.stop().await;
 }
+
+/// While a CLIENT PAUSE sent through corral lasts, each request goes alone on a connection
+/// of its own. A FLUSHALL among them empties the cache when it is sent and holds every key
+/// until it is answered, as one sent in a batch does: it need not wait for the tracking
+/// connection's flush message, which may come after the FLUSHALL's own reply.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flush_sent_during_a_pause_empties_the_cache_when_sent() {
+    let (_redis, proxy, mut direct, mut c) = start().await;
+    let mut writer = connect(proxy.addr).await;
+    assert_eq!(direct.cmd("SET p:1 v1").await, OK);
+    make_cached(&mut c, "p:1", &bulk("v1")).await;
+    assert_eq!(Stats::of(&mut c).await.n("cache_entries"), 1);
+    assert_eq!(c.cmd("CLIENT PAUSE 20000 WRITE").await, OK);
+    writer.send(&encode(&[b"FLUSHALL"])).await;
+    let deadline = Deadline::new(Duration::from_secs(10), "FLUSHALL to be paused on Redis");
+    while !show(&direct.cmd("INFO clients").await).contains("blocked_clients:1") {
+        deadline.pause().await;
+    }
+    // Redis has not run it: only corral's flush can have emptied the cache.
+    assert_eq!(direct.cmd("DBSIZE").await, b":1\r\n");
+    assert_eq!(Stats::of(&mut c).await.n("cache_entries"), 0);
+    assert_eq!(c.cmd("CLIENT UNPAUSE").await, OK);
+    assert_eq!(writer.read_reply().await, OK);
+    stays(&mut c, "p:1", NIL, 3).await;
+    // The holds were released: the key is cached again once written.
+    assert_eq!(direct.cmd("SET p:1 v2").await, OK);
+    make_cached(&mut c, "p:1", &bulk("v2")).await;
+    proxy.stop().await;
+}

@@ -122,6 +122,43 @@ async fn a_get_is_not_overtaken_by_a_set_after_it() {
     proxy.stop().await;
 }
 
+/// A blocking command that writes (BLMOVE) invalidates its keys when it is sent and holds
+/// them until it returns, as a write in a batch does: no entry of them is served while it
+/// blocks, and the GET after its reply reads what it wrote, not what the cache held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blocking_write_invalidates_its_keys_when_sent() {
+    let mut cluster = RedisCluster::start(3, 0);
+    let (proxy, mut c) = ready_proxy(&cluster).await;
+    let mut mover = common::connect(proxy.addr).await;
+    let owner = cluster.master_for_slot(key_slot(b"{bl}src"));
+    make_cached_within(&mut c, "{bl}dst", b"$-1\r\n", 100).await;
+    let local = stat_n(&mut c, "cache_local_invalidations").await;
+    mover
+        .send(&encode(&[
+            b"BLMOVE", b"{bl}src", b"{bl}dst", b"LEFT", b"LEFT", b"0",
+        ]))
+        .await;
+    let deadline = Deadline::new(Duration::from_secs(10), "BLMOVE to block on Redis");
+    while !show(&sync_cmd(owner, &["INFO", "clients"])).contains("blocked_clients:1") {
+        deadline.pause().await;
+    }
+    assert!(stat_n(&mut c, "cache_local_invalidations").await > local);
+    let hits = stat_n(&mut c, "cache_hits").await;
+    for _ in 0..10 {
+        assert_eq!(c.cmd("GET {bl}dst").await, b"$-1\r\n");
+    }
+    assert_eq!(
+        stat_n(&mut c, "cache_hits").await,
+        hits,
+        "served while held"
+    );
+    assert_eq!(sync_cmd(owner, &["RPUSH", "{bl}src", "x"]), b":1\r\n");
+    assert_eq!(mover.read_reply().await, bulk("x"));
+    let got = c.cmd("GET {bl}dst").await;
+    assert!(show(&got).contains("WRONGTYPE"), "{}", show(&got));
+    proxy.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cache_stays_coherent_across_a_failover() {
     let mut cluster = RedisCluster::start(3, 1);

@@ -8,11 +8,10 @@ use super::client::Conn;
 use super::cluster_view;
 use super::info;
 use super::pending::Fan;
-use super::plan::{BlockingReq, NodeReq, Plan};
+use super::plan::{NodeReq, Plan};
 use super::route::Request;
 use super::routed;
-use super::writes::WrittenKeys;
-use crate::commands::{Command, Local, Route, Tx};
+use crate::commands::{Access, Command, Local, Route, Tx};
 use crate::error::replies;
 use crate::resp::digits::parse_int;
 use crate::resp::reply::{self, Encoder};
@@ -145,11 +144,7 @@ impl Conn {
             }
             Route::Tx(tx) => self.cluster_tx(cluster, tx, cmd, req),
             Route::Blocking if self.pin.is_none() => match self.node_of(cluster, cmd) {
-                Ok(node) => Some(Plan::Blocking(Box::new(BlockingReq {
-                    req: req.bytes(cmd),
-                    writes: WrittenKeys::default(),
-                    node: Some(node),
-                }))),
+                Ok(node) => Some(self.blocking_plan(cmd, Access::Write, req, Some(node))),
                 Err(e) => Some(Plan::ready(e)),
             },
             Route::Monitor => error(&replies::unsupported_in_cluster(name)),

@@ -86,6 +86,9 @@ pub(super) struct AloneReq {
 pub(super) struct BlockingReq {
     pub(super) req: Bytes,
     pub(super) writes: WrittenKeys,
+    /// It may change every key (FLUSHALL... while a CLIENT PAUSE lasts): every key is held
+    /// in `writes` until it is answered, and the cache flushed again then.
+    pub(super) writes_all: bool,
     /// Cluster mode: the node serving the keys.
     pub(super) node: Option<String>,
 }

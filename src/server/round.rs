@@ -275,8 +275,13 @@ impl Conn {
             Plan::Tx { tx, req, node } => return self.transaction(tx, req, node).await,
             Plan::AbortExec(why) => return self.abort_exec(why).await,
             Plan::Blocking(b) => {
-                let BlockingReq { req, writes, node } = *b;
-                return self.blocking(req, writes, node).await;
+                let BlockingReq {
+                    req,
+                    writes,
+                    writes_all,
+                    node,
+                } = *b;
+                return self.blocking(req, writes, writes_all, node).await;
             }
             Plan::Deferred { open, reply } => {
                 self.deferred_multi = open;

@@ -79,17 +79,7 @@ impl Conn {
                 req: req.bytes(cmd),
             },
             Route::Tx(tx) => self.tx(cmd, tx, req),
-            Route::Blocking => {
-                let writes = match &self.shared.cache {
-                    Some(cache) => invalidate_writes(cache, cmd),
-                    None => WrittenKeys::default(),
-                };
-                Plan::Blocking(Box::new(BlockingReq {
-                    req: req.bytes(cmd),
-                    writes,
-                    node: None,
-                }))
-            }
+            Route::Blocking => self.blocking_plan(cmd, Access::Write, req, None),
             Route::Monitor => Plan::Monitor,
             Route::ClientAdmin => self.client_admin(cmd, req),
             Route::Tracking => Plan::Tracking {
@@ -288,15 +278,7 @@ impl Conn {
             // a shared connection that would hold up every client queued behind it.
             // While a pause sent through corral lasts, each request goes alone on a
             // connection of its own, so only its client waits, as on Redis.
-            let writes = match &self.shared.cache {
-                Some(cache) if access == Access::Write => invalidate_writes(cache, cmd),
-                _ => WrittenKeys::default(),
-            };
-            return Plan::Blocking(Box::new(BlockingReq {
-                req: req.bytes(cmd),
-                writes,
-                node: None,
-            }));
+            return self.blocking_plan(cmd, access, req, None);
         }
         if let Some(p) = self.exclusive_step(cmd, req) {
             return p;
@@ -338,6 +320,38 @@ impl Conn {
         }
         self.append_request(cmd, req);
         Plan::Batched
+    }
+
+    /// A request sent alone on a connection of its own (a blocking command; any request
+    /// while a CLIENT PAUSE sent through corral lasts), with the cache's part in it as in a
+    /// batch: the keys it may write invalidated and held until it is answered (a blocking
+    /// command may write when it returns: BLMOVE, BLMPOP...), or for a command that may
+    /// change every key, every key held and the cache flushed. `node`: cluster mode's.
+    pub(super) fn blocking_plan(
+        &self,
+        cmd: &Command<'_>,
+        access: Access,
+        req: &Request<'_>,
+        node: Option<String>,
+    ) -> Plan {
+        let mut writes = WrittenKeys::default();
+        let mut writes_all = false;
+        if let Some(cache) = &self.shared.cache {
+            match access {
+                Access::Write => writes = invalidate_writes(cache, cmd),
+                Access::All => {
+                    cache.write_coming_all(&mut writes.unacked);
+                    writes_all = true;
+                }
+                _ => {}
+            }
+        }
+        Plan::Blocking(Box::new(BlockingReq {
+            req: req.bytes(cmd),
+            writes,
+            writes_all,
+            node,
+        }))
     }
 
     /// Standalone mode: a script goes on a connection of its own (or at least is noted as

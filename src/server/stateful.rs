@@ -162,6 +162,7 @@ impl Conn {
         &mut self,
         req: Bytes,
         writes: WrittenKeys,
+        writes_all: bool,
         node: Option<String>,
     ) -> bool {
         self.flush_batch().await;
@@ -187,6 +188,7 @@ impl Conn {
         let rx = conn.send(req, 1).await;
         let after = AfterAck {
             writes,
+            writes_all,
             ..AfterAck::default()
         };
         let blocking = Blocking {
