@@ -159,6 +159,78 @@ async fn a_blocking_write_invalidates_its_keys_when_sent() {
     proxy.stop().await;
 }
 
+/// A key served by another master than `key`'s.
+fn key_on_another_master(cluster: &mut RedisCluster, key: &str) -> String {
+    let owner = cluster.master_for_slot(key_slot(key.as_bytes()));
+    (0..)
+        .map(|i| format!("other:{i}"))
+        .find(|k| cluster.master_for_slot(key_slot(k.as_bytes())) != owner)
+        .unwrap_or_default()
+}
+
+/// A write pipelined behind one for another master goes in a batch of its own, and its key
+/// stays held until that batch is acknowledged, not until the first one is: while its master
+/// has not run it (paused), the key's fills, which read the old value, are not cached.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_for_another_master_is_held_until_its_own_batch_is_answered() {
+    let mut cluster = RedisCluster::start(3, 0);
+    let (proxy, mut c) = ready_proxy(&cluster).await;
+    let mut writer = common::connect(proxy.addr).await;
+    let key = "held:b";
+    let first = key_on_another_master(&mut cluster, key);
+    let owner = cluster.master_for_slot(key_slot(key.as_bytes()));
+    assert_eq!(sync_cmd(owner, &["SET", key, "old"]), b"+OK\r\n");
+    make_cached_within(&mut c, key, &bulk("old"), 100).await;
+    // Bounded: if a GET below were queued behind the paused write, it would wait this long.
+    assert_eq!(
+        sync_cmd(owner, &["CLIENT", "PAUSE", "8000", "WRITE"]),
+        b"+OK\r\n"
+    );
+    let mut both = encode(&[b"SET", first.as_bytes(), b"1"]);
+    both.extend(encode(&[b"SET", key.as_bytes(), b"new"]));
+    writer.send(&both).await;
+    // Its replies are written together, once both came: the first write's run is seen on
+    // its master instead.
+    let first_owner = cluster.master_for_slot(key_slot(first.as_bytes()));
+    let deadline = Deadline::new(Duration::from_secs(5), "both SETs to reach Redis");
+    while sync_cmd(first_owner, &["GET", &first]) != bulk("1")
+        || !show(&sync_cmd(owner, &["INFO", "clients"])).contains("blocked_clients:1")
+    {
+        deadline.pause().await;
+    }
+    let hits = stat_n(&mut c, "cache_hits").await;
+    for _ in 0..10 {
+        assert_eq!(c.cmd(&format!("GET {key}")).await, bulk("old"));
+    }
+    assert_eq!(
+        stat_n(&mut c, "cache_hits").await,
+        hits,
+        "cached while held"
+    );
+    assert_eq!(sync_cmd(owner, &["CLIENT", "UNPAUSE"]), b"+OK\r\n");
+    assert_eq!(writer.read_reply().await, b"+OK\r\n", "SET {first}");
+    assert_eq!(writer.read_reply().await, b"+OK\r\n", "SET {key}");
+    assert_eq!(c.cmd(&format!("GET {key}")).await, bulk("new"));
+    proxy.stop().await;
+}
+
+/// A write corral refuses itself (CROSSSLOT) was never sent: it holds nothing afterwards,
+/// and its keys are cached again while its client idles.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_refused_by_corral_leaves_no_hold_behind() {
+    let mut cluster = RedisCluster::start(3, 0);
+    let (proxy, mut c) = ready_proxy(&cluster).await;
+    let mut idle = common::connect(proxy.addr).await;
+    let key = "refused:a";
+    let other = key_on_another_master(&mut cluster, key);
+    let owner = cluster.master_for_slot(key_slot(key.as_bytes()));
+    assert_eq!(sync_cmd(owner, &["SET", key, "v"]), b"+OK\r\n");
+    let got = idle.cmd(&format!("RENAME {key} {other}")).await;
+    assert!(show(&got).contains("CROSSSLOT"), "{}", show(&got));
+    make_cached_within(&mut c, key, &bulk("v"), 100).await;
+    proxy.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cache_stays_coherent_across_a_failover() {
     let mut cluster = RedisCluster::start(3, 1);

@@ -333,6 +333,7 @@ impl Conn {
                 if !self.batch.fits(&conn) {
                     self.flush_batch().await;
                 }
+                self.writes.join_routed();
                 self.batch.push_routed(conn, req, slot);
             }
             Plan::Split { kind, parts } => {
@@ -342,6 +343,7 @@ impl Conn {
                     let rx = p.conn.send(p.req.clone(), 1).await;
                     sent.push((rx, p));
                 }
+                self.writes.join_routed();
                 let after = self.take_writes();
                 self.push_reply(PendingReply::Split {
                     kind,
@@ -356,6 +358,7 @@ impl Conn {
                     let rx = conn.send(req.clone(), 1).await;
                     sent.push((rx, conn, req));
                 }
+                self.writes.join_routed();
                 let after = self.take_writes();
                 self.push_reply(PendingReply::Fanout {
                     how,

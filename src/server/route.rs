@@ -145,6 +145,9 @@ impl Conn {
             return Some(p);
         }
         if let Some(p) = self.cluster_step(cmd, req) {
+            if !matches!(p, Plan::Node(_) | Plan::Split { .. } | Plan::Fanout { .. }) {
+                self.writes.drop_routed();
+            }
             return Some(p);
         }
         if let Route::Local(Local::Ping | Local::Echo) = route
@@ -251,15 +254,9 @@ impl Conn {
             if let Some(master) = master {
                 let conn = cluster.conn_for(&master, self.session.proto, self.session.id);
                 let node = master.to_string();
-                let step = cache_step(
-                    cache,
-                    &conn,
-                    Some(&node),
-                    &mut self.writes,
-                    access,
-                    cmd,
-                    true,
-                );
+                let step = self
+                    .writes
+                    .apart(|w| cache_step(cache, &conn, Some(&node), w, access, cmd, true));
                 if let Some(p) = step {
                     return Some(p);
                 }

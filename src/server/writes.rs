@@ -49,6 +49,29 @@ pub(super) struct Writes {
     /// Hashes keys as the cache does (`Cache::hasher`): a GET's or a SET's hash in hand is
     /// not computed again for `round_keys`.
     hasher: foldhash::fast::RandomState,
+    /// Cluster mode: the cache's part in the request being routed, kept apart from the
+    /// batch's until it is known which batch the request goes in ([`Writes::apart`]).
+    routed: Option<BatchPart>,
+}
+
+/// The cache's part in a batch: what [`Writes`] keeps per batch, to run once it is
+/// acknowledged.
+#[derive(Default)]
+pub(super) struct BatchPart {
+    keys: WrittenKeys,
+    mark: Option<u64>,
+    all: bool,
+    barrier: bool,
+}
+
+impl BatchPart {
+    fn is_empty(&self) -> bool {
+        self.keys.len() == 0
+            && self.keys.unacked.is_empty()
+            && self.mark.is_none()
+            && !self.all
+            && !self.barrier
+    }
 }
 
 impl Writes {
@@ -180,6 +203,60 @@ impl Writes {
         }
         let hash = self.hasher.hash_one(key);
         self.touched(hash)
+    }
+
+    /// The current batch's part, taken (empty in its place).
+    fn take_part(&mut self) -> BatchPart {
+        BatchPart {
+            keys: std::mem::take(&mut self.keys),
+            mark: self.mark.take(),
+            all: std::mem::take(&mut self.all),
+            barrier: std::mem::take(&mut self.barrier),
+        }
+    }
+
+    /// Adds `part` to the current batch's: its keys and holds, and the earlier of the two
+    /// marks (an earlier mark only invalidates more once acknowledged).
+    fn add_part(&mut self, mut part: BatchPart) {
+        if self.keys.len() == 0 && self.keys.unacked.is_empty() {
+            std::mem::swap(&mut self.keys, &mut part.keys);
+        } else {
+            self.keys.append(&mut part.keys);
+        }
+        self.mark = match (self.mark, part.mark) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        self.all |= part.all;
+        self.barrier |= part.barrier;
+    }
+
+    /// Cluster mode: runs `step`, the cache's part in a request, with the current batch's
+    /// part set aside, and keeps what it adds apart until the request is routed
+    /// ([`Writes::join_routed`], [`Writes::drop_routed`]). A request for another node than
+    /// the batch's sends the batch first: its writes' holds must go with its own batch, not
+    /// be released when the earlier one is acknowledged (before Redis ran them), and a
+    /// request corral answers itself (CROSSSLOT...) must not leave holds behind.
+    pub(super) fn apart<T>(&mut self, step: impl FnOnce(&mut Writes) -> T) -> T {
+        let batch = self.take_part();
+        let out = step(self);
+        let mine = self.take_part();
+        self.add_part(batch);
+        self.routed = (!mine.is_empty()).then_some(mine);
+        out
+    }
+
+    /// The request [`Writes::apart`] kept apart joins the current batch (sent first if it
+    /// was for another node).
+    pub(super) fn join_routed(&mut self) {
+        if let Some(part) = self.routed.take() {
+            self.add_part(part);
+        }
+    }
+
+    /// The request [`Writes::apart`] kept apart is not forwarded: its holds are released.
+    pub(super) fn drop_routed(&mut self) {
+        self.routed = None;
     }
 
     /// An EXEC is being sent: the writes it runs are written in this round, their keys
