@@ -761,6 +761,32 @@ async fn a_get_is_not_overtaken_by_a_script_writing_its_key_after_it() {
 
 // ---- a transaction's writes ----
 
+/// A blocking command queued in a MULTI does not block: EXEC runs it at once, and BLMOVE
+/// writes its destination then. Its keys are invalidated when EXEC is sent, as a queued
+/// write's are: a GET pipelined behind EXEC reads what it made, not the cached nil.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blocking_write_in_a_transaction_is_invalidated_at_exec() {
+    let (_redis, proxy, mut direct, mut c) = start().await;
+    let mut tx = connect(proxy.addr).await;
+    make_cached(&mut c, "bt:dst", NIL).await;
+    assert_eq!(direct.cmd("RPUSH bt:src x").await, b":1\r\n");
+    let local = stat_n(&mut c, "cache_local_invalidations").await;
+    assert_eq!(tx.cmd("MULTI").await, OK);
+    assert_eq!(
+        tx.cmd("BLMOVE bt:src bt:dst LEFT LEFT 0").await,
+        b"+QUEUED\r\n"
+    );
+    let sent: Vec<u8> = ["EXEC", "GET bt:dst"]
+        .iter()
+        .flat_map(|l| encode_line(l))
+        .collect();
+    let got = tx.pipeline(&sent, sent.len(), 2).await;
+    assert_eq!(show(&got[0]), show(b"*1\r\n$1\r\nx\r\n"));
+    assert!(show(&got[1]).contains("WRONGTYPE"), "{}", show(&got[1]));
+    assert!(stat_n(&mut c, "cache_local_invalidations").await > local);
+    proxy.stop().await;
+}
+
 /// A write queued in a MULTI runs at EXEC, and its key is held from then until EXEC is
 /// answered, not from when it was queued: while a client idles inside MULTI, the key is
 /// still cached for others. Once EXEC is answered, every client reads the transaction's

@@ -231,6 +231,26 @@ async fn a_write_refused_by_corral_leaves_no_hold_behind() {
     proxy.stop().await;
 }
 
+/// MULTI waits for its first command to know its node: that command's writes are
+/// invalidated and held at EXEC, as those queued after it are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_write_of_a_transaction_is_invalidated_at_exec() {
+    let mut cluster = RedisCluster::start(3, 0);
+    let (proxy, mut c) = ready_proxy(&cluster).await;
+    let mut tx = common::connect(proxy.addr).await;
+    let key = "tx:first";
+    let owner = cluster.master_for_slot(key_slot(key.as_bytes()));
+    assert_eq!(sync_cmd(owner, &["SET", key, "v1"]), b"+OK\r\n");
+    make_cached_within(&mut c, key, &bulk("v1"), 100).await;
+    let local = stat_n(&mut c, "cache_local_invalidations").await;
+    assert_eq!(tx.cmd("MULTI").await, b"+OK\r\n");
+    assert_eq!(tx.cmd(&format!("SET {key} v2")).await, b"+QUEUED\r\n");
+    assert_eq!(tx.cmd("EXEC").await, b"*1\r\n+OK\r\n");
+    assert!(stat_n(&mut c, "cache_local_invalidations").await > local);
+    assert_eq!(c.cmd(&format!("GET {key}")).await, bulk("v2"));
+    proxy.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cache_stays_coherent_across_a_failover() {
     let mut cluster = RedisCluster::start(3, 1);

@@ -38,6 +38,7 @@ impl Conn {
             Ok(node) => Some(Plan::StartMulti {
                 node,
                 req: req.bytes(cmd),
+                writes: Box::new(self.queued_writes(cmd)),
             }),
             Err(e) => {
                 self.tx_failed = true;

@@ -39,7 +39,14 @@ pub(super) enum Plan {
     /// (`!open`); `reply` is corral's answer.
     Deferred { open: bool, reply: Bytes },
     /// Cluster mode: the first command queued after a deferred MULTI, for `node`.
-    StartMulti { node: String, req: Bytes },
+    StartMulti {
+        node: String,
+        req: Bytes,
+        /// What the command will write at EXEC ([`Conn::queued_writes`]).
+        ///
+        /// [`Conn::queued_writes`]: super::client::Conn::queued_writes
+        writes: Box<(WrittenKeys, bool)>,
+    },
     /// SELECT: `db` if the argument is a valid index.
     Select { db: Option<u32>, req: Bytes },
     /// CONFIG SET requirepass (the request, the new password): sent alone, followed by

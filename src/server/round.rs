@@ -287,7 +287,9 @@ impl Conn {
                 self.deferred_multi = open;
                 self.push_ready(reply).await;
             }
-            Plan::StartMulti { node, req } => return self.start_multi(node, req).await,
+            Plan::StartMulti { node, req, writes } => {
+                return self.start_multi(node, req, *writes).await;
+            }
             Plan::Select { db, req } => return self.select(db, req).await,
             Plan::Requirepass(r) => {
                 let (req, password) = *r;

@@ -178,6 +178,22 @@ impl Conn {
         }
     }
 
+    /// What a command queued in a MULTI will write when EXEC runs it, for the cache: its
+    /// keys (a blocking command's too, which inside a transaction runs at once, BLMOVE
+    /// writing its destination), and whether it may change every key (SWAPDB sends no
+    /// invalidation: EXEC flushes the cache once acknowledged, as the command sent alone
+    /// does).
+    pub(super) fn queued_writes(&self, cmd: &Command<'_>) -> (WrittenKeys, bool) {
+        if self.shared.cache.is_none() {
+            return (WrittenKeys::default(), false);
+        }
+        match cmd.route() {
+            Route::Forward(Access::Write) | Route::Blocking => (queued_write_keys(cmd), false),
+            Route::Forward(Access::All) => (WrittenKeys::default(), true),
+            _ => (WrittenKeys::default(), false),
+        }
+    }
+
     /// Inside MULTI, Redis queues (almost) everything: the request joins the batch, and the
     /// pin learns what EXEC will run.
     fn queue_in_multi(&mut self, cmd: &Command<'_>, req: &Request<'_>) -> Plan {
@@ -185,13 +201,7 @@ impl Conn {
         // Inside MULTI, Redis queues (almost) everything, PING and SELECT included: the
         // replies must be Redis's own. Commands that change connection state leave the
         // connection unfit for reuse.
-        let mut queued_writes = match (route, &self.shared.cache) {
-            (Route::Forward(Access::Write), Some(_)) => queued_write_keys(cmd),
-            _ => WrittenKeys::default(),
-        };
-        // SWAPDB sends no invalidation: EXEC flushes the cache once acknowledged, as the
-        // command sent alone does.
-        let changes_all = route == Route::Forward(Access::All) && self.shared.cache.is_some();
+        let (mut queued_writes, changes_all) = self.queued_writes(cmd);
         let bytes = if route == Route::ClientAdmin && is_unblock(&args) {
             clients::unblock_request(&args, &self.shared.clients).0
         } else {

@@ -255,7 +255,13 @@ impl Conn {
 
     /// Cluster mode: the first command after a deferred MULTI. Pins the client to `node`,
     /// sends the MULTI there followed by the command; the MULTI's `+OK` was already given.
-    pub(super) async fn start_multi(&mut self, node: String, req: Bytes) -> bool {
+    /// The pin learns what the command writes, for EXEC ([`Conn::queued_writes`]).
+    pub(super) async fn start_multi(
+        &mut self,
+        node: String,
+        req: Bytes,
+        (mut writes, changes_all): (WrittenKeys, bool),
+    ) -> bool {
         self.deferred_multi = false;
         self.flush_batch().await;
         let kill = self.kill.clone();
@@ -263,6 +269,10 @@ impl Conn {
             Ok(pin) => {
                 pin.in_multi = true;
                 pin.queued = 1;
+                pin.tx_writes.add(&mut writes);
+                if changes_all {
+                    pin.tx_writes.change_all();
+                }
                 pin.holds_state(&kill);
                 let mut multi = BytesMut::new();
                 encode_request(&[b"MULTI"], &mut multi);
