@@ -8,7 +8,7 @@ use super::client::Conn;
 use super::cluster_view;
 use super::info;
 use super::pending::Fan;
-use super::plan::{NodeReq, Plan};
+use super::plan::{NodeReq, Plan, StartMulti};
 use super::route::Request;
 use super::routed;
 use crate::commands::{Access, Command, Local, Route, Tx};
@@ -35,11 +35,11 @@ impl Conn {
             return None;
         }
         match self.node_of(cluster, cmd) {
-            Ok(node) => Some(Plan::StartMulti {
+            Ok(node) => Some(Plan::StartMulti(Box::new(StartMulti {
                 node,
                 req: req.bytes(cmd),
-                writes: Box::new(self.queued_writes(cmd)),
-            }),
+                writes: self.queued_writes(cmd),
+            }))),
             Err(e) => {
                 self.tx_failed = true;
                 Some(Plan::ready(e))

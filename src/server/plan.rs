@@ -39,14 +39,7 @@ pub(super) enum Plan {
     /// (`!open`); `reply` is corral's answer.
     Deferred { open: bool, reply: Bytes },
     /// Cluster mode: the first command queued after a deferred MULTI, for `node`.
-    StartMulti {
-        node: String,
-        req: Bytes,
-        /// What the command will write at EXEC ([`Conn::queued_writes`]).
-        ///
-        /// [`Conn::queued_writes`]: super::client::Conn::queued_writes
-        writes: Box<(WrittenKeys, bool)>,
-    },
+    StartMulti(Box<StartMulti>),
     /// SELECT: `db` if the argument is a valid index.
     Select { db: Option<u32>, req: Bytes },
     /// CONFIG SET requirepass (the request, the new password): sent alone, followed by
@@ -87,6 +80,16 @@ pub(super) struct AloneReq {
     pub(super) conn: Option<UpstreamConn>,
     pub(super) req: Bytes,
     pub(super) then: Then,
+}
+
+/// Cluster mode: the first command after a deferred MULTI ([`Plan::StartMulti`]).
+pub(super) struct StartMulti {
+    pub(super) node: String,
+    pub(super) req: Bytes,
+    /// What the command will write at EXEC ([`Conn::queued_writes`]).
+    ///
+    /// [`Conn::queued_writes`]: super::client::Conn::queued_writes
+    pub(super) writes: (WrittenKeys, bool),
 }
 
 /// A command that may block, with the keys it may write ([`Plan::Blocking`]).

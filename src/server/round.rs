@@ -9,7 +9,7 @@ use tracing::debug;
 use super::client::Conn;
 use super::clients::ReplyMode;
 use super::pending::{AloneReply, Interleaved, PendingReply};
-use super::plan::{AloneReq, BlockingReq, NodeReq, Plan};
+use super::plan::{AloneReq, BlockingReq, NodeReq, Plan, StartMulti};
 use super::route::Request;
 use crate::cache::PREFETCH_MAX;
 use crate::commands::{self, Access, Command, Exclusive, Route, Tx};
@@ -287,8 +287,9 @@ impl Conn {
                 self.deferred_multi = open;
                 self.push_ready(reply).await;
             }
-            Plan::StartMulti { node, req, writes } => {
-                return self.start_multi(node, req, *writes).await;
+            Plan::StartMulti(s) => {
+                let StartMulti { node, req, writes } = *s;
+                return self.start_multi(node, req, writes).await;
             }
             Plan::Select { db, req } => return self.select(db, req).await,
             Plan::Requirepass(r) => {
