@@ -116,9 +116,10 @@ async fn values_over_max_value_bytes_are_never_cached() {
 }
 
 /// A value over Redis's `client-output-buffer-limit` for normal clients: Redis closes the
-/// connection its reply is on, the tracking connection when corral fills it. The key is then
-/// kept from being filled again for a while, so its GETs do not close the tracking
-/// connection (and flush the cache) again and again; the cache goes on working.
+/// connection its reply is on, the tracking connection when corral fills it. A key whose
+/// fills were lost with the tracking connection twice is then kept from being filled again
+/// for a while, so its GETs do not close it (and flush the cache) again and again; the
+/// cache goes on working.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fill_that_loses_the_tracking_connection_is_not_tried_again_at_once() {
     let redis = RedisServer::start_with(&["--client-output-buffer-limit", "normal 64kb 64kb 0"]);
@@ -144,7 +145,7 @@ async fn a_fill_that_loses_the_tracking_connection_is_not_tried_again_at_once() 
     let resets = after.n("cache_lane_resets") - before.n("cache_lane_resets");
     eprintln!("{resets} tracking connection resets in 40 GETs of a value over the limit");
     assert!(
-        resets <= 1,
+        resets <= 2,
         "{resets} tracking connection resets: {:?}",
         after.0
     );

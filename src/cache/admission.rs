@@ -273,8 +273,8 @@ impl Admission {
     /// A fill of the key with this hash read a value over `max_value_bytes`: the key is
     /// not admitted again for a while (`Churn::shut`). Filled again at each miss, it would
     /// cost a tracked fill per GET, each holding up the lane's invalidations behind it
-    /// (and, over Redis's `client-output-buffer-limit`, closing the lane: a fill that lost
-    /// its lane is taken for one).
+    /// (and, over Redis's `client-output-buffer-limit`, closing the lane: a key whose fills
+    /// were lost with their lane twice lately is taken for one, `lost.rs`).
     pub(super) fn oversized(&self, hash: u64) {
         self.churn.shut(hash);
     }

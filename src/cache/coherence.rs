@@ -22,6 +22,7 @@ use super::entry::Entry;
 use super::epochs::ReadEpochs;
 use super::flight::Fill;
 use super::leads::{Leads, Slot};
+use super::lost::LostFills;
 use super::presence::{Counts, Held, Presence};
 use super::recent::RecentReads;
 use super::stats::Stats;
@@ -50,6 +51,8 @@ pub(super) struct Core {
     pub(super) leads: Leads,
     /// Cold GETs forwarded lately, so a second one soon after is joinable.
     pub(super) recent: RecentReads,
+    /// Keys whose fills were lost with their lane lately.
+    pub(super) lost: LostFills,
     /// When reads were last registered, by key hash (a write's second invalidation).
     pub(super) epochs: ReadEpochs,
     /// Writes through corral not yet acknowledged, by key hash: their keys are neither
@@ -144,11 +147,15 @@ impl Core {
                 Ok(value)
             }
             Err(e) => {
-                // The lane broke with this reply due, and the reply may be what broke it: a
-                // value over Redis's `client-output-buffer-limit` closes the connection it is
-                // on. Filled again at its next miss, it would close the lane, and flush the
-                // cache, again; read as a cold key's for a while instead (`Churn::shut`).
-                if fill.lane.is_some() && matches!(e, UpstreamError::ConnectionLost { .. }) {
+                // The lane broke with this reply due, and the reply may be what broke it
+                // (`lost.rs`): a key lost with its lane twice lately is read as a cold key's
+                // for a while (`Churn::shut`), as a value over `max_value_bytes` is.
+                if fill.lane.is_some()
+                    && matches!(e, UpstreamError::ConnectionLost { .. })
+                    && self
+                        .lost
+                        .lost(self.admission.hash(key), std::time::Instant::now())
+                {
                     self.admission.oversized(self.admission.hash(key));
                 }
                 self.remove_fill(key, fill);
@@ -263,6 +270,7 @@ impl Core {
             fills: DashMap::default(),
             leads: Leads::default(),
             recent: RecentReads::default(),
+            lost: LostFills::default(),
             epochs: ReadEpochs::default(),
             unacked: Arc::default(),
             joined: DashMap::default(),
@@ -536,38 +544,39 @@ mod tests {
     /// admission (the reply may be what broke it); one that timed out, or a plain read, does
     /// not.
     #[test]
-    fn a_fill_that_lost_its_lane_shuts_its_key_out() {
+    fn a_fill_that_lost_its_lane_twice_shuts_its_key_out() {
         let c = Core::for_test();
         let lost = || UpstreamError::ConnectionLost {
             addr: "test".into(),
             cause: "closed by upstream".into(),
         };
-        let cases: [(&'static [u8], bool, UpstreamError, bool); 3] = [
-            (b"lost", true, lost(), true),
-            (
-                b"slow",
-                true,
-                UpstreamError::Timeout {
-                    addr: "test".into(),
-                },
-                false,
-            ),
-            (b"plain", false, lost(), false),
+        let timeout = || UpstreamError::Timeout {
+            addr: "test".into(),
+        };
+        // Once is what a restart does to every fill in flight; twice lately, the key is
+        // taken for what broke the lane. A timeout, or a plain read's loss, never counts.
+        type Case = (&'static [u8], bool, fn() -> UpstreamError, [bool; 2]);
+        let cases: [Case; 3] = [
+            (b"lost", true, lost, [false, true]),
+            (b"slow", true, timeout, [false, false]),
+            (b"plain", false, lost, [false, false]),
         ];
         for (key, on_lane, error, shut) in cases {
             let hash = c.admission.hash(key);
-            let lane = on_lane.then(lane_on);
-            let f = Fill::new(Key::from(key), Instant::now(), lane, None);
-            add_fill(&c, Key::from(key), hash, f.clone());
-            assert!(c.admission.hot(15, hash));
-            c.complete_fill(&Key::from(key), &f, Err(error));
-            assert_eq!(
-                !c.admission.hot(15, hash),
-                shut,
-                "{}",
-                String::from_utf8_lossy(key)
-            );
-            assert!(c.fills.is_empty());
+            for shut in shut {
+                let lane = on_lane.then(lane_on);
+                let f = Fill::new(Key::from(key), Instant::now(), lane, None);
+                add_fill(&c, Key::from(key), hash, f.clone());
+                assert!(c.admission.hot(15, hash));
+                c.complete_fill(&Key::from(key), &f, Err(error()));
+                assert_eq!(
+                    !c.admission.hot(15, hash),
+                    shut,
+                    "{}",
+                    String::from_utf8_lossy(key)
+                );
+                assert!(c.fills.is_empty());
+            }
         }
     }
 

@@ -51,6 +51,7 @@ mod lane;
 mod lasting;
 mod lately;
 mod leads;
+mod lost;
 mod presence;
 mod read;
 mod recent;
@@ -454,6 +455,7 @@ fn new_core(cfg: &Config) -> Core {
         fills: DashMap::default(),
         leads: leads::Leads::default(),
         recent: recent::RecentReads::default(),
+        lost: lost::LostFills::default(),
         epochs: epochs::ReadEpochs::default(),
         unacked: Arc::default(),
         joined: DashMap::default(),
