@@ -251,6 +251,27 @@ async fn the_first_write_of_a_transaction_is_invalidated_at_exec() {
     proxy.stop().await;
 }
 
+/// A client pinned by WATCH has its requests for other nodes routed as usual; their writes
+/// invalidate their keys when sent, as any client's do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watching_clients_write_to_another_node_is_invalidated_when_sent() {
+    let mut cluster = RedisCluster::start(3, 0);
+    let (proxy, mut c) = ready_proxy(&cluster).await;
+    let mut w = common::connect(proxy.addr).await;
+    let key = "watched:other";
+    let watched = key_on_another_master(&mut cluster, key);
+    let owner = cluster.master_for_slot(key_slot(key.as_bytes()));
+    assert_eq!(sync_cmd(owner, &["SET", key, "v1"]), b"+OK\r\n");
+    make_cached_within(&mut c, key, &bulk("v1"), 100).await;
+    let local = stat_n(&mut c, "cache_local_invalidations").await;
+    assert_eq!(w.cmd(&format!("WATCH {watched}")).await, b"+OK\r\n");
+    assert_eq!(w.cmd(&format!("SET {key} v2")).await, b"+OK\r\n");
+    assert!(stat_n(&mut c, "cache_local_invalidations").await > local);
+    assert_eq!(c.cmd(&format!("GET {key}")).await, bulk("v2"));
+    assert_eq!(w.cmd("UNWATCH").await, b"+OK\r\n");
+    proxy.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cache_stays_coherent_across_a_failover() {
     let mut cluster = RedisCluster::start(3, 1);

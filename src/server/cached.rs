@@ -144,6 +144,19 @@ pub(super) fn cache_step(
             }
             None
         }
+        Access::Write | Access::All => {
+            write_step(cache, writes, access, cmd);
+            None
+        }
+    }
+}
+
+/// The cache's part in a write being forwarded (`access` [`Access::Write`] or
+/// [`Access::All`]; nothing for others): its keys invalidated now, held, and recorded to
+/// invalidate again once it is acknowledged; or for a write that may change every key,
+/// every key held and the cache flushed.
+pub(super) fn write_step(cache: &Cache, writes: &mut Writes, access: Access, cmd: &Command<'_>) {
+    match access {
         Access::Write => {
             if matches!(cmd.name(), b"EVAL" | b"EVALSHA" | b"FCALL") {
                 writes.barrier = true;
@@ -157,14 +170,13 @@ pub(super) fn cache_step(
             each_write_key(cmd, positions, |k| {
                 writes.write_coming(cache, k, cache.hash(k))
             });
-            None
         }
         Access::All => {
             writes.round_all = true;
             cache.write_coming_all(&mut writes.keys.unacked);
             writes.all = true;
-            None
         }
+        _ => {}
     }
 }
 
