@@ -444,6 +444,43 @@ mod tests {
         assert!(!w.touched(42));
     }
 
+    /// What a request routed in cluster mode adds is kept apart until it is routed: then it
+    /// joins the batch it goes in (with the earlier of the two marks), or is let go.
+    #[test]
+    fn a_routed_requests_part_joins_its_batch_or_is_let_go() {
+        let mut w = Writes::default();
+        wrote(&mut w, b"a");
+        w.mark = Some(5);
+        w.apart(|w| {
+            wrote(w, b"b");
+            w.mark = Some(9);
+            w.all = true;
+        });
+        // The batch's part is as it was.
+        assert!(w.keys.iter().eq([&b"a"[..]]));
+        assert_eq!((w.mark, w.all), (Some(5), false));
+        // Sent in another batch: the first one goes without it.
+        let first = w.take_keys();
+        assert!(first.iter().eq([&b"a"[..]]));
+        w.mark = None;
+        w.join_routed();
+        assert!(w.keys.iter().eq([&b"b"[..]]));
+        assert_eq!((w.mark, w.all), (Some(9), true));
+        // Joining a batch with an earlier mark keeps that one; a part let go adds nothing.
+        w.mark = Some(3);
+        w.apart(|w| {
+            wrote(w, b"c");
+            w.mark = Some(12);
+        });
+        w.join_routed();
+        assert!(w.keys.iter().eq([&b"b"[..], b"c"]));
+        assert_eq!(w.mark, Some(3));
+        w.apart(|w| wrote(w, b"d"));
+        w.drop_routed();
+        w.join_routed();
+        assert!(w.keys.iter().eq([&b"b"[..], b"c"]));
+    }
+
     #[test]
     fn an_acknowledged_batchs_buffers_hold_the_next_batchs_keys() {
         let mut w = Writes::default();
