@@ -272,6 +272,26 @@ async fn a_watching_clients_write_to_another_node_is_invalidated_when_sent() {
     proxy.stop().await;
 }
 
+/// FLUSHALL names no key: sent to every master, it still flushes the cache and holds every
+/// key until answered, so a GET pipelined behind it reads what it left, not the cache.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flush_sent_to_every_master_empties_the_cache_when_sent() {
+    let mut cluster = RedisCluster::start(3, 0);
+    let (proxy, mut c) = ready_proxy(&cluster).await;
+    let key = "flushed:k";
+    let owner = cluster.master_for_slot(key_slot(key.as_bytes()));
+    assert_eq!(sync_cmd(owner, &["SET", key, "v1"]), b"+OK\r\n");
+    make_cached_within(&mut c, key, &bulk("v1"), 100).await;
+    let mut both = encode(&[b"FLUSHALL"]);
+    both.extend(encode(&[b"GET", key.as_bytes()]));
+    let got = c.pipeline(&both, both.len(), 2).await;
+    assert_eq!(
+        [show(&got[0]), show(&got[1])],
+        [show(b"+OK\r\n"), show(b"$-1\r\n")]
+    );
+    proxy.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cache_stays_coherent_across_a_failover() {
     let mut cluster = RedisCluster::start(3, 1);

@@ -257,7 +257,12 @@ impl Conn {
             && !self.deferred_multi
         {
             // Cluster mode: reads of one key may be served or coalesced by the cache, through
-            // the tracking lane of the key's master; writes invalidate.
+            // the tracking lane of the key's master; writes invalidate, keyless ones
+            // (FLUSHALL) too.
+            if matches!(access, Access::Write | Access::All) {
+                self.writes.apart(|w| write_step(cache, w, access, cmd));
+                return None;
+            }
             let master = args
                 .get(1)
                 .and_then(|k| cluster.master_of(crate::cluster::key_slot(k)));
@@ -369,9 +374,13 @@ impl Conn {
     ) -> Plan {
         let mut writes = WrittenKeys::default();
         let mut writes_all = false;
+        let mut lane_barrier = false;
         if let Some(cache) = &self.shared.cache {
             match access {
-                Access::Write => writes = invalidate_writes(cache, cmd),
+                Access::Write => {
+                    writes = invalidate_writes(cache, cmd);
+                    lane_barrier = matches!(cmd.name(), b"EVAL" | b"EVALSHA" | b"FCALL");
+                }
                 Access::All => {
                     cache.write_coming_all(&mut writes.unacked);
                     writes_all = true;
@@ -383,6 +392,7 @@ impl Conn {
             req: req.bytes(cmd),
             writes,
             writes_all,
+            lane_barrier,
             node,
         }))
     }
