@@ -231,6 +231,12 @@ impl Conn {
         {
             run.answered();
         }
+        // A write the cluster redirected runs where it is retried: held until then.
+        let cluster_cmds = after.cluster_cmds.take();
+        let result = match (result, &cluster_cmds) {
+            (Ok(b), Some(cmds)) => Ok(self.follow_redirects(b, cmds, conn).await),
+            (r, _) => r,
+        };
         // Whatever the outcome, the write may have run.
         self.invalidate_after(&after);
         self.writes.recycle(std::mem::take(&mut after.writes));
@@ -241,14 +247,9 @@ impl Conn {
         }
         let AfterAck {
             exec_select,
-            cluster_cmds,
             skip_first,
             ..
         } = after;
-        let result = match (result, &cluster_cmds) {
-            (Ok(b), Some(cmds)) => Ok(self.follow_redirects(b, cmds, conn).await),
-            (r, _) => r,
-        };
         let (result, count) = match result {
             Ok(b) if skip_first => match first_reply(&b) {
                 // Pushes before it (a tracking connection) are the client's.

@@ -99,6 +99,9 @@ pub(super) struct BlockingReq {
     /// It may change every key (FLUSHALL... while a CLIENT PAUSE lasts): every key is held
     /// in `writes` until it is answered, and the cache flushed again then.
     pub(super) writes_all: bool,
+    /// A script or function (while a CLIENT PAUSE lasts), which may write keys it does not
+    /// name: once answered, the tracking connection catches up before the reply is written.
+    pub(super) lane_barrier: bool,
     /// Cluster mode: the node serving the keys.
     pub(super) node: Option<String>,
 }

@@ -8,7 +8,7 @@ use tracing::debug;
 
 use super::client::Conn;
 use super::clients::ReplyMode;
-use super::pending::{AloneReply, Interleaved, PendingReply};
+use super::pending::{AfterAck, AloneReply, Interleaved, PendingReply};
 use super::plan::{AloneReq, BlockingReq, NodeReq, Plan, StartMulti};
 use super::route::Request;
 use crate::cache::PREFETCH_MAX;
@@ -279,9 +279,16 @@ impl Conn {
                     req,
                     writes,
                     writes_all,
+                    lane_barrier,
                     node,
                 } = *b;
-                return self.blocking(req, writes, writes_all, node).await;
+                let after = AfterAck {
+                    writes,
+                    writes_all,
+                    lane_barrier,
+                    ..AfterAck::default()
+                };
+                return self.blocking(req, after, node).await;
             }
             Plan::Deferred { open, reply } => {
                 self.deferred_multi = open;

@@ -155,14 +155,14 @@ impl Conn {
         ends
     }
 
-    /// A blocking command: alone on the pinned connection, or on a dedicated one of its own,
-    /// so that it never holds up other clients. Ends the round: nothing after it may run
-    /// before it returns.
+    /// A blocking command (or any request while a CLIENT PAUSE lasts): alone on the pinned
+    /// connection, or on a dedicated one of its own, so that it never holds up other
+    /// clients; `after` is the cache's work once it is answered. Ends the round: nothing
+    /// after it may run before it returns.
     pub(super) async fn blocking(
         &mut self,
         req: Bytes,
-        writes: WrittenKeys,
-        writes_all: bool,
+        after: AfterAck,
         node: Option<String>,
     ) -> bool {
         self.flush_batch().await;
@@ -186,11 +186,6 @@ impl Conn {
             None => self.target(),
         };
         let rx = conn.send(req, 1).await;
-        let after = AfterAck {
-            writes,
-            writes_all,
-            ..AfterAck::default()
-        };
         let blocking = Blocking {
             dedicated,
             blocked: true,
