@@ -38,7 +38,7 @@ impl Conn {
             Ok(node) => Some(Plan::StartMulti(Box::new(StartMulti {
                 node,
                 req: req.bytes(cmd),
-                writes: self.queued_writes(cmd),
+                queued: self.queued_cmd(cmd),
             }))),
             Err(e) => {
                 self.tx_failed = true;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 use super::track_state::Tracking;
-use super::writes::TxWrites;
+use super::writes::{TxWrites, WrittenKeys};
 use crate::upstream::{Dedicated, LinkObserver};
 
 /// A client pinned to a dedicated connection.
@@ -72,7 +72,32 @@ impl Pin {
     }
 }
 
+/// What a command queued in a MULTI tells its pin ([`Pin::queue`]).
+#[derive(Default)]
+pub(super) struct QueuedCmd {
+    /// The keys it writes when EXEC runs it, for the cache.
+    pub(super) writes: WrittenKeys,
+    /// It may change every key (FLUSHALL, SWAPDB...).
+    pub(super) changes_all: bool,
+    /// It is a script or function.
+    pub(super) script: bool,
+    /// It changes the connection's state: the connection is not reused after.
+    pub(super) dirty: bool,
+}
+
 impl Pin {
+    /// A command was queued in the transaction: what EXEC will run, for the cache and for
+    /// what is known of the connection afterwards.
+    pub(super) fn queue(&mut self, mut q: QueuedCmd) {
+        self.script_queued |= q.script;
+        self.dirty |= q.dirty;
+        self.tx_writes.add(&mut q.writes);
+        if q.changes_all {
+            self.tx_writes.change_all();
+        }
+        self.queued += 1;
+    }
+
     /// The connection now holds a transaction or a WATCH: losing it must end the client (see
     /// [`EndsClient`]). A tracking client's observer does that already.
     pub(super) fn holds_state(&mut self, kill: &CancellationToken) {

@@ -5,6 +5,7 @@ use bytes::Bytes;
 
 use super::clients::ReplyMode;
 use super::pending::{Fan, Part, PendingReply, Then};
+use super::pin::QueuedCmd;
 use super::writes::WrittenKeys;
 use crate::commands::Tx;
 use crate::upstream::UpstreamConn;
@@ -86,10 +87,10 @@ pub(super) struct AloneReq {
 pub(super) struct StartMulti {
     pub(super) node: String,
     pub(super) req: Bytes,
-    /// What the command will write at EXEC ([`Conn::queued_writes`]).
+    /// What it tells the pin ([`Conn::queued_cmd`]).
     ///
-    /// [`Conn::queued_writes`]: super::client::Conn::queued_writes
-    pub(super) writes: (WrittenKeys, bool),
+    /// [`Conn::queued_cmd`]: super::client::Conn::queued_cmd
+    pub(super) queued: QueuedCmd,
 }
 
 /// A command that may block, with the keys it may write ([`Plan::Blocking`]).

@@ -295,8 +295,8 @@ impl Conn {
                 self.push_ready(reply).await;
             }
             Plan::StartMulti(s) => {
-                let StartMulti { node, req, writes } = *s;
-                return self.start_multi(node, req, writes).await;
+                let StartMulti { node, req, queued } = *s;
+                return self.start_multi(node, req, queued).await;
             }
             Plan::Select { db, req } => return self.select(db, req).await,
             Plan::Requirepass(r) => {

@@ -9,6 +9,7 @@ use super::client::Conn;
 use super::clients::{self};
 use super::gate::{is_admin, no_permission};
 use super::pending::Then;
+use super::pin::QueuedCmd;
 use super::plan::{AloneReq, AuthReq, BlockingReq, NodeReq, Plan, Repin};
 use super::writes::WrittenKeys;
 use super::{corral, info};
@@ -180,20 +181,28 @@ impl Conn {
         }
     }
 
-    /// What a command queued in a MULTI will write when EXEC runs it, for the cache: its
-    /// keys (a blocking command's too, which inside a transaction runs at once, BLMOVE
-    /// writing its destination), and whether it may change every key (SWAPDB sends no
+    /// What a command queued in a MULTI tells the pin: for the cache, the keys it writes
+    /// when EXEC runs it (a blocking command's too, which inside a transaction runs at once,
+    /// BLMOVE writing its destination), or whether it may change every key (SWAPDB sends no
     /// invalidation: EXEC flushes the cache once acknowledged, as the command sent alone
-    /// does).
-    pub(super) fn queued_writes(&self, cmd: &Command<'_>) -> (WrittenKeys, bool) {
-        if self.shared.cache.is_none() {
-            return (WrittenKeys::default(), false);
+    /// does); whether it is a script; whether it changes the connection's state.
+    pub(super) fn queued_cmd(&self, cmd: &Command<'_>) -> QueuedCmd {
+        let route = cmd.route();
+        let mut q = QueuedCmd {
+            script: commands::busy::exclusive(cmd) == Some(Exclusive::Script),
+            dirty: !matches!(route, Route::Forward(_) | Route::Blocking | Route::Info),
+            ..QueuedCmd::default()
+        };
+        if self.shared.cache.is_some() {
+            match route {
+                Route::Forward(Access::Write) | Route::Blocking => {
+                    q.writes = queued_write_keys(cmd);
+                }
+                Route::Forward(Access::All) => q.changes_all = true,
+                _ => {}
+            }
         }
-        match cmd.route() {
-            Route::Forward(Access::Write) | Route::Blocking => (queued_write_keys(cmd), false),
-            Route::Forward(Access::All) => (WrittenKeys::default(), true),
-            _ => (WrittenKeys::default(), false),
-        }
+        q
     }
 
     /// Inside MULTI, Redis queues (almost) everything: the request joins the batch, and the
@@ -203,7 +212,7 @@ impl Conn {
         // Inside MULTI, Redis queues (almost) everything, PING and SELECT included: the
         // replies must be Redis's own. Commands that change connection state leave the
         // connection unfit for reuse.
-        let (mut queued_writes, changes_all) = self.queued_writes(cmd);
+        let queued = self.queued_cmd(cmd);
         let bytes = if route == Route::ClientAdmin && is_unblock(&args) {
             clients::unblock_request(&args, &self.shared.clients).0
         } else {
@@ -223,7 +232,6 @@ impl Conn {
                 .and_then(|n| u32::try_from(n).ok()),
             _ => None,
         };
-        let script = commands::busy::exclusive(cmd) == Some(Exclusive::Script);
         if let Some(pause) = cmd.client_pause() {
             // Takes effect at EXEC; counting it from now only routes a little early.
             self.shared.upstream.status.note_pause(pause);
@@ -232,16 +240,10 @@ impl Conn {
             return Plan::ready(refused);
         }
         if let Some(pin) = &mut self.pin {
-            pin.script_queued |= script;
-            pin.dirty |= !matches!(route, Route::Forward(_) | Route::Blocking | Route::Info);
-            pin.tx_writes.add(&mut queued_writes);
-            if changes_all {
-                pin.tx_writes.change_all();
-            }
             if let Some(db) = select {
                 pin.queued_selects.push((db, pin.queued));
             }
-            pin.queued += 1;
+            pin.queue(queued);
         }
         self.append(&bytes);
         Plan::Batched

@@ -11,8 +11,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::client::Conn;
 use super::pending::{AfterAck, AloneReply, Blocking, PendingReply, Then};
+use super::pin::QueuedCmd;
 use super::plan::Repin;
-use super::writes::WrittenKeys;
 use crate::commands::Tx;
 use crate::error::replies;
 use crate::resp::request::encode_request;
@@ -250,12 +250,12 @@ impl Conn {
 
     /// Cluster mode: the first command after a deferred MULTI. Pins the client to `node`,
     /// sends the MULTI there followed by the command; the MULTI's `+OK` was already given.
-    /// The pin learns what the command writes, for EXEC ([`Conn::queued_writes`]).
+    /// The pin learns what the command will do at EXEC ([`Conn::queued_cmd`]).
     pub(super) async fn start_multi(
         &mut self,
         node: String,
         req: Bytes,
-        (mut writes, changes_all): (WrittenKeys, bool),
+        queued: QueuedCmd,
     ) -> bool {
         self.deferred_multi = false;
         self.flush_batch().await;
@@ -263,11 +263,7 @@ impl Conn {
         match self.pin_new(Some(&node)) {
             Ok(pin) => {
                 pin.in_multi = true;
-                pin.queued = 1;
-                pin.tx_writes.add(&mut writes);
-                if changes_all {
-                    pin.tx_writes.change_all();
-                }
+                pin.queue(queued);
                 pin.holds_state(&kill);
                 let mut multi = BytesMut::new();
                 encode_request(&[b"MULTI"], &mut multi);
