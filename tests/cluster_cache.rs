@@ -168,6 +168,20 @@ fn key_on_another_master(cluster: &mut RedisCluster, key: &str) -> String {
         .unwrap_or_default()
 }
 
+/// Sets `key` to `value` on its master and GETs it through `c` until it is a cache hit;
+/// returns the master's port.
+async fn cached_on_master(
+    cluster: &mut RedisCluster,
+    c: &mut RawClient,
+    key: &str,
+    value: &str,
+) -> u16 {
+    let owner = cluster.master_for_slot(key_slot(key.as_bytes()));
+    assert_eq!(sync_cmd(owner, &["SET", key, value]), b"+OK\r\n");
+    make_cached_within(c, key, &bulk(value), 100).await;
+    owner
+}
+
 /// A write pipelined behind one for another master goes in a batch of its own, and its key
 /// stays held until that batch is acknowledged, not until the first one is: while its master
 /// has not run it (paused), the key's fills, which read the old value, are not cached.
@@ -178,9 +192,7 @@ async fn a_write_for_another_master_is_held_until_its_own_batch_is_answered() {
     let mut writer = common::connect(proxy.addr).await;
     let key = "held:b";
     let first = key_on_another_master(&mut cluster, key);
-    let owner = cluster.master_for_slot(key_slot(key.as_bytes()));
-    assert_eq!(sync_cmd(owner, &["SET", key, "old"]), b"+OK\r\n");
-    make_cached_within(&mut c, key, &bulk("old"), 100).await;
+    let owner = cached_on_master(&mut cluster, &mut c, key, "old").await;
     // Bounded: if a GET below were queued behind the paused write, it would wait this long.
     assert_eq!(
         sync_cmd(owner, &["CLIENT", "PAUSE", "8000", "WRITE"]),
@@ -239,9 +251,7 @@ async fn the_first_write_of_a_transaction_is_invalidated_at_exec() {
     let (proxy, mut c) = ready_proxy(&cluster).await;
     let mut tx = common::connect(proxy.addr).await;
     let key = "tx:first";
-    let owner = cluster.master_for_slot(key_slot(key.as_bytes()));
-    assert_eq!(sync_cmd(owner, &["SET", key, "v1"]), b"+OK\r\n");
-    make_cached_within(&mut c, key, &bulk("v1"), 100).await;
+    cached_on_master(&mut cluster, &mut c, key, "v1").await;
     let local = stat_n(&mut c, "cache_local_invalidations").await;
     assert_eq!(tx.cmd("MULTI").await, b"+OK\r\n");
     assert_eq!(tx.cmd(&format!("SET {key} v2")).await, b"+QUEUED\r\n");
@@ -260,9 +270,7 @@ async fn a_watching_clients_write_to_another_node_is_invalidated_when_sent() {
     let mut w = common::connect(proxy.addr).await;
     let key = "watched:other";
     let watched = key_on_another_master(&mut cluster, key);
-    let owner = cluster.master_for_slot(key_slot(key.as_bytes()));
-    assert_eq!(sync_cmd(owner, &["SET", key, "v1"]), b"+OK\r\n");
-    make_cached_within(&mut c, key, &bulk("v1"), 100).await;
+    cached_on_master(&mut cluster, &mut c, key, "v1").await;
     let local = stat_n(&mut c, "cache_local_invalidations").await;
     assert_eq!(w.cmd(&format!("WATCH {watched}")).await, b"+OK\r\n");
     assert_eq!(w.cmd(&format!("SET {key} v2")).await, b"+OK\r\n");
@@ -279,9 +287,7 @@ async fn a_flush_sent_to_every_master_empties_the_cache_when_sent() {
     let mut cluster = RedisCluster::start(3, 0);
     let (proxy, mut c) = ready_proxy(&cluster).await;
     let key = "flushed:k";
-    let owner = cluster.master_for_slot(key_slot(key.as_bytes()));
-    assert_eq!(sync_cmd(owner, &["SET", key, "v1"]), b"+OK\r\n");
-    make_cached_within(&mut c, key, &bulk("v1"), 100).await;
+    cached_on_master(&mut cluster, &mut c, key, "v1").await;
     let mut both = encode(&[b"FLUSHALL"]);
     both.extend(encode(&[b"GET", key.as_bytes()]));
     let got = c.pipeline(&both, both.len(), 2).await;
