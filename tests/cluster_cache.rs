@@ -189,7 +189,10 @@ async fn cached_on_master(
 async fn a_write_for_another_master_is_held_until_its_own_batch_is_answered() {
     let mut cluster = RedisCluster::start(3, 0);
     let (proxy, mut c) = ready_proxy(&cluster).await;
+    // RESP3: shared upstream connections are per protocol, so c's GETs below never queue
+    // behind the writer's paused SET on one of them.
     let mut writer = common::connect(proxy.addr).await;
+    assert!(writer.cmd("HELLO 3").await.starts_with(b"%"));
     let key = "held:b";
     let first = key_on_another_master(&mut cluster, key);
     let owner = cached_on_master(&mut cluster, &mut c, key, "old").await;
