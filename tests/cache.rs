@@ -600,18 +600,6 @@ read_your_writes_tests! {
 
 // ---- one client's reads of a key never go back ----
 
-/// The value of a GET reply of a counter (`$-1` as 0).
-fn counter(reply: &[u8]) -> i64 {
-    if reply == NIL {
-        return 0;
-    }
-    let text = String::from_utf8_lossy(reply);
-    text.split("\r\n")
-        .nth(1)
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("not a counter: {text:?}"))
-}
-
 /// One client INCRs four keys through corral (one INCR in four inside MULTI/EXEC) while
 /// three read them, one GET at a time and in pipelines of 32: a reader never sees a key's value go back, as Redis, which runs a
 /// client's requests in order, never shows one.

@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use common::{
-    Deadline, RawClient, RedisCluster, TestProxy, bulk, encode, make_cached_within, reply_text,
-    show, stat_n, sync_cmd,
+    Deadline, RawClient, RedisCluster, TestProxy, bulk, counter, encode, make_cached_within,
+    reply_text, show, stat_n, sync_cmd,
 };
 use corral::cluster::key_slot;
 use tokio::task::JoinSet;
@@ -302,18 +302,6 @@ async fn a_flush_sent_to_every_master_empties_the_cache_when_sent() {
         [show(b"+OK\r\n"), show(b"$-1\r\n")]
     );
     proxy.stop().await;
-}
-
-/// The value of a GET reply of a counter (`$-1` as 0).
-fn counter(reply: &[u8]) -> i64 {
-    if reply == b"$-1\r\n" {
-        return 0;
-    }
-    let text = String::from_utf8_lossy(reply);
-    text.split("\r\n")
-        .nth(1)
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("not a counter: {text:?}"))
 }
 
 /// Counters on two masters, incremented by one client in pipelines that span both (so each

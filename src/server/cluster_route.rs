@@ -1,9 +1,10 @@
 //! Cluster mode: what a single Redis would answer that a cluster cannot (CLUSTER, READONLY,
-//! SELECT), transactions pinned to the node of their keys, and routing by slot
-//! (`routed.rs`).
+//! SELECT), transactions pinned to the node of their keys, routing by slot (`routed.rs`),
+//! and the cache's step before it (lookups of one key, writes kept apart until routed).
 
 use bytes::{Bytes, BytesMut};
 
+use super::cached::{cache_step, write_step};
 use super::client::Conn;
 use super::cluster_view;
 use super::info;
@@ -44,6 +45,65 @@ impl Conn {
                 self.tx_failed = true;
                 Some(Plan::ready(e))
             }
+        }
+    }
+
+    /// Cluster mode: reads of one key may be served or coalesced by the cache, through the
+    /// tracking lane of the key's master; writes invalidate.
+    pub(super) fn cluster_cache_step(&mut self, cmd: &Command<'_>) -> Option<Plan> {
+        let (args, route) = (cmd.args, cmd.route());
+        if let (Some(cluster), Some(cache), Route::Forward(access)) =
+            (&self.shared.upstream.cluster, &self.shared.cache, route)
+            && self.cluster_cache_serves()
+            && !self.deferred_multi
+        {
+            // Cluster mode: reads of one key may be served or coalesced by the cache, through
+            // the tracking lane of the key's master; writes invalidate, keyless ones
+            // (FLUSHALL) too.
+            if matches!(access, Access::Write | Access::All) {
+                self.writes.apart(|w| write_step(cache, w, access, cmd));
+                return None;
+            }
+            let master = args
+                .get(1)
+                .and_then(|k| cluster.master_of(crate::cluster::key_slot(k)));
+            if let Some(master) = master {
+                let conn = cluster.conn_for(&master, self.session.proto, self.session.id);
+                let node = master.to_string();
+                let step = self
+                    .writes
+                    .apart(|w| cache_step(cache, &conn, Some(&node), w, access, cmd, true));
+                if let Some(p) = step {
+                    return Some(p);
+                }
+            }
+        }
+        None
+    }
+
+    /// Cluster mode: whether [`Conn::cluster_cache_step`] looks this client's requests up:
+    /// not a pinned client's or a Redis user's, whose reads must reach Redis (a WATCH, a
+    /// user's key permissions), nor with reads sent to replicas.
+    pub(super) fn cluster_cache_serves(&self) -> bool {
+        self.pin.is_none()
+            && !self.redis_user()
+            && self
+                .shared
+                .upstream
+                .cluster
+                .as_ref()
+                .is_some_and(|c| c.reads_from_masters())
+    }
+
+    /// Cluster mode: the writes of a client [`Conn::cluster_cache_serves`] does not serve,
+    /// routed by slot (a pinned client's request for another node than its pin's). Its
+    /// reads go to Redis, but its writes invalidate and hold their keys as any client's do,
+    /// kept apart until the request is routed ([`Writes::apart`]).
+    ///
+    /// [`Writes::apart`]: super::writes::Writes::apart
+    pub(super) fn cluster_unserved_writes(&mut self, cmd: &Command<'_>) {
+        if let (Some(cache), Route::Forward(access)) = (&self.shared.cache, cmd.route()) {
+            self.writes.apart(|w| write_step(cache, w, access, cmd));
         }
     }
 

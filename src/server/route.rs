@@ -4,7 +4,7 @@
 
 use bytes::{Bytes, BytesMut};
 
-use super::cached::{cache_step, invalidate_writes, queued_write_keys, write_step};
+use super::cached::{cache_step, invalidate_writes, queued_write_keys};
 use super::client::Conn;
 use super::clients::{self};
 use super::gate::{is_admin, no_permission};
@@ -247,65 +247,6 @@ impl Conn {
         }
         self.append(&bytes);
         Plan::Batched
-    }
-
-    /// Cluster mode: reads of one key may be served or coalesced by the cache, through the
-    /// tracking lane of the key's master; writes invalidate.
-    fn cluster_cache_step(&mut self, cmd: &Command<'_>) -> Option<Plan> {
-        let (args, route) = (cmd.args, cmd.route());
-        if let (Some(cluster), Some(cache), Route::Forward(access)) =
-            (&self.shared.upstream.cluster, &self.shared.cache, route)
-            && self.cluster_cache_serves()
-            && !self.deferred_multi
-        {
-            // Cluster mode: reads of one key may be served or coalesced by the cache, through
-            // the tracking lane of the key's master; writes invalidate, keyless ones
-            // (FLUSHALL) too.
-            if matches!(access, Access::Write | Access::All) {
-                self.writes.apart(|w| write_step(cache, w, access, cmd));
-                return None;
-            }
-            let master = args
-                .get(1)
-                .and_then(|k| cluster.master_of(crate::cluster::key_slot(k)));
-            if let Some(master) = master {
-                let conn = cluster.conn_for(&master, self.session.proto, self.session.id);
-                let node = master.to_string();
-                let step = self
-                    .writes
-                    .apart(|w| cache_step(cache, &conn, Some(&node), w, access, cmd, true));
-                if let Some(p) = step {
-                    return Some(p);
-                }
-            }
-        }
-        None
-    }
-
-    /// Cluster mode: whether [`Conn::cluster_cache_step`] looks this client's requests up:
-    /// not a pinned client's or a Redis user's, whose reads must reach Redis (a WATCH, a
-    /// user's key permissions), nor with reads sent to replicas.
-    fn cluster_cache_serves(&self) -> bool {
-        self.pin.is_none()
-            && !self.redis_user()
-            && self
-                .shared
-                .upstream
-                .cluster
-                .as_ref()
-                .is_some_and(|c| c.reads_from_masters())
-    }
-
-    /// Cluster mode: the writes of a client [`Conn::cluster_cache_serves`] does not serve,
-    /// routed by slot (a pinned client's request for another node than its pin's). Its
-    /// reads go to Redis, but its writes invalidate and hold their keys as any client's do,
-    /// kept apart until the request is routed ([`Writes::apart`]).
-    ///
-    /// [`Writes::apart`]: super::writes::Writes::apart
-    fn cluster_unserved_writes(&mut self, cmd: &Command<'_>) {
-        if let (Some(cache), Route::Forward(access)) = (&self.shared.cache, cmd.route()) {
-            self.writes.apart(|w| write_step(cache, w, access, cmd));
-        }
     }
 
     /// A forwarded request: paused, exclusive, counted or cached, else batched.

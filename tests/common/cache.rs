@@ -11,6 +11,18 @@ use super::resp::show;
 use super::server::RedisServer;
 use super::wait::Deadline;
 
+/// The value of a GET reply of a counter (a RESP2 or RESP3 nil as 0).
+pub fn counter(reply: &[u8]) -> i64 {
+    if reply == b"$-1\r\n" || reply == b"_\r\n" {
+        return 0;
+    }
+    let text = String::from_utf8_lossy(reply);
+    text.split("\r\n")
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("not a counter: {text:?}"))
+}
+
 /// `CORRAL CACHE STATS` (or any flat name/value reply) as a map.
 pub async fn corral_stats(c: &mut RawClient) -> std::collections::HashMap<String, String> {
     let reply = c.cmd("CORRAL CACHE STATS").await;
