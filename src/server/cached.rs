@@ -158,7 +158,7 @@ pub(super) fn cache_step(
 pub(super) fn write_step(cache: &Cache, writes: &mut Writes, access: Access, cmd: &Command<'_>) {
     match access {
         Access::Write => {
-            if matches!(cmd.name(), b"EVAL" | b"EVALSHA" | b"FCALL") {
+            if writes_undeclared(cmd.name()) {
                 writes.barrier = true;
                 writes.round_all = true;
             }
@@ -299,6 +299,12 @@ fn lookup_plan(lookup: Lookup, writes: &mut Writes, hash: u64) -> Option<Plan> {
 /// script, which Redis lets read undeclared keys outside cluster mode.
 fn reads_undeclared(name: &[u8]) -> bool {
     matches!(name, b"EVAL_RO" | b"EVALSHA_RO" | b"FCALL_RO")
+}
+
+/// Whether a write command (upper-cased `name`) may write keys it does not name: a script
+/// or function, whose reply then waits for the tracking connection to catch up.
+pub(super) fn writes_undeclared(name: &[u8]) -> bool {
+    matches!(name, b"EVAL" | b"EVALSHA" | b"FCALL")
 }
 
 /// The cache's part in a write of the one key `key` (a plain SET), as [`cache_step`] takes

@@ -213,7 +213,7 @@ impl Conn {
             Route::Forward(Access::Write) => {
                 let positions = cmd.keys();
                 commands::busy::exclusive(cmd).is_some()
-                    || matches!(cmd.name(), b"EVAL" | b"EVALSHA" | b"FCALL")
+                    || super::cached::writes_undeclared(cmd.name())
                     || !positions.is_known()
                     || positions.keys(&cmd.args).any(|k| self.writes.waits_for(k))
             }

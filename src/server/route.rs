@@ -4,7 +4,7 @@
 
 use bytes::{Bytes, BytesMut};
 
-use super::cached::{cache_step, invalidate_writes, queued_write_keys};
+use super::cached::{cache_step, invalidate_writes, queued_write_keys, writes_undeclared};
 use super::client::Conn;
 use super::clients::{self};
 use super::gate::{is_admin, no_permission};
@@ -322,7 +322,7 @@ impl Conn {
             match access {
                 Access::Write => {
                     writes = invalidate_writes(cache, cmd);
-                    lane_barrier = matches!(cmd.name(), b"EVAL" | b"EVALSHA" | b"FCALL");
+                    lane_barrier = writes_undeclared(cmd.name());
                 }
                 Access::All => {
                     cache.write_coming_all(&mut writes.unacked);
