@@ -42,6 +42,13 @@ pub struct Ahead {
     table_next: usize,
     /// The next GET [`Ahead::plain_at`] may be asked for.
     taken: usize,
+    /// The round's SETs found ahead: where each starts in the read buffer, and its key's
+    /// hash, which the write's invalidation then takes rather than hashing the key again;
+    /// how many, and the next [`Ahead::set_at`] may be asked for.
+    set_places: [usize; PREFETCH_MAX],
+    set_hashes: [u64; PREFETCH_MAX],
+    sets: usize,
+    sets_taken: usize,
 }
 
 /// Where a GET is in the read buffer: its start, and where its key starts and ends.
@@ -63,6 +70,10 @@ impl Default for Ahead {
             in_table: 0,
             table_next: TABLE_ENTRY_LEAD,
             taken: 0,
+            set_places: [0; PREFETCH_MAX],
+            set_hashes: [0; PREFETCH_MAX],
+            sets: 0,
+            sets_taken: 0,
         }
     }
 }
@@ -81,6 +92,8 @@ impl Ahead {
         self.entries = false;
         self.in_table = 0;
         self.table_next = TABLE_ENTRY_LEAD;
+        self.sets = 0;
+        self.sets_taken = 0;
     }
 
     /// Notes a GET of a key of `key_len` bytes at `plain`, with its key's hash, unless
@@ -97,6 +110,35 @@ impl Ahead {
             end: plain.key + key_len,
         };
         self.len += 1;
+    }
+
+    /// Notes a SET starting at `at`, with its key's hash (room permitting, as for GETs).
+    fn push_set(&mut self, at: usize, hash: u64) {
+        let (Some(p), Some(h)) = (
+            self.set_places.get_mut(self.sets),
+            self.set_hashes.get_mut(self.sets),
+        ) else {
+            return;
+        };
+        (*p, *h) = (at, hash);
+        self.sets += 1;
+    }
+
+    /// The hash of the key of the SET found ahead that starts at `at` in the read buffer, if
+    /// one does. Asked with `at` rising through a round, as [`Ahead::plain_at`] is.
+    #[inline]
+    pub fn set_at(&mut self, at: usize) -> Option<u64> {
+        while let Some(&p) = self.set_places[..self.sets].get(self.sets_taken) {
+            if p > at {
+                return None;
+            }
+            let i = self.sets_taken;
+            self.sets_taken += 1;
+            if p == at {
+                return Some(self.set_hashes[i]);
+            }
+        }
+        None
     }
 
     /// The next GET whose front slot's entry (or bucket in the table) is to be loaded: its
@@ -182,10 +224,12 @@ impl Cache {
         for found in found.take(PREFETCH_MAX) {
             let (key, plain) = match found {
                 Found::Get(key, plain) => (key, plain),
-                Found::Set(key) => {
+                Found::Set(key, at) => {
                     let hash = core.admission.hash(key);
+                    ahead.push_set(at, hash);
                     core.presence.prefetch(hash);
                     core.admission.prefetch_write(hash);
+                    core.unacked.prefetch(hash);
                     if crowded {
                         core.store.prefetch_table(hash);
                     }
@@ -332,5 +376,26 @@ mod tests {
         }
         assert_eq!(ahead.plain_at(PREFETCH_MAX - 1), Some((31..31, 0)));
         assert_eq!(ahead.plain_at(PREFETCH_MAX), None, "full");
+    }
+
+    #[test]
+    fn sets_are_found_at_their_place_once_in_order_apart_from_gets() {
+        let mut ahead = Ahead::default();
+        ahead.push(7, Plain { at: 0, key: 17 }, 1);
+        ahead.push_set(20, 1);
+        ahead.push_set(50, 2);
+        // A GET's place holds no SET, and a SET's no GET.
+        assert_eq!(ahead.set_at(0), None);
+        assert_eq!(ahead.plain_at(20), None);
+        assert_eq!(ahead.set_at(20), Some(1));
+        assert_eq!(ahead.set_at(20), None, "taken");
+        assert_eq!(ahead.set_at(50), Some(2));
+        ahead.clear();
+        assert_eq!(ahead.set_at(50), None);
+        for i in 0..=PREFETCH_MAX {
+            ahead.push_set(i, i as u64);
+        }
+        assert_eq!(ahead.set_at(PREFETCH_MAX - 1), Some(PREFETCH_MAX as u64 - 1));
+        assert_eq!(ahead.set_at(PREFETCH_MAX), None, "full");
     }
 }

@@ -13,8 +13,8 @@ use super::digits::digits_line;
 pub enum Found<'a> {
     /// A GET's key, and where the request is.
     Get(&'a [u8], Plain),
-    /// A SET's key.
-    Set(&'a [u8]),
+    /// A SET's key, and where the request starts.
+    Set(&'a [u8], usize),
 }
 
 /// Where a `GET key` found ahead is in the buffer looked through: what [`plain_get`] gives at
@@ -94,6 +94,7 @@ impl<'a> Keys<'a> {
     /// or the end, at a request cut short or malformed.
     fn other(&mut self) -> Other<'a> {
         let buf = self.rest;
+        let request = self.at;
         if let Some(at) = set_header(buf) {
             let Some((start, end)) = bulk(buf, at) else {
                 return Other::Stop;
@@ -102,7 +103,7 @@ impl<'a> Keys<'a> {
                 return Other::Stop;
             };
             self.step(past + 2);
-            return Other::Found(Found::Set(&buf[start..end]));
+            return Other::Found(Found::Set(&buf[start..end], request));
         }
         let Some((count, mut at)) = line_int(buf, b'*') else {
             return Other::Stop;
@@ -120,7 +121,7 @@ impl<'a> Keys<'a> {
         }
         self.step(at);
         if count >= 3 && args[0].eq_ignore_ascii_case(b"SET") {
-            return Other::Found(Found::Set(args[1]));
+            return Other::Found(Found::Set(args[1], request));
         }
         Other::Skipped
     }
@@ -219,7 +220,7 @@ mod tests {
         keys(buf, max)
             .filter_map(|f| match f {
                 Found::Get(k, _) => Some(k),
-                Found::Set(_) => None,
+                Found::Set(..) => None,
             })
             .collect()
     }
@@ -284,7 +285,7 @@ mod tests {
         assert_eq!(gets(buf, 3), vec![&b"a"[..], b""]);
         assert_eq!(gets(buf, 0), Vec::<&[u8]>::new());
         let found: Vec<Found> = keys(buf, 10).collect();
-        assert_eq!(found[1], Found::Set(b"b"));
+        assert_eq!(found[1], Found::Set(b"b", 20));
         // Each plain GET with where it starts and where its key starts, past what came before.
         assert_eq!(found[0], Found::Get(b"a", Plain { at: 0, key: 17 }));
         assert_eq!(found[2], Found::Get(b"", Plain { at: 47, key: 64 }));
@@ -293,7 +294,10 @@ mod tests {
         // SET with a value and options; not without a value.
         let buf = b"*5\r\n$3\r\nset\r\n$2\r\nkk\r\n$1\r\nv\r\n$2\r\nEX\r\n$2\r\n10\r\n\
                     *2\r\n$3\r\nSET\r\n$1\r\nk\r\n";
-        assert_eq!(keys(buf, 10).collect::<Vec<_>>(), vec![Found::Set(b"kk")]);
+        assert_eq!(
+            keys(buf, 10).collect::<Vec<_>>(),
+            vec![Found::Set(b"kk", 0)]
+        );
     }
 
     /// `header` finds the command `name` after `array` in every case, and then `found` after
@@ -348,7 +352,7 @@ mod tests {
                 b"$1\r\nk\r\n$2\r\nvv\r\n*2\r\n$3\r\nGET\r\n$1\r\nj\r\n",
             ),
             &[
-                Found::Set(b"k"),
+                Found::Set(b"k", 0),
                 Found::Get(b"j", Plain { at: 28, key: 45 }),
             ],
             &[
@@ -412,7 +416,7 @@ mod tests {
             buf.truncate((next() % (buf.len() as u64 + 1)) as usize);
             let within = buf.as_ptr_range();
             for found in keys(&buf, 8) {
-                let (Found::Get(key, _) | Found::Set(key)) = found;
+                let (Found::Get(key, _) | Found::Set(key, _)) = found;
                 // Every key found is a part of the buffer.
                 let k = key.as_ptr_range();
                 assert!(within.start <= k.start && k.end <= within.end);
@@ -424,6 +428,12 @@ mod tests {
                         (p.at + range.start, p.at + len),
                         (p.key, p.key + key.len() + 2)
                     );
+                }
+                // A plain SET is where `plain_set` finds it, with the same key.
+                if let Found::Set(key, at) = found
+                    && let Some((range, _, _)) = plain_set(&buf[at..])
+                {
+                    assert_eq!(&buf[at..][range], key);
                 }
             }
         }

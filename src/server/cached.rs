@@ -309,10 +309,11 @@ pub(super) fn writes_undeclared(name: &[u8]) -> bool {
 
 /// The cache's part in a write of the one key `key` (a plain SET), as [`cache_step`] takes
 /// any write: the key invalidated now and held, and recorded to invalidate again once
-/// acknowledged.
-pub(super) fn write_one(cache: &Cache, writes: &mut Writes, key: &[u8]) {
+/// acknowledged. `hash` is the key's [`Cache::hash`], if the look-ahead had it.
+pub(super) fn write_one(cache: &Cache, writes: &mut Writes, key: &[u8], hash: Option<u64>) {
     writes.mark.get_or_insert_with(|| cache.write_mark());
-    writes.write_coming(cache, key, cache.hash(key));
+    let hash = hash.unwrap_or_else(|| cache.hash(key));
+    writes.write_coming(cache, key, hash);
 }
 
 /// Invalidates the keys a write command names (before it is forwarded) and returns them,

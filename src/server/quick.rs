@@ -121,7 +121,7 @@ impl Conn {
             return Some(len);
         }
         if quick.sets {
-            return self.quick_set(rbuf.get(off..)?, parser);
+            return self.quick_set(rbuf, off, parser);
         }
         None
     }
@@ -208,12 +208,19 @@ impl Conn {
         Some(len)
     }
 
-    /// Takes the plain SET at the start of `buf` to the batch as the route would, its key
-    /// invalidated first: its length (no plan is left). `None`, with nothing changed, when
-    /// `buf` does not start with a complete plain SET, or `parser` would refuse it for its
-    /// limits.
+    /// Takes the plain SET at `off` in the read buffer `rbuf` to the batch as the route
+    /// would, its key invalidated first: its length (no plan is left). `None`, with nothing
+    /// changed but the look-ahead's place, when no complete plain SET starts there, or
+    /// `parser` would refuse it for its limits. A SET the look-ahead found has its key's
+    /// hash from there.
     #[inline]
-    pub(super) fn quick_set(&mut self, buf: &[u8], parser: &RequestParser) -> Option<usize> {
+    pub(super) fn quick_set(
+        &mut self,
+        rbuf: &[u8],
+        off: usize,
+        parser: &RequestParser,
+    ) -> Option<usize> {
+        let buf = rbuf.get(off..)?;
         // A GET of this round waits on a read outside the batch: the route decides whether
         // this SET must wait for it (`Conn::writes_waited`).
         if self.writes.waiting() {
@@ -231,7 +238,10 @@ impl Conn {
         self.session.last_cmd = *SET_LAST;
         self.tx_failed = false;
         if let Some(cache) = &self.shared.cache {
-            write_one(cache, &mut self.writes, frame.get(key)?);
+            let key = frame.get(key)?;
+            let hash = self.ahead.set_at(off);
+            debug_assert!(hash.is_none_or(|h| h == cache.hash(key)));
+            write_one(cache, &mut self.writes, key, hash);
         }
         self.append(frame);
         Some(len)
