@@ -9,7 +9,7 @@
 # instructions per request. Under callgrind corral runs some 50 times slower, so a round holds
 # other requests than at full speed: compare builds with this, and time with scripts/bench.sh.
 #
-# Usage: scripts/instructions.sh [--no-cache] [--bin BIN] [--dist zipf|uniform]
+# Usage: scripts/instructions.sh [--no-cache] [--config FILE] [--bin BIN] [--dist zipf|uniform]
 #          [--get-ratio R] [-P N] [-k KEYS] [-d SECONDS] [--top N] [--out FILE]
 #          [--keep CALLGRIND_FILE]   (the raw profile, for callgrind_annotate --auto=yes)
 # Needs valgrind (apt-get install valgrind), redis-server, redis-cli, python3.
@@ -20,6 +20,7 @@ FLAGS=() DIST=zipf RATIO=1 PIPE=16 KEYS=1000000 SECS=10 TOP=30 OUT="" KEEP=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --no-cache) FLAGS+=(--no-cache) ;;
+    --config) FLAGS+=(--config "$2"); shift ;;
     --bin) BIN=$2; shift ;;
     --dist) DIST=$2; shift ;;
     --get-ratio) RATIO=$2; shift ;;

@@ -6,6 +6,7 @@
 //! `benches/codec.rs` for the comparison). Parsing resumes where the last call stopped, so a
 //! large request arriving in small pieces costs time linear in its size.
 
+use bytes::BufMut;
 use std::ops::Range;
 
 use super::digits::{digits_line, parse_int};
@@ -325,17 +326,35 @@ impl RequestParser {
 }
 
 /// Encodes a request as a RESP array of bulk strings, the form Redis and every client use.
+///
+/// Room for it all is made once, and lengths under 100 are written digit by digit: copied
+/// from a formatted number, each of a request's lengths was a call of `memcpy` for a byte or
+/// two. A cache fill encodes two requests (`PTTL` and `GET` of its key): 288 instructions each
+/// before, 261 after (callgrind, fills of 64-byte values).
 pub fn encode_request(args: &[&[u8]], out: &mut bytes::BytesMut) {
-    let mut num = itoa::Buffer::new();
-    out.extend_from_slice(b"*");
-    out.extend_from_slice(num.format(args.len()).as_bytes());
+    out.reserve(args.iter().map(|a| a.len() + 16).sum::<usize>() + 16);
+    out.put_u8(b'*');
+    put_decimal(args.len(), out);
     out.extend_from_slice(b"\r\n");
     for a in args {
-        out.extend_from_slice(b"$");
-        out.extend_from_slice(num.format(a.len()).as_bytes());
+        out.put_u8(b'$');
+        put_decimal(a.len(), out);
         out.extend_from_slice(b"\r\n");
         out.extend_from_slice(a);
         out.extend_from_slice(b"\r\n");
+    }
+}
+
+/// Writes `n` in decimal.
+#[inline]
+fn put_decimal(n: usize, out: &mut bytes::BytesMut) {
+    match n {
+        0..10 => out.put_u8(b'0' + n as u8),
+        10..100 => {
+            out.put_u8(b'0' + (n / 10) as u8);
+            out.put_u8(b'0' + (n % 10) as u8);
+        }
+        _ => out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes()),
     }
 }
 
@@ -459,6 +478,33 @@ fn hex_escape(s: &[u8]) -> Option<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn requests_encode_as_arrays_of_bulk_strings() {
+        // Lengths and counts around each change in their number of digits.
+        let lens = [0, 1, 9, 10, 11, 99, 100, 101, 999, 1000, 12345];
+        let long: Vec<Vec<u8>> = lens.iter().map(|&n| vec![b'x'; n]).collect();
+        let long: Vec<&[u8]> = long.iter().map(|a| &a[..]).collect();
+        let cases: [&[&[u8]]; 5] = [
+            &[],
+            &[b"PING"],
+            &[b"GET", b""],
+            &[b"SET", b"k\r\n", &[b'v'; 1000], b"EX", b"10"],
+            &long,
+        ];
+        for args in cases {
+            let mut want = format!("*{}\r\n", args.len()).into_bytes();
+            for a in args {
+                want.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+                want.extend_from_slice(a);
+                want.extend_from_slice(b"\r\n");
+            }
+            let mut out = bytes::BytesMut::from(&b"before"[..]);
+            encode_request(args, &mut out);
+            assert_eq!(&out[..6], b"before");
+            assert_eq!(&out[6..], &want[..]);
+        }
+    }
 
     /// Every line the one-pass header read accepts is read the same the long way.
     #[test]
