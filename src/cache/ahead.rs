@@ -395,7 +395,10 @@ mod tests {
         for i in 0..=PREFETCH_MAX {
             ahead.push_set(i, i as u64);
         }
-        assert_eq!(ahead.set_at(PREFETCH_MAX - 1), Some(PREFETCH_MAX as u64 - 1));
+        assert_eq!(
+            ahead.set_at(PREFETCH_MAX - 1),
+            Some(PREFETCH_MAX as u64 - 1)
+        );
         assert_eq!(ahead.set_at(PREFETCH_MAX), None, "full");
     }
 }

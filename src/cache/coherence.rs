@@ -29,7 +29,7 @@ use super::stats::Stats;
 use super::store::Store;
 use super::tracking::Tracking;
 use super::unacked::UnackedTable;
-use super::value::{self, Value};
+use super::value::{self, GetReply, Value};
 use crate::error::UpstreamError;
 use crate::upstream::JobResult;
 
@@ -138,14 +138,15 @@ impl Core {
 
     /// A tracked fill finished (runs on the lane task, in wire order with invalidations).
     pub(super) fn complete_fill(&self, key: &Key, fill: &Arc<Fill>, r: JobResult) {
-        let parsed = r.and_then(|bytes| {
-            value::parse_fill_reply(&bytes).map_err(|cause| UpstreamError::BadReply { cause })
-        });
-        let result = match parsed {
-            Ok((pttl, value)) => {
-                self.insert_if_current(key, fill, pttl, &value);
-                Ok(value)
+        // Parsed in place: the reply to a short string is copied into the entry alone.
+        let parsed = match &r {
+            Ok(bytes) => {
+                value::parse_fill_reply(bytes).map_err(|cause| UpstreamError::BadReply { cause })
             }
+            Err(e) => Err(e.clone()),
+        };
+        let result = match parsed {
+            Ok((pttl, reply)) => Ok(self.insert_if_current(key, fill, pttl, reply)),
             Err(e) => {
                 // The lane broke with this reply due, and the reply may be what broke it
                 // (`lost.rs`): a key lost with its lane twice lately is read as a cold key's
@@ -211,13 +212,14 @@ impl Core {
         share(fill, r);
     }
 
-    /// Stores the value if `fill` is still the key's current read, i.e. no invalidation came
-    /// since it was sent.
-    fn insert_if_current(&self, key: &Key, fill: &Arc<Fill>, pttl: i64, value: &Value) {
+    /// Stores the value read if `fill` is still the key's current read, i.e. no invalidation
+    /// came since it was sent. Returns the value, for the fill's waiters: the entry itself
+    /// when one was stored.
+    fn insert_if_current(&self, key: &Key, fill: &Arc<Fill>, pttl: i64, reply: GetReply) -> Value {
         let tracking = fill.lane.as_ref().map_or(Tracking::Down, |l| l.tracking());
         let hash = self.admission.hash(key);
-        let cacheable = match value {
-            Value::Error(_) => false,
+        let cacheable = match reply {
+            GetReply::Error(_) => false,
             v if v.size() > self.max_value => {
                 self.stats.oversized.inc();
                 self.admission.oversized(hash);
@@ -233,9 +235,10 @@ impl Core {
         if tracking == Tracking::Fallback {
             life = life.min(self.fallback_ttl);
         }
+        let mut stored = None;
         if let MapEntry::Occupied(o) = self.fills.entry(key.clone()) {
             if !Arc::ptr_eq(o.get(), fill) {
-                return;
+                return reply.to_value();
             }
             // Under the map's lock: a write held after this look removes the entry (its first
             // invalidation waits for the lock), and while one is held the read may have run
@@ -243,14 +246,16 @@ impl Core {
             if cacheable && !life.is_zero() && !self.unacked.held(hash) {
                 let delta = fill.started.elapsed();
                 let window = self.admission.refresh_window(delta);
-                let entry = Entry::new(key, value.clone(), fill.started + life, delta, window);
-                self.store.insert(entry);
+                let entry = Entry::from_reply(key, reply, fill.started + life, delta, window);
+                self.store.insert_hashed(hash, entry.clone());
                 self.stats.inserts.inc();
+                stored = Some(entry);
             }
             o.remove();
             // After the entry was counted: the key's count never passes through zero.
             self.presence.remove(hash, Held::Read);
         }
+        stored.map_or_else(|| reply.to_value(), Value::Cached)
     }
 
     /// A core with small bounds, for unit tests.

@@ -9,7 +9,7 @@ use bytes::BytesMut;
 
 use super::churn::PAYS;
 use super::short_key::ShortKey;
-use super::value::Value;
+use super::value::{GetReply, Value};
 use crate::resp::Proto;
 
 /// Bytes charged per entry besides its key: the entry's allocation (with room for an inline
@@ -77,6 +77,21 @@ enum Body {
     Value(Value),
 }
 
+impl Body {
+    /// A bulk string's frame kept inline, if it is short enough.
+    fn inline(f: &[u8]) -> Option<Body> {
+        if f.len() > INLINE_FRAME {
+            return None;
+        }
+        let mut frame = [0; INLINE_FRAME];
+        frame[..f.len()].copy_from_slice(f);
+        Some(Body::Inline {
+            len: f.len() as u8,
+            frame,
+        })
+    }
+}
+
 impl PartialEq for Entry {
     fn eq(&self, other: &Entry) -> bool {
         self.body == other.body
@@ -95,23 +110,50 @@ impl Entry {
         delta: Duration,
         window: Duration,
     ) -> Arc<Entry> {
+        let body = match &value {
+            Value::Bulk(f) => Body::inline(f),
+            _ => None,
+        };
+        Entry::with_body(
+            key,
+            body.unwrap_or(Body::Value(value)),
+            expires,
+            delta,
+            window,
+        )
+    }
+
+    /// [`Entry::new`] from the GET reply a fill read: a short string's frame is copied into
+    /// the entry alone, with no value of its own made first (an allocation, a copy and a
+    /// free per fill).
+    pub fn from_reply(
+        key: &[u8],
+        reply: GetReply<'_>,
+        expires: Instant,
+        delta: Duration,
+        window: Duration,
+    ) -> Arc<Entry> {
+        let body = match reply {
+            GetReply::Bulk(f) => Body::inline(f),
+            _ => None,
+        };
+        let body = body.unwrap_or_else(|| Body::Value(reply.to_value()));
+        Entry::with_body(key, body, expires, delta, window)
+    }
+
+    fn with_body(
+        key: &[u8],
+        body: Body,
+        expires: Instant,
+        delta: Duration,
+        window: Duration,
+    ) -> Arc<Entry> {
         let early_us = u32::try_from(window.as_micros()).unwrap_or(u32::MAX);
         let (fresh_until, early_us) =
             match expires.checked_sub(Duration::from_micros(early_us.into())) {
                 Some(t) => (t, early_us),
                 None => (expires, 0),
             };
-        let body = match &value {
-            Value::Bulk(f) if f.len() <= INLINE_FRAME => {
-                let mut frame = [0; INLINE_FRAME];
-                frame[..f.len()].copy_from_slice(f);
-                Body::Inline {
-                    len: f.len() as u8,
-                    frame,
-                }
-            }
-            _ => Body::Value(value),
-        };
         Arc::new(Entry {
             fresh_until,
             hits: AtomicU8::new(0),
@@ -271,6 +313,32 @@ fn count_up_to(counter: &AtomicU8, max: u8) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_entry_from_a_reply_is_the_entry_of_its_value() {
+        let at = Instant::now() + Duration::from_secs(60);
+        let zero = Duration::ZERO;
+        let long = [b'x'; 100];
+        let replies = [
+            GetReply::Bulk(b"$2\r\nhi\r\n"),
+            GetReply::Bulk(b"$0\r\n\r\n"),
+            GetReply::Nil,
+        ];
+        for reply in replies {
+            let from = Entry::from_reply(b"k", reply, at, zero, zero);
+            let new = Entry::new(b"k", reply.to_value(), at, zero, zero);
+            assert_eq!(from, new);
+            assert_eq!((from.size(), from.weight()), (new.size(), new.weight()));
+        }
+        // Too long to keep inline: a value of its own, either way.
+        let frame = [&b"$100\r\n"[..], &long, b"\r\n"].concat();
+        let from = Entry::from_reply(b"k", GetReply::Bulk(&frame), at, zero, zero);
+        assert_eq!(from.size(), 100);
+        assert!(from.weight() > Entry::from_reply(b"k", GetReply::Nil, at, zero, zero).weight());
+        let mut out = BytesMut::new();
+        from.encode(Proto::Resp2, &mut out);
+        assert_eq!(&out[..], &frame[..]);
+    }
 
     #[test]
     fn an_entry_with_a_64_byte_value_is_one_allocation_within_its_charge() {

@@ -184,10 +184,17 @@ impl Store {
         self.table.prefetch_entry(hash);
     }
 
-    /// Inserts or replaces the entry of `entry`'s key (may evict others to stay within the
-    /// budget). A replaced entry is retired like any other that leaves.
+    /// [`Store::insert_hashed`], the key hashed here.
+    #[cfg(test)]
     pub fn insert(&self, entry: Arc<Entry>) {
-        let hash = self.hasher.hash_one(entry.key());
+        self.insert_hashed(self.hasher.hash_one(entry.key()), entry);
+    }
+
+    /// Inserts or replaces the entry of `entry`'s key, whose hash (from the store's hasher)
+    /// is `hash`: the fill that made it has it at hand. May evict others to stay within the
+    /// budget; a replaced entry is retired like any other that leaves.
+    pub(super) fn insert_hashed(&self, hash: u64, entry: Arc<Entry>) {
+        debug_assert_eq!(hash, self.hasher.hash_one(entry.key()));
         // Counted before it is in the table: a lookup that finds it must find it counted.
         self.exits.presence.add(hash, Held::Entry);
         self.table.insert(hash, entry, |e, why| {

@@ -10,7 +10,7 @@ use crate::resp::digits::parse_int;
 use crate::resp::{Encoder, Proto, ReplyScanner};
 
 /// The result of a GET: a string, nil, or an error reply (e.g. WRONGTYPE).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub enum Value {
     /// A bulk string, kept as its whole reply frame (`$<len>\r\n<bytes>\r\n`, the same in
     /// RESP2 and RESP3) in one allocation: a hit touches one block of memory, counts one
@@ -22,6 +22,74 @@ pub enum Value {
     Error(Bytes),
     /// A local hit: the store's entry itself, whose short frames are inline in it.
     Cached(Arc<Entry>),
+}
+
+/// Two values are equal when Redis would send the same reply for them: a string read from
+/// Redis and the entry it was stored in are.
+impl PartialEq for Value {
+    fn eq(&self, other: &Value) -> bool {
+        let reply = |v: &Value| {
+            let mut out = BytesMut::new();
+            v.encode(Proto::Resp3, &mut out);
+            out
+        };
+        reply(self) == reply(other)
+    }
+}
+
+impl Eq for Value {}
+
+/// A GET reply as read, borrowed from the reply bytes: what [`Value::from_get_reply`] copies
+/// into a value of its own, and what a fill's entry copies into itself instead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GetReply<'a> {
+    /// A bulk string's whole frame (`$<len>\r\n<bytes>\r\n`).
+    Bulk(&'a [u8]),
+    /// Nil, in either protocol.
+    Nil,
+    /// An error reply's text, without the `-` and the CRLF.
+    Error(&'a [u8]),
+}
+
+impl GetReply<'_> {
+    /// Parses a GET reply in either protocol (`$n`, `$-1`, `_`, `-ERR`); `None` for anything
+    /// else.
+    pub fn parse(reply: &[u8]) -> Option<GetReply<'_>> {
+        let (&kind, _) = reply.split_first()?;
+        let cr = reply.iter().position(|&b| b == b'\r')?;
+        match kind {
+            b'_' => Some(GetReply::Nil),
+            b'-' => Some(GetReply::Error(&reply[1..cr])),
+            b'$' => match parse_int(&reply[1..cr])? {
+                -1 => Some(GetReply::Nil),
+                n if n >= 0 => {
+                    let end = cr + 2 + n as usize + 2;
+                    let frame = reply.get(..end)?;
+                    frame.ends_with(b"\r\n").then_some(GetReply::Bulk(frame))
+                }
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// A value of its own.
+    pub fn to_value(self) -> Value {
+        match self {
+            GetReply::Bulk(frame) => Value::Bulk(Arc::from(frame)),
+            GetReply::Nil => Value::Nil,
+            GetReply::Error(e) => Value::Error(Bytes::copy_from_slice(e)),
+        }
+    }
+
+    /// The string's size, as [`Value::size`].
+    pub fn size(self) -> usize {
+        match self {
+            GetReply::Bulk(frame) => Value::frame_size(frame),
+            GetReply::Nil => 0,
+            GetReply::Error(e) => e.len(),
+        }
+    }
 }
 
 impl Value {
@@ -90,42 +158,30 @@ impl Value {
     /// else. The frame is copied into its own allocation so a cached entry does not keep a
     /// whole read buffer alive.
     pub fn from_get_reply(reply: &[u8]) -> Option<Value> {
-        let (&kind, _) = reply.split_first()?;
-        let cr = reply.iter().position(|&b| b == b'\r')?;
-        match kind {
-            b'_' => Some(Value::Nil),
-            b'-' => Some(Value::Error(Bytes::copy_from_slice(&reply[1..cr]))),
-            b'$' => match parse_int(&reply[1..cr])? {
-                -1 => Some(Value::Nil),
-                n if n >= 0 => {
-                    let end = cr + 2 + n as usize + 2;
-                    let frame = reply.get(..end)?;
-                    frame
-                        .ends_with(b"\r\n")
-                        .then(|| Value::Bulk(Arc::from(frame)))
-                }
-                _ => None,
-            },
-            _ => None,
-        }
+        GetReply::parse(reply).map(GetReply::to_value)
     }
 }
 
 /// Parses the replies to a fill: `PTTL k` + `GET k` (`:pttl`, then the GET reply), or the
 /// same inside `MULTI`/`EXEC` (`+OK`, `+QUEUED`, `+QUEUED`, `*2 :pttl <GET reply>`), with any
 /// push frames between them skipped (the lane's observer has applied them). Returns the PTTL
-/// and the value, or the error text when the fill did not run as expected.
-pub fn parse_fill_reply(replies: &[u8]) -> Result<(i64, Value), String> {
+/// and the GET reply, or the error text when the fill did not run as expected.
+pub fn parse_fill_reply(replies: &[u8]) -> Result<(i64, GetReply<'_>), String> {
     let mut scanner = ReplyScanner::new();
     let mut start = 0;
-    let mut frames = Vec::with_capacity(4);
+    // On the stack: a vector cost an allocation per fill. More than 4 is an error anyway.
+    let mut frames: [&[u8]; 5] = [&[]; 5];
+    let mut n = 0;
     while let Some(f) = scanner.next_frame(replies).map_err(|e| e.to_string())? {
         if !f.push {
-            frames.push(&replies[start..f.end]);
+            if let Some(slot) = frames.get_mut(n) {
+                *slot = &replies[start..f.end];
+            }
+            n += 1;
         }
         start = f.end;
     }
-    let (pttl, get) = match frames[..] {
+    let (pttl, get) = match *frames.get(..n).unwrap_or(&frames[..]) {
         [pttl, get] => (pttl, get),
         [ok, q1, q2, exec] => {
             if let Some(e) = [ok, q1, q2].iter().find_map(|r| r.strip_prefix(b"-")) {
@@ -140,7 +196,7 @@ pub fn parse_fill_reply(replies: &[u8]) -> Result<(i64, Value), String> {
                 .ok_or("bad EXEC reply")?;
             body.split_at(cr + 2)
         }
-        _ => return Err(format!("fill got {} replies", frames.len())),
+        _ => return Err(format!("fill got {n} replies")),
     };
     if let Some(e) = pttl.strip_prefix(b"-") {
         return Err(error_text(e));
@@ -149,8 +205,8 @@ pub fn parse_fill_reply(replies: &[u8]) -> Result<(i64, Value), String> {
         .strip_prefix(b":")
         .and_then(|n| parse_int(&n[..n.len() - 2]))
         .ok_or_else(|| format!("unexpected PTTL reply {}", preview(pttl)))?;
-    let value = Value::from_get_reply(get).ok_or("bad GET reply in fill")?;
-    Ok((pttl, value))
+    let reply = GetReply::parse(get).ok_or("bad GET reply in fill")?;
+    Ok((pttl, reply))
 }
 
 /// An error reply's text, without its CRLF.
@@ -206,11 +262,17 @@ mod tests {
     #[test]
     fn fill_reply_gives_ttl_and_value() {
         let r = b":1500\r\n$2\r\nhi\r\n";
-        assert_eq!(parse_fill_reply(r), Ok((1500, Value::bulk(b"hi"))));
-        assert_eq!(parse_fill_reply(b":-2\r\n_\r\n"), Ok((-2, Value::Nil)));
+        assert_eq!(
+            parse_fill_reply(r),
+            Ok((1500, GetReply::Bulk(b"$2\r\nhi\r\n")))
+        );
+        assert_eq!(parse_fill_reply(b":-2\r\n_\r\n"), Ok((-2, GetReply::Nil)));
         // An invalidation push between the replies is skipped.
         let r = b":-1\r\n>2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\nk\r\n$1\r\nv\r\n";
-        assert_eq!(parse_fill_reply(r), Ok((-1, Value::bulk(b"v"))));
+        assert_eq!(
+            parse_fill_reply(r),
+            Ok((-1, GetReply::Bulk(b"$1\r\nv\r\n")))
+        );
         let moved = b"-MOVED 1 127.0.0.1:7000\r\n-MOVED 1 127.0.0.1:7000\r\n";
         assert_eq!(
             parse_fill_reply(moved),
@@ -218,9 +280,12 @@ mod tests {
         );
         // The fallback's transaction.
         let r = b"+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n:1500\r\n$2\r\nhi\r\n";
-        assert_eq!(parse_fill_reply(r), Ok((1500, Value::bulk(b"hi"))));
+        assert_eq!(
+            parse_fill_reply(r),
+            Ok((1500, GetReply::Bulk(b"$2\r\nhi\r\n")))
+        );
         let r = b"+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n:-2\r\n_\r\n";
-        assert_eq!(parse_fill_reply(r), Ok((-2, Value::Nil)));
+        assert_eq!(parse_fill_reply(r), Ok((-2, GetReply::Nil)));
         assert!(parse_fill_reply(b"+OK\r\n+QUEUED\r\n+QUEUED\r\n*-1\r\n").is_err());
         let r = b"+OK\r\n-MOVED 1 127.0.0.1:7000\r\n+QUEUED\r\n-EXECABORT x\r\n";
         assert_eq!(
