@@ -26,7 +26,9 @@ const _: () = assert!(PREFETCH_MAX <= u32::BITS as usize && TABLE_ENTRY_LEAD < E
 
 /// The GETs of a round found ahead: their keys' hashes, where they are in the read buffer
 /// (for [`Ahead::plain_at`]), and how many of their entries `Cache::prefetch_next` asked
-/// for. Kept by the connection from round to round, so a round copies none of it.
+/// for; and its plain SETs, where they start and their keys' hashes (for
+/// [`Ahead::set_at`]). Kept by the connection from round to round, so a round copies none
+/// of it.
 #[derive(Debug)]
 pub struct Ahead {
     pub(super) hashes: [u64; PREFETCH_MAX],
@@ -186,12 +188,13 @@ impl Ahead {
 impl Cache {
     /// Starts loading what the GETs of these keys will read first: their sketch counters,
     /// their slots among the recent cold reads, their presence counts and (see below) their
-    /// slots in the store's front; and for SETs, their keys' presence counts. Called for the
-    /// requests of a round before any is handled, so that the loads' cache misses overlap,
-    /// where each lookup would otherwise wait for its own in turn: on a large key space,
-    /// about half of what the cache added to a cold GET, most of what a hit spent in the
-    /// store, and most of what it added to a SET. At most [`PREFETCH_MAX`] requests. The
-    /// entries the front slots hold are loaded later, as the round goes on
+    /// slots in the store's front; and for SETs, their keys' presence counts, read counters
+    /// and `unacked.rs` slots, their hashes kept in `ahead` for the SETs' invalidations.
+    /// Called for the requests of a round before any is handled, so that the loads' cache
+    /// misses overlap, where each lookup would otherwise wait for its own in turn: on a
+    /// large key space, about half of what the cache added to a cold GET, most of what a
+    /// hit spent in the store, and most of what it added to a SET. At most [`PREFETCH_MAX`]
+    /// requests. The entries the front slots hold are loaded later, as the round goes on
     /// ([`Cache::prefetch_next`]): only once a slot has arrived is its entry known. Unless
     /// the connection's last round served a hit ([`Clock::warm`]), neither is: the slots of
     /// keys that are not cached hold other keys' entries, and loading them would only cost.

@@ -235,18 +235,25 @@ impl Core {
         if tracking == Tracking::Fallback {
             life = life.min(self.fallback_ttl);
         }
+        // A value too long to go inline in an entry is copied now, before the map's lock is
+        // taken: a copy of up to `max_value_bytes` under it would hold up the invalidations
+        // of every key in its shard. A short one is copied into the entry alone.
+        let owned = (!Entry::holds_inline(reply)).then(|| reply.to_value());
         let mut stored = None;
-        if let MapEntry::Occupied(o) = self.fills.entry(key.clone()) {
-            if !Arc::ptr_eq(o.get(), fill) {
-                return reply.to_value();
-            }
+        if let MapEntry::Occupied(o) = self.fills.entry(key.clone())
+            && Arc::ptr_eq(o.get(), fill)
+        {
             // Under the map's lock: a write held after this look removes the entry (its first
             // invalidation waits for the lock), and while one is held the read may have run
             // before it (`unacked.rs`).
             if cacheable && !life.is_zero() && !self.unacked.held(hash) {
                 let delta = fill.started.elapsed();
+                let expires = fill.started + life;
                 let window = self.admission.refresh_window(delta);
-                let entry = Entry::from_reply(key, reply, fill.started + life, delta, window);
+                let entry = match &owned {
+                    Some(v) => Entry::new(key, v.clone(), expires, delta, window),
+                    None => Entry::from_reply(key, reply, expires, delta, window),
+                };
                 self.store.insert_hashed(hash, entry.clone());
                 self.stats.inserts.inc();
                 stored = Some(entry);
@@ -255,7 +262,10 @@ impl Core {
             // After the entry was counted: the key's count never passes through zero.
             self.presence.remove(hash, Held::Read);
         }
-        stored.map_or_else(|| reply.to_value(), Value::Cached)
+        match stored {
+            Some(entry) => Value::Cached(entry),
+            None => owned.unwrap_or_else(|| reply.to_value()),
+        }
     }
 
     /// A core with small bounds, for unit tests.
@@ -352,6 +362,27 @@ mod tests {
         assert!(cached(&c, b"k"));
         assert!(c.fills.is_empty());
         assert_eq!(rx.peek(), Some(&Ok(Value::bulk(b"v"))));
+    }
+
+    #[test]
+    fn a_fill_of_a_long_value_is_stored_and_answered_whole() {
+        // Too long to go inline in its entry (see `Entry::holds_inline`): a value of its own.
+        let c = Core::for_test();
+        let long = vec![b'x'; 100];
+        let reply = [&b":-1\r\n$100\r\n"[..], &long, b"\r\n"].concat();
+        let f = fill(&c, b"k");
+        let rx = f.waiter();
+        c.complete_fill(&Key::from(&b"k"[..]), &f, Ok(Bytes::from(reply)));
+        assert!(cached(&c, b"k"));
+        assert_eq!(rx.peek(), Some(&Ok(Value::bulk(&long))));
+        // A fill that is no longer the key's read answers its waiters the same, stores nothing.
+        let f = fill(&c, b"j");
+        let rx = f.waiter();
+        let _newer = fill(&c, b"j");
+        let reply = [&b":-1\r\n$100\r\n"[..], &long, b"\r\n"].concat();
+        c.complete_fill(&Key::from(&b"j"[..]), &f, Ok(Bytes::from(reply)));
+        assert!(!cached(&c, b"j"));
+        assert_eq!(rx.peek(), Some(&Ok(Value::bulk(&long))));
     }
 
     /// Fills `key`, serves `hits` from its entry, then has a write end it: `lives` times.

@@ -141,6 +141,12 @@ impl Entry {
         Entry::with_body(key, body, expires, delta, window)
     }
 
+    /// Whether an entry made from `reply` by [`Entry::from_reply`] keeps it inline: a
+    /// short string's frame. Anything else becomes a value of its own.
+    pub(super) fn holds_inline(reply: GetReply<'_>) -> bool {
+        matches!(reply, GetReply::Bulk(f) if f.len() <= INLINE_FRAME)
+    }
+
     fn with_body(
         key: &[u8],
         body: Body,
