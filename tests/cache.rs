@@ -676,15 +676,7 @@ async fn a_clients_reads_of_a_key_never_go_back() {
         }
     }
     stop.store(true, Ordering::Relaxed);
-    let mut failures = Vec::new();
-    while let Some(done) = readers.join_next().await {
-        let (depth, rounds, back) = done.expect("reader");
-        eprintln!(
-            "reader -P {depth}: {rounds} rounds, {} reads went back",
-            back.len()
-        );
-        failures.extend(back.into_iter().take(3));
-    }
+    let failures = common::reads_gone_back(&mut readers).await;
     assert!(failures.is_empty(), "reads went back: {failures:#?}");
     let hits = Stats::of(&mut w).await.n("cache_hits");
     assert!(

@@ -392,14 +392,7 @@ async fn reads_never_go_back_behind_writes_spanning_masters() {
         }
     }
     stop.store(true, Ordering::Relaxed);
-    while let Some(done) = readers.join_next().await {
-        let (depth, rounds, back) = done.expect("reader");
-        eprintln!(
-            "reader -P {depth}: {rounds} rounds, {} reads went back",
-            back.len()
-        );
-        failures.extend(back.into_iter().take(3));
-    }
+    failures.extend(common::reads_gone_back(&mut readers).await);
     assert!(failures.is_empty(), "reads went back: {failures:#?}");
     eprintln!("{} hits in all", stat_n(&mut w, "cache_hits").await);
     proxy.stop().await;

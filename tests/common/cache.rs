@@ -223,3 +223,22 @@ pub async fn tracking_client_id(direct: &mut RawClient) -> Option<String> {
             .and_then(|_| Some(field(line, "id")?.to_string()))
     })
 }
+
+/// What a load reader returns: its pipeline depth, its rounds, and the reads of its that went
+/// back.
+pub type ReaderDone = (usize, usize, Vec<String>);
+
+/// Waits for every reader of a load, prints each one's rounds, and returns the first few
+/// reads of each that went back.
+pub async fn reads_gone_back(readers: &mut tokio::task::JoinSet<ReaderDone>) -> Vec<String> {
+    let mut failures = Vec::new();
+    while let Some(done) = readers.join_next().await {
+        let (depth, rounds, back) = done.expect("reader");
+        eprintln!(
+            "reader -P {depth}: {rounds} rounds, {} reads went back",
+            back.len()
+        );
+        failures.extend(back.into_iter().take(3));
+    }
+    failures
+}
