@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use dashmap::mapref::entry::Entry as MapEntry;
 
 use super::clock::Clock;
@@ -18,7 +18,7 @@ use super::presence::Held;
 use super::tracking::{LaneState, Tracking};
 use super::value::Value;
 use crate::error::UpstreamError;
-use crate::resp::request::encode_request;
+use crate::resp::request::{encode_pttl_get, encode_request};
 use crate::upstream::{JobResult, ReplyTo, UpstreamConn};
 
 /// Room for a one-key request's framing besides the key: `*2`, `$3`, the command, `$<len>`
@@ -363,7 +363,7 @@ impl Core {
         let rx = fill.waiter();
         let mut req = BytesMut::with_capacity(REQUEST_ROOM + key.len());
         encode_request(&[b"GET", &key], &mut req);
-        self.send(conn, req, 1, key, fill, false);
+        self.send(conn, req.freeze(), 1, key, fill, false);
         Lookup::Wait(rx)
     }
 
@@ -372,7 +372,7 @@ impl Core {
     fn send(
         self: &Arc<Self>,
         conn: &UpstreamConn,
-        req: BytesMut,
+        req: Bytes,
         n: u32,
         key: Key,
         fill: Arc<Fill>,
@@ -386,7 +386,7 @@ impl Core {
             tracked,
         };
         let reply = ReplyTo::Call(Box::new(move |r| done.run(r)));
-        conn.try_send_to(req.freeze(), n, reply);
+        conn.try_send_to(req, n, reply);
     }
 
     /// Sends the tracked fill `fill` of `key` over `lane`; the GET waits for it.
@@ -412,18 +412,16 @@ impl Core {
         // write between the two sends its invalidation between their replies, and the lane
         // applies it (unlinking this fill) before the fill completes. Without tracking (the
         // TTL-only fallback) nothing would, so the pair runs as one transaction.
-        let atomic = lane.info.tracking() != Tracking::On;
-        // Sized up front: grown from empty, the buffer was reallocated three or four times.
-        let mut req = BytesMut::with_capacity(2 * (REQUEST_ROOM + key.len()) + 32);
-        if atomic {
-            encode_request(&[b"MULTI"], &mut req);
-        }
-        encode_request(&[b"PTTL", &key], &mut req);
-        encode_request(&[b"GET", &key], &mut req);
-        if atomic {
-            encode_request(&[b"EXEC"], &mut req);
-        }
-        let n = if atomic { 4 } else { 2 };
+        let (req, n) = if lane.info.tracking() == Tracking::On {
+            (Bytes::from(encode_pttl_get(&key)), 2)
+        } else {
+            const MULTI: &[u8] = b"*1\r\n$5\r\nMULTI\r\n";
+            const EXEC: &[u8] = b"*1\r\n$4\r\nEXEC\r\n";
+            (
+                Bytes::from([MULTI, &encode_pttl_get(&key), EXEC].concat()),
+                4,
+            )
+        };
         self.send(&lane.conn, req, n, key, fill, true);
     }
 
