@@ -14,7 +14,8 @@
 //! the flag set came before the removal returned, as a store hit would have.
 //!
 //! Size: a thread's front starts with [`MIN_SLOTS`] and grows (empty again) to the size the
-//! store asks for, twice its entries rounded up to a power of two: with a fixed 16,384
+//! store asks for, twice its entries rounded up to a power of two, and shrinks (empty again)
+//! when a sweep or a clear left the store with fewer ([`fit`]): with a fixed 16,384
 //! direct-mapped slots and 100,000 entries read uniformly, most hits missed the front and
 //! paid `quick_cache`'s misses (37% of corral's time in perf, 0.89 µs per request; with
 //! 131,072 slots in sets of two, 0.58-0.61 µs).
@@ -192,14 +193,42 @@ fn get(owner: u32, hash: u64, key: &[u8], reads: Option<u8>) -> Option<Arc<Entry
     with_entry(owner, hash, key, reads, |e| Some(e.clone()))
 }
 
+/// Lets go of this thread's front if it has more than `size` slots: the next [`put`] starts
+/// one of `size`. A store that shrank asks for fewer slots; a thread whose hits stopped would
+/// otherwise keep its front, and the entries that left the store in it, at its largest.
+pub(super) fn fit(size: usize) {
+    let old = FRONT.with(|f| {
+        let mut f = f.try_borrow_mut().ok()?;
+        if f.as_ref().is_some_and(|s| s.len() > size.max(WAYS)) {
+            f.take()
+        } else {
+            None
+        }
+    });
+    if let Some(old) = old {
+        retire(old);
+    }
+}
+
+/// Drops a front let go of, on a blocking thread when there is a runtime: each of its slots
+/// may hold the last reference to an entry, so dropping one of 131,072 slots walks that many
+/// lines and may free as many entries, which a worker thread's clients would wait for.
+fn retire(old: Box<[Slot]>) {
+    match tokio::runtime::Handle::try_current() {
+        Ok(rt) => drop(rt.spawn_blocking(move || drop(old))),
+        Err(_) => drop(old),
+    }
+}
+
 /// Puts a store hit in this thread's front for `hash`: in the slot of its set that holds the
 /// key, else one that holds no live entry, else the one whose holder is read least often,
 /// unless that holder is read more often than the key (see [`Slot::bar`]): `reads` is the
 /// key's read estimate. Keys too long or values too large stay out. With more entries than
 /// slots, a hot key's slot would otherwise go to each colder key that maps there, and its
 /// next hit would read the store again; a holder that stopped being read loses the slot
-/// after a few keys turned away. A front smaller than `size` slots (a power of two) is first
-/// replaced by an empty one of that size.
+/// after a few keys turned away. A front of other than `size` slots (a power of two) is
+/// first replaced by an empty one of that size: larger as the store grows, smaller once a
+/// sweep or a clear shrank it.
 pub(super) fn put(owner: u32, hash: u64, key: &[u8], entry: &Arc<Entry>, reads: u8, size: usize) {
     if key.len() > INLINE || entry.size() > MAX_VALUE {
         return;
@@ -208,8 +237,12 @@ pub(super) fn put(owner: u32, hash: u64, key: &[u8], entry: &Arc<Entry>, reads: 
         let Ok(mut f) = f.try_borrow_mut() else {
             return;
         };
-        if f.as_ref().is_none_or(|s| s.len() < size) {
-            *f = Some((0..size.max(WAYS)).map(|_| Slot::default()).collect());
+        let size = size.max(WAYS);
+        if f.as_ref().is_none_or(|s| s.len() != size) {
+            let old = f.replace((0..size).map(|_| Slot::default()).collect());
+            if let Some(old) = old {
+                retire(old);
+            }
         }
         let Some(slots) = f.as_mut() else {
             return;
@@ -344,7 +377,7 @@ mod tests {
     }
 
     #[test]
-    fn a_front_grows_to_the_size_asked_for_and_then_serves_from_it() {
+    fn a_front_takes_the_size_asked_for_and_then_serves_from_it() {
         let owner = new_owner();
         let e = Entry::of(b"v");
         // Three hashes sharing a set among MIN_SLOTS, not among twice as many.
@@ -363,9 +396,15 @@ mod tests {
             put(owner, h, k, &e, 0, MIN_SLOTS * 2);
         }
         assert_eq!(served(owner), 3);
-        // A smaller size asked for later does not shrink it.
+        // A smaller size asked for later starts a smaller front, empty but for the put.
         put(owner, a, b"a", &e, 0, MIN_SLOTS);
-        assert_eq!(served(owner), 3);
+        assert_eq!(served(owner), 1);
+        // Fitted to a size it is within, it stays; to a smaller one, it is let go of.
+        fit(MIN_SLOTS);
+        assert_eq!(served(owner), 1);
+        fit(MIN_SLOTS / 2);
+        assert_eq!(served(owner), 0);
+        assert!(FRONT.with(|f| f.borrow().is_none()));
     }
 
     #[test]

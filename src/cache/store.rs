@@ -230,6 +230,23 @@ impl Store {
     pub fn clear(&self) {
         self.table
             .clear(|e| self.exits.left(self.hasher.hash_one(e.key()), &e));
+        self.fit_fronts();
+    }
+
+    /// Sizes the fronts for the entries held now, smaller too: after a sweep or a clear, a
+    /// front grown for many more entries would keep as many slots, and the entries in them
+    /// that left the store, until it grew again (inserts only ever ask for more slots).
+    fn fit_fronts(&self) {
+        let slots = front::slots_for(self.table.len(), self.front_cap);
+        self.front_slots.store(slots, Ordering::Relaxed);
+    }
+
+    /// Lets go of this thread's front if it has more slots than the store asks for now (see
+    /// [`Store::fit_fronts`]): the next hit put there starts one of the right size. For a
+    /// thread whose hits stopped, which no put would shrink.
+    #[inline]
+    pub fn fit_front(&self) {
+        front::fit(self.front_slots.load(Ordering::Relaxed));
     }
 
     /// Removes every entry whose key's hash `keep` refuses, unless another call is doing so
@@ -251,6 +268,7 @@ impl Store {
             keep,
             |hash, e| self.exits.left(hash, e),
         );
+        self.fit_fronts();
         true
     }
 
@@ -411,7 +429,7 @@ mod tests {
     }
 
     #[test]
-    fn fronts_are_asked_to_grow_with_the_entries_up_to_the_cap() {
+    fn fronts_are_asked_to_follow_the_entries_up_to_the_cap() {
         let s = Store::for_test(256 << 20);
         let slots = || s.front_slots.load(Ordering::Relaxed);
         assert_eq!(slots(), front::MIN_SLOTS);
@@ -426,6 +444,13 @@ mod tests {
             assert!(served(&s, k.as_bytes(), s.hash(k.as_bytes())).is_some());
             assert!(served(&s, k.as_bytes(), s.hash(k.as_bytes())).is_some());
         }
+        // A sweep that leaves few entries, or a clear, asks for fewer slots again.
+        s.retain(|h| h % 16 == 0);
+        assert!(s.len() < 2_000, "{}", s.len());
+        assert_eq!(slots(), front::slots_for(s.len(), s.front_cap));
+        assert!(slots() < 65_536);
+        s.clear();
+        assert_eq!(slots(), front::MIN_SLOTS);
         let small = Store::for_test(1 << 20);
         for i in 0..20_000 {
             let k = format!("key:{i}");
