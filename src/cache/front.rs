@@ -15,9 +15,9 @@
 //!
 //! Size: a thread's front starts with [`MIN_SLOTS`] and grows (empty again) to the size the
 //! store asks for, twice its entries rounded up to a power of two, and shrinks (empty again)
-//! when a sweep or a clear left the store with fewer ([`fit`]): with a fixed 16,384
-//! direct-mapped slots and 100,000 entries read uniformly, most hits missed the front and
-//! paid `quick_cache`'s misses (37% of corral's time in perf, 0.89 µs per request; with
+//! when a sweep or a clear left the store a quarter of that or less ([`fit`]): with a fixed
+//! 16,384 direct-mapped slots and 100,000 entries read uniformly, most hits missed the front
+//! and paid `quick_cache`'s misses (37% of corral's time in perf, 0.89 µs per request; with
 //! 131,072 slots in sets of two, 0.58-0.61 µs).
 //!
 //! Bounds: a slot may still hold an entry that left the store until another store hit that
@@ -228,7 +228,8 @@ fn retire(old: Box<[Slot]>) {
 /// next hit would read the store again; a holder that stopped being read loses the slot
 /// after a few keys turned away. A front of other than `size` slots (a power of two) is
 /// first replaced by an empty one of that size: larger as the store grows, smaller once a
-/// sweep or a clear shrank it.
+/// sweep or a clear shrank it. (A process has one store: two of different sizes read on one
+/// thread would take turns emptying its front, which only unit tests do.)
 pub(super) fn put(owner: u32, hash: u64, key: &[u8], entry: &Arc<Entry>, reads: u8, size: usize) {
     if key.len() > INLINE || entry.size() > MAX_VALUE {
         return;

@@ -233,12 +233,17 @@ impl Store {
         self.fit_fronts();
     }
 
-    /// Sizes the fronts for the entries held now, smaller too: after a sweep or a clear, a
-    /// front grown for many more entries would keep as many slots, and the entries in them
-    /// that left the store, until it grew again (inserts only ever ask for more slots).
+    /// Sizes the fronts for the entries held now once they would have at most a quarter of
+    /// their slots: after a sweep or a clear, a front grown for many more entries would keep
+    /// as many slots, and the entries in them that left the store, until it grew again
+    /// (inserts only ever ask for more slots). A store that shrank less keeps its fronts: a
+    /// sweep near a power of two would otherwise halve them, and the next inserts double
+    /// them again, each time emptying every thread's front.
     fn fit_fronts(&self) {
         let slots = front::slots_for(self.table.len(), self.front_cap);
-        self.front_slots.store(slots, Ordering::Relaxed);
+        if slots <= self.front_slots.load(Ordering::Relaxed) / 4 {
+            self.front_slots.store(slots, Ordering::Relaxed);
+        }
     }
 
     /// Lets go of this thread's front if it has more slots than the store asks for now (see
@@ -444,8 +449,11 @@ mod tests {
             assert!(served(&s, k.as_bytes(), s.hash(k.as_bytes())).is_some());
             assert!(served(&s, k.as_bytes(), s.hash(k.as_bytes())).is_some());
         }
+        // A sweep that leaves a few entries more than half, not.
+        s.retain(|h| h % 16 != 0);
+        assert_eq!(slots(), 65_536);
         // A sweep that leaves few entries, or a clear, asks for fewer slots again.
-        s.retain(|h| h % 16 == 0);
+        s.retain(|h| h % 16 == 1);
         assert!(s.len() < 2_000, "{}", s.len());
         assert_eq!(slots(), front::slots_for(s.len(), s.front_cap));
         assert!(slots() < 65_536);
