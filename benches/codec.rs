@@ -15,7 +15,7 @@
 use std::hint::black_box;
 use std::time::Duration;
 
-use corral::resp::request::encode_request;
+use corral::resp::encode::encode_request;
 use corral::resp::{Limits, Parsed, ReplyScanner, RequestParser};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use redis_protocol::resp2::decode::{decode, decode_range};

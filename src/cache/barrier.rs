@@ -20,7 +20,7 @@ use tokio::sync::Notify;
 use super::coherence::Core;
 use super::lane::Lanes;
 use super::tracking::Tracking;
-use crate::resp::request::encode_request;
+use crate::resp::encode::encode_request;
 
 /// The barrier's state: the PING rounds are joining, until its task sends it.
 #[derive(Debug)]

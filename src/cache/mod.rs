@@ -89,7 +89,7 @@ pub use unacked::Unacked;
 pub use value::Value;
 
 use crate::config::Config;
-use crate::resp::request::encode_request;
+use crate::resp::encode::encode_request;
 use crate::upstream::cluster::ClusterUpstream;
 use crate::upstream::{ConnSettings, Health, UpstreamConn, UpstreamStatus};
 use admission::Admission;

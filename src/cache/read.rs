@@ -18,7 +18,7 @@ use super::presence::Held;
 use super::tracking::{LaneState, Tracking};
 use super::value::Value;
 use crate::error::UpstreamError;
-use crate::resp::request::{encode_pttl_get, encode_request};
+use crate::resp::encode::{encode_pttl_get, encode_request};
 use crate::upstream::{JobResult, ReplyTo, UpstreamConn};
 
 /// Room for a one-key request's framing besides the key: `*2`, `$3`, the command, `$<len>`

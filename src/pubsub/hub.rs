@@ -13,7 +13,7 @@ use super::notify::Filter;
 use super::observer::Observer;
 use super::state::{Inner, State, Subscriber};
 use crate::commands::glob;
-use crate::resp::request::encode_request;
+use crate::resp::encode::encode_request;
 use crate::upstream::{ConnSettings, LinkObserver, ReplyTo, UpstreamConn, UpstreamStatus};
 
 /// A command for the hub's connection, with the replies it has (pushes aside) and what to do

@@ -1,6 +1,8 @@
-//! RESP wire format: the client request parser, the upstream reply scanner and reply encoding.
+//! RESP wire format: the client request parser, request encoding, the upstream reply scanner
+//! and reply encoding.
 
 pub mod digits;
+pub mod encode;
 pub mod frames;
 pub mod lookahead;
 pub mod reply;

@@ -98,7 +98,7 @@ impl Conn {
     async fn plain_get(&mut self, key: &[u8]) -> Bytes {
         let conn = self.shared_conn(0);
         let mut req = bytes::BytesMut::new();
-        crate::resp::request::encode_request(&[b"GET", key], &mut req);
+        crate::resp::encode::encode_request(&[b"GET", key], &mut req);
         let rx = conn.send(req.freeze(), 1).await;
         match self.wait(rx, &conn).await {
             Ok(b) => b,

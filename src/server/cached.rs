@@ -9,7 +9,7 @@ use super::plan::{AloneReq, Plan};
 use super::writes::{Writes, WrittenKeys};
 use crate::cache::{Cache, Entry, Lookup};
 use crate::commands::{self, Access, Command, KeyPositions};
-use crate::resp::request::encode_request;
+use crate::resp::encode::encode_request;
 use crate::upstream::UpstreamConn;
 
 impl Conn {

@@ -109,7 +109,7 @@ pub fn unblock_request(args: &Args<'_>, registry: &Registry) -> (Bytes, Option<S
         argv[2] = id_text.as_bytes();
     }
     let mut out = BytesMut::new();
-    crate::resp::request::encode_request(&argv, &mut out);
+    crate::resp::encode::encode_request(&argv, &mut out);
     (out.freeze(), target.map(|(addr, _)| addr))
 }
 

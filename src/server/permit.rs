@@ -9,7 +9,7 @@ use super::gate::unknown_command;
 use crate::acl::{self, Denied, Guard, User, Verdict};
 use crate::commands::Command;
 use crate::resp::Args;
-use crate::resp::request::encode_request;
+use crate::resp::encode::encode_request;
 
 /// What the guard made of a request.
 pub(super) enum Guarded {

@@ -9,7 +9,7 @@ use super::client::Conn;
 use super::merged::merge_split_replies;
 use crate::cluster::{Addr, MultiKey, Redirect, SplitKind, classify_multi};
 use crate::commands::Command;
-use crate::resp::request::encode_request;
+use crate::resp::encode::encode_request;
 use crate::upstream::UpstreamConn;
 
 /// Most redirections followed for one request before its last reply is passed on.

@@ -16,8 +16,8 @@ use super::{corral, info};
 use crate::commands::{self, Access, Command, Exclusive, Local, LocalCtx, Outcome, Route, Tx};
 use crate::error::replies;
 use crate::resp::digits::parse_int;
+use crate::resp::encode::encode_request;
 use crate::resp::reply::Encoder;
-use crate::resp::request::encode_request;
 
 /// The bytes of the request being routed, as the client sent them.
 pub(super) struct Request<'a> {

@@ -13,7 +13,7 @@ use crate::cluster::keys::split_by_slot;
 use crate::cluster::{Addr, KeySlot, MultiKey, SplitKind, classify_multi, key_slot};
 use crate::commands::{Access, Command};
 use crate::error::replies;
-use crate::resp::request::encode_request;
+use crate::resp::encode::encode_request;
 use crate::resp::{Args, Proto};
 use crate::upstream::cluster::ClusterUpstream;
 

@@ -15,7 +15,7 @@ use super::pin::QueuedCmd;
 use super::plan::Repin;
 use crate::commands::Tx;
 use crate::error::replies;
-use crate::resp::request::encode_request;
+use crate::resp::encode::encode_request;
 use crate::tls::Stream;
 
 impl Conn {

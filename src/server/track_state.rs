@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use super::attention::Attention;
 use crate::error::replies;
 use crate::resp::digits::parse_int;
-use crate::resp::request::encode_request;
+use crate::resp::encode::encode_request;
 use crate::upstream::{LinkObserver, Upstream, UpstreamConn};
 
 /// Most bytes of pushes waiting for one client before it is disconnected (Redis's default

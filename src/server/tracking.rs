@@ -15,8 +15,8 @@ use super::track_state::{Change, Inbox, OwnPushes, Tracking};
 use crate::error::replies;
 use crate::resp::Proto;
 use crate::resp::digits::parse_int;
+use crate::resp::encode::encode_request;
 use crate::resp::reply::Encoder;
-use crate::resp::request::encode_request;
 use crate::upstream::LinkObserver;
 
 impl Conn {

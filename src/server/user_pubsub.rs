@@ -21,7 +21,7 @@ use crate::commands::PubSub;
 use crate::error::replies;
 use crate::pubsub::Router;
 use crate::resp::Proto;
-use crate::resp::request::encode_request;
+use crate::resp::encode::encode_request;
 use crate::upstream::Dedicated;
 
 /// A user's (P|S)(UN)SUBSCRIBE waiting for Redis's verdict.

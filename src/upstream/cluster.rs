@@ -18,7 +18,7 @@ use super::settings::ConnSettings;
 use super::status::UpstreamStatus;
 use crate::cluster::{Addr, SlotMap};
 use crate::config::ReadFrom;
-use crate::resp::request::encode_request;
+use crate::resp::encode::encode_request;
 use crate::resp::{Proto, ReplyScanner};
 
 /// Shared connections to one node, per protocol.

@@ -7,7 +7,7 @@ use redis_protocol::resp2::types::OwnedFrame as Frame2;
 use redis_protocol::resp3::types::OwnedFrame as Frame3;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use crate::resp::request::encode_request;
+use crate::resp::encode::encode_request;
 use crate::resp::{Proto, ReplyScanner};
 
 /// A decoded handshake reply, reduced to what the handshake needs.

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use bytes::{Buf, BytesMut};
 use clap::{Parser, ValueEnum};
 use corral::resp::ReplyScanner;
-use corral::resp::request::encode_request;
+use corral::resp::encode::encode_request;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use rand_distr::{Distribution, Zipf};
