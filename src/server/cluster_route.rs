@@ -49,7 +49,7 @@ impl Conn {
     }
 
     /// Cluster mode: reads of one key may be served or coalesced by the cache, through the
-    /// tracking lane of the key's master; writes invalidate.
+    /// tracking lane of the key's master; writes invalidate, keyless ones (FLUSHALL) too.
     pub(super) fn cluster_cache_step(&mut self, cmd: &Command<'_>) -> Option<Plan> {
         let (args, route) = (cmd.args, cmd.route());
         if let (Some(cluster), Some(cache), Route::Forward(access)) =
@@ -57,9 +57,6 @@ impl Conn {
             && self.cluster_cache_serves()
             && !self.deferred_multi
         {
-            // Cluster mode: reads of one key may be served or coalesced by the cache, through
-            // the tracking lane of the key's master; writes invalidate, keyless ones
-            // (FLUSHALL) too.
             if matches!(access, Access::Write | Access::All) {
                 self.writes.apart(|w| write_step(cache, w, access, cmd));
                 return None;
