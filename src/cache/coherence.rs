@@ -18,7 +18,7 @@ use dashmap::DashMap;
 use dashmap::mapref::entry::Entry as MapEntry;
 
 use super::admission::Admission;
-use super::entry::Entry;
+use super::entry::{self, Entry};
 use super::epochs::ReadEpochs;
 use super::flight::Fill;
 use super::leads::{Leads, Slot};
@@ -228,7 +228,7 @@ impl Core {
             _ => tracking != Tracking::Down,
         };
         // The key's TTL counts from when Redis ran the read, which is after `started`.
-        let mut life = self.max_age;
+        let mut life = entry::drawn_life(self.max_age);
         if pttl >= 0 {
             life = life.min(Duration::from_millis(pttl as u64));
         }
@@ -679,6 +679,36 @@ mod tests {
 
     fn hash_of(c: &Core, key: &[u8]) -> u64 {
         c.admission.hash(key)
+    }
+
+    #[test]
+    fn entries_filled_together_do_not_expire_together() {
+        let c = Core::for_test();
+        let keys: Vec<&'static [u8]> = (0..64)
+            .map(|i| &*Box::leak(format!("k{i}").into_bytes().into_boxed_slice()))
+            .collect();
+        let started = Instant::now();
+        for key in &keys {
+            let f = fill(&c, key);
+            c.complete_fill(&Key::from(*key), &f, Ok(Bytes::from_static(REPLY)));
+        }
+        let ends = Instant::now();
+        let mut expiries: Vec<Instant> = keys
+            .iter()
+            .map(|k| {
+                let e = c.store.get(k, hash_of(&c, k), Instant::now(), false, 0);
+                e.map(|e| e.expires())
+            })
+            .collect::<Option<_>>()
+            .unwrap_or_default();
+        assert_eq!(expiries.len(), keys.len(), "every fill stored");
+        // None outlives `max_age` from its fill, none ends before three quarters of it...
+        for e in &expiries {
+            assert!(*e >= started + c.max_age * 3 / 4 && *e <= ends + c.max_age);
+        }
+        // ...and they are spread over that quarter, not one instant.
+        expiries.sort();
+        assert!(expiries[63] - expiries[0] > c.max_age / 8);
     }
 
     #[test]

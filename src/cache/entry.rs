@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
+use rand::Rng;
 
 use super::churn::PAYS;
 use super::short_key::ShortKey;
@@ -31,6 +32,18 @@ const INLINE_FRAME: usize = 72;
 /// each hot key about ten times before shutting it out; with 32, over the mix's first 11 s,
 /// 8,600-8,800 fills against 11,200-11,500.
 pub(super) const COUNTED_HITS: u8 = 2 * PAYS;
+
+/// The longest an entry filled now may be served: drawn between three quarters of
+/// `max_age` and all of it. Entries filled together (a cache warming up after a start, a
+/// flush or a lost lane) would otherwise all reach `max_age` within the same seconds, and
+/// their refills would come back as one wave every `max_age`, the same wave each time
+/// (Zipf GETs over 1M keys: 108,000 fills in one second, a minute after the cache warmed,
+/// and again each minute); a draw per fill moves each entry's next refill apart from the
+/// others'.
+pub(super) fn drawn_life(max_age: Duration) -> Duration {
+    let floor = max_age - max_age / 4;
+    floor + (max_age - floor).mul_f64(rand::rng().random::<f64>())
+}
 
 /// A cached GET result. In declaration order (`repr(C)`): what every hit reads first, next
 /// to the reference counts, then the frame, then the key (which the store compares on a
@@ -375,6 +388,23 @@ mod tests {
         let no_window = Entry::new(b"k", Value::Nil, expires, Duration::ZERO, Duration::ZERO);
         assert!(no_window.fresh_at(t + Duration::from_millis(59_999)));
         assert!(!no_window.live_at(expires));
+    }
+
+    #[test]
+    fn lives_are_drawn_over_the_last_quarter_of_max_age() {
+        let max = Duration::from_secs(60);
+        let lives: Vec<Duration> = (0..2000).map(|_| drawn_life(max)).collect();
+        assert!(lives.iter().all(|l| *l >= max * 3 / 4 && *l <= max));
+        // Spread over the range, not bunched at one end: each eighth of it is drawn.
+        for eighth in 0..8u32 {
+            let lo = max * 3 / 4 + max / 32 * eighth;
+            let hi = lo + max / 32;
+            assert!(
+                lives.iter().any(|l| *l >= lo && *l < hi),
+                "none in {lo:?}..{hi:?}"
+            );
+        }
+        assert_eq!(drawn_life(Duration::ZERO), Duration::ZERO);
     }
 
     #[test]
