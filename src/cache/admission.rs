@@ -33,6 +33,11 @@ use crate::striped::StripedCounter;
 const WRITE_WEIGHT: u64 = 15;
 /// Longest an XFetch refresh can come early: `-ln r` for the smallest positive `r` drawn.
 const MAX_EARLY_FACTOR: f64 = 708.5;
+/// An entry bounded by `max_age_ms` alone draws its refresh on this fraction of its life
+/// (see [`Admission::age_refresh`]).
+const AGE_SCALE: u32 = 128;
+/// ...and draws only in this last fraction of it.
+const AGE_WINDOW: u32 = 16;
 /// Looks (250 ms each) after a switch of the read sketch's window before the store may be
 /// swept (see [`Admission::follow_served`]): a switch forgets every count, and a second of
 /// GETs at the rates where the window grows (a short sample's worth, or more) counts the
@@ -388,6 +393,22 @@ impl Admission {
         Duration::from_micros(most_us as u64)
     }
 
+    /// XFetch's scale and window for an entry that only `max_age_ms` bounds (no TTL in Redis
+    /// ends it sooner), whose fill took `delta` and which lives `life`. Such an entry's
+    /// expiry is corral's own, not the data's: refreshed a little early, a key still read
+    /// goes on being served instead of missing once every `max_age_ms` (a round of
+    /// requests waiting on the fill). The draw scales with a 128th of the life rather than
+    /// the fill's time, so a key read a few times a second is refreshed in its last second
+    /// or so, a key read once in a while seldom is (it would rather expire), and no draw
+    /// comes earlier than a 16th of its life before expiry.
+    pub(super) fn age_refresh(&self, delta: Duration, life: Duration) -> (Duration, Duration) {
+        if self.beta <= 0.0 {
+            return (delta, Duration::ZERO);
+        }
+        let scale = delta.max(life / AGE_SCALE);
+        (scale, self.refresh_window(scale).min(life / AGE_WINDOW))
+    }
+
     /// XFetch: refresh with a probability that grows as expiry nears, earlier for keys whose
     /// fill took longer.
     #[inline]
@@ -589,6 +610,36 @@ mod tests {
         let b = Admission::new(1024, 4, 1.0).lowering_to(3);
         assert!(!b.follow_served(1000, 600));
         assert!(b.follow_served(1000, 100));
+    }
+
+    #[test]
+    fn entries_only_max_age_bounds_are_refreshed_in_their_last_seconds() {
+        let a = Admission::new(1024, 2, 1.0);
+        let life = Duration::from_secs(48);
+        let (scale, window) = a.age_refresh(Duration::from_micros(200), life);
+        assert_eq!((scale, window), (life / 128, life / 16));
+        let now = Instant::now();
+        let due_in = |left: Duration| {
+            let e = Entry::new(
+                b"k",
+                super::super::value::Value::Nil,
+                now + left,
+                scale,
+                window,
+            );
+            (0..1000).filter(|_| a.should_refresh(&e, now)).count()
+        };
+        // Before its window no draw is made; in its last 10 ms nearly every hit refreshes;
+        // a second before expiry some do (e^-(1/0.375) of them, 7%).
+        assert_eq!(due_in(life / 16 + Duration::from_millis(1)), 0);
+        assert!(due_in(Duration::from_millis(10)) > 900);
+        assert!((10..300).contains(&due_in(Duration::from_secs(1))));
+        // The fill's own time still counts where it is the longer.
+        let slow = Duration::from_secs(1);
+        assert_eq!(a.age_refresh(slow, life).0, slow);
+        // Refreshes off: no window.
+        let off = Admission::new(1024, 2, 0.0);
+        assert_eq!(off.age_refresh(slow, life).1, Duration::ZERO);
     }
 
     #[test]

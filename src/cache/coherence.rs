@@ -228,13 +228,16 @@ impl Core {
             _ => tracking != Tracking::Down,
         };
         // The key's TTL counts from when Redis ran the read, which is after `started`.
-        let mut life = entry::drawn_life(self.max_age);
+        let drawn = entry::drawn_life(self.max_age);
+        let mut life = drawn;
         if pttl >= 0 {
             life = life.min(Duration::from_millis(pttl as u64));
         }
         if tracking == Tracking::Fallback {
             life = life.min(self.fallback_ttl);
         }
+        // Only corral's own bound ends it: refreshed ahead while it is still read.
+        let by_age = life == drawn;
         // A value too long to go inline in an entry is copied now, before the map's lock is
         // taken: a copy of up to `max_value_bytes` under it would hold up the invalidations
         // of every key in its shard. A short one is copied into the entry alone.
@@ -249,7 +252,11 @@ impl Core {
             if cacheable && !life.is_zero() && !self.unacked.held(hash) {
                 let delta = fill.started.elapsed();
                 let expires = fill.started + life;
-                let window = self.admission.refresh_window(delta);
+                let (delta, window) = if by_age {
+                    self.admission.age_refresh(delta, life)
+                } else {
+                    (delta, self.admission.refresh_window(delta))
+                };
                 let entry = match &owned {
                     Some(v) => Entry::new(key, v.clone(), expires, delta, window),
                     None => Entry::from_reply(key, reply, expires, delta, window),
@@ -709,6 +716,26 @@ mod tests {
         // ...and they are spread over that quarter, not one instant.
         expiries.sort();
         assert!(expiries[63] - expiries[0] > c.max_age / 8);
+    }
+
+    #[test]
+    fn only_entries_max_age_bounds_are_refreshed_well_ahead() {
+        let c = Core::for_test();
+        let scale_of = |key: &'static [u8], reply: &'static [u8]| {
+            let f = fill(&c, key);
+            c.complete_fill(&Key::from(key), &f, Ok(Bytes::from_static(reply)));
+            let e = c.store.get(key, hash_of(&c, key), Instant::now(), false, 0);
+            e.map(|e| e.delta())
+        };
+        // No TTL in Redis: a 128th of a life of 45-60 s.
+        let aged = scale_of(b"aged", REPLY).unwrap_or_default();
+        assert!(aged >= c.max_age * 3 / 4 / 128, "{aged:?}");
+        // A TTL shorter than the life drawn: the fill's own time, far under a millisecond.
+        let ttl = scale_of(b"ttl", b":5000\r\n$1\r\nv\r\n");
+        assert!(
+            ttl.is_some_and(|d| d < Duration::from_millis(100)),
+            "{ttl:?}"
+        );
     }
 
     #[test]

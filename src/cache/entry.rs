@@ -41,8 +41,9 @@ pub(super) const COUNTED_HITS: u8 = 2 * PAYS;
 /// and again each minute); a draw per fill moves each entry's next refill apart from the
 /// others'.
 pub(super) fn drawn_life(max_age: Duration) -> Duration {
-    let floor = max_age - max_age / 4;
-    floor + (max_age - floor).mul_f64(rand::rng().random::<f64>())
+    let spread = max_age / 4;
+    let span = u64::try_from(spread.as_nanos()).unwrap_or(u64::MAX);
+    max_age - spread + Duration::from_nanos(rand::rng().random_range(0..=span))
 }
 
 /// A cached GET result. In declaration order (`repr(C)`): what every hit reads first, next
@@ -64,8 +65,10 @@ pub struct Entry {
     /// The store's eviction mark (`table.rs`): raised by hits up to [`MAX_USE`], lowered each
     /// time the store's clock hand passes; an entry the hand finds at zero is evicted.
     used: AtomicU8,
-    /// How long the fill took, in microseconds (saturating): XFetch refreshes earlier for
-    /// slower keys. Kept small so a 64-byte value still fits the two cache lines a hit reads.
+    /// XFetch's scale, in microseconds (saturating): how long the fill took, so slower keys
+    /// are refreshed earlier, or for an entry only `max_age_ms` bounds a part of its life
+    /// (`Admission::age_refresh`). Kept small so a 64-byte value still fits the two cache
+    /// lines a hit reads.
     delta_us: u32,
     /// The longest an early refresh can come before expiry, in microseconds (0 with refreshes
     /// off): the expiry is `fresh_until` plus this.
@@ -114,8 +117,9 @@ impl PartialEq for Entry {
 impl Eq for Entry {}
 
 impl Entry {
-    /// A new, not yet served entry of `key` that expires at `expires`, filled in `delta`, and
-    /// may be refreshed at most `window` before it expires (see `Admission::refresh_window`).
+    /// A new, not yet served entry of `key` that expires at `expires`, refreshed early on
+    /// XFetch's scale `delta` (the fill's time, or more) at most `window` before it expires
+    /// (see `Admission::refresh_window`).
     pub fn new(
         key: &[u8],
         value: Value,
@@ -233,7 +237,7 @@ impl Entry {
         now < self.fresh_until
     }
 
-    /// How long the fill took.
+    /// XFetch's scale: how long the fill took, or more (see `delta_us`).
     pub fn delta(&self) -> Duration {
         Duration::from_micros(u64::from(self.delta_us))
     }
