@@ -118,34 +118,17 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(vlen, args[2].len());
         }
     }
-    // Anything the quick paths take must be a request the parser takes the same way.
-    if let Some((key, n)) = lookahead::plain_get(buf) {
-        match whole.first() {
-            Some(Got::Req {
-                start: 0,
-                len,
-                args,
-                ..
-            }) => {
-                assert_eq!(*len, n);
-                assert_eq!(&buf[key], &args[1][..]);
-            }
-            other => panic!("plain_get took {n} bytes the parser gives {other:?}"),
-        }
+    // Whatever a quick path takes at the head, the parser takes as one request there (the
+    // loop above checked its arguments).
+    let head = match whole.first() {
+        Some(Got::Req { start: 0, len, .. }) => Some(*len),
+        _ => None,
+    };
+    if let Some((_, n)) = lookahead::plain_get(buf) {
+        assert_eq!(head, Some(n), "plain_get took {n} bytes: {whole:?}");
     }
     if let Some((_, _, n)) = lookahead::plain_set(buf) {
-        match whole.first() {
-            Some(Got::Req {
-                start: 0,
-                len,
-                args,
-                ..
-            }) => {
-                assert_eq!(*len, n);
-                assert_eq!(args.len(), 3);
-            }
-            other => panic!("plain_set took {n} bytes the parser gives {other:?}"),
-        }
+        assert_eq!(head, Some(n), "plain_set took {n} bytes: {whole:?}");
     }
     // lookahead::keys: each GET/SET it finds where the parser got to is one the parser
     // found at that place, with that key.
