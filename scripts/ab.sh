@@ -66,18 +66,21 @@ for t in "${TARGETS[@]}"; do
   NAMES+=("$name") PORTS+=("$port") CPIDS+=("$pid")
 done
 
-run() { # PORT SECONDS: prints the requests/s corral-load reports
+# The warm-up reads the keys of seed 0, round R those of seed R, the same on every target: no
+# run repeats the key sequence of one before it, which a cache would hold.
+run() { # PORT SECONDS SEED: prints the requests/s corral-load reports
   "$LOAD" --addr "127.0.0.1:$1" -c 50 -P "$DEPTH" -k "$KEYS" --dist "$DIST" \
-    --get-ratio "$RATIO" -d 64 --duration "$2" 2>&1 | grep -oE '[0-9.]+ req/s' | head -1 | cut -d' ' -f1
+    --get-ratio "$RATIO" -d 64 --duration "$2" --seed "$3" 2>&1 |
+    grep -oE '[0-9.]+ req/s' | head -1 | cut -d' ' -f1
 }
-for i in "${!NAMES[@]}"; do run "${PORTS[$i]}" "$WARM" >/dev/null; done
+for i in "${!NAMES[@]}"; do run "${PORTS[$i]}" "$WARM" 0 >/dev/null; done
 echo "corral-load -c 50 -P $DEPTH -k $KEYS --dist $DIST --get-ratio $RATIO, $SECS s rounds after $WARM s" \
   "${PIN:+(pinned: corral-load on CPUs ${PIN%%:*}, servers on ${PIN#*:})}"
 for r in $(seq 1 "$ROUNDS"); do
   for i in "${!NAMES[@]}"; do
     read -r u0 s0 <<< "$(cpu_split "${CPIDS[$i]}")"
     read -r ru0 rs0 <<< "$(cpu_split "$REDIS_PID")"
-    rps=$(run "${PORTS[$i]}" "$SECS")
+    rps=$(run "${PORTS[$i]}" "$SECS" "$r")
     read -r u1 s1 <<< "$(cpu_split "${CPIDS[$i]}")"
     read -r ru1 rs1 <<< "$(cpu_split "$REDIS_PID")"
     awk -v n="${NAMES[$i]}" -v r="$r" -v rps="${rps:-0}" -v u=$((u1 - u0)) -v k=$((s1 - s0)) \
