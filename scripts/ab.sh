@@ -5,8 +5,11 @@
 # first loaded for WARM seconds (unmeasured), then ROUNDS interleaved rounds of SECS seconds
 # each print the target's requests/s and corral's CPU per request, with its user and system
 # parts (utime and stime from /proc/PID/stat around the run), and the shared redis-server's
-# CPU per request over the same run. Compare targets within a run, round by round. --pin CLIENT_CPUS:SERVER_CPUS runs corral-load on the first CPUs (taskset
-# lists) and redis-server and every corral on the second, as scripts/bench.sh --pin does.
+# CPU per request over the same run. Compare targets within a run, round by round. The
+# warm-up and each round read keys of their own (corral-load --seed 0, then the round's
+# number): no run repeats keys a cache was just shown. --pin CLIENT_CPUS:SERVER_CPUS runs
+# corral-load on the first CPUs (taskset lists) and redis-server and every corral on the
+# second, as scripts/bench.sh --pin does.
 #
 # Usage: scripts/ab.sh [-r ROUNDS] [-s SECS] [-w WARM] [-k KEYS] [-P DEPTH] [--dist zipf|uniform]
 #                      [--get-ratio R] [--pin C:S] NAME=BIN[,FLAG...] ...
@@ -27,7 +30,7 @@ while [ $# -gt 0 ]; do
     --dist) DIST=$2; shift 2 ;;
     --get-ratio) RATIO=$2; shift 2 ;;
     --pin) PIN=$2; shift 2 ;;
-    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
     *=*) TARGETS+=("$1"); shift ;;
     *) echo "ab.sh: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -66,8 +69,6 @@ for t in "${TARGETS[@]}"; do
   NAMES+=("$name") PORTS+=("$port") CPIDS+=("$pid")
 done
 
-# The warm-up reads the keys of seed 0, round R those of seed R, the same on every target: no
-# run repeats the key sequence of one before it, which a cache would hold.
 run() { # PORT SECONDS SEED: prints the requests/s corral-load reports
   "$LOAD" --addr "127.0.0.1:$1" -c 50 -P "$DEPTH" -k "$KEYS" --dist "$DIST" \
     --get-ratio "$RATIO" -d 64 --duration "$2" --seed "$3" 2>&1 |
