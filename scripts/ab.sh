@@ -6,8 +6,9 @@
 # each print the target's requests/s and corral's CPU per request, with its user and system
 # parts (utime and stime from /proc/PID/stat around the run), and the shared redis-server's
 # CPU per request over the same run. Compare targets within a run, round by round. The
-# warm-up and each round read keys of their own (corral-load --seed 0, then the round's
-# number): no run repeats keys a cache was just shown. --pin CLIENT_CPUS:SERVER_CPUS runs
+# warm-up goes round the targets in slices of 5 s (their caches about the same age), and
+# each slice and round reads keys of its own (corral-load --seed 1000 + slice, then the
+# round's number): no run repeats keys a cache was just shown. --pin CLIENT_CPUS:SERVER_CPUS runs
 # corral-load on the first CPUs (taskset lists) and redis-server and every corral on the
 # second, as scripts/bench.sh --pin does.
 #
@@ -30,7 +31,7 @@ while [ $# -gt 0 ]; do
     --dist) DIST=$2; shift 2 ;;
     --get-ratio) RATIO=$2; shift 2 ;;
     --pin) PIN=$2; shift 2 ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     *=*) TARGETS+=("$1"); shift ;;
     *) echo "ab.sh: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -74,7 +75,17 @@ run() { # PORT SECONDS SEED: prints the requests/s corral-load reports
     --get-ratio "$RATIO" -d 64 --duration "$2" --seed "$3" 2>&1 |
     grep -oE '[0-9.]+ req/s' | head -1 | cut -d' ' -f1
 }
-for i in "${!NAMES[@]}"; do run "${PORTS[$i]}" "$WARM" 0 >/dev/null; done
+# The warm-up goes round the targets in slices of at most WARM_SLICE s, so that their caches
+# are about the same age when measured: entries live at most max_age_ms, and a cache warmed
+# 25 s before another's refills while the other does not. Each slice reads keys of its own.
+WARM_SLICE=5
+left=$WARM slice=0
+while [ "$left" -gt 0 ]; do
+  s=$((left < WARM_SLICE ? left : WARM_SLICE))
+  slice=$((slice + 1))
+  for i in "${!NAMES[@]}"; do run "${PORTS[$i]}" "$s" "$((1000 + slice))" >/dev/null; done
+  left=$((left - s))
+done
 echo "corral-load -c 50 -P $DEPTH -k $KEYS --dist $DIST --get-ratio $RATIO, $SECS s rounds after $WARM s" \
   "${PIN:+(pinned: corral-load on CPUs ${PIN%%:*}, servers on ${PIN#*:})}"
 for r in $(seq 1 "$ROUNDS"); do
