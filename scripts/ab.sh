@@ -8,9 +8,9 @@
 # CPU per request over the same run. Compare targets within a run, round by round. The
 # warm-up goes round the targets in slices of 5 s (their caches about the same age), and
 # each slice and round reads keys of its own (corral-load --seed 1000 + slice, then the
-# round's number): no run repeats keys a cache was just shown. --pin CLIENT_CPUS:SERVER_CPUS runs
-# corral-load on the first CPUs (taskset lists) and redis-server and every corral on the
-# second, as scripts/bench.sh --pin does.
+# round's number): no run repeats keys a cache was just shown. --pin
+# CLIENT_CPUS:SERVER_CPUS runs corral-load on the first CPUs (taskset lists) and
+# redis-server and every corral on the second, as scripts/bench.sh --pin does.
 #
 # Usage: scripts/ab.sh [-r ROUNDS] [-s SECS] [-w WARM] [-k KEYS] [-P DEPTH] [--dist zipf|uniform]
 #                      [--get-ratio R] [--pin C:S] NAME=BIN[,FLAG...] ...
