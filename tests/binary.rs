@@ -216,3 +216,52 @@ async fn a_client_shown_blocked_can_be_unblocked_at_once() {
         assert_eq!(a.read_reply().await, b"*-1\r\n", "try {i}");
     }
 }
+
+/// corral's resident memory, in KiB (`VmRSS` from `/proc`).
+fn resident_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("read status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS in status")
+}
+
+/// What a burst of large values made corral allocate goes back to the system once it is
+/// idle, not only at its next request: mimalloc purges freed memory only when a thread
+/// allocates or frees again, and corral asks it to once a second.
+#[tokio::test]
+async fn memory_a_burst_freed_goes_back_to_the_system_while_idle() {
+    const VALUES: usize = 64;
+    let redis = RedisServer::start();
+    let proxy = Proxy::start(&["--upstream", &redis.url()]).await;
+    let pid = proxy.child.id();
+    let value = vec![b'v'; 1 << 20];
+    let mut burst = Vec::new();
+    for i in 0..VALUES {
+        let key = format!("burst:{i}");
+        burst.extend(common::encode(&[b"SET", key.as_bytes(), &value]));
+    }
+    for i in 0..VALUES {
+        burst.extend(common::encode(&[b"GET", format!("burst:{i}").as_bytes()]));
+    }
+    let mut c = RawClient::connect(proxy.addr).await.unwrap();
+    let replies = c.pipeline(&burst, 1 << 20, 2 * VALUES).await;
+    assert!(replies[..VALUES].iter().all(|r| r == b"+OK\r\n"));
+    let expected = bulk(&value);
+    assert!(replies[VALUES..].iter().all(|r| *r == expected));
+    // The burst must have grown the heap, or the test shows nothing.
+    let grown = resident_kib(pid);
+    assert!(grown > 60 * 1024, "resident after the burst: {grown} KiB");
+    drop(c);
+    drop(replies);
+    poll_until(
+        Duration::from_secs(15),
+        "corral's resident memory to fall back while idle",
+        || {
+            let now = resident_kib(pid);
+            async move { (now < 40 * 1024).then_some(()) }
+        },
+    )
+    .await;
+}
