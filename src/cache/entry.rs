@@ -38,7 +38,7 @@ pub(super) const COUNTED_HITS: u8 = 2 * PAYS;
 /// flush or a lost lane) would otherwise all reach `max_age` within the same seconds, and
 /// their refills would come back as one wave every `max_age`, the same wave each time
 /// (Zipf GETs over 1M keys, one key sequence read every second: 108,000 fills in one
-/// second, a minute after the cache warmed, and again each minute; 22,000-30,000 at most
+/// second, a minute after the cache warmed, and again each minute; 21,000-30,000 at most
 /// with the draw, on those keys and on fresh ones); a draw per fill moves each entry's next
 /// refill apart from the others'.
 pub(super) fn drawn_life(max_age: Duration) -> Duration {
