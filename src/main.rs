@@ -151,21 +151,8 @@ async fn serve(cfg: Config, args: Args) -> Result<(), corral::Error> {
     let shutdown = CancellationToken::new();
     let reloader = Reloader::default();
     tokio::spawn(signals(shutdown.clone(), reloader.clone(), args));
-    tokio::spawn(give_back_memory());
     let listeners = Listeners { client, admin, tls };
     corral::run_with(Arc::new(cfg), listeners, shutdown, reloader).await
-}
-
-/// Once every `GIVE_BACK_EVERY`, hands freed memory back to the system
-/// (`corral::heap::give_back`), on the thread this task runs on: with the default single
-/// thread, all of corral's heap but its blocking threads'.
-async fn give_back_memory() {
-    let mut tick = tokio::time::interval(corral::heap::GIVE_BACK_EVERY);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    loop {
-        tick.tick().await;
-        corral::heap::give_back();
-    }
 }
 
 /// SIGTERM or SIGINT starts a graceful shutdown; SIGHUP reloads the config file.

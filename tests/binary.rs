@@ -229,7 +229,7 @@ fn resident_kib(pid: u32) -> u64 {
 
 /// What a burst of large values made corral allocate goes back to the system once it is
 /// idle, not only at its next request: mimalloc purges freed memory only when a thread
-/// allocates or frees again, and corral asks it to once a second.
+/// allocates or frees again, and corral asks it to after each second with no request.
 #[tokio::test]
 async fn memory_a_burst_freed_goes_back_to_the_system_while_idle() {
     const VALUES: usize = 64;
