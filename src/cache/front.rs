@@ -210,14 +210,11 @@ pub(super) fn fit(size: usize) {
     }
 }
 
-/// Drops a front let go of, on a blocking thread when there is a runtime: each of its slots
-/// may hold the last reference to an entry, so dropping one of 131,072 slots walks that many
-/// lines and may free as many entries, which a worker thread's clients would wait for.
+/// Drops a front let go of a step at a time (`drops.rs`): each of its slots may hold the
+/// last reference to an entry, so dropping one of 131,072 slots walks that many lines and may
+/// free as many entries, which a worker thread's clients would wait for.
 fn retire(old: Box<[Slot]>) {
-    match tokio::runtime::Handle::try_current() {
-        Ok(rt) => drop(rt.spawn_blocking(move || drop(old))),
-        Err(_) => drop(old),
-    }
+    super::drops::drop_in_steps(old.into_vec());
 }
 
 /// Puts a store hit in this thread's front for `hash`: in the slot of its set that holds the

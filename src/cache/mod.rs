@@ -40,6 +40,7 @@ mod barrier;
 mod churn;
 mod clock;
 mod coherence;
+mod drops;
 mod entry;
 mod epochs;
 mod flight;

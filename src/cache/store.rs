@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Instant;
 
+use super::drops;
 use super::entry::Entry;
 use super::front;
 use super::presence::{Held, Presence};
@@ -226,11 +227,16 @@ impl Store {
             .remove_if(hash, key, |_| true, |e| self.exits.left(hash, e))
     }
 
-    /// Removes everything.
+    /// Removes everything. The entries are dropped a step at a time on the runtime
+    /// (`drops.rs`).
     pub fn clear(&self) {
-        self.table
-            .clear(|e| self.exits.left(self.hasher.hash_one(e.key()), &e));
+        let mut taken = Vec::with_capacity(self.table.len());
+        self.table.clear(|e| {
+            self.exits.left(self.hasher.hash_one(e.key()), &e);
+            taken.push(e);
+        });
         self.fit_fronts();
+        drops::drop_in_steps(taken);
     }
 
     /// Sizes the fronts for the entries held now once they would have at most a quarter of
@@ -255,7 +261,9 @@ impl Store {
     }
 
     /// Removes every entry whose key's hash `keep` refuses, unless another call is doing so
-    /// already (see [`Store::sweeping`]): false then, and nothing done.
+    /// already (see [`Store::sweeping`]): false then, and nothing done. The entries are
+    /// dropped a step at a time on the runtime, even when this runs on a blocking thread
+    /// (`drops.rs`).
     pub fn retain(&self, keep: impl Fn(u64) -> bool) -> bool {
         if self.sweeping.swap(true, Ordering::AcqRel) {
             return false;
@@ -268,12 +276,13 @@ impl Store {
             }
         }
         let _done = Done(&self.sweeping);
-        self.table.retain(
+        let taken = self.table.retain(
             |e| self.hasher.hash_one(e.key()),
             keep,
             |hash, e| self.exits.left(hash, e),
         );
         self.fit_fronts();
+        drops::drop_in_steps(taken);
         true
     }
 

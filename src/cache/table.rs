@@ -413,14 +413,16 @@ impl Table {
     /// there. Held across a whole shard (a full one of the default budget holds some 16,000
     /// entries of short values, a larger budget's more, each loaded, hashed and looked up in
     /// the sketch), the write lock stalled every lookup of that shard, and with it the
-    /// worker thread making it. An entry a rebuild moved
-    /// meanwhile may be passed over, and stays.
+    /// worker thread making it. An entry a rebuild moved meanwhile may be passed over, and
+    /// stays. Returns the entries taken out, for the caller to drop where it chooses (see
+    /// `drops.rs`).
     pub(super) fn retain(
         &self,
         hash_of: impl Fn(&Entry) -> u64,
         mut keep: impl FnMut(u64) -> bool,
         mut leave: impl FnMut(u64, &Arc<Entry>),
-    ) {
+    ) -> Vec<Arc<Entry>> {
+        let mut taken = Vec::new();
         let mut seen = Vec::with_capacity(RETAIN_BUCKETS * WAYS);
         for shard in &self.shards {
             let mut next = 0;
@@ -441,18 +443,17 @@ impl Table {
                 for e in seen.drain(..) {
                     let hash = hash_of(&e);
                     if !keep(hash) {
-                        self.remove_if(
+                        taken.extend(self.remove_if(
                             hash,
                             e.key(),
                             |x| Arc::ptr_eq(x, &e),
-                            |x| {
-                                leave(hash, x);
-                            },
-                        );
+                            |x| leave(hash, x),
+                        ));
                     }
                 }
             }
         }
+        taken
     }
 
     /// Entries held.
