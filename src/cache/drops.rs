@@ -17,18 +17,28 @@ const STEP: usize = 1024;
 
 /// Drops `items` a [`STEP`] at a time on the current runtime (from a blocking thread too),
 /// yielding between steps; at once where there is no runtime.
-pub(super) fn drop_in_steps<T: Send + 'static>(mut items: Vec<T>) {
+pub(super) fn drop_in_steps<T: Send + 'static>(items: Vec<T>) {
+    in_steps(items, drop);
+}
+
+/// Hands each of `items` to `each`, a [`STEP`] at a time on the current runtime (from a
+/// blocking thread too), yielding between steps; all at once where there is no runtime.
+pub(super) fn in_steps<T: Send + 'static>(items: Vec<T>, mut each: impl FnMut(T) + Send + 'static) {
     if items.is_empty() {
         return;
     }
     match tokio::runtime::Handle::try_current() {
         Ok(rt) => drop(rt.spawn(async move {
-            while !items.is_empty() {
-                items.truncate(items.len().saturating_sub(STEP));
+            let mut items = items.into_iter();
+            loop {
+                items.by_ref().take(STEP).for_each(&mut each);
+                if items.len() == 0 {
+                    return;
+                }
                 tokio::task::yield_now().await;
             }
         })),
-        Err(_) => drop(items),
+        Err(_) => items.into_iter().for_each(each),
     }
 }
 

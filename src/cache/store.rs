@@ -4,7 +4,7 @@
 
 use std::hash::BuildHasher;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::time::Instant;
 
 use super::drops;
@@ -29,9 +29,15 @@ impl Exits {
     /// `e`, whose key's hash is `hash`, left the table: the fronts stop serving it, and it is
     /// no longer counted present.
     fn left(&self, hash: u64, e: &Entry) {
-        if e.retire() {
-            self.presence.remove(hash, Held::Entry);
-        }
+        retire(&self.presence, hash, e);
+    }
+}
+
+/// Retires `e`, whose key's hash is `hash`, and uncounts it in `presence`, the first time
+/// only (see [`Exits::left`]).
+fn retire(presence: &Presence, hash: u64, e: &Entry) {
+    if e.retire() {
+        presence.remove(hash, Held::Entry);
     }
 }
 
@@ -43,8 +49,9 @@ pub struct Store {
     table: Table,
     exits: Exits,
     hasher: KeyHasher,
-    /// Names this store's slots in the fronts.
-    owner: u32,
+    /// Names this store's slots in the fronts; a new name at each [`Store::clear`], so that
+    /// no front serves what was in the store before it.
+    owner: AtomicU32,
     /// Inserts so far, to look at the table's length every [`WEIGH_EVERY`] of them.
     inserts: AtomicU64,
     /// The slots each thread's front should have now (see `front::slots_for`), up to
@@ -69,7 +76,7 @@ impl Store {
                 presence,
             },
             hasher,
-            owner: front::new_owner(),
+            owner: AtomicU32::new(front::new_owner()),
             inserts: AtomicU64::new(0),
             front_slots: AtomicUsize::new(front::MIN_SLOTS),
             front_cap: front::max_slots(max_bytes),
@@ -102,7 +109,12 @@ impl Store {
         front: bool,
         reads: u8,
     ) -> Option<Arc<Entry>> {
-        if front && let Some(e) = self.in_front(key, hash, now, Some(reads), |e| Some(e.clone())) {
+        // Read once, before the table: an entry a clear took out meanwhile goes in the front
+        // under the name of before the clear, which no lookup after it serves.
+        let owner = self.owner();
+        if front
+            && let Some(e) = self.in_front(owner, key, hash, now, Some(reads), |e| Some(e.clone()))
+        {
             return Some(e);
         }
         let e = self.table.get(hash, key)?;
@@ -116,7 +128,7 @@ impl Store {
             return None;
         }
         let size = self.front_slots.load(Ordering::Relaxed);
-        front::put(self.owner, hash, key, &e, reads, size);
+        front::put(owner, hash, key, &e, reads, size);
         Some(e)
     }
 
@@ -132,20 +144,21 @@ impl Store {
         now: Instant,
         serve: impl FnOnce(&Arc<Entry>) -> Option<R>,
     ) -> Option<R> {
-        self.in_front(key, hash, now, None, serve)
+        self.in_front(self.owner(), key, hash, now, None, serve)
     }
 
     /// The front's part of a lookup: see `front::with_entry` for `reads`.
     #[inline]
     fn in_front<R>(
         &self,
+        owner: u32,
         key: &[u8],
         hash: u64,
         now: Instant,
         reads: Option<u8>,
         serve: impl FnOnce(&Arc<Entry>) -> Option<R>,
     ) -> Option<R> {
-        front::with_entry(self.owner, hash, key, reads, |e| {
+        front::with_entry(owner, hash, key, reads, |e| {
             if !e.live_at(now) {
                 return None;
             }
@@ -227,16 +240,28 @@ impl Store {
             .remove_if(hash, key, |_| true, |e| self.exits.left(hash, e))
     }
 
-    /// Removes everything. The entries are dropped a step at a time on the runtime
-    /// (`drops.rs`).
+    /// This store's name in the fronts now (see [`Store::clear`]).
+    #[inline]
+    fn owner(&self) -> u32 {
+        self.owner.load(Ordering::Acquire)
+    }
+
+    /// Removes everything. The fronts stop serving it at once: the store takes a new name
+    /// there once the table is empty. Each entry is then retired and uncounted in
+    /// [`Presence`] a step at a time on the runtime (`drops.rs`), a cache miss or two per
+    /// entry that held corral's thread for 37 ms when a lane reset cleared a settled store;
+    /// until then the counts are higher than what the store holds, which only sends a
+    /// lookup or an invalidation to the table for nothing.
     pub fn clear(&self) {
         let mut taken = Vec::with_capacity(self.table.len());
-        self.table.clear(|e| {
-            self.exits.left(self.hasher.hash_one(e.key()), &e);
-            taken.push(e);
-        });
+        self.table.clear(|e| taken.push(e));
+        // After the table: a lookup that reads the new name finds only what came after.
+        self.owner.store(front::new_owner(), Ordering::Release);
         self.fit_fronts();
-        drops::drop_in_steps(taken);
+        let (presence, hasher) = (self.exits.presence.clone(), self.hasher.clone());
+        drops::in_steps(taken, move |e| {
+            retire(&presence, hasher.hash_one(e.key()), &e)
+        });
     }
 
     /// Sizes the fronts for the entries held now once they would have at most a quarter of
@@ -378,6 +403,49 @@ mod tests {
         assert!(served(&s, b"k", h).is_some());
         s.clear();
         assert!(served(&s, b"k", h).is_none());
+    }
+
+    /// A clear hides at once every entry a front holds, one a lookup that read the table
+    /// before the clear puts there after it too, though the entries are retired and
+    /// uncounted later, a step at a time.
+    #[tokio::test]
+    async fn after_a_clear_no_front_serves_what_the_store_held() {
+        let presence = Arc::new(Presence::default());
+        let s = Store::new(1 << 20, presence.clone(), KeyHasher::default());
+        let h = s.hash(b"k");
+        let front_hit = |s: &Store| s.front_hit(b"k", h, Instant::now(), |e| Some(e.clone()));
+        let first = entry(b"k", b"1", Duration::from_secs(60));
+        s.insert(first.clone());
+        assert!(served(&s, b"k", h).is_some());
+        assert!(front_hit(&s).is_some(), "in the front");
+        let before = s.owner();
+        s.clear();
+        assert!(front_hit(&s).is_none(), "cleared");
+        assert!(served(&s, b"k", h).is_none());
+        front::put(before, h, b"k", &first, 15, front::MIN_SLOTS);
+        assert!(
+            front_hit(&s).is_none(),
+            "put under the name of before the clear"
+        );
+        assert!(
+            first.live() && presence.counts(h).entry(),
+            "not yet retired"
+        );
+        for _ in 0..10 {
+            if !first.live() {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert!(
+            !first.live() && !presence.counts(h).entry(),
+            "retired, uncounted"
+        );
+        let second = entry(b"k", b"2", Duration::from_secs(60));
+        s.insert(second.clone());
+        assert!(served(&s, b"k", h).is_some_and(|e| Arc::ptr_eq(&e, &second)));
+        assert!(front_hit(&s).is_some_and(|e| Arc::ptr_eq(&e, &second)));
+        assert!(presence.counts(h).entry(), "the new entry counted");
     }
 
     /// [`Store::front_hit`] finds only the live entry the front holds, as a lookup would.
