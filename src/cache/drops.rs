@@ -18,27 +18,33 @@ const STEP: usize = 1024;
 /// Drops `items` a [`STEP`] at a time on the current runtime (from a blocking thread too),
 /// yielding between steps; at once where there is no runtime.
 pub(super) fn drop_in_steps<T: Send + 'static>(items: Vec<T>) {
-    in_steps(items, drop);
+    if !items.is_empty() {
+        in_steps(items, drop);
+    }
 }
 
 /// Hands each of `items` to `each`, a [`STEP`] at a time on the current runtime (from a
 /// blocking thread too), yielding between steps; all at once where there is no runtime.
-pub(super) fn in_steps<T: Send + 'static>(items: Vec<T>, mut each: impl FnMut(T) + Send + 'static) {
-    if items.is_empty() {
-        return;
-    }
+pub(super) fn in_steps<I>(items: I, mut each: impl FnMut(I::Item) + Send + 'static)
+where
+    I: IntoIterator<IntoIter: Send + 'static>,
+{
+    let mut items = items.into_iter();
     match tokio::runtime::Handle::try_current() {
         Ok(rt) => drop(rt.spawn(async move {
-            let mut items = items.into_iter();
             loop {
-                items.by_ref().take(STEP).for_each(&mut each);
-                if items.len() == 0 {
+                let mut n = 0;
+                for item in items.by_ref().take(STEP) {
+                    each(item);
+                    n += 1;
+                }
+                if n < STEP {
                     return;
                 }
                 tokio::task::yield_now().await;
             }
         })),
-        Err(_) => items.into_iter().for_each(each),
+        Err(_) => items.for_each(each),
     }
 }
 

@@ -253,8 +253,7 @@ impl Store {
     /// until then the counts are higher than what the store holds, which only sends a
     /// lookup or an invalidation to the table for nothing.
     pub fn clear(&self) {
-        let mut taken = Vec::with_capacity(self.table.len());
-        self.table.clear(|e| taken.push(e));
+        let taken = self.table.clear();
         // After the table: a lookup that reads the new name finds only what came after.
         self.owner.store(front::new_owner(), Ordering::Release);
         self.fit_fronts();

@@ -395,16 +395,27 @@ impl Table {
         Some(e)
     }
 
-    /// Removes every entry, each handed to `leave`.
-    pub(super) fn clear(&self, mut leave: impl FnMut(Arc<Entry>)) {
-        for shard in &self.shards {
-            let mut slots = shard.write();
-            let old = std::mem::replace(&mut *slots, Slots::new(MIN_BUCKETS));
-            for bucket in old.buckets {
-                bucket.entries.into_iter().flatten().for_each(&mut leave);
-            }
-            shard.publish(&slots);
-        }
+    /// Removes every entry, a shard's bucket array at a time: what it returns goes over the
+    /// entries taken out, for the caller to let go of where it chooses (see `drops.rs`).
+    /// Gone over here, under the lock, the buckets of a settled store (600,000 entries) held
+    /// corral's thread for 8-9 ms.
+    pub(super) fn clear(&self) -> impl Iterator<Item = Arc<Entry>> + Send + use<> {
+        let old: Vec<Box<[Bucket]>> = self
+            .shards
+            .iter()
+            .map(|shard| {
+                let mut slots = shard.write();
+                let old = std::mem::replace(&mut *slots, Slots::new(MIN_BUCKETS));
+                shard.publish(&slots);
+                old.buckets
+            })
+            .collect();
+        old.into_iter().flat_map(|buckets| {
+            buckets
+                .into_vec()
+                .into_iter()
+                .flat_map(|b| b.entries.into_iter().flatten())
+        })
     }
 
     /// Removes every entry `keep` refuses, each handed to `leave`. `keep` runs with no lock
@@ -735,9 +746,13 @@ mod tests {
             let k = format!("k{i}").into_bytes();
             t.insert(spread(&k), entry(&k), ignore);
         }
-        let mut n = 0;
-        t.clear(|_| n += 1);
-        assert_eq!(n, 5000);
+        let taken = t.clear();
+        assert_eq!(
+            (t.len(), t.bytes()),
+            (0, 0),
+            "emptied before it is gone over"
+        );
+        assert_eq!(taken.count(), 5000);
         assert_eq!((t.len(), t.bytes()), (0, 0));
         t.insert(spread(b"k1"), entry(b"k1"), ignore);
         assert!(t.contains(spread(b"k1"), b"k1"));
@@ -786,10 +801,8 @@ mod tests {
         });
         assert_eq!(held.load(Ordering::Relaxed), t.len() as isize);
         assert!(t.bytes() <= budget);
-        let mut n = 0;
-        t.clear(|_| n += 1);
         assert_eq!(
-            n as usize,
+            t.clear().count(),
             usize::try_from(held.load(Ordering::Relaxed)).unwrap_or(0)
         );
     }
