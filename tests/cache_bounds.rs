@@ -1,6 +1,7 @@
 //! The local cache's bounds and modes against real Redis: the memory bound, values too large
-//! to cache, the no-cache mode, the TTL-only fallback; and hits among other replies of a
-//! pipeline, in order and in their request's protocol.
+//! to cache, the no-cache mode, the TTL-only fallback; hits among other replies of a
+//! pipeline, in order and in their request's protocol; and Redis's view of keys served
+//! locally (`touch_ms`).
 
 mod common;
 
@@ -370,4 +371,68 @@ async fn hits_between_forwarded_requests_are_written_in_order() {
         assert!(Stats::of(&mut c).await.n("cache_hits") >= before + 8);
     }
     proxy.stop().await;
+}
+
+// ---- 8. Redis's view of keys served locally ----
+
+/// `OBJECT IDLETIME key` on Redis: seconds since Redis last saw the key used.
+async fn idle_seconds(direct: &mut RawClient, key: &str) -> i64 {
+    let reply = direct
+        .request(&[b"OBJECT", b"IDLETIME", key.as_bytes()])
+        .await;
+    std::str::from_utf8(&reply)
+        .ok()
+        .and_then(|r| r.strip_prefix(':')?.trim_end().parse().ok())
+        .unwrap_or_else(|| panic!("OBJECT IDLETIME {key}: {}", show(&reply)))
+}
+
+/// A key read only from the cache still looks used to Redis: with `touch_ms` its `OBJECT
+/// IDLETIME` stays at a second or less, as a key read directly does, where with the touches
+/// off it counts the time since the read that filled it. An LRU or LFU `maxmemory-policy`
+/// would otherwise take the keys read most through corral for the least used and evict them
+/// first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_served_from_the_cache_stay_recently_used_in_redis() {
+    let redis = RedisServer::start();
+    let mut direct = connect(redis.addr()).await;
+    for touch_ms in [250, 0] {
+        let proxy = TestProxy::start_with(&redis.url(), |cfg| {
+            cfg.cache.touch_ms = touch_ms;
+            cfg.cache.hot_threshold = 1;
+        })
+        .await;
+        let key = format!("idle:{touch_ms}");
+        assert_eq!(direct.request(&[b"SET", key.as_bytes(), b"v"]).await, OK);
+        let mut c = connect(proxy.addr).await;
+        make_cached(&mut c, &key, &bulk("v")).await;
+        let fills = stat_n(&mut c, "cache_fills").await;
+        // 3.5 s of GETs of the key, answered locally.
+        let get = format!("*2\r\n$3\r\nGET\r\n${}\r\n{key}\r\n", key.len()).repeat(64);
+        let until = tokio::time::Instant::now() + Duration::from_millis(3_500);
+        while tokio::time::Instant::now() < until {
+            for reply in c.pipeline(get.as_bytes(), 64, 64).await {
+                assert_eq!(reply, bulk("v"), "GET {key}");
+            }
+        }
+        let stats = Stats::of(&mut c).await;
+        assert_eq!(
+            stats.n("cache_fills"),
+            fills,
+            "{key} was filled again, which Redis counts as a use: {:?}",
+            stats.0
+        );
+        let idle = idle_seconds(&mut direct, &key).await;
+        if touch_ms > 0 {
+            assert!(
+                idle <= 1,
+                "{key} idle {idle} s in Redis, touched: {:?}",
+                stats.0
+            );
+            assert!(stats.n("cache_touches") >= 3, "{:?}", stats.0);
+        } else {
+            assert!(idle >= 3, "{key} idle only {idle} s in Redis, untouched");
+            assert_eq!(stats.n("cache_touches"), 0);
+        }
+        proxy.stop().await;
+    }
 }

@@ -76,6 +76,63 @@ async fn hot_keys_are_cached_and_direct_writes_invalidate_them() {
     proxy.stop().await;
 }
 
+/// Hot keys served from the cache are touched on their own masters (`touch_ms`): to each
+/// master its keys stay recently used (`OBJECT IDLETIME` at a second or less after 3 s of
+/// GETs answered locally, where untouched they would count the 3 s since their fill).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hot_keys_served_locally_are_touched_on_their_masters() {
+    let mut cluster = RedisCluster::start(3, 0);
+    let (proxy, mut c) = ready_proxy(&cluster).await;
+    // One key on each master.
+    let mut keys: Vec<(String, u16)> = Vec::new();
+    for i in 0.. {
+        let key = format!("touched:{i}");
+        let owner = cluster.master_for_slot(key_slot(key.as_bytes()));
+        if keys.iter().all(|(_, o)| *o != owner) {
+            keys.push((key, owner));
+        }
+        if keys.len() == 3 {
+            break;
+        }
+    }
+    for (key, _) in &keys {
+        cached_on_master(&mut cluster, &mut c, key, "v").await;
+    }
+    let get: Vec<u8> = keys
+        .iter()
+        .flat_map(|(k, _)| encode(&[b"GET", k.as_bytes()]))
+        .collect();
+    let get = get.repeat(20);
+    let read_for = async |c: &mut RawClient, d: Duration| {
+        let until = Instant::now() + d;
+        while Instant::now() < until {
+            for reply in c.pipeline(&get, 60, 60).await {
+                assert_eq!(reply, bulk("v"));
+            }
+        }
+    };
+    // A second first, for the slot map's first refresh (a new map flushes the cache).
+    read_for(&mut c, Duration::from_secs(1)).await;
+    let fills = stat_n(&mut c, "cache_fills").await;
+    read_for(&mut c, Duration::from_secs(3)).await;
+    let stats = common::corral_stats(&mut c).await;
+    assert_eq!(
+        stats.get("cache_fills").map(String::as_str),
+        Some(fills.to_string().as_str()),
+        "a key was filled again: {stats:?}"
+    );
+    assert!(stat_n(&mut c, "cache_touches").await >= 3);
+    for (key, owner) in &keys {
+        let idle = sync_cmd(*owner, &["OBJECT", "IDLETIME", key]);
+        assert!(
+            idle == b":0\r\n" || idle == b":1\r\n",
+            "{key} on {owner}: idle {}",
+            show(&idle)
+        );
+    }
+    proxy.stop().await;
+}
+
 /// With the read barrier, a GET through corral right after a direct write on the key's
 /// master reads the new value: the round waits for a PING on every master's lane.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -431,6 +431,11 @@ impl Admission {
         self.hot.top(n)
     }
 
+    /// The hottest keys a sampled GET read since the last call (`touch.rs`).
+    pub(super) fn sampled_hot(&self) -> Vec<bytes::Bytes> {
+        self.hot.take_sampled()
+    }
+
     /// Ages the top keys, the writes weighed and the churn scores; and (more often) looks at
     /// whether fills last and ages the keys written lately.
     pub(super) async fn decay(self: Arc<Self>, shutdown: CancellationToken) {

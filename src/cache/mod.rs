@@ -62,6 +62,7 @@ mod sketch;
 mod stats;
 mod store;
 mod table;
+mod touch;
 mod tracking;
 mod unacked;
 mod value;
@@ -175,11 +176,20 @@ impl Cache {
                     lanes.clone(),
                     c.clone(),
                     c.watch_epoch(),
-                    shutdown,
+                    shutdown.clone(),
                 ));
                 None
             }
         };
+        if cfg.cache.touch_ms > 0 {
+            let route = touch::Route {
+                lanes: lanes.clone(),
+                default_lane: default_lane.clone(),
+                cluster: cluster.clone(),
+            };
+            let every = Duration::from_millis(cfg.cache.touch_ms);
+            tokio::spawn(touch::run(core.clone(), route, every, shutdown));
+        }
         let barrier = cfg.cache.read_barrier.then(|| {
             let deadline = Duration::from_millis(cfg.cache.lane_deadline_ms.max(1));
             Arc::new(Barrier::new(core.clone(), lanes.clone(), deadline))

@@ -31,6 +31,7 @@ pub(super) struct Stats {
     pub(super) oversized: StripedCounter,
     pub(super) barriers: StripedCounter,
     pub(super) barrier_failures: StripedCounter,
+    pub(super) touches: StripedCounter,
     entries: Gauge,
     bytes: Gauge,
     evictions: Gauge,
@@ -73,7 +74,7 @@ impl Stats {
     }
 
     /// Counters with their Prometheus names and help.
-    fn counters(&self) -> [(&'static str, &'static str, &StripedCounter); 14] {
+    fn counters(&self) -> [(&'static str, &'static str, &StripedCounter); 15] {
         [
             (
                 "cache_hits",
@@ -136,6 +137,11 @@ impl Stats {
                 "cache_barrier_failures",
                 "Read barriers a lane did not answer in time: the cache was flushed",
                 &self.barrier_failures,
+            ),
+            (
+                "cache_touches",
+                "Hot keys served locally, touched on Redis (TOUCH) so its LRU/LFU sees them used",
+                &self.touches,
             ),
         ]
     }
@@ -267,6 +273,7 @@ impl Stats {
                 "cache_barrier_failures",
                 self.barrier_failures.get().to_string(),
             ),
+            ("cache_touches", self.touches.get().to_string()),
             ("cache_evictions", st.evictions().to_string()),
             ("cache_entries", st.len().to_string()),
             ("cache_bytes", st.bytes().to_string()),

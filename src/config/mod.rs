@@ -139,6 +139,9 @@ pub struct CacheConfig {
     /// tracking lanes, so that a write acknowledged by Redis (direct ones too) before the
     /// GETs were sent is never read back stale (`cache/barrier.rs`).
     pub read_barrier: bool,
+    /// How often the hottest keys the cache served are touched on Redis (`TOUCH`), so that
+    /// an LRU or LFU `maxmemory-policy` sees them used; 0 turns it off (`cache/touch.rs`).
+    pub touch_ms: u64,
 }
 
 /// A password: shown as `MASKED` in logs and debug output.
@@ -210,6 +213,7 @@ impl Default for CacheConfig {
             lane_check_ms: 500,
             lane_deadline_ms: 500,
             read_barrier: false,
+            touch_ms: 250,
         }
     }
 }
@@ -323,6 +327,12 @@ impl Config {
         }
         if c.lane_deadline_ms < 10 || c.lane_deadline_ms > 3_600_000 {
             return Err(invalid("cache.lane_deadline_ms", "must be 10 to 3600000"));
+        }
+        if c.touch_ms != 0 && !(10..=3_600_000).contains(&c.touch_ms) {
+            return Err(invalid(
+                "cache.touch_ms",
+                "must be 0 (off) or 10 to 3600000",
+            ));
         }
         self.acl()?;
         Ok(target)
