@@ -146,14 +146,16 @@ impl HotKeys {
 mod tests {
     use super::*;
 
+    /// A sampled GET of `key`, hashed as the cache would.
+    fn record(h: &HotKeys, key: &[u8]) {
+        let hash = std::hash::BuildHasher::hash_one(&foldhash::fast::FixedState::default(), key);
+        h.record(hash, key);
+    }
+
     #[test]
     fn hottest_key_comes_first() {
         let h = HotKeys::default();
-        let record = |key: &[u8]| {
-            let hash =
-                std::hash::BuildHasher::hash_one(&foldhash::fast::FixedState::default(), key);
-            h.record(hash, key);
-        };
+        let record = |key: &[u8]| record(&h, key);
         for i in 0..1000 {
             record(b"hot");
             record(format!("cold{i}").as_bytes());
@@ -173,11 +175,7 @@ mod tests {
     #[test]
     fn keys_sampled_since_the_last_take_are_taken_once() {
         let h = HotKeys::default();
-        let record = |key: &[u8]| {
-            let hash =
-                std::hash::BuildHasher::hash_one(&foldhash::fast::FixedState::default(), key);
-            h.record(hash, key);
-        };
+        let record = |key: &[u8]| record(&h, key);
         record(b"a");
         record(b"b");
         record(b"a");

@@ -30,6 +30,8 @@
 //! - `stats.rs`: counters and their INFO / Prometheus forms.
 //! - `holds.rs`: whether shared upstream connections hold writes, by the share of GETs
 //!   hit.
+//! - `touch.rs`: the hottest cached keys touched on Redis every `touch_ms`, so its LRU/LFU
+//!   sees them used → lane.
 //! - `store.rs`: the entries, bounded in bytes → `front.rs`: each thread's recent hits.
 //! - `entry.rs`, `value.rs`, `sketch.rs`, `hotkeys.rs`, `tracking.rs`, `short_key.rs`: leaves.
 
