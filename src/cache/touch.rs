@@ -7,8 +7,10 @@
 //! key's entry invalidated, its next read a miss that the application reloads from its
 //! database. Every `touch_ms`, the keys of [`super::hotkeys`]'s top that a sampled GET read
 //! since the last look and that are cached now go to Redis as `TOUCH key`, on the tracking
-//! lane of their node: to Redis, each is then used at most `touch_ms` ago, as it would be
-//! without the cache (and counted as one read per look, not one per GET).
+//! lane of their node (at most [`super::hotkeys::SLOTS`] a look). To Redis, a key sampled in
+//! every look is then used within the last `touch_ms`, about as it would be without the
+//! cache (and counted as one read per look, not one per GET); a key sampled less often (read
+//! less than some hundreds of times a second) is touched as often as it is sampled.
 
 use std::sync::Arc;
 use std::time::Duration;
