@@ -618,6 +618,99 @@ async fn a_message_published_after_the_confirmation_is_delivered() {
     pair.proxy.stop().await;
 }
 
+/// (Un)subscribes pipelined together reach Redis together: each waits for Redis's
+/// confirmation before it is answered, but the next one is not held back for it, since both
+/// go to Redis in order on the hub's connection (a client subscribing to many names, one
+/// command each, waits one round trip, not one per name). Redis's replies on the hub's
+/// connection are held by a relay until Redis shows every subscription in place; the
+/// confirmations then come in order. Anything else the client sent after them still waits
+/// for them: a PUBLISH behind them counts the new subscriptions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelined_subscribes_reach_redis_without_waiting_for_each_other() {
+    let redis = common::RedisServer::start();
+    let relay = common::Relay::start(redis.addr()).await;
+    let proxy = common::TestProxy::start_with(&relay.url(), |cfg| {
+        // Held replies must not look like a dead connection, nor time out.
+        cfg.cache.lane_check_ms = 600_000;
+        cfg.cache.lane_deadline_ms = 600_000;
+        cfg.upstream.request_timeout_ms = 600_000;
+    })
+    .await;
+    let mut direct = connect(redis.addr()).await;
+    let mut first = connect(proxy.addr).await;
+    subscribe(&mut first, false, "SUBSCRIBE", "warm", 1).await;
+    let hub = relay
+        .find_client(redis.addr(), |l| l.contains(" sub=1 "))
+        .await;
+    let mut kept = Vec::new();
+    for (round, resp3) in [false, true].into_iter().enumerate() {
+        let mut c = common::client_in(proxy.addr, resp3).await;
+        let (a, b, pat) = (
+            format!("a{round}"),
+            format!("b{round}"),
+            format!("p{round}.*"),
+        );
+        relay.set_fault(hub, common::Fault::HoldReplies);
+        let mut sent = encode_line(&format!("SUBSCRIBE {a}"));
+        sent.extend(encode_line(&format!("PSUBSCRIBE {pat}")));
+        sent.extend(encode_line(&format!("SUBSCRIBE {b}")));
+        sent.extend(encode_line(&format!("PUBLISH {a} hello")));
+        c.send(&sent).await;
+        poll_until(LIMIT, "every subscription to reach Redis", || async {
+            let mut direct = connect(redis.addr()).await;
+            let subs = numsub(&mut direct, &a).await + numsub(&mut direct, &b).await;
+            let pats = int_of(&direct.call("PUBSUB NUMPAT").await);
+            (subs == 2 && pats == Some(1 + round as i64)).then_some(())
+        })
+        .await;
+        assert!(
+            !c.has_pending_reply(),
+            "round {round}: confirmed before Redis did"
+        );
+        // (RESP2's subscribed mode refused round 0's PUBLISH before it went anywhere.)
+        assert_eq!(
+            publish_calls(&mut direct).await,
+            0,
+            "round {round}: the PUBLISH went before the confirmations"
+        );
+        relay.set_fault(hub, common::Fault::Pass);
+        let want = [
+            confirmation(resp3, "subscribe", &a, 1),
+            confirmation(resp3, "psubscribe", &pat, 2),
+            confirmation(resp3, "subscribe", &b, 3),
+        ];
+        for w in &want {
+            assert_eq!(show(&c.read_reply().await), show(w), "round {round}");
+        }
+        if resp3 {
+            // The PUBLISH ran after the subscriptions: it counts this client, and the
+            // message comes to it (just before or after the reply).
+            let got = [c.read_reply().await, c.read_reply().await];
+            let message = frame(true, &[b"message", a.as_bytes(), b"hello"]);
+            let shown: Vec<String> = got.iter().map(|r| show(r)).collect();
+            assert!(got.contains(&int(1)), "PUBLISH's count: {shown:?}");
+            assert!(got.contains(&message), "the message: {shown:?}");
+        } else {
+            // RESP2's subscribed mode refuses it, as it does once subscribed.
+            let got = show(&c.read_reply().await);
+            assert!(got.contains("-ERR Can't execute 'publish'"), "{got}");
+        }
+        kept.push(c);
+    }
+    proxy.stop().await;
+}
+
+/// How many PUBLISH commands Redis ran (`INFO commandstats`).
+async fn publish_calls(server: &mut RawClient) -> usize {
+    let stats = reply_text(&server.call("INFO commandstats").await);
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_publish:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
 /// The last subscriber of a name leaves as a new one arrives, on another connection, many
 /// times over: whichever of the two reaches corral first, Redis ends up subscribed once the
 /// newcomer has its confirmation.

@@ -46,6 +46,9 @@ impl Conn {
         let mut synced = self.barrier_at_start().await;
         let mut quick = self.quick().until(synced);
         let mut left = None;
+        // An (un)subscribe waiting on Redis holds back what follows it, but for more
+        // (un)subscribes: those go to Redis in order on the hub's connection.
+        let mut subscribing = false;
         while !self.closing {
             if handled == MAX_PER_ROUND || self.batch.len_bytes() >= MAX_ROUND_BYTES {
                 break;
@@ -102,6 +105,9 @@ impl Conn {
             // Renamed commands are routed by their real name; refused ones are replied to.
             let guarded = self.guarded(&parser.args(frame));
             let (cmd, frame, inline) = guarded.request(parser.args(frame), frame, inline);
+            if subscribing && !matches!(cmd.route(), Route::PubSub(_)) {
+                break;
+            }
             if self.must_start_round(&cmd) {
                 // This request moves the client to another upstream connection: everything
                 // before it must complete first, so start it in a round of its own.
@@ -146,13 +152,18 @@ impl Conn {
                 self.flush_batch().await;
                 self.silent_now = false;
             }
+            if barrier && self.subscribe_waits() {
+                subscribing = true;
+                quick = quick.until(false);
+                continue;
+            }
             if barrier || self.session.proto != proto || self.session.db != db {
                 // Later requests must wait for this one (it blocks, or they go to another
                 // upstream connection): end the round so Redis sees them in order.
                 break;
             }
             if recheck {
-                quick = self.quick().until(synced);
+                quick = self.quick().until(synced && !subscribing);
             }
         }
         self.rbuf = rbuf;
@@ -194,14 +205,30 @@ impl Conn {
                     }
             }
             // An (un)subscribe goes to Redis on the hub's connection: what came before it
-            // (a PUBLISH to the channel) must have run first.
-            Route::PubSub(_) => true,
+            // (a PUBLISH to the channel) must have run first, unless that was (un)subscribes
+            // alone, which went before it on that connection.
+            Route::PubSub(_) => !self.batch.is_empty() || !self.subscribes_alone(),
             // CLIENT TRACKING ON pins the client: what came before must run first.
             Route::Tracking => {
                 self.pin.is_none() && cmd.arg_is(1, b"TRACKING") && cmd.arg_is(2, b"ON")
             }
             _ => false,
         }
+    }
+
+    /// Whether the last reply queued is an (un)subscribe's that waits on Redis.
+    fn subscribe_waits(&self) -> bool {
+        self.replies
+            .last()
+            .is_some_and(|q| matches!(&q.reply, PendingReply::Subscribed(s) if !s.waits.is_empty()))
+    }
+
+    /// Whether every reply queued is an (un)subscribe's, answered from corral's shared
+    /// subscriptions: their upstream commands, if any, are on the hub's connection.
+    fn subscribes_alone(&self) -> bool {
+        self.replies
+            .iter()
+            .all(|q| matches!(q.reply, PendingReply::Subscribed(_)))
     }
 
     /// Whether `cmd` may write a key that a GET earlier in this round waits on a read of, sent
@@ -260,7 +287,8 @@ impl Conn {
                 // An (un)subscribe that starts or ends an upstream subscription is answered
                 // once Redis confirmed it; what the client sent after it must reach Redis
                 // after that too (a PUBLISH in the same pipeline counts, and reaches, the
-                // subscription as it would on Redis), so the round ends here.
+                // subscription as it would on Redis), so the round ends here, unless more
+                // (un)subscribes follow (`dispatch`).
                 let barrier = matches!(&reply, PendingReply::Subscribed(s) if !s.waits.is_empty());
                 self.push_reply(reply);
                 return barrier;

@@ -20,6 +20,9 @@ pub enum Fault {
     Blackhole,
     /// Every chunk is delivered this long after it was read (in order).
     Delay(Duration),
+    /// Bytes to Redis pass; Redis's bytes are held, in order, until the fault changes: a
+    /// reply that is late, with nothing lost.
+    HoldReplies,
 }
 
 /// One relayed connection: the port its upstream side uses (what Redis shows as the client's
@@ -65,8 +68,8 @@ impl Relay {
                 });
                 let (dr, dw) = down.into_split();
                 let (ur, uw) = up.into_split();
-                tokio::spawn(pump(dr, uw, fault.clone(), token.clone()));
-                tokio::spawn(pump(ur, dw, fault, token.clone()));
+                tokio::spawn(pump(dr, uw, fault.clone(), false, token.clone()));
+                tokio::spawn(pump(ur, dw, fault, true, token.clone()));
             }
         });
         Relay { addr, flows, stop }
@@ -132,18 +135,24 @@ impl Drop for Relay {
     }
 }
 
-/// Moves bytes from `rd` to `wr` per the flow's fault. A reader task and a writer task joined
-/// by a queue of (due time, bytes), so a delay holds bytes without holding up reading.
+/// Moves bytes from `rd` to `wr` per the flow's fault (`from_redis`: the direction toward
+/// corral). A reader task and a writer task joined by a queue of (due time, bytes), so a
+/// delay holds bytes without holding up reading.
 async fn pump(
     mut rd: tokio::net::tcp::OwnedReadHalf,
     mut wr: tokio::net::tcp::OwnedWriteHalf,
     fault: Arc<std::sync::Mutex<Fault>>,
+    from_redis: bool,
     stop: CancellationToken,
 ) {
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(tokio::time::Instant, Vec<u8>)>();
+    let held = fault.clone();
     let writer = async move {
         while let Some((due, bytes)) = rx.recv().await {
             tokio::time::sleep_until(due).await;
+            while from_redis && *held.lock().unwrap() == Fault::HoldReplies {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
             if wr.write_all(&bytes).await.is_err() {
                 return;
             }
@@ -160,7 +169,7 @@ async fn pump(
             let f = *fault.lock().unwrap();
             let now = tokio::time::Instant::now();
             let due = match f {
-                Fault::Pass => now,
+                Fault::Pass | Fault::HoldReplies => now,
                 Fault::Blackhole => continue,
                 Fault::Delay(d) => now + d,
             };
