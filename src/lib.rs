@@ -147,6 +147,23 @@ pub async fn run_with(
         shared.metrics.clone(),
         upstream_token.child_token(),
     ));
+    if let Some(cluster) = &shared.upstream.cluster {
+        // Until corral has the slot map, every request would get CLUSTERDOWN: clients that
+        // connect meanwhile wait in the listen backlog instead, for as long as one try at a
+        // seed may take (its connect, then its handshake). A cluster still out of reach
+        // then is answered CLUSTERDOWN until it is reached.
+        let within = cfg.connect_timeout() * 2;
+        let known = tokio::select! {
+            known = cluster.wait_for_map(within) => known,
+            () = shutdown.cancelled() => false,
+        };
+        if !known && !shutdown.is_cancelled() {
+            warn!(
+                waited_ms = within.as_millis() as u64,
+                "no slot map from the cluster yet: accepting clients, whose requests get CLUSTERDOWN until there is one"
+            );
+        }
+    }
     let tracker = TaskTracker::new();
     if let Ok(addr) = listeners.client.local_addr() {
         let tls_listen = tls_listener.as_ref().and_then(|l| l.local_addr().ok());

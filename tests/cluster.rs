@@ -529,6 +529,30 @@ async fn flushall_empties_every_master() {
     proxy.stop().await;
 }
 
+/// Requests sent the moment corral listens are served once it has the slot map, not
+/// refused CLUSTERDOWN: the seed is reached through a relay that delays every byte by
+/// 200 ms, so the first map takes several times that to arrive.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_sent_before_the_first_slot_map_wait_for_it() {
+    let cluster = RedisCluster::start(3, 0);
+    let seed: std::net::SocketAddr = cluster.seeds()[0]
+        .trim_start_matches("redis://")
+        .parse()
+        .expect("seed address");
+    let relay =
+        common::Relay::start_with(seed, common::Fault::Delay(Duration::from_millis(200))).await;
+    let proxy = common::TestProxy::spawn_with(&relay.url(), |cfg| {
+        cfg.cluster.seeds = vec![relay.url()];
+    })
+    .await;
+    let mut c = RawClient::connect(proxy.addr).await.expect("connect");
+    let started = Instant::now();
+    assert_eq!(c.cmd("SET early v").await, b"+OK\r\n");
+    assert_eq!(c.cmd("GET early").await, bulk("v"));
+    eprintln!("first reply after {:?}", started.elapsed());
+    proxy.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn randomkey_finds_the_keys_of_whichever_master_holds_them() {
     let mut cluster = RedisCluster::start(3, 0);

@@ -99,6 +99,22 @@ impl ClusterUpstream {
         self.epoch_tx.send_replace(e);
     }
 
+    /// Waits until a refresh filled the slot map, for at most `within`: true if it did.
+    pub async fn wait_for_map(&self, within: Duration) -> bool {
+        // Subscribed before looking, so a map installed in between is not missed.
+        let mut epochs = self.watch_epoch();
+        let known = || self.map().covered() > 0;
+        let filled = async {
+            while !known() {
+                if epochs.changed().await.is_err() {
+                    return;
+                }
+            }
+        };
+        let _ = tokio::time::timeout(within, filled).await;
+        known()
+    }
+
     /// The current slot map.
     pub fn map(&self) -> Arc<SlotMap> {
         self.map.read().unwrap_or_else(|p| p.into_inner()).clone()

@@ -34,7 +34,7 @@ struct Flow {
 
 /// A loopback TCP relay in front of `upstream`: point corral at [`Relay::url`], find a flow
 /// by the port Redis sees (CLIENT LIST `addr=`), and tell the relay to blackhole or delay it.
-/// New flows pass. Everything stops when the relay is dropped.
+/// New flows pass (or start with the fault given to [`Relay::start_with`]). Everything stops when the relay is dropped.
 pub struct Relay {
     pub addr: SocketAddr,
     flows: Arc<std::sync::Mutex<Vec<Flow>>>,
@@ -44,6 +44,11 @@ pub struct Relay {
 impl Relay {
     /// Starts relaying connections to `upstream` (on the current tokio runtime).
     pub async fn start(upstream: SocketAddr) -> Relay {
+        Self::start_with(upstream, Fault::Pass).await
+    }
+
+    /// [`Relay::start`] whose new flows start with `fault`.
+    pub async fn start_with(upstream: SocketAddr, first: Fault) -> Relay {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind relay");
         let addr = listener.local_addr().expect("relay addr");
         let flows: Arc<std::sync::Mutex<Vec<Flow>>> = Arc::default();
@@ -61,7 +66,7 @@ impl Relay {
                 };
                 let _ = (down.set_nodelay(true), up.set_nodelay(true));
                 let upstream_port = up.local_addr().map(|a| a.port()).unwrap_or(0);
-                let fault = Arc::new(std::sync::Mutex::new(Fault::Pass));
+                let fault = Arc::new(std::sync::Mutex::new(first));
                 list.lock().unwrap().push(Flow {
                     upstream_port,
                     fault: fault.clone(),
