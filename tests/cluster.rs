@@ -90,14 +90,39 @@ async fn keys_over_all_slots_land_on_their_owner_and_multi_key_commands_match_re
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scan_returns_every_key_exactly_once_and_keys_unions_masters() {
-    let cluster = RedisCluster::start(3, 1);
+    let mut cluster = RedisCluster::start(3, 1);
     let (proxy, mut c) = common::ready_cluster_proxy(&cluster, |_| {}).await;
+    // A keyspace smaller than COUNT comes whole in one call, cursor 0, as from one Redis,
+    // though its keys are on several masters (each done master hands over to the next).
+    assert_eq!(c.cmd("SCAN 0").await, b"*2\r\n$1\r\n0\r\n*0\r\n", "empty");
+    let small: Vec<String> = (0..6).map(|i| format!("small:{i}")).collect();
+    let owners: HashSet<u16> = small
+        .iter()
+        .map(|k| cluster.master_for_slot(key_slot(k.as_bytes())))
+        .collect();
+    assert!(owners.len() > 1, "the keys are on one master");
+    for k in &small {
+        c.request(&[b"SET", k.as_bytes(), b"x"]).await;
+    }
+    let text = String::from_utf8_lossy(&c.cmd("SCAN 0").await).into_owned();
+    assert!(text.starts_with("*2\r\n$1\r\n0\r\n*6\r\n"), "{text}");
+    let listed: HashSet<&str> = text
+        .split("\r\n")
+        .filter(|l| l.starts_with("small:"))
+        .collect();
+    assert_eq!(listed.len(), small.len(), "{text}");
+    // COUNT 2: a page stops at two keys or more, the rest comes in later calls.
+    let text = String::from_utf8_lossy(&c.cmd("SCAN 0 COUNT 2").await).into_owned();
+    assert!(!text.starts_with("*2\r\n$1\r\n0\r\n"), "{text}");
+    c.cmd("DEL small:0 small:1 small:2 small:3 small:4 small:5")
+        .await;
     let n = 500;
     for i in 0..n {
         let k = format!("scan:{i}");
         c.request(&[b"SET", k.as_bytes(), b"x"]).await;
     }
     let mut seen = HashSet::new();
+    let mut returned = 0;
     let mut cursor = "0".to_string();
     let mut rounds = 0;
     loop {
@@ -118,6 +143,7 @@ async fn scan_returns_every_key_exactly_once_and_keys_unions_masters() {
         cursor = lines.next().unwrap_or("0").to_string();
         for l in lines.filter(|l| l.starts_with("scan:")) {
             seen.insert(l.to_string());
+            returned += 1;
         }
         rounds += 1;
         assert!(rounds < 10_000, "SCAN did not finish");
@@ -130,6 +156,7 @@ async fn scan_returns_every_key_exactly_once_and_keys_unions_masters() {
         n,
         "a full SCAN through corral returns every key"
     );
+    assert_eq!(returned, n, "a key returned twice");
     let keys = c.cmd("KEYS scan:*").await;
     assert!(keys.starts_with(format!("*{n}\r\n").as_bytes()));
     // Cursors Redis reads as the largest one: the scan is over, as on Redis; not a number: the

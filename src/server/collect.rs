@@ -162,6 +162,7 @@ impl Conn {
                 match self.wait(rx, &conn).await {
                     Ok(b) => match then {
                         Then::PubSub(s) => self.user_pubsub_answered(b, *s).await,
+                        Then::Scan(walk) => self.scan_walk(b, *walk).await,
                         then => return self.reply_arrived(b, then, proto),
                     },
                     Err(e) => {
@@ -327,7 +328,8 @@ impl Conn {
                     self.wbuf.extend_from_slice(&b);
                 }
             }
-            Then::Scan { node, nodes } => self.scan_reply(&b, node, nodes),
+            // Walked on in `resolve`, which can wait for the next masters.
+            Then::Scan(walk) => self.scan_reply(&b, &walk),
             Then::Counted(count) => {
                 let b = super::pubcount::correct(&count, b, &self.all_hubs());
                 self.wbuf.extend_from_slice(&b);

@@ -1,13 +1,12 @@
 //! Cluster mode: one reply made of several nodes' replies (a split MGET/MSET/DEL..., a
-//! command fanned out to every master, a SCAN step).
+//! command fanned out to every master; SCAN's are in `scan_walk.rs`).
 
 use bytes::{Bytes, BytesMut};
 
 use super::client::Conn;
 use super::pending::Fan;
-use super::routed::NODE_BITS;
 use crate::cluster::SplitKind;
-use crate::resp::{bulk_body, int_value};
+use crate::resp::int_value;
 
 impl Conn {
     /// Merges the per-slot replies of a split command in key order.
@@ -90,34 +89,6 @@ impl Conn {
             self.wbuf.extend_from_slice(&merged);
         }
     }
-
-    /// Rewrites a node's SCAN reply cursor into corral's cursor.
-    pub(super) fn scan_reply(&mut self, reply: &Bytes, node: usize, nodes: usize) {
-        let parts = frames(reply);
-        let (Some(head), Some(cursor), Some(keys)) = (
-            reply.get(..4).filter(|h| h == b"*2\r\n"),
-            parts_of_array(reply).first().copied(),
-            parts_of_array(reply).get(1).copied(),
-        ) else {
-            let _ = parts;
-            return self.wbuf.extend_from_slice(reply);
-        };
-        let inner = bulk_body(cursor)
-            .and_then(|t| String::from_utf8_lossy(t).parse::<u64>().ok())
-            .unwrap_or(0);
-        let next = if inner != 0 {
-            (inner << NODE_BITS) | node as u64
-        } else if node + 1 < nodes {
-            (node + 1) as u64
-        } else {
-            0
-        };
-        let next = next.to_string();
-        self.wbuf.extend_from_slice(head);
-        self.wbuf
-            .extend_from_slice(format!("${}\r\n{next}\r\n", next.len()).as_bytes());
-        self.wbuf.extend_from_slice(keys);
-    }
 }
 
 /// Merges the per-slot (or per-key) replies of a split command in key order into `out`.
@@ -172,24 +143,9 @@ pub(super) fn merge_split_replies(
     }
 }
 
-/// Top-level frames of `bytes`.
-fn frames(bytes: &[u8]) -> Vec<&[u8]> {
-    crate::resp::frames(bytes).map(|f| f.bytes).collect()
-}
-
-/// The elements of an array reply.
-fn parts_of_array(reply: &[u8]) -> Vec<&[u8]> {
-    crate::resp::array_elements(reply).unwrap_or_default()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn top_level_frames() {
-        assert_eq!(frames(b"+OK\r\n:1\r\n").len(), 2);
-    }
 
     #[test]
     fn pairs_are_merged_in_the_order_asked() {

@@ -29,6 +29,7 @@ mod redirects;
 mod round;
 mod route;
 mod routed;
+mod scan_walk;
 mod shared;
 mod stateful;
 mod streamed;

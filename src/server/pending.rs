@@ -192,8 +192,8 @@ pub(super) enum Then {
     /// The MGET of the keys missing from `parts` (some values came from the cache): one
     /// reply for the `None` parts, in order.
     MGet(Vec<Option<Value>>),
-    /// Cluster mode: a SCAN step on master `node` of `nodes`.
-    Scan { node: usize, nodes: usize },
+    /// Cluster mode: a SCAN step, walked on over the next masters (`scan_walk.rs`).
+    Scan(Box<super::scan_walk::ScanWalk>),
     /// CLIENT TRACKING ON/OFF: on `+OK` the change applies.
     Tracking(super::track_state::Change),
     /// AUTH or HELLO AUTH for a Redis user (`users.rs`): on success the client is served

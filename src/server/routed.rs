@@ -277,10 +277,13 @@ fn scan(cluster: &ClusterUpstream, args: &Args<'_>, proto: Proto, client: u64) -
     Plan::Alone(Box::new(AloneReq {
         conn: Some(cluster.conn_for(addr, proto, client)),
         req: req.freeze(),
-        then: Then::Scan {
+        then: Then::Scan(Box::new(super::scan_walk::ScanWalk::new(
             node,
-            nodes: masters.len(),
-        },
+            masters.len(),
+            args.iter(),
+            proto,
+            client,
+        ))),
     }))
 }
 
