@@ -570,6 +570,8 @@ async fn requests_sent_before_the_first_slot_map_wait_for_it() {
         common::Relay::start_with(seed, common::Fault::Delay(Duration::from_millis(200))).await;
     let proxy = common::TestProxy::spawn_with(&relay.url(), |cfg| {
         cfg.cluster.seeds = vec![relay.url()];
+        // The wait is bounded by twice this: far above the relay's delays, on a slow machine too.
+        cfg.upstream.connect_timeout_ms = 5_000;
     })
     .await;
     let mut c = RawClient::connect(proxy.addr).await.expect("connect");
