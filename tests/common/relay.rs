@@ -34,7 +34,8 @@ struct Flow {
 
 /// A loopback TCP relay in front of `upstream`: point corral at [`Relay::url`], find a flow
 /// by the port Redis sees (CLIENT LIST `addr=`), and tell the relay to blackhole or delay it.
-/// New flows pass (or start with the fault given to [`Relay::start_with`]). Everything stops when the relay is dropped.
+/// New flows pass (or start with the fault given to [`Relay::start_with`]). Everything stops
+/// when the relay is dropped.
 pub struct Relay {
     pub addr: SocketAddr,
     flows: Arc<std::sync::Mutex<Vec<Flow>>>,
