@@ -328,8 +328,6 @@ impl Conn {
                     self.wbuf.extend_from_slice(&b);
                 }
             }
-            // Walked on in `resolve`, which can wait for the next masters.
-            Then::Scan(walk) => self.scan_reply(&b, &walk),
             Then::Counted(count) => {
                 let b = super::pubcount::correct(&count, b, &self.all_hubs());
                 self.wbuf.extend_from_slice(&b);
@@ -347,8 +345,9 @@ impl Conn {
                 let b = super::tracking::rewrite_redirect(&b, from, to);
                 self.wbuf.extend_from_slice(&b);
             }
-            // Applied in `resolve`, which can wait for the upstream subscriptions.
-            Then::PubSub(_) => self.wbuf.extend_from_slice(&b),
+            // Handled in `resolve`, which can wait: for the upstream subscriptions, for the
+            // next masters of a SCAN.
+            Then::PubSub(_) | Then::Scan(_) => self.wbuf.extend_from_slice(&b),
             Then::Select(db) => {
                 // The SELECT's reply, after any invalidation pushes that came before it
                 // (tracking connection), without the `SELECT 0` that followed it.

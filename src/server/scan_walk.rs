@@ -130,20 +130,6 @@ impl Conn {
         };
         encode(next, &keys, found, &mut self.wbuf);
     }
-
-    /// One master's SCAN reply with corral's cursor, not walked on (where the reply is
-    /// written without waiting).
-    pub(super) fn scan_reply(&mut self, reply: &[u8], walk: &ScanWalk) {
-        let Some((inner, keys, n)) = page(reply) else {
-            return self.wbuf.extend_from_slice(reply);
-        };
-        let next = match (inner, walk.node + 1 < walk.nodes) {
-            (0, true) => (walk.node + 1) as u64,
-            (0, false) => 0,
-            (inner, _) => (inner << NODE_BITS) | walk.node as u64,
-        };
-        encode(next, keys, n, &mut self.wbuf);
-    }
 }
 
 #[cfg(test)]
