@@ -928,3 +928,45 @@ async fn info_keyspace_counts_every_master() {
     assert_eq!(reply_text(&c.cmd("INFO keyspace").await), "# Keyspace\r\n");
     proxy.stop().await;
 }
+
+/// A pipeline's large reply from one master reaches the client while another master still
+/// holds the reply to a later request (CLIENT PAUSE WRITE parks it): a round's replies go out
+/// as they are collected, not once its last job is answered, with the cache on and off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_reply_is_written_while_a_later_master_still_holds_its_reply() {
+    let mut cluster = RedisCluster::start(3, 0);
+    let keys = keys_per_master(&mut cluster, "held", 1);
+    let (a, b) = (&keys[0], &keys[1]);
+    let (ka, (port_b, kb)) = (&a.1[0], (b.0, &b.1[0]));
+    let value = vec![b'v'; 1 << 20];
+    for cache in [true, false] {
+        let (proxy, mut c) = common::ready_cluster_proxy(&cluster, |cfg| {
+            cfg.cache.enabled = cache;
+            // The paused write must not time out meanwhile.
+            cfg.upstream.request_timeout_ms = 60_000;
+        })
+        .await;
+        assert_eq!(
+            c.request(&[b"SET", ka.as_bytes(), &value]).await,
+            b"+OK\r\n"
+        );
+        assert_eq!(
+            sync_cmd(port_b, &["CLIENT", "PAUSE", "60000", "WRITE"]),
+            b"+OK\r\n"
+        );
+        let mut pipe = common::encode(&[b"GET", ka.as_bytes()]);
+        pipe.extend(common::encode(&[b"SET", kb.as_bytes(), b"x"]));
+        c.send(&pipe).await;
+        let got = c.read_reply().await;
+        let paused = c.has_pending_reply();
+        assert_eq!(sync_cmd(port_b, &["CLIENT", "UNPAUSE"]), b"+OK\r\n");
+        assert!(
+            got == bulk(&value),
+            "cache {cache}: the GET's reply ({} bytes)",
+            got.len()
+        );
+        assert!(!paused, "cache {cache}: the SET was answered while paused");
+        assert_eq!(c.read_reply().await, b"+OK\r\n", "cache {cache}: the SET");
+        proxy.stop().await;
+    }
+}

@@ -380,3 +380,76 @@ async fn multi_key_reads_of_a_slot_split_by_a_migration_are_answered() {
     m.finish(&masters);
     proxy.stop().await;
 }
+
+/// A batch whose replies stream (large ones, reaching the client while Redis still holds a
+/// later one: CLIENT PAUSE WRITE parks the batch's SET on the source) and whose later replies
+/// are ASK redirections: the parts before go out at once, the redirections are followed, and
+/// the client sees every reply in order and none of them a redirection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_batch_follows_redirections_after_its_first_parts() {
+    let mut cluster = RedisCluster::start(3, 0);
+    let proxy = common::cluster_proxy(&cluster, |cfg| {
+        // GETs ride in the client's batch (with the cache on they are reads of its own).
+        cfg.cache.enabled = false;
+        cfg.upstream.request_timeout_ms = 60_000;
+    })
+    .await;
+    let mut c = RawClient::connect(proxy.addr).await.unwrap();
+    common::wait_cluster_ready(&mut c).await;
+
+    let slot = key_slot(b"{big}");
+    let masters = cluster.master_ports();
+    let src = cluster.master_for_slot(slot);
+    let dst = *masters.iter().find(|&&p| p != src).expect("another master");
+    let value = |i: u8| vec![b'a' + i; 1 << 20];
+    for i in 0..2u8 {
+        let key = format!("{{big}}:{i}");
+        let r = c.request(&[b"SET", key.as_bytes(), &value(i)]).await;
+        assert_eq!(r, b"+OK\r\n");
+    }
+    for line in ["SET {big}:moved old", "SET {big}:2 two"] {
+        assert_eq!(c.cmd(line).await, b"+OK\r\n", "{line}");
+    }
+    let m = SlotMigration::begin(slot, src, dst);
+    m.migrate(&["{big}:moved".to_string()]);
+    assert!(sync_cmd(src, &["GET", "{big}:moved"]).starts_with(b"-ASK "));
+
+    assert_eq!(
+        sync_cmd(src, &["CLIENT", "PAUSE", "60000", "WRITE"]),
+        b"+OK\r\n"
+    );
+    let mut pipe = Vec::new();
+    for line in [
+        "GET {big}:0",
+        "GET {big}:1",
+        "SET {big}:2 held",
+        "GET {big}:moved",
+        "SET {big}:moved new",
+        "GET {big}:2",
+    ] {
+        let w: Vec<&[u8]> = line.split(' ').map(str::as_bytes).collect();
+        pipe.extend(common::encode(&w));
+    }
+    c.send(&pipe).await;
+    let first = c.read_replies(2).await;
+    let paused = c.has_pending_reply();
+    assert_eq!(sync_cmd(src, &["CLIENT", "UNPAUSE"]), b"+OK\r\n");
+    for (i, got) in first.iter().enumerate() {
+        let want = bulk(value(i as u8));
+        assert!(got == &want, "GET {{big}}:{i} ({} bytes)", got.len());
+    }
+    assert!(!paused, "the held SET was answered while paused");
+    let rest = c.read_replies(4).await;
+    let want: [&[u8]; 4] = [b"+OK\r\n", &bulk("old"), b"+OK\r\n", &bulk("held")];
+    for (got, want) in rest.iter().zip(want) {
+        assert_eq!(show(got), show(want));
+    }
+    assert_eq!(
+        m.count_on(dst),
+        1,
+        "the moved key stayed on the importing node"
+    );
+    assert_eq!(c.cmd("GET {big}:moved").await, bulk("new"));
+    assert_eq!(sync_cmd(src, &["GET", "{big}:2"]), bulk("held"));
+    proxy.stop().await;
+}

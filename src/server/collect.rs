@@ -22,7 +22,7 @@ use crate::cluster::{Redirect, SplitKind};
 use crate::error::UpstreamError;
 use crate::resp::Proto;
 use crate::tls::Stream;
-use crate::upstream::{JobResult, UpstreamConn};
+use crate::upstream::{JobResult, STREAM_PART, UpstreamConn};
 
 /// The database the client is in after an EXEC whose reply is the last one in `replies`,
 /// given the SELECTs it queued: the last one answered `+OK` (none if EXEC did not run).
@@ -61,14 +61,10 @@ impl Conn {
             proto,
         } in replies.drain(..)
         {
-            if reply.blocks() && !self.wbuf.is_empty() {
-                // Replies held from rounds before go out before the client blocks, as Redis
-                // writes them before it blocks the client.
-                if !matches!(self.send_replies(client).await, Ok(true)) {
-                    self.apply(Effect::Gone);
-                    break;
-                }
-                self.wbuf.clear();
+            // Replies held from rounds before go out before the client blocks, as Redis
+            // writes them before it blocks the client.
+            if reply.blocks() && !self.wbuf.is_empty() && !self.write_out(client).await {
+                break;
             }
             let mark = self.wbuf.len();
             let effect = self.resolve(reply, proto, client).await;
@@ -88,10 +84,29 @@ impl Conn {
                 self.apply(Effect::Gone);
                 break;
             }
+            // Large replies go out as they are collected, not once the round's last one is
+            // in: a pipeline of large values answered by many jobs (a cluster's, one per run
+            // of requests for one node) is not held whole, twice (the jobs' replies and this
+            // buffer), before its first byte reaches the client. Under an output buffer limit
+            // the round's replies are counted whole, as Redis counts what a pipeline adds.
+            if limit == 0 && self.wbuf.len() >= STREAM_PART && !self.write_out(client).await {
+                break;
+            }
         }
         // Keep the allocation for the next round.
         self.replies = replies;
         self.replies.clear();
+    }
+
+    /// Writes the replies collected so far to the client; false (the client gone) if it
+    /// closed its side meanwhile.
+    async fn write_out(&mut self, client: &mut Stream) -> bool {
+        if !matches!(self.send_replies(client).await, Ok(true)) {
+            self.apply(Effect::Gone);
+            return false;
+        }
+        self.wbuf.clear();
+        true
     }
 
     /// Waits for one pending reply and writes it, what corral encodes in `proto` (the

@@ -125,6 +125,8 @@ pub(super) struct Streamed {
     /// Keys the batch writes, invalidated again before any of its replies is written (only
     /// `writes`, `write_mark` and `writes_all` are set).
     pub(super) after: AfterAck,
+    /// Cluster mode: each request and its slot, to follow redirections.
+    pub(super) redirects: Option<Vec<(Bytes, Option<u16>)>>,
 }
 
 impl PendingReply {

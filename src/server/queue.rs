@@ -90,14 +90,13 @@ impl Conn {
             None => self.target(),
         };
         // Replies that need nothing but writing (with the cache replies between them) once
-        // the batch's written keys are invalidated again, on a shared connection in
-        // standalone mode (no redirection to follow), whose client reads them: written as
-        // they arrive. Not under an output buffer limit, which counts a round's replies
-        // whole, as Redis counts what a pipeline read at once adds to a client's output.
+        // the batch's written keys are invalidated again, and in cluster mode redirections
+        // followed, on a shared connection whose client reads them: written as they arrive.
+        // Not under an output buffer limit, which counts a round's replies whole, as Redis
+        // counts what a pipeline read at once adds to a client's output.
         if !script
             && !skip_first
             && !conn.is_dedicated()
-            && self.shared.upstream.cluster.is_none()
             && self.exec_select.is_none()
             && !self.writes.barrier
             && !self.silent_now
@@ -107,12 +106,15 @@ impl Conn {
             let hook = (!leads.is_empty()).then(|| super::batch::lead_hook(leads));
             let rx = conn.send_streamed(bytes, count, hook).await;
             let after = self.take_writes();
+            let redirects =
+                (self.shared.upstream.cluster.is_some() && self.pin.is_none()).then_some(cmds);
             self.push_reply(PendingReply::Streamed(Box::new(Streamed {
                 rx,
                 count,
                 conn,
                 interleaved,
                 after,
+                redirects,
             })));
             return;
         }
