@@ -529,3 +529,75 @@ async fn the_cache_stays_coherent_across_a_slot_migration() {
     becomes(&mut c, key, "newer").await;
     proxy.stop().await;
 }
+
+/// GETs of `key` from every client at once, all sent while the key's master is paused
+/// (`CLIENT PAUSE 1000 ALL`, issued here; below `request_timeout_ms`): the clients back,
+/// each with its reply.
+async fn herd(clients: Vec<RawClient>, master: u16, key: &str) -> Vec<(RawClient, Vec<u8>)> {
+    assert_eq!(
+        sync_cmd(master, &["CLIENT", "PAUSE", "1000", "ALL"]),
+        b"+OK\r\n"
+    );
+    let mut tasks = JoinSet::new();
+    for mut c in clients {
+        let line = format!("GET {key}");
+        tasks.spawn(async move {
+            let got = c.cmd(&line).await;
+            (c, got)
+        });
+    }
+    let mut out = Vec::new();
+    while let Some(r) = tasks.join_next().await {
+        out.push(r.expect("GET task"));
+    }
+    out
+}
+
+/// A stampede in cluster mode: GETs of one key from 50 clients while its master is paused
+/// reach that master as one read (the first GET leads it in its batch, the others join it).
+/// Then a stampede on a key whose slot is migrating and which has moved: the read corral
+/// sends the source is answered ASK; the client whose GET led it gets the value through the
+/// redirection, and those that joined it read the key themselves: every client gets the
+/// value, none a redirection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stampede_reaches_the_master_once_and_follows_a_moved_key() {
+    let mut cluster = RedisCluster::start(3, 0);
+    let (proxy, _c) = ready_proxy(&cluster).await;
+    let slot = key_slot(b"{herd}");
+    let masters = cluster.master_ports();
+    let src = cluster.master_for_slot(slot);
+    let dst = *masters.iter().find(|&&p| p != src).expect("another master");
+    assert_eq!(sync_cmd(src, &["SET", "{herd}:still", "here"]), b"+OK\r\n");
+    assert_eq!(sync_cmd(src, &["SET", "{herd}:moved", "there"]), b"+OK\r\n");
+    let mut clients = Vec::new();
+    for _ in 0..50 {
+        clients.push(RawClient::connect(proxy.addr).await.expect("connect"));
+    }
+
+    assert_eq!(sync_cmd(src, &["CONFIG", "RESETSTAT"]), b"+OK\r\n");
+    let replies = herd(clients, src, "{herd}:still").await;
+    let mut direct = RawClient::connect(([127, 0, 0, 1], src).into())
+        .await
+        .expect("src");
+    let calls = common::redis_get_calls(&mut direct).await;
+    assert!(
+        (1..=2).contains(&calls),
+        "50 GETs of one key reached its master as {calls} GETs"
+    );
+    let mut clients = Vec::new();
+    for (c, got) in replies {
+        assert_eq!(show(&got), show(&bulk("here")));
+        clients.push(c);
+    }
+
+    let m = common::SlotMigration::begin(slot, src, dst);
+    m.migrate(&["{herd}:moved".to_string()]);
+    assert!(sync_cmd(src, &["GET", "{herd}:moved"]).starts_with(b"-ASK "));
+    for (_, got) in herd(clients, src, "{herd}:moved").await {
+        assert_eq!(show(&got), show(&bulk("there")));
+    }
+    let rest = m.keys_left(100);
+    m.migrate(&rest);
+    m.finish(&masters);
+    proxy.stop().await;
+}

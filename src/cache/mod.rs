@@ -230,23 +230,21 @@ impl Cache {
     /// Looks up a GET of `key`: a local hit, or an upstream read to wait for. A read that is
     /// started goes over the tracking lane for hot keys, else over `conn`.
     ///
-    /// With `lead`, a read that is not a tracked fill is returned as [`Lookup::Lead`] for the
-    /// caller to send in its own batch; else it is sent here over `conn`. `hash` is the key's
-    /// [`Cache::hash`]; `clock` is the client's round's (see [`Clock`]).
+    /// A read that is not a tracked fill is returned as [`Lookup::Lead`] for the caller to
+    /// send in its own batch (over `conn`, the connection to the key's node). `hash` is the
+    /// key's [`Cache::hash`]; `clock` is the client's round's (see [`Clock`]).
     pub fn get(
         &self,
         key: &[u8],
         hash: u64,
         conn: &UpstreamConn,
         node: Option<&str>,
-        lead: bool,
         clock: &mut Clock,
     ) -> Lookup {
         self.check_topology();
         let route = read::Route {
             conn,
             lane: || self.lane(node),
-            lead,
         };
         self.core.lookup(key, hash, route, clock)
     }
@@ -263,7 +261,6 @@ impl Cache {
         key: &[u8],
         hash: u64,
         conn: impl FnOnce() -> &'c UpstreamConn,
-        lead: bool,
         clock: &mut Clock,
         mut write: impl FnMut(&Entry) -> bool,
     ) -> Option<Lookup> {
@@ -273,11 +270,7 @@ impl Cache {
             hits::Begun::Served(()) => return None,
             hits::Begun::Store { front } => front,
         };
-        let route = read::Route {
-            conn: conn(),
-            lane,
-            lead,
-        };
+        let route = read::Route { conn: conn(), lane };
         match self.core.lookup_store(key, hash, route, clock, front) {
             // A hit counted in the read sketch: written too.
             Lookup::Hit(v) if v.entry().is_some_and(&mut write) => None,

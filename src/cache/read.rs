@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use dashmap::mapref::entry::Entry as MapEntry;
 
 use super::clock::Clock;
@@ -18,12 +18,8 @@ use super::presence::Held;
 use super::tracking::{LaneState, Tracking};
 use super::value::Value;
 use crate::error::UpstreamError;
-use crate::resp::encode::{encode_pttl_get, encode_request};
+use crate::resp::encode::encode_pttl_get;
 use crate::upstream::{JobResult, ReplyTo, UpstreamConn};
-
-/// Room for a one-key request's framing besides the key: `*2`, `$3`, the command, `$<len>`
-/// and the line ends.
-const REQUEST_ROOM: usize = 32;
 
 /// Outcome of a GET lookup.
 #[derive(Debug)]
@@ -65,12 +61,11 @@ impl Drop for Completer {
     }
 }
 
-/// Where a GET's read may go: `conn` (the client's upstream), or the lane `lane` finds for
-/// the key's node, if any; `lead` asks for a plain read to be returned, not sent.
+/// Where a GET's read may go: `conn` (the client's upstream, where a plain read returned as a
+/// lead goes), or the lane `lane` finds for the key's node, if any.
 pub(super) struct Route<'a, L: Fn() -> Option<Arc<LaneHandle>>> {
     pub(super) conn: &'a UpstreamConn,
     pub(super) lane: L,
-    pub(super) lead: bool,
 }
 
 impl Core {
@@ -179,24 +174,10 @@ impl Core {
             self.stats.reads.inc();
             return Lookup::Forward;
         }
-        if route.lead {
-            return self.read_led(key, hash, now, lane, route.conn, clock);
-        }
-        // No leads (a cluster): every read is in `fills`, registered under its shard's lock.
-        let key = Key::from(key);
-        let info = lane.as_ref().map(|l| l.info.clone());
-        let conn = lane.as_ref().map_or(route.conn, |l| &l.conn);
-        let fill = match self.register(&key, hash, now, clock, info, conn) {
-            Ok(fill) => fill,
-            Err(rx) => return self.joined(rx, clock),
-        };
-        match lane {
-            Some(lane) => self.start_tracked(key, fill, &lane, clock),
-            None => self.send_read(key, fill, route.conn),
-        }
+        self.read_led(key, hash, now, lane, route.conn, clock)
     }
 
-    /// The read of a GET where plain reads are leads (`route.lead`). Every read of the key is
+    /// The read of a GET: a plain read is a lead. Every read of the key is
     /// registered, and every read to join is looked for, under the lock of the key's shard of
     /// `leads`: of GETs racing here on several threads, one reads (a lead, or a tracked fill
     /// if the key is admitted) and the rest join it. A GET that found no read in flight
@@ -355,16 +336,6 @@ impl Core {
         };
         self.epochs.registered(hash);
         Ok(fill)
-    }
-
-    /// Sends a plain GET of `key` for `fill` over `conn`.
-    fn send_read(self: &Arc<Self>, key: Key, fill: Arc<Fill>, conn: &UpstreamConn) -> Lookup {
-        self.stats.reads.inc();
-        let rx = fill.waiter();
-        let mut req = BytesMut::with_capacity(REQUEST_ROOM + key.len());
-        encode_request(&[b"GET", &key], &mut req);
-        self.send(conn, req.freeze(), 1, key, fill, false);
-        Lookup::Wait(rx)
     }
 
     /// Sends the `n` commands in `req` for `fill`, to be completed as a tracked fill or a
@@ -532,7 +503,6 @@ mod tests {
         let route = || Route {
             conn: &conn,
             lane: || None,
-            lead: true,
         };
         // Into the front, and the connection warm.
         assert!(matches!(
@@ -587,7 +557,6 @@ mod tests {
             let route = Route {
                 conn: &conn,
                 lane: || None,
-                lead: true,
             };
             matches!(core.lookup(key, hash, route, clock), Lookup::Hit(_))
         };
@@ -704,7 +673,6 @@ mod tests {
                 let route = Route {
                     conn: &conn,
                     lane: || Some(lane.clone()),
-                    lead: true,
                 };
                 drop(core.lookup(&key, core.admission.hash(&key), route, clock));
             }
@@ -749,7 +717,6 @@ mod tests {
                         let route = Route {
                             conn,
                             lane: || lane.clone(),
-                            lead: true,
                         };
                         start.wait();
                         core.lookup(key, core.admission.hash(key), route, &mut Clock::default())
@@ -776,7 +743,6 @@ mod tests {
             let route = Route {
                 conn: &conn,
                 lane: || None,
-                lead: true,
             };
             core.lookup(key, core.admission.hash(key), route, &mut Clock::default())
         };
@@ -848,7 +814,6 @@ mod tests {
             let route = Route {
                 conn: &conn,
                 lane: || None,
-                lead: true,
             };
             match core.lookup(key, hash, route, &mut Clock::default()) {
                 Lookup::Lead(lead) => lead,
@@ -892,7 +857,6 @@ mod tests {
         Route {
             conn,
             lane: || None,
-            lead: true,
         }
     }
 

@@ -241,8 +241,8 @@ pub(super) fn looked_up(
     key: &[u8],
     hash: u64,
 ) -> Option<Plan> {
-    // Standalone, a leading read rides in the client's own batch.
-    let lookup = cache.get(key, hash, conn, node, node.is_none(), &mut writes.clock);
+    // A leading read rides in the client's own batch (in cluster mode, its node's).
+    let lookup = cache.get(key, hash, conn, node, &mut writes.clock);
     lookup_plan(lookup, writes, hash)
 }
 
@@ -267,7 +267,7 @@ pub(super) fn get_step_writing<'c>(
     hash: u64,
     write: impl FnMut(&Entry) -> bool,
 ) -> Written {
-    match cache.get_or_write(key, hash, conn, true, &mut writes.clock, write) {
+    match cache.get_or_write(key, hash, conn, &mut writes.clock, write) {
         None => Written::Hit,
         Some(lookup) => lookup_plan(lookup, writes, hash).map_or(Written::Forward, Written::Plan),
     }

@@ -50,7 +50,11 @@ impl Conn {
 
     /// Cluster mode: reads of one key may be served or coalesced by the cache, through the
     /// tracking lane of the key's master; writes invalidate, keyless ones (FLUSHALL) too.
-    pub(super) fn cluster_cache_step(&mut self, cmd: &Command<'_>) -> Option<Plan> {
+    pub(super) fn cluster_cache_step(
+        &mut self,
+        cmd: &Command<'_>,
+        req: &Request<'_>,
+    ) -> Option<Plan> {
         let (args, route) = (cmd.args, cmd.route());
         if let (Some(cluster), Some(cache), Route::Forward(access)) =
             (&self.shared.upstream.cluster, &self.shared.cache, route)
@@ -61,18 +65,31 @@ impl Conn {
                 self.writes.apart(|w| write_step(cache, w, access, cmd));
                 return None;
             }
-            let master = args
-                .get(1)
-                .and_then(|k| cluster.master_of(crate::cluster::key_slot(k)));
-            if let Some(master) = master {
+            let slot = args.get(1).map(crate::cluster::key_slot);
+            if let Some((slot, master)) = slot.and_then(|s| Some((s, cluster.master_of(s)?))) {
                 let conn = cluster.conn_for(&master, self.session.proto, self.session.id);
                 let node = master.to_string();
                 let step = self
                     .writes
                     .apart(|w| cache_step(cache, &conn, Some(&node), w, access, cmd, true));
-                if let Some(p) = step {
-                    return Some(p);
-                }
+                let to_node = |conn, lead| {
+                    Some(Plan::Node(Box::new(NodeReq {
+                        conn,
+                        req: req.bytes(cmd),
+                        slot: Some(slot),
+                        lead,
+                    })))
+                };
+                return match step {
+                    // The GET leads a read others may join: it goes in the batch for its
+                    // node, routed as any request (a redirection is followed for it, and its
+                    // joiners, given the redirection, read the key themselves).
+                    Some(Plan::Lead(lead)) => to_node(conn, Some(lead)),
+                    // A GET forwarded: to the master found here (the cache serves clients
+                    // whose reads go to masters), not routed a second time.
+                    None if matches!(access, Access::Get) && args.len() == 2 => to_node(conn, None),
+                    step => step,
+                };
             }
         }
         None
@@ -161,6 +178,7 @@ impl Conn {
                                 conn: cluster.conn_for(&addr, proto, self.session.id),
                                 req: req.bytes(cmd),
                                 slot: Some(slot),
+                                lead: None,
                             })))
                         }
                     }

@@ -113,6 +113,8 @@ pub(super) struct NodeReq {
     pub(super) conn: UpstreamConn,
     pub(super) req: Bytes,
     pub(super) slot: Option<u16>,
+    /// A GET whose read others may join: it leads that read in the batch.
+    pub(super) lead: Option<crate::cache::Lead>,
 }
 
 /// AUTH or HELLO AUTH as a Redis user ([`Plan::AuthUser`]).

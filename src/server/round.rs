@@ -367,11 +367,19 @@ impl Conn {
     async fn send_routed(&mut self, plan: Plan) {
         match plan {
             Plan::Node(node) => {
-                let NodeReq { conn, req, slot } = *node;
+                let NodeReq {
+                    conn,
+                    req,
+                    slot,
+                    lead,
+                } = *node;
                 if !self.batch.fits(&conn) {
                     self.flush_batch().await;
                 }
                 self.writes.join_routed();
+                if let Some(lead) = lead {
+                    self.batch.lead_next(lead);
+                }
                 self.batch.push_routed(conn, req, slot);
             }
             Plan::Split { kind, parts } => {

@@ -139,7 +139,7 @@ impl Conn {
         if let Some(password) = super::password::requirepass_set(cmd) {
             return Some(self.plan_requirepass(password, req.bytes(cmd)));
         }
-        if let Some(p) = self.cluster_cache_step(cmd) {
+        if let Some(p) = self.cluster_cache_step(cmd, req) {
             return Some(p);
         }
         if let Some(p) = self.cluster_start_multi(cmd, req) {
@@ -466,6 +466,7 @@ impl Conn {
                         conn: cluster.conn_for(&node, self.session.proto, self.session.id),
                         req,
                         slot: None,
+                        lead: None,
                     })),
                     None => {
                         self.append(&req);

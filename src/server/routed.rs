@@ -42,6 +42,7 @@ pub(super) fn route(
                 conn: cluster.conn_for(&addr, proto, client),
                 req,
                 slot: Some(slot),
+                lead: None,
             })),
             None => {
                 cluster.request_refresh();
@@ -81,6 +82,7 @@ fn any_node(cluster: &ClusterUpstream, req: Bytes, proto: Proto, client: u64) ->
         conn: cluster.conn_for(&cluster.any_node(), proto, client),
         req,
         slot: None,
+        lead: None,
     }))
 }
 

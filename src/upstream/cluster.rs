@@ -140,10 +140,14 @@ impl ClusterUpstream {
     pub fn conn_for(&self, addr: &Addr, proto: Proto, client_id: u64) -> UpstreamConn {
         let pool = {
             let mut nodes = self.nodes.lock().unwrap_or_else(|p| p.into_inner());
-            nodes
-                .entry(addr.clone())
-                .or_insert_with(|| Arc::new(self.pool(addr)))
-                .clone()
+            // Looked up before the entry API, which would copy the address every time.
+            match nodes.get(addr) {
+                Some(pool) => pool.clone(),
+                None => nodes
+                    .entry(addr.clone())
+                    .or_insert_with(|| Arc::new(self.pool(addr)))
+                    .clone(),
+            }
         };
         let list = match proto {
             Proto::Resp2 => &pool.resp2,
