@@ -33,10 +33,10 @@
 #   warm     a warm set the cache holds whole: corral-load uniform GET over WARM_KEYS (100,000)
 #            keys, -P 16 and -P 1, direct vs --no-cache vs cache on; each round first warms
 #            each cache-on target for 10 s (unmeasured), as a long-running proxy would be
-#   cluster  a 3-master cluster through corral vs one standalone Redis
-#   cluster  corral --cluster in front of a 3-master Redis Cluster (started here) against the
-#            standalone redis-server and standalone corral: redis-benchmark -c 50 -t set,get
-#            -r 100000 (keys key:NNN spread over every slot) at -P 1 (-n N) and -P 16 (--n16)
+#   cluster  corral --cluster in front of a 3-master Redis Cluster (started here), --no-cache
+#            ("cluster") and with its cache on ("clcached"), against the standalone
+#            redis-server and standalone corral: redis-benchmark -c 50 -t set,get -r 100000
+#            (keys key:NNN spread over every slot) at -P 1 (-n N) and -P 16 (--n16)
 #   tls      TLS on both sides (not in the default list; --scenarios tls): one redis-server
 #            with a plain and a TLS port (certificates made here with openssl), redis-benchmark
 #            -c 50 -t set,get at -P 1 and -P 16 against Redis plain ("rplain"), Redis TLS
@@ -237,22 +237,24 @@ start_cluster() {
   echo "bench.sh: the cluster never reached cluster_state:ok" >&2; exit 1
 }
 
-# corral --no-cache --cluster in front of the cluster; ready once it knows every slot.
+# start_corral_cluster NAME [FLAG...]: corral --cluster in front of the cluster; ready once it
+# knows every slot.
 start_corral_cluster() {
-  local port i
+  local name=$1 port i
+  shift
   port=$(free_port)
-  "${ON_SERVER[@]}" "$CORRAL" --no-cache --listen "127.0.0.1:$port" --cluster "$CLUSTER_SEEDS" \
-    --log-level warn >"$WORK/corral-cluster.log" 2>&1 &
+  "${ON_SERVER[@]}" "$CORRAL" "$@" --listen "127.0.0.1:$port" --cluster "$CLUSTER_SEEDS" \
+    --log-level warn >"$WORK/corral-$name.log" 2>&1 &
   local pid=$!
   PIDS+=("$pid")
-  wait_ready "$port" corral-cluster "$pid"
+  wait_ready "$port" "corral-$name" "$pid"
   for i in $(seq 1 100); do
     timeout 2 redis-cli -p "$port" cluster info 2>/dev/null | grep -q '^cluster_state:ok' && break
     [ "$i" = 100 ] && { echo "bench.sh: corral never saw the cluster as ok" >&2; exit 1; }
     sleep 0.1
   done
-  add_target cluster "$port" "$pid"
-  REDIS_PIDS_OF[cluster]=$CLUSTER_PIDS
+  add_target "$name" "$port" "$pid"
+  REDIS_PIDS_OF[$name]=$CLUSTER_PIDS
 }
 
 # measure SCENARIO TEST TARGET ROUND PARSER -- CMD...: runs CMD with the CPU counters of
@@ -326,7 +328,7 @@ scenario_cluster() {
       n=$N
       [ "$pipe" = 16 ] && n=$N16
       for test in set get; do
-        for target in direct corral cluster; do
+        for target in direct corral cluster clcached; do
           measure "cl-p$pipe" "${test^^}" "$target" "$r" "parse_rb $n" -- \
             redis-benchmark -h 127.0.0.1 -p "${PORT[$target]}" -c "$CLIENTS" -n "$n" \
             -r 100000 -t "$test" -P "$pipe" --csv
@@ -599,7 +601,7 @@ if [ -n "$BASELINE" ]; then
   start_corral basecached "$BASELINE"
 fi
 case " $SCENARIOS " in
-  *" cluster "*) start_cluster; start_corral_cluster ;;
+  *" cluster "*) start_cluster; start_corral_cluster cluster --no-cache; start_corral_cluster clcached ;;
 esac
 
 # Warm every path (connections, allocator, page cache) before anything is recorded.
@@ -658,10 +660,10 @@ titles = {
     "p1": f"redis-benchmark -c 50 -n {n} -P 1",
     "p16": f"redis-benchmark -c 50 -n {n16} -P 16",
     "load": f"corral-load -c 50 -P 16, Zipf(0.99) over {load_keys} keys, 90% GET, {load_s} s",
-    "cl-p1": f"cluster: redis-benchmark -c 50 -n {n} -r 100000 -P 1; cluster = corral over 3 masters,"
-             " redis us/req summed over the masters",
-    "cl-p16": f"cluster: redis-benchmark -c 50 -n {n16} -r 100000 -P 16; cluster = corral over 3 masters,"
-              " redis us/req summed over the masters",
+    "cl-p1": f"cluster: redis-benchmark -c 50 -n {n} -r 100000 -P 1; cluster = corral --no-cache"
+             " over 3 masters, clcached = with its cache on, redis us/req summed over the masters",
+    "cl-p16": f"cluster: redis-benchmark -c 50 -n {n16} -r 100000 -P 16; cluster = corral --no-cache"
+              " over 3 masters, clcached = with its cache on, redis us/req summed over the masters",
     **{f"{w}-p{p}": f"corral-load -c 50 -P {p}, {d} over {load_keys} keys, {load_s} s after"
        f" {warmup} s unmeasured on the cache-on targets;"
        " corral = --no-cache, cached = cache on"
@@ -695,7 +697,8 @@ for sc, test in order:
               f"{'proxy us/req':>14}{'redis us/req':>14}{'idle %':>8}")
         last = sc
     m = {}
-    for target in ("direct", "nutcracker", "corral", "cached", "cluster", "base", "basecached",
+    for target in ("direct", "nutcracker", "corral", "cached", "cluster", "clcached", "base",
+                   "basecached",
                    "rplain", "rtls", "cplain", "ctls"):
         key = (sc, test, target)
         if key not in runs:
@@ -733,6 +736,13 @@ for sc, test in order:
         kc = ratio(sc, test, "cluster", "corral")
         print(f"     throughput ratios (median of per-round ratios): cluster/direct {kd:.2f}"
               f"  cluster/corral {kc:.2f}  corral/direct {ratio(sc, test, 'corral', 'direct'):.2f}")
+    if {"cluster", "clcached"} <= m.keys():
+        on_off = ratio(sc, test, "clcached", "cluster")
+        cpu = m["clcached"][2] / m["cluster"][2]
+        print(f"     cluster, cache on against --no-cache (median of per-round ratios): throughput"
+              f" {on_off:.2f}, proxy CPU per request {cpu:.2f}")
+        checks.append((f"{sc} {test} clcached/cluster throughput", on_off, ">=", 0.95))
+        checks.append((f"{sc} {test} clcached/cluster proxy CPU per request", cpu, "<=", 1.1))
     if {"direct", "nutcracker", "corral"} <= m.keys():
         cd = ratio(sc, test, "corral", "direct")
         ct = ratio(sc, test, "corral", "nutcracker")
