@@ -37,9 +37,9 @@ pub(super) fn route(
         return keyless(cluster, name, args, req, proto, client);
     }
     match crate::cluster::keys::keys_slot(&positions, args) {
-        KeySlot::One(slot) => match node_for(cluster, cmd.access(), slot, client) {
-            Some(addr) => Plan::Node(Box::new(NodeReq {
-                conn: cluster.conn_for(&addr, proto, client),
+        KeySlot::One(slot) => match cluster.slot_conn(slot, reads(cmd.access()), proto, client) {
+            Some(conn) => Plan::Node(Box::new(NodeReq {
+                conn,
                 req,
                 slot: Some(slot),
                 lead: None,
@@ -63,18 +63,9 @@ pub(super) fn route(
     }
 }
 
-/// The node for a request on `slot`: a replica for read-only commands when `read_from` says
-/// so, else the master.
-fn node_for(
-    cluster: &ClusterUpstream,
-    access: Option<Access>,
-    slot: u16,
-    client: u64,
-) -> Option<Addr> {
-    match access {
-        Some(Access::Get | Access::MGet | Access::Read) => cluster.read_node(slot, client),
-        _ => cluster.master_of(slot),
-    }
+/// Whether a command with this access reads only (see `ClusterUpstream::read_node`).
+fn reads(access: Option<Access>) -> bool {
+    matches!(access, Some(Access::Get | Access::MGet | Access::Read))
 }
 
 fn any_node(cluster: &ClusterUpstream, req: Bytes, proto: Proto, client: u64) -> Plan {

@@ -36,7 +36,8 @@ pub struct ClusterUpstream {
     connections: usize,
     seeds: Vec<Addr>,
     map: RwLock<Arc<SlotMap>>,
-    nodes: Mutex<HashMap<Addr, Arc<NodePool>>>,
+    /// Looked up for every request routed: hashed with foldhash, not SipHash.
+    nodes: Mutex<HashMap<Addr, Arc<NodePool>, foldhash::fast::RandomState>>,
     refresh: Notify,
     status: Arc<UpstreamStatus>,
     shutdown: CancellationToken,
@@ -63,7 +64,7 @@ impl ClusterUpstream {
             connections,
             seeds,
             map: RwLock::new(Arc::new(SlotMap::new())),
-            nodes: Mutex::new(HashMap::new()),
+            nodes: Mutex::new(HashMap::default()),
             refresh: Notify::new(),
             status,
             shutdown,
@@ -161,6 +162,9 @@ impl ClusterUpstream {
     pub fn read_node(&self, slot: u16, client_id: u64) -> Option<Addr> {
         let map = self.map();
         let shard = map.shard(slot)?;
+        if self.read_from == ReadFrom::Master {
+            return Some(shard.master.addr.clone());
+        }
         let online: Vec<&Addr> = shard
             .replicas
             .iter()
@@ -178,6 +182,25 @@ impl ClusterUpstream {
                 Some(pick(&all))
             }
         }
+    }
+
+    /// The shared connection a client with this id uses for a request on `slot`: to its
+    /// master, or (`read`, a read-only command) to the node [`ClusterUpstream::read_node`]
+    /// picks. Nothing is copied on the common path (the master, or reads from masters).
+    pub fn slot_conn(
+        &self,
+        slot: u16,
+        read: bool,
+        proto: Proto,
+        client_id: u64,
+    ) -> Option<UpstreamConn> {
+        if read && self.read_from != ReadFrom::Master {
+            let addr = self.read_node(slot, client_id)?;
+            return Some(self.conn_for(&addr, proto, client_id));
+        }
+        let map = self.map();
+        let master = &map.shard(slot)?.master.addr;
+        Some(self.conn_for(master, proto, client_id))
     }
 
     /// Whether `addr` is a replica in the current map (its connections send READONLY).
