@@ -13,12 +13,10 @@ use tracing::warn;
 
 use super::client::Conn;
 use super::pending::{
-    AfterAck, AloneReply, Between, Blocking, Effect, Fan, Forwarded, Part, PendingReply, Queued,
-    Then,
+    AfterAck, AloneReply, Between, Blocking, Effect, Forwarded, PendingReply, Queued, Then,
 };
 use super::subscriber::encode_message;
 use super::{info, mget};
-use crate::cluster::{Redirect, SplitKind};
 use crate::error::UpstreamError;
 use crate::resp::Proto;
 use crate::tls::Stream;
@@ -285,46 +283,6 @@ impl Conn {
         };
         self.write_interleaved(result, count, interleaved).await;
         selected.map(Effect::Database)
-    }
-
-    /// Cluster mode: a split request's parts, each retried where the cluster says, merged.
-    async fn resolve_split(
-        &mut self,
-        kind: SplitKind,
-        parts: Vec<(oneshot::Receiver<JobResult>, Part)>,
-    ) {
-        let mut replies = Vec::with_capacity(parts.len());
-        for (rx, part) in parts {
-            let reply = match self.wait(rx, &part.conn).await {
-                Ok(b) => match Redirect::parse(&b) {
-                    Some(r) => self.retry(&part.req, Some(part.slot), r, &part.conn).await,
-                    None => b,
-                },
-                Err(e) => e.to_reply(),
-            };
-            replies.push((part.keys, reply));
-        }
-        self.merge_split(kind, &replies);
-    }
-
-    /// Cluster mode: every master's reply to a fanned-out request, combined.
-    async fn resolve_fanout(
-        &mut self,
-        how: Fan,
-        parts: Vec<(oneshot::Receiver<JobResult>, UpstreamConn, Bytes)>,
-    ) {
-        let mut replies = Vec::with_capacity(parts.len());
-        for (rx, conn, req) in parts {
-            let reply = match self.wait(rx, &conn).await {
-                Ok(b) => match Redirect::parse(&b) {
-                    Some(r) => self.retry(&req, None, r, &conn).await,
-                    None => b,
-                },
-                Err(e) => e.to_reply(),
-            };
-            replies.push(reply);
-        }
-        self.merge_fanout(how, &replies);
     }
 
     /// Writes the one reply of a request sent on its own, handled as `then` says; returns the

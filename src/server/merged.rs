@@ -3,12 +3,62 @@
 
 use bytes::{Bytes, BytesMut};
 
+use tokio::sync::oneshot;
+
 use super::client::Conn;
-use super::pending::Fan;
-use crate::cluster::SplitKind;
+use super::pending::{Fan, Part};
+use crate::cluster::{Redirect, SplitKind};
 use crate::resp::int_value;
+use crate::upstream::{JobResult, UpstreamConn};
 
 impl Conn {
+    /// Cluster mode: a split request's parts, each retried where the cluster says, merged.
+    pub(super) async fn resolve_split(
+        &mut self,
+        kind: SplitKind,
+        parts: Vec<(oneshot::Receiver<JobResult>, Part)>,
+    ) {
+        let mut replies = Vec::with_capacity(parts.len());
+        for (rx, part) in parts {
+            let reply = self
+                .node_reply(rx, &part.req, Some(part.slot), &part.conn)
+                .await;
+            replies.push((part.keys, reply));
+        }
+        self.merge_split(kind, &replies);
+    }
+
+    /// Cluster mode: every master's reply to a fanned-out request, combined.
+    pub(super) async fn resolve_fanout(
+        &mut self,
+        how: Fan,
+        parts: Vec<(oneshot::Receiver<JobResult>, UpstreamConn, Bytes)>,
+    ) {
+        let mut replies = Vec::with_capacity(parts.len());
+        for (rx, conn, req) in parts {
+            replies.push(self.node_reply(rx, &req, None, &conn).await);
+        }
+        self.merge_fanout(how, &replies);
+    }
+
+    /// One node's reply to `req` (sent on `conn`, for `slot`), retried where a redirection
+    /// says; an error's reply if it failed.
+    async fn node_reply(
+        &mut self,
+        rx: oneshot::Receiver<JobResult>,
+        req: &Bytes,
+        slot: Option<u16>,
+        conn: &UpstreamConn,
+    ) -> Bytes {
+        match self.wait(rx, conn).await {
+            Ok(b) => match Redirect::parse(&b) {
+                Some(r) => self.retry(req, slot, r, conn).await,
+                None => b,
+            },
+            Err(e) => e.to_reply(),
+        }
+    }
+
     /// Merges the per-slot replies of a split command in key order.
     pub(super) fn merge_split(&mut self, kind: SplitKind, parts: &[(Vec<usize>, Bytes)]) {
         if kind != SplitKind::Pairs {
