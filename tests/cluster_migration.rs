@@ -453,3 +453,81 @@ async fn a_streamed_batch_follows_redirections_after_its_first_parts() {
     assert_eq!(sync_cmd(src, &["GET", "{big}:2"]), bulk("held"));
     proxy.stop().await;
 }
+
+/// A pipeline over every master goes as one batch per node, each run of requests taking
+/// its replies from its node's batch in request order. A redirection inside a run (ASK for
+/// a migrated key) is followed for its request alone, and a write redirected so is read
+/// back, from where it went, by the GETs after it; with the cache on too, where the keys
+/// read again become hits between the runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pipeline_gathered_per_master_follows_redirections_inside_its_runs() {
+    let mut cluster = RedisCluster::start(3, 0);
+    let masters = cluster.master_ports();
+    let mut keys = Vec::new();
+    for &m in &masters {
+        let key = (0..)
+            .map(|i| format!("gathered:{i}"))
+            .find(|k| cluster.master_for_slot(key_slot(k.as_bytes())) == m)
+            .unwrap_or_default();
+        keys.push(key);
+    }
+    let slot = key_slot(b"{mv}");
+    let src = cluster.master_for_slot(slot);
+    let dst = *masters.iter().find(|&&p| p != src).expect("another master");
+    assert_eq!(sync_cmd(src, &["SET", "{mv}:a", "start"]), b"+OK\r\n");
+    let m = SlotMigration::begin(slot, src, dst);
+    m.migrate(&["{mv}:a".to_string()]);
+    assert!(sync_cmd(src, &["GET", "{mv}:a"]).starts_with(b"-ASK "));
+
+    for cache in [false, true] {
+        let proxy = common::cluster_proxy(&cluster, |cfg| {
+            cfg.cache.enabled = cache;
+            cfg.cache.hot_threshold = 2;
+        })
+        .await;
+        let mut c = RawClient::connect(proxy.addr).await.unwrap();
+        common::wait_cluster_ready(&mut c).await;
+        // The migrated key's value, as the last round (or the first proxy's) left it.
+        let mut before = if cache { "false:3" } else { "start" }.to_string();
+        for round in 0..4 {
+            let mut pipe = Vec::new();
+            let mut want: Vec<Vec<u8>> = Vec::new();
+            let mut line = |l: String, reply: Vec<u8>| {
+                let w: Vec<&[u8]> = l.split(' ').map(str::as_bytes).collect();
+                pipe.extend(common::encode(&w));
+                want.push(reply);
+            };
+            let value = |i: usize| format!("{cache}:{round}:{i}");
+            for (i, k) in keys.iter().enumerate() {
+                line(format!("SET {k} {}", value(i)), b"+OK\r\n".to_vec());
+            }
+            line("GET {mv}:a".into(), bulk(&before));
+            for (i, k) in keys.iter().enumerate().rev() {
+                line(format!("GET {k}"), bulk(value(i)));
+            }
+            let now = format!("{cache}:{round}");
+            line(format!("SET {{mv}}:a {now}"), b"+OK\r\n".to_vec());
+            line("GET {mv}:a".into(), bulk(&now));
+            for (i, k) in keys.iter().enumerate() {
+                line(format!("GET {k}"), bulk(value(i)));
+                line("GET {mv}:a".into(), bulk(&now));
+            }
+            c.send(&pipe).await;
+            let got = c.read_replies(want.len()).await;
+            for (n, (got, want)) in got.iter().zip(&want).enumerate() {
+                assert_eq!(
+                    show(got),
+                    show(want),
+                    "cache {cache}, round {round}, reply {n}"
+                );
+            }
+            before = now;
+        }
+        assert_eq!(
+            m.count_on(dst),
+            1,
+            "the moved key stayed on the importing node"
+        );
+        proxy.stop().await;
+    }
+}

@@ -78,6 +78,16 @@ impl Batch {
         self.count += 1;
     }
 
+    /// Where the batch goes, once it has a request.
+    pub(super) fn conn(&self) -> Option<&UpstreamConn> {
+        self.conn.as_ref()
+    }
+
+    /// Requests in the batch.
+    pub(super) fn count(&self) -> u32 {
+        self.count
+    }
+
     /// Whether a request for `conn` can join the batch (it is empty or goes there too).
     pub(super) fn fits(&self, conn: &UpstreamConn) -> bool {
         self.count == 0 || self.conn.as_ref().is_some_and(|c| c.same(conn))

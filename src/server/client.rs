@@ -42,6 +42,8 @@ pub(super) struct Conn {
     pub(super) local: BytesMut,
     /// Forwarded requests not yet handed to the upstream.
     pub(super) batch: Batch,
+    /// Cluster mode: the round's batches for other nodes, and its gathered jobs.
+    pub(super) gather: super::gather::Gather,
     /// Writes in this round and batch, for the cache.
     pub(super) writes: Writes,
     /// This round's GETs as the cache's look-ahead found them.
@@ -120,6 +122,7 @@ impl Conn {
             wbuf: BytesMut::with_capacity(READ_CHUNK),
             local: BytesMut::new(),
             batch: Batch::default(),
+            gather: super::gather::Gather::default(),
             writes: Writes::new(
                 shared
                     .cache

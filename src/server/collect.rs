@@ -91,6 +91,8 @@ impl Conn {
                 break;
             }
         }
+        // Jobs whose segments were not all written (the client went away) are dropped.
+        self.gather.jobs.clear();
         // Keep the allocation for the next round.
         self.replies = replies;
         self.replies.clear();
@@ -137,6 +139,9 @@ impl Conn {
                 return self
                     .upstream_answered(result, count, &conn, after, interleaved)
                     .await;
+            }
+            PendingReply::Segment { job, count } => {
+                return self.resolve_segment(job, count, client).await;
             }
             PendingReply::Streamed(streamed) => {
                 return self.resolve_streamed(*streamed, client).await;

@@ -73,6 +73,10 @@ pub(super) enum PendingReply {
     /// their writing (with the cache replies between them) and its written keys' second
     /// invalidation: large ones are written as they come (see [`Reply`]).
     Streamed(Box<Streamed>),
+    /// Cluster mode: the next `count` replies of job `job`, a batch for one node that
+    /// gathered the round's requests for it between requests for others (`gather.rs`,
+    /// `segments.rs`).
+    Segment { job: u32, count: u32 },
     /// Cluster mode: a multi-key request split per slot, merged in key order.
     Split {
         kind: SplitKind,

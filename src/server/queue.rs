@@ -60,6 +60,15 @@ impl Conn {
     /// are: Redis sends them as pushes, which CLIENT REPLY OFF/SKIP does not silence, in
     /// either protocol (a client waiting for them would hang).
     pub(super) fn push_reply(&mut self, reply: PendingReply) {
+        // A gathered batch's open run comes before it (`gather.rs`).
+        if self.gather.run_open(&self.batch) {
+            self.end_run();
+        }
+        self.queue(reply);
+    }
+
+    /// Queues a pending reply as [`Conn::push_reply`] does, after everything queued so far.
+    pub(super) fn queue(&mut self, reply: PendingReply) {
         let silent = !matches!(reply, PendingReply::Subscribed(_))
             && (self.silent_now || self.reply_mode == ReplyMode::Off);
         self.replies.push(Queued {
@@ -71,6 +80,9 @@ impl Conn {
 
     /// Hands the pending forwarded requests to the upstream as one job.
     pub(super) async fn flush_batch(&mut self) {
+        if self.gather.active() {
+            self.flush_gathered().await;
+        }
         let Some(Taken {
             bytes,
             count,

@@ -50,7 +50,8 @@ impl Conn {
         // (un)subscribes: those go to Redis in order on the hub's connection.
         let mut subscribing = false;
         while !self.closing {
-            if handled == MAX_PER_ROUND || self.batch.len_bytes() >= MAX_ROUND_BYTES {
+            let queued = self.batch.len_bytes() + self.gather.parked_bytes();
+            if handled == MAX_PER_ROUND || queued >= MAX_ROUND_BYTES {
                 break;
             }
             if quick.gets
@@ -265,6 +266,14 @@ impl Conn {
                 let proto = self.session.proto;
                 self.batch.interleave(Interleaved::Fill { rx, proto });
             }
+            // Cluster mode: the batch so far stays open for later requests to its node, its
+            // run of requests ended before the cache's reply (`gather.rs`).
+            Plan::Reply(r @ (PendingReply::Value(_) | PendingReply::Fill { .. }))
+                if !self.batch.is_empty() && self.may_gather() =>
+            {
+                self.end_run();
+                self.queue(r);
+            }
             plan => return Err(plan),
         }
         Ok(())
@@ -373,7 +382,12 @@ impl Conn {
                     slot,
                     lead,
                 } = *node;
-                if !self.batch.fits(&conn) {
+                // A request whose batch waits for the lane once answered (a script) is not
+                // gathered: the batches so far go first.
+                if self.writes.routed_barrier() && self.gather.active() {
+                    self.flush_batch().await;
+                }
+                if !self.batch.fits(&conn) && !self.switch_batch(&conn) {
                     self.flush_batch().await;
                 }
                 self.writes.join_routed();

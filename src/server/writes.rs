@@ -6,6 +6,7 @@
 use std::hash::BuildHasher;
 
 use super::noted::{Note, RoundNotes};
+use super::pending::AfterAck;
 use crate::cache::{Cache, Clock, FillRx, Unacked};
 
 /// Most keys collected from the writes queued in one MULTI; past this, EXEC flushes the
@@ -65,6 +66,18 @@ pub(super) struct BatchPart {
 }
 
 impl BatchPart {
+    /// What is run once the batch is acknowledged: its keys invalidated again, the cache
+    /// flushed if it may have changed every key. (A batch whose part waits for the lane,
+    /// `barrier`, is never set aside: see `gather.rs`.)
+    pub(super) fn into_after(self) -> AfterAck {
+        AfterAck {
+            writes: self.keys,
+            write_mark: self.mark.unwrap_or(0),
+            writes_all: self.all,
+            ..AfterAck::default()
+        }
+    }
+
     fn is_empty(&self) -> bool {
         self.keys.len() == 0
             && self.keys.unacked.is_empty()
@@ -206,7 +219,7 @@ impl Writes {
     }
 
     /// The current batch's part, taken (empty in its place).
-    fn take_part(&mut self) -> BatchPart {
+    pub(super) fn take_part(&mut self) -> BatchPart {
         BatchPart {
             keys: std::mem::take(&mut self.keys),
             mark: self.mark.take(),
@@ -217,7 +230,7 @@ impl Writes {
 
     /// Adds `part` to the current batch's: its keys and holds, and the earlier of the two
     /// marks (an earlier mark only invalidates more once acknowledged).
-    fn add_part(&mut self, mut part: BatchPart) {
+    pub(super) fn add_part(&mut self, mut part: BatchPart) {
         if self.keys.len() == 0 && self.keys.unacked.is_empty() {
             std::mem::swap(&mut self.keys, &mut part.keys);
         } else {
@@ -252,6 +265,12 @@ impl Writes {
         if let Some(part) = self.routed.take() {
             self.add_part(part);
         }
+    }
+
+    /// Whether the request [`Writes::apart`] kept apart waits for the lane once
+    /// acknowledged (a script).
+    pub(super) fn routed_barrier(&self) -> bool {
+        self.routed.as_ref().is_some_and(|p| p.barrier)
     }
 
     /// The request [`Writes::apart`] kept apart is not forwarded: its holds are released.

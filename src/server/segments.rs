@@ -1,0 +1,208 @@
+//! Writing the segments of a gathered job (`gather.rs`): each takes the job's next replies,
+//! as many as its run had requests, from the parts the connection hands over as they
+//! arrive. The job's written keys are invalidated again as each part arrives (the part
+//! holding a write's acknowledgement came after Redis ran it) and after each redirection
+//! followed (a redirected write runs where it is retried); their holds are released once
+//! the job's last segment is written.
+
+use bytes::{Bytes, BytesMut};
+use tokio::sync::mpsc::UnboundedReceiver;
+use tokio::sync::oneshot;
+
+use super::client::Conn;
+use super::pending::{AfterAck, Effect};
+use crate::cluster::Redirect;
+use crate::error::UpstreamError;
+use crate::tls::Stream;
+use crate::upstream::{JobResult, Reply, STREAM_PART, UpstreamConn};
+
+/// A gathered job sent, and how far its segments have taken its replies.
+pub(super) struct SentJob {
+    /// Where its first part (or all of its replies) arrives, until it has.
+    first: Option<oneshot::Receiver<Reply>>,
+    /// Where its later parts arrive, if they come in parts.
+    rest: Option<UnboundedReceiver<JobResult>>,
+    /// The part being taken from, and how far.
+    part: Bytes,
+    at: usize,
+    conn: UpstreamConn,
+    after: AfterAck,
+    /// Each request and its slot, to follow redirections.
+    cmds: Vec<(Bytes, Option<u16>)>,
+    /// Replies written so far.
+    done: u32,
+    count: u32,
+    /// The error that ended its replies: it answers those that did not come.
+    failed: Option<UpstreamError>,
+}
+
+impl SentJob {
+    /// A job of `count` requests (`cmds`) sent on `conn`, its replies arriving at `rx`.
+    pub(super) fn new(
+        rx: oneshot::Receiver<Reply>,
+        count: u32,
+        conn: UpstreamConn,
+        after: AfterAck,
+        cmds: Vec<(Bytes, Option<u16>)>,
+    ) -> SentJob {
+        SentJob {
+            first: Some(rx),
+            rest: None,
+            part: Bytes::new(),
+            at: 0,
+            conn,
+            after,
+            cmds,
+            done: 0,
+            count,
+            failed: None,
+        }
+    }
+}
+
+/// A redirection among a job's replies, where its frame ends in the part.
+struct Redirected {
+    redirect: Redirect,
+    end: usize,
+}
+
+impl Conn {
+    /// Writes the next `count` replies of gathered job `job`; the buffer goes out to
+    /// `client` each time it holds [`STREAM_PART`] bytes.
+    pub(super) async fn resolve_segment(
+        &mut self,
+        job: u32,
+        count: u32,
+        client: &mut Stream,
+    ) -> Option<Effect> {
+        let taken = self
+            .gather
+            .jobs
+            .get_mut(job as usize)
+            .and_then(Option::take);
+        let Some(mut j) = taken else {
+            // Every job is sent before its round's replies are collected.
+            let lost = UpstreamError::BadReply {
+                cause: "reply of a gathered batch lost".into(),
+            };
+            self.upstream_error(&lost, count);
+            return None;
+        };
+        let mut left = count;
+        let mut effect = None;
+        while left > 0 {
+            if let Some(e) = &j.failed {
+                let e = e.clone();
+                self.upstream_error(&e, left);
+                j.done += left;
+                break;
+            }
+            let (written, redirected) = self.copy_replies(&mut j, left);
+            left -= written;
+            if let Some(Redirected { redirect, end }) = redirected {
+                let reply = match j.cmds.get(j.done as usize) {
+                    Some((cmd, slot)) => self.retry(cmd, *slot, redirect, &j.conn).await,
+                    None => j.part.slice(j.at..end),
+                };
+                self.wbuf.extend_from_slice(&reply);
+                self.invalidate_after(&j.after);
+                j.at = end;
+                j.done += 1;
+                left -= 1;
+                continue;
+            }
+            if left == 0 {
+                break;
+            }
+            if self.wbuf.len() >= STREAM_PART {
+                if !matches!(self.send_replies(client).await, Ok(true)) {
+                    effect = Some(Effect::Gone);
+                    break;
+                }
+                self.wbuf.clear();
+            }
+            self.next_part(&mut j).await;
+        }
+        if j.done < j.count && effect.is_none() {
+            if let Some(slot) = self.gather.jobs.get_mut(job as usize) {
+                *slot = Some(j);
+            }
+        } else {
+            self.writes.recycle(std::mem::take(&mut j.after.writes));
+        }
+        effect
+    }
+
+    /// Copies up to `want` of the job's replies from its part (with the pushes before
+    /// them), stopping at a redirection; returns how many it copied, and the redirection.
+    fn copy_replies(&mut self, j: &mut SentJob, want: u32) -> (u32, Option<Redirected>) {
+        let rest = &j.part[j.at..];
+        let mut frames = crate::resp::frames(rest);
+        let (mut end, mut n, mut redirected) = (0, 0, None);
+        while n < want {
+            let Some(f) = frames.next() else { break };
+            if !f.push
+                && f.bytes.first() == Some(&b'-')
+                && let Some(redirect) = Redirect::parse(f.bytes)
+            {
+                redirected = Some(Redirected {
+                    redirect,
+                    end: j.at + f.end(),
+                });
+                break;
+            }
+            end = f.end();
+            n += u32::from(!f.push);
+        }
+        self.wbuf.extend_from_slice(&rest[..end]);
+        j.at += end;
+        j.done += n;
+        (n, redirected)
+    }
+
+    /// Waits for the job's next part (its replies, whole, if they came so); an incomplete
+    /// frame left at the end of the last one is kept before it.
+    async fn next_part(&self, j: &mut SentJob) {
+        let next = if let Some(rx) = j.first.take() {
+            match self.wait_for(rx, &j.conn).await {
+                Ok(Ok(Reply::Whole(r))) => r,
+                Ok(Ok(Reply::Parts(first, rest))) => {
+                    j.rest = Some(rest);
+                    Ok(first)
+                }
+                Ok(Err(_)) => Err(UpstreamError::ShuttingDown),
+                Err(e) => Err(e),
+            }
+        } else if let Some(rest) = &mut j.rest {
+            match self.wait_for(rest.recv(), &j.conn).await {
+                Ok(Some(r)) => r,
+                Ok(None) => Err(missing()),
+                Err(e) => Err(e),
+            }
+        } else {
+            Err(missing())
+        };
+        // Whatever the outcome, the writes may have run.
+        self.invalidate_after(&j.after);
+        match next {
+            Ok(b) if j.at < j.part.len() => {
+                let mut joined = BytesMut::from(&j.part[j.at..]);
+                joined.extend_from_slice(&b);
+                j.part = joined.freeze();
+                j.at = 0;
+            }
+            Ok(b) => {
+                j.part = b;
+                j.at = 0;
+            }
+            Err(e) => j.failed = Some(e),
+        }
+    }
+}
+
+/// The error for replies a job's connection never handed over.
+fn missing() -> UpstreamError {
+    UpstreamError::BadReply {
+        cause: "missing reply in batch".into(),
+    }
+}
