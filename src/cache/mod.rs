@@ -210,10 +210,11 @@ impl Cache {
     /// The tracking lane for a read from `node` (standalone: `None`, the upstream's lane). In
     /// cluster mode lanes come and go with the masters; a node without one (not a master in
     /// the current map) gets no tracked reads.
-    fn lane(&self, node: Option<&str>) -> Option<Arc<LaneHandle>> {
+    /// The node's address is formatted here, once a read needs a lane, not for every GET.
+    fn lane(&self, node: Option<&crate::cluster::Addr>) -> Option<Arc<LaneHandle>> {
         match node {
             None => self.default_lane.clone(),
-            Some(addr) => self.lanes.get(addr),
+            Some(addr) => self.lanes.get(&addr.to_string()),
         }
     }
 
@@ -238,7 +239,7 @@ impl Cache {
         key: &[u8],
         hash: u64,
         conn: &UpstreamConn,
-        node: Option<&str>,
+        node: Option<&crate::cluster::Addr>,
         clock: &mut Clock,
     ) -> Lookup {
         self.check_topology();
@@ -249,23 +250,26 @@ impl Cache {
         self.core.lookup(key, hash, route, clock)
     }
 
-    /// [`Cache::get`] of a standalone upstream's GET, but a hit in this thread's front (most
-    /// hits of a warm connection) is handed to `write`, which writes its reply where the
-    /// caller wants it at once, and no reference to the entry is taken: `None` then. `write`
-    /// may decline the entry (false), which is then looked up as [`Cache::get`] would, with
-    /// `conn` asked for where a read goes only then. A hit in the store is handed to `write`
+    /// [`Cache::get`], but a hit in this thread's front (most hits of a warm connection) is
+    /// handed to `write`, which writes its reply where the caller wants it at once, and no
+    /// reference to the entry is taken: `None` then. `write` may decline the entry (false),
+    /// which is then looked up as [`Cache::get`] would, with `conn` asked for where a read
+    /// goes only then (a hit needs no connection). A hit in the store is handed to `write`
     /// as well.
     #[inline]
     pub fn get_or_write<'c>(
         &self,
         key: &[u8],
         hash: u64,
-        conn: impl FnOnce() -> &'c UpstreamConn,
+        (conn, node): (
+            impl FnOnce() -> &'c UpstreamConn,
+            Option<&crate::cluster::Addr>,
+        ),
         clock: &mut Clock,
         mut write: impl FnMut(&Entry) -> bool,
     ) -> Option<Lookup> {
         self.check_topology();
-        let lane = || self.lane(None);
+        let lane = || self.lane(node);
         let front = match (self.core).begin(key, hash, &lane, clock, |e| write(e).then_some(())) {
             hits::Begun::Served(()) => return None,
             hits::Begun::Store { front } => front,

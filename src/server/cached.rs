@@ -75,7 +75,7 @@ impl Conn {
 pub(super) fn cache_step(
     cache: &Cache,
     conn: &UpstreamConn,
-    node: Option<&str>,
+    node: Option<&crate::cluster::Addr>,
     writes: &mut Writes,
     access: Access,
     cmd: &Command<'_>,
@@ -236,7 +236,7 @@ pub(super) fn unlooked<'c>(
 pub(super) fn looked_up(
     cache: &Cache,
     conn: &UpstreamConn,
-    node: Option<&str>,
+    node: Option<&crate::cluster::Addr>,
     writes: &mut Writes,
     key: &[u8],
     hash: u64,
@@ -261,13 +261,16 @@ pub(super) enum Written {
 #[inline]
 pub(super) fn get_step_writing<'c>(
     cache: &Cache,
-    conn: impl FnOnce() -> &'c UpstreamConn,
+    route: (
+        impl FnOnce() -> &'c UpstreamConn,
+        Option<&crate::cluster::Addr>,
+    ),
     writes: &mut Writes,
     key: &[u8],
     hash: u64,
     write: impl FnMut(&Entry) -> bool,
 ) -> Written {
-    match cache.get_or_write(key, hash, conn, &mut writes.clock, write) {
+    match cache.get_or_write(key, hash, route, &mut writes.clock, write) {
         None => Written::Hit,
         Some(lookup) => lookup_plan(lookup, writes, hash).map_or(Written::Forward, Written::Plan),
     }

@@ -66,12 +66,13 @@ impl Conn {
                 return None;
             }
             let slot = args.get(1).map(crate::cluster::key_slot);
-            if let Some((slot, master)) = slot.and_then(|s| Some((s, cluster.master_of(s)?))) {
-                let conn = cluster.conn_for(&master, self.session.proto, self.session.id);
-                let node = master.to_string();
+            // The map's own address of the master: nothing copied per GET.
+            let map = cluster.map();
+            if let Some((slot, master)) = slot.and_then(|s| Some((s, &map.master(s)?.addr))) {
+                let conn = cluster.conn_for(master, self.session.proto, self.session.id);
                 let step = self
                     .writes
-                    .apart(|w| cache_step(cache, &conn, Some(&node), w, access, cmd, true));
+                    .apart(|w| cache_step(cache, &conn, Some(master), w, access, cmd, true));
                 let to_node = |conn, lead| {
                     Some(Plan::Node(Box::new(NodeReq {
                         conn,

@@ -26,6 +26,7 @@ mod plan;
 mod pubcount;
 mod queue;
 mod quick;
+mod quick_routed;
 mod redirects;
 mod round;
 mod route;

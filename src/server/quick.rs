@@ -74,12 +74,12 @@ impl Quick {
 impl Conn {
     /// Whether plain GETs, and plain SETs, may skip the parser and the route: nothing there
     /// would decide other than to take a GET to the cache (or, without one, to the batch),
-    /// or a SET to the batch after the cache invalidated its key. Standalone, corral's own
-    /// connections (no pin, no Redis user, database 0), authenticated, no transaction, no
-    /// corral user with restrictions, the command neither renamed nor refused, every reply
-    /// sent, not subscribed in RESP2, and no pause. Asked at the start of a round and after
-    /// each request of it routed other than as a plain forward (see `round::dispatch`),
-    /// since those can change this.
+    /// or a SET to the batch after the cache invalidated its key (in cluster mode, to its
+    /// node's batch: `quick_routed.rs`). corral's own connections (no pin, no Redis user,
+    /// database 0), authenticated, no transaction, no corral user with restrictions, the
+    /// command neither renamed nor refused, every reply sent, not subscribed in RESP2, and
+    /// no pause. Asked at the start of a round and after each request of it routed other
+    /// than as a plain forward (see `round::dispatch`), since those can change this.
     pub(super) fn quick(&self) -> Quick {
         let passes = |name: &[u8]| {
             self.shared.guard.is_empty()
@@ -91,7 +91,6 @@ impl Conn {
             && self.authenticated()
             && self.reply_mode == ReplyMode::On
             && !self.silent_now
-            && self.shared.upstream.cluster.is_none()
             && !self.redis_user()
             && self.session.acl.as_ref().is_none_or(|u| !u.restricted())
             && !self.resp2_subscribed()
@@ -121,7 +120,7 @@ impl Conn {
             return Some(len);
         }
         if quick.sets {
-            return self.quick_set(rbuf, off, parser);
+            return self.quick_set(rbuf, off, parser, left);
         }
         None
     }
@@ -159,6 +158,11 @@ impl Conn {
         // What the route does for every request outside a transaction.
         self.session.last_cmd = *GET_LAST;
         self.tx_failed = false;
+        if self.shared.upstream.cluster.is_some() {
+            return self
+                .quick_routed(frame, key, true, hash, left)
+                .then_some(len);
+        }
         // What `through_cache` does with a GET, from a client `quick` says it may serve.
         if let Some(cache) = &self.shared.cache {
             let key = frame.get(key)?;
@@ -182,13 +186,13 @@ impl Conn {
                         true
                     }
                 };
-                get_step_writing(cache, conn, &mut self.writes, key, hash, write)
+                get_step_writing(cache, (conn, None), &mut self.writes, key, hash, write)
             } else if self.may_interleave() {
                 let batch = &mut self.batch;
                 let write = &mut |e: &Entry| {
                     batch.interleave_encoded(e.reply_len(), |out| e.encode(proto, out))
                 };
-                get_step_writing(cache, conn, &mut self.writes, key, hash, write)
+                get_step_writing(cache, (conn, None), &mut self.writes, key, hash, write)
             } else {
                 looked_up(cache, conn(), None, &mut self.writes, key, hash)
                     .map_or(Written::Forward, Written::Plan)
@@ -219,6 +223,7 @@ impl Conn {
         rbuf: &[u8],
         off: usize,
         parser: &RequestParser,
+        left: &mut Option<Plan>,
     ) -> Option<usize> {
         let buf = rbuf.get(off..)?;
         // A GET of this round waits on a read outside the batch: the route decides whether
@@ -237,6 +242,12 @@ impl Conn {
         let frame = buf.get(..len)?;
         self.session.last_cmd = *SET_LAST;
         self.tx_failed = false;
+        if self.shared.upstream.cluster.is_some() {
+            let hash = self.ahead.set_at(off);
+            return self
+                .quick_routed(frame, key, false, hash, left)
+                .then_some(len);
+        }
         if let Some(cache) = &self.shared.cache {
             let key = frame.get(key)?;
             let hash = self.ahead.set_at(off);
