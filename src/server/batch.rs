@@ -23,8 +23,9 @@ pub(super) struct Batch {
     bytes: BytesMut,
     count: u32,
     conn: Option<UpstreamConn>,
-    /// Cluster mode: each request and its slot, to retry after a redirection.
-    cmds: Vec<(Bytes, Option<u16>)>,
+    /// Cluster mode: where each request is in `bytes`, and its slot, to retry it after a
+    /// redirection (sliced from the sent bytes then: no copy of each request).
+    cmds: Vec<(u32, u32, Option<u16>)>,
     /// GETs in the batch that other clients' GETs wait for: (position in the batch, lead).
     leads: Vec<(u32, Lead)>,
     /// Cache replies between its requests: (forwarded requests before it, reply).
@@ -95,13 +96,14 @@ impl Batch {
 
     /// Cluster mode: adds a request for `conn` (see [`Batch::fits`]), kept with its slot to
     /// follow a redirection.
-    pub(super) fn push_routed(&mut self, conn: UpstreamConn, req: Bytes, slot: Option<u16>) {
+    pub(super) fn push_routed(&mut self, conn: UpstreamConn, req: &[u8], slot: Option<u16>) {
         if self.count == 0 {
             self.conn = Some(conn);
         }
-        self.bytes.extend_from_slice(&req);
+        let start = self.bytes.len() as u32;
+        self.bytes.extend_from_slice(req);
         self.count += 1;
-        self.cmds.push((req, slot));
+        self.cmds.push((start, self.bytes.len() as u32, slot));
     }
 
     /// The next request added is a GET others wait for.
@@ -163,11 +165,17 @@ impl Batch {
         if self.count == 0 {
             return None;
         }
+        let bytes = self.bytes.split().freeze();
+        let cmds = self
+            .cmds
+            .drain(..)
+            .map(|(start, end, slot)| (bytes.slice(start as usize..end as usize), slot))
+            .collect();
         Some(Taken {
-            bytes: self.bytes.split().freeze(),
+            bytes,
             count: std::mem::take(&mut self.count),
             conn: self.conn.take(),
-            cmds: std::mem::take(&mut self.cmds),
+            cmds,
             leads: std::mem::take(&mut self.leads),
             interleaved: Between {
                 replies: std::mem::take(&mut self.interleaved),

@@ -44,6 +44,8 @@ pub(super) struct Conn {
     pub(super) batch: Batch,
     /// Cluster mode: the round's batches for other nodes, and its gathered jobs.
     pub(super) gather: super::gather::Gather,
+    /// Cluster mode: the slot map and master connections plain requests are routed by.
+    pub(super) routes: Option<crate::upstream::routes::Routes>,
     /// Writes in this round and batch, for the cache.
     pub(super) writes: Writes,
     /// This round's GETs as the cache's look-ahead found them.
@@ -123,6 +125,7 @@ impl Conn {
             local: BytesMut::new(),
             batch: Batch::default(),
             gather: super::gather::Gather::default(),
+            routes: None,
             writes: Writes::new(
                 shared
                     .cache

@@ -3,7 +3,6 @@
 //! decide for them than their slot's master, and the cache's step for them, as
 //! `cluster_cache_step` takes it.
 
-use std::cell::OnceCell;
 use std::ops::Range;
 
 use bytes::Bytes;
@@ -11,8 +10,10 @@ use bytes::Bytes;
 use super::cached::{Written, get_step_writing, unlooked, write_one};
 use super::client::Conn;
 use super::plan::{NodeReq, Plan};
-use crate::cache::Entry;
+use crate::cache::{Entry, Lead};
 use crate::cluster::key_slot;
+use crate::upstream::UpstreamConn;
+use crate::upstream::routes::Routes;
 
 impl Conn {
     /// Takes the plain GET (`get`) or SET `frame`, its key at `key` (whose cache hash is
@@ -29,40 +30,47 @@ impl Conn {
         hash: Option<u64>,
         left: &mut Option<Plan>,
     ) -> bool {
-        let Some(cluster) = &self.shared.upstream.cluster else {
-            return false;
-        };
         let Some(k) = frame.get(key) else {
             return false;
         };
         let slot = key_slot(k);
         let (proto, id) = (self.session.proto, self.session.id);
-        let (conn, lead) = match &self.shared.cache {
-            None => match cluster.slot_conn(slot, get, proto, id) {
-                Some(conn) => (conn, None),
-                None => return false,
-            },
+        let room = self.write_room();
+        let Some(cluster) = &self.shared.upstream.cluster else {
+            return false;
+        };
+        if get && !cluster.reads_from_masters() {
+            // Reads go to replicas: never looked up in the cache (`cluster_cache_serves`).
+            if self.shared.cache.is_some() {
+                return false;
+            }
+            return match cluster.slot_conn(slot, true, proto, id) {
+                Some(conn) => self.quick_node(frame, slot, conn, None, left),
+                None => false,
+            };
+        }
+        if !self
+            .routes
+            .as_ref()
+            .is_some_and(|r| r.hold(cluster, proto, id))
+        {
+            self.routes = Some(Routes::new(cluster, proto, id));
+        }
+        let Some((master, conn)) = self.routes.as_mut().and_then(|r| r.master(cluster, slot))
+        else {
+            return false;
+        };
+        let lead = match &self.shared.cache {
+            None => None,
             Some(cache) => {
-                if get && !cluster.reads_from_masters() {
-                    return false;
-                }
-                // The map's own address of the master: nothing copied per request.
-                let map = cluster.map();
-                let Some(master) = map.master(slot).map(|n| &n.addr) else {
-                    return false;
-                };
                 let hash = hash.unwrap_or_else(|| cache.hash(k));
-                // Found once a read needs it: a hit needs no connection.
-                let found = OnceCell::new();
-                let conn = || found.get_or_init(|| cluster.conn_for(master, proto, id));
-                let room = self.write_room();
                 let wbuf = &mut self.wbuf;
                 let step = self.writes.apart(|w| {
                     if !get {
                         write_one(cache, w, k, Some(hash));
                         return Written::Forward;
                     }
-                    if let Some(step) = unlooked(cache, conn, w, k, hash) {
+                    if let Some(step) = unlooked(cache, || conn, w, k, hash) {
                         return step;
                     }
                     // A hit is written at once where nothing is pending before it; else
@@ -73,9 +81,9 @@ impl Conn {
                             true
                         }
                     };
-                    get_step_writing(cache, (conn, Some(master)), w, k, hash, write)
+                    get_step_writing(cache, (|| conn, Some(master)), w, k, hash, write)
                 });
-                let lead = match step {
+                match step {
                     Written::Forward => None,
                     Written::Plan(Plan::Lead(lead)) => Some(lead),
                     Written::Hit | Written::Plan(_) => {
@@ -86,25 +94,34 @@ impl Conn {
                         }
                         return true;
                     }
-                };
-                let conn = match found.into_inner() {
-                    Some(c) => c,
-                    None => cluster.conn_for(master, proto, id),
-                };
-                (conn, lead)
+                }
             }
         };
-        let req = Bytes::copy_from_slice(frame);
+        let conn = conn.clone();
+        self.quick_node(frame, slot, conn, lead, left)
+    }
+
+    /// The request `frame` for `slot` joins the batch for `conn` (the current one, or one
+    /// set aside), with what the cache's step kept apart for it; or, if the current batch
+    /// cannot be set aside, is left in `left` for `send_routed`, which sends that first.
+    fn quick_node(
+        &mut self,
+        frame: &[u8],
+        slot: u16,
+        conn: UpstreamConn,
+        lead: Option<Lead>,
+        left: &mut Option<Plan>,
+    ) -> bool {
         if self.batch.fits(&conn) || self.switch_batch(&conn) {
             self.writes.join_routed();
             if let Some(lead) = lead {
                 self.batch.lead_next(lead);
             }
-            self.batch.push_routed(conn, req, Some(slot));
+            self.batch.push_routed(conn, frame, Some(slot));
         } else {
             *left = Some(Plan::Node(Box::new(NodeReq {
                 conn,
-                req,
+                req: Bytes::copy_from_slice(frame),
                 slot: Some(slot),
                 lead,
             })));

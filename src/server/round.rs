@@ -394,7 +394,7 @@ impl Conn {
                 if let Some(lead) = lead {
                     self.batch.lead_next(lead);
                 }
-                self.batch.push_routed(conn, req, slot);
+                self.batch.push_routed(conn, &req, slot);
             }
             Plan::Split { kind, parts } => {
                 self.flush_batch().await;

@@ -75,21 +75,39 @@ impl Conn {
         count: u32,
         client: &mut Stream,
     ) -> Option<Effect> {
-        let taken = self
-            .gather
-            .jobs
-            .get_mut(job as usize)
-            .and_then(Option::take);
-        let Some(mut j) = taken else {
+        // The table is taken out while the job is written, so that the job is not moved
+        // out of it and back for every segment.
+        let mut jobs = std::mem::take(&mut self.gather.jobs);
+        let slot = jobs.get_mut(job as usize);
+        let effect = if let Some(slot) = slot
+            && let Some(j) = slot.as_mut()
+        {
+            let effect = self.write_segment(j, count, client).await;
+            if j.done >= j.count || effect.is_some() {
+                self.writes.recycle(std::mem::take(&mut j.after.writes));
+                *slot = None;
+            }
+            effect
+        } else {
             // Every job is sent before its round's replies are collected.
             let lost = UpstreamError::BadReply {
                 cause: "reply of a gathered batch lost".into(),
             };
             self.upstream_error(&lost, count);
-            return None;
+            None
         };
+        self.gather.jobs = jobs;
+        effect
+    }
+
+    /// Writes the next `count` replies of job `j` (see [`Conn::resolve_segment`]).
+    async fn write_segment(
+        &mut self,
+        j: &mut SentJob,
+        count: u32,
+        client: &mut Stream,
+    ) -> Option<Effect> {
         let mut left = count;
-        let mut effect = None;
         while left > 0 {
             if let Some(e) = &j.failed {
                 let e = e.clone();
@@ -97,7 +115,7 @@ impl Conn {
                 j.done += left;
                 break;
             }
-            let (written, redirected) = self.copy_replies(&mut j, left);
+            let (written, redirected) = self.copy_replies(j, left);
             left -= written;
             if let Some(Redirected { redirect, end }) = redirected {
                 let reply = match j.cmds.get(j.done as usize) {
@@ -116,21 +134,13 @@ impl Conn {
             }
             if self.wbuf.len() >= STREAM_PART {
                 if !matches!(self.send_replies(client).await, Ok(true)) {
-                    effect = Some(Effect::Gone);
-                    break;
+                    return Some(Effect::Gone);
                 }
                 self.wbuf.clear();
             }
-            self.next_part(&mut j).await;
+            self.next_part(j).await;
         }
-        if j.done < j.count && effect.is_none() {
-            if let Some(slot) = self.gather.jobs.get_mut(job as usize) {
-                *slot = Some(j);
-            }
-        } else {
-            self.writes.recycle(std::mem::take(&mut j.after.writes));
-        }
-        effect
+        None
     }
 
     /// Copies up to `want` of the job's replies from its part (with the pushes before

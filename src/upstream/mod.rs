@@ -19,6 +19,7 @@ mod handshake;
 mod health;
 mod job;
 mod link;
+pub mod routes;
 mod settings;
 mod status;
 mod task;
