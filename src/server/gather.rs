@@ -86,6 +86,10 @@ impl Conn {
     pub(super) fn end_run(&mut self) {
         let count = self.batch.count();
         let g = &mut self.gather;
+        if count == 0 && g.current.is_none() {
+            // An empty batch (made current for a request the cache then answered).
+            return;
+        }
         let job = *g.current.get_or_insert_with(|| {
             g.jobs.push(None);
             (g.jobs.len() - 1) as u32

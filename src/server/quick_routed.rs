@@ -35,7 +35,11 @@ impl Conn {
         };
         let slot = key_slot(k);
         let (proto, id) = (self.session.proto, self.session.id);
-        let room = self.write_room();
+        let room = if get && self.shared.cache.is_some() {
+            self.write_room()
+        } else {
+            None
+        };
         let Some(cluster) = &self.shared.upstream.cluster else {
             return false;
         };
@@ -61,41 +65,53 @@ impl Conn {
             return false;
         };
         let lead = match &self.shared.cache {
-            None => None,
-            Some(cache) => {
+            Some(cache) if get => {
                 let hash = hash.unwrap_or_else(|| cache.hash(k));
-                let wbuf = &mut self.wbuf;
-                let step = self.writes.apart(|w| {
-                    if !get {
-                        write_one(cache, w, k, Some(hash));
-                        return Written::Forward;
+                let (wbuf, w) = (&mut self.wbuf, &mut self.writes);
+                // A GET's step adds nothing to a batch's part (no key, hold or mark): it
+                // needs no `Writes::apart`.
+                let step = match unlooked(cache, || conn, w, k, hash) {
+                    Some(step) => step,
+                    None => {
+                        // A hit is written at once where nothing is pending before it;
+                        // else it ends the batch's run (`handle_now`).
+                        let write = |e: &Entry| {
+                            room.is_some_and(|room| e.reply_len() <= room) && {
+                                e.encode(proto, wbuf);
+                                true
+                            }
+                        };
+                        get_step_writing(cache, (|| conn, Some(master)), w, k, hash, write)
                     }
-                    if let Some(step) = unlooked(cache, || conn, w, k, hash) {
-                        return step;
-                    }
-                    // A hit is written at once where nothing is pending before it; else
-                    // it ends the batch's run (`handle_now`).
-                    let write = |e: &Entry| {
-                        room.is_some_and(|room| e.reply_len() <= room) && {
-                            e.encode(proto, wbuf);
-                            true
-                        }
-                    };
-                    get_step_writing(cache, (|| conn, Some(master)), w, k, hash, write)
-                });
+                };
                 match step {
                     Written::Forward => None,
                     Written::Plan(Plan::Lead(lead)) => Some(lead),
-                    Written::Hit | Written::Plan(_) => {
-                        // Answered by the cache: nothing of it goes to Redis.
-                        self.writes.drop_routed();
-                        if let Written::Plan(plan) = step {
-                            *left = Some(plan);
-                        }
+                    Written::Hit => return true,
+                    Written::Plan(plan) => {
+                        *left = Some(plan);
                         return true;
                     }
                 }
             }
+            Some(cache) => {
+                // A SET's invalidation and hold go with the batch it joins: found first.
+                let conn = conn.clone();
+                let hash = hash.unwrap_or_else(|| cache.hash(k));
+                if self.batch.fits(&conn) || self.switch_batch(&conn) {
+                    if let Some(cache) = &self.shared.cache {
+                        write_one(cache, &mut self.writes, k, Some(hash));
+                    }
+                    self.batch.push_routed(conn, frame, Some(slot));
+                } else {
+                    if let Some(cache) = &self.shared.cache {
+                        self.writes.apart(|w| write_one(cache, w, k, Some(hash)));
+                    }
+                    *left = Some(node_plan(frame, slot, conn, None));
+                }
+                return true;
+            }
+            None => None,
         };
         let conn = conn.clone();
         self.quick_node(frame, slot, conn, lead, left)
@@ -119,13 +135,19 @@ impl Conn {
             }
             self.batch.push_routed(conn, frame, Some(slot));
         } else {
-            *left = Some(Plan::Node(Box::new(NodeReq {
-                conn,
-                req: Bytes::copy_from_slice(frame),
-                slot: Some(slot),
-                lead,
-            })));
+            *left = Some(node_plan(frame, slot, conn, lead));
         }
         true
     }
+}
+
+/// The request `frame` for `slot`, left for `send_routed`, which sends the batches so far
+/// first (with what `Writes::apart` kept for it).
+fn node_plan(frame: &[u8], slot: u16, conn: UpstreamConn, lead: Option<Lead>) -> Plan {
+    Plan::Node(Box::new(NodeReq {
+        conn,
+        req: Bytes::copy_from_slice(frame),
+        slot: Some(slot),
+        lead,
+    }))
 }

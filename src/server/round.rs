@@ -269,7 +269,7 @@ impl Conn {
             // Cluster mode: the batch so far stays open for later requests to its node, its
             // run of requests ended before the cache's reply (`gather.rs`).
             Plan::Reply(r @ (PendingReply::Value(_) | PendingReply::Fill { .. }))
-                if !self.batch.is_empty() && self.may_gather() =>
+                if (!self.batch.is_empty() || self.gather.active()) && self.may_gather() =>
             {
                 self.end_run();
                 self.queue(r);
