@@ -147,24 +147,12 @@ impl Conn {
     /// them), stopping at a redirection; returns how many it copied, and the redirection.
     fn copy_replies(&mut self, j: &mut SentJob, want: u32) -> (u32, Option<Redirected>) {
         let rest = &j.part[j.at..];
-        let mut frames = crate::resp::frames(rest);
-        let (mut end, mut n, mut redirected) = (0, 0, None);
-        while n < want {
-            let Some(f) = frames.next() else { break };
-            if !f.push
-                && f.bytes.first() == Some(&b'-')
-                && let Some(redirect) = Redirect::parse(f.bytes)
-            {
-                redirected = Some(Redirected {
-                    redirect,
-                    end: j.at + f.end(),
-                });
-                break;
-            }
-            end = f.end();
-            n += u32::from(!f.push);
-        }
+        let (end, n, redirected) = replies_upto(rest, want);
         self.wbuf.extend_from_slice(&rest[..end]);
+        let redirected = redirected.map(|(redirect, end)| Redirected {
+            redirect,
+            end: j.at + end,
+        });
         j.at += end;
         j.done += n;
         (n, redirected)
@@ -210,9 +198,58 @@ impl Conn {
     }
 }
 
+/// Where the first `want` replies at the start of `part` end (pushes before them count
+/// with them, not as replies), how many complete ones it holds up to there, and the
+/// first redirection among them with where its frame ends: the replies before it are
+/// taken, it is not.
+fn replies_upto(part: &[u8], want: u32) -> (usize, u32, Option<(Redirect, usize)>) {
+    let mut frames = crate::resp::frames(part);
+    let (mut end, mut n) = (0, 0);
+    while n < want {
+        let Some(f) = frames.next() else { break };
+        if !f.push
+            && f.bytes.first() == Some(&b'-')
+            && let Some(redirect) = Redirect::parse(f.bytes)
+        {
+            return (end, n, Some((redirect, f.end())));
+        }
+        end = f.end();
+        n += u32::from(!f.push);
+    }
+    (end, n, None)
+}
+
 /// The error for replies a job's connection never handed over.
 fn missing() -> UpstreamError {
     UpstreamError::BadReply {
         cause: "missing reply in batch".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::replies_upto;
+
+    #[test]
+    fn replies_are_counted_past_pushes_up_to_the_first_redirection() {
+        let part = b">2\r\n$7\r\nmessage\r\n$1\r\nx\r\n+OK\r\n$1\r\na\r\n-ERR no\r\n";
+        // The push goes with the reply after it; three replies asked, three taken.
+        let (end, n, redirect) = replies_upto(part, 3);
+        assert_eq!((end, n, redirect.is_none()), (part.len(), 3, true));
+        // Fewer asked: the later ones are left for the next segment.
+        let (end, n, _) = replies_upto(part, 1);
+        assert_eq!(&part[..end], b">2\r\n$7\r\nmessage\r\n$1\r\nx\r\n+OK\r\n");
+        assert_eq!(n, 1);
+
+        let moved = b"+OK\r\n-MOVED 12182 127.0.0.1:7001\r\n:1\r\n";
+        let (end, n, redirect) = replies_upto(moved, 3);
+        assert_eq!((end, n), (5, 1));
+        assert_eq!(redirect.map(|(_, at)| at), Some(moved.len() - 4));
+
+        // An incomplete frame ends what is taken: the next part completes it.
+        let cut = b":1\r\n$5\r\nab";
+        assert_eq!(replies_upto(cut, 2).0, 4);
+        assert_eq!(replies_upto(cut, 2).1, 1);
+        assert_eq!(replies_upto(b"", 2).1, 0);
     }
 }
