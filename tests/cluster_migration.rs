@@ -457,8 +457,8 @@ async fn a_streamed_batch_follows_redirections_after_its_first_parts() {
 /// A pipeline over every master goes as one batch per node, each run of requests taking
 /// its replies from its node's batch in request order. A redirection inside a run (ASK for
 /// a migrated key) is followed for its request alone, and a write redirected so is read
-/// back, from where it went, by the GETs after it; with the cache on too, where the keys
-/// read again become hits between the runs.
+/// back, from where it went, by the GETs after it. With the cache on, keys read in every
+/// round (one per master) are hits riding between the forwarded requests of the runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pipeline_gathered_per_master_follows_redirections_inside_its_runs() {
     let mut cluster = RedisCluster::start(3, 0);
@@ -479,6 +479,16 @@ async fn a_pipeline_gathered_per_master_follows_redirections_inside_its_runs() {
     m.migrate(&["{mv}:a".to_string()]);
     assert!(sync_cmd(src, &["GET", "{mv}:a"]).starts_with(b"-ASK "));
 
+    // Read in every round, never written: cached once hot.
+    let mut hot = Vec::new();
+    for &m in &masters {
+        let key = (0..)
+            .map(|i| format!("hot:{i}"))
+            .find(|k| cluster.master_for_slot(key_slot(k.as_bytes())) == m)
+            .unwrap_or_default();
+        assert_eq!(sync_cmd(m, &["SET", &key, &key]), b"+OK\r\n");
+        hot.push(key);
+    }
     for cache in [false, true] {
         let proxy = common::cluster_proxy(&cluster, |cfg| {
             cfg.cache.enabled = cache;
@@ -487,15 +497,31 @@ async fn a_pipeline_gathered_per_master_follows_redirections_inside_its_runs() {
         .await;
         let mut c = RawClient::connect(proxy.addr).await.unwrap();
         common::wait_cluster_ready(&mut c).await;
+        if cache {
+            for key in &hot {
+                common::make_cached_within(&mut c, key, &bulk(key), 100).await;
+            }
+        }
+        let hits_before = if cache {
+            common::stat_n(&mut c, "cache_hits").await
+        } else {
+            0
+        };
         // The migrated key's value, as the last round (or the first proxy's) left it.
         let mut before = if cache { "false:3" } else { "start" }.to_string();
         for round in 0..4 {
             let mut pipe = Vec::new();
             let mut want: Vec<Vec<u8>> = Vec::new();
+            let mut n = 0usize;
             let mut line = |l: String, reply: Vec<u8>| {
                 let w: Vec<&[u8]> = l.split(' ').map(str::as_bytes).collect();
                 pipe.extend(common::encode(&w));
                 want.push(reply);
+                // A hot key's GET after each request, each master's in turn.
+                let h = &hot[n % hot.len()];
+                pipe.extend(common::encode(&[b"GET", h.as_bytes()]));
+                want.push(bulk(h));
+                n += 1;
             };
             let value = |i: usize| format!("{cache}:{round}:{i}");
             for (i, k) in keys.iter().enumerate() {
@@ -528,6 +554,10 @@ async fn a_pipeline_gathered_per_master_follows_redirections_inside_its_runs() {
             1,
             "the moved key stayed on the importing node"
         );
+        if cache {
+            let hits = common::stat_n(&mut c, "cache_hits").await - hits_before;
+            assert!(hits >= 40, "hot keys served from the cache: {hits}");
+        }
         proxy.stop().await;
     }
 }

@@ -160,6 +160,20 @@ impl Conn {
         self.wbuf.extend_from_slice(&part[written..]);
     }
 
+    /// Writes the cache replies that came before the batch's reply `done` (its first is 0),
+    /// or after its last if `done` is their count, waiting for shared reads among them.
+    pub(super) async fn merge_due(&mut self, merge: &mut Merge, done: u32) {
+        let proto = self.session.proto;
+        while let Some((before, reply)) = merge.replies.get(merge.next)
+            && *before <= done
+        {
+            merge.next += 1;
+            if let Some((rx, proto)) = merge.cached.write(reply, proto, &mut self.wbuf) {
+                self.resolve_fill(rx, proto).await;
+            }
+        }
+    }
+
     /// The batch's replies failed with `e` after `merge.done` of its `count` came: the error
     /// answers each of the others, with the cache replies between them.
     pub(super) async fn merge_error(
@@ -192,6 +206,11 @@ pub(super) struct Merge {
 }
 
 impl Merge {
+    /// How many of the batch's replies come before the next cache reply not yet written.
+    pub(super) fn next_before(&self) -> Option<u32> {
+        self.replies.get(self.next).map(|(before, _)| *before)
+    }
+
     /// Before any of the batch's replies.
     pub(super) fn new(interleaved: Between) -> Merge {
         let Between { replies, encoded } = interleaved;

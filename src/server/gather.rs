@@ -56,6 +56,11 @@ impl Gather {
         self.current.is_some() || !self.parked.is_empty()
     }
 
+    /// Requests of the current batch before its open run (0 for a batch with no job).
+    pub(super) fn run_start(&self) -> u32 {
+        self.run_start
+    }
+
     /// Whether the current batch has requests in an open run of a gathered job.
     #[inline]
     pub(super) fn run_open(&self, batch: &Batch) -> bool {
@@ -182,6 +187,7 @@ impl Conn {
             conn,
             cmds,
             leads,
+            interleaved,
             ..
         } = taken;
         let conn = match conn {
@@ -191,7 +197,7 @@ impl Conn {
         let hook = (!leads.is_empty()).then(|| lead_hook(leads));
         let rx = conn.send_streamed(bytes, count, hook).await;
         if let Some(slot) = self.gather.jobs.get_mut(job as usize) {
-            *slot = Some(SentJob::new(rx, count, conn, after, cmds));
+            *slot = Some(SentJob::new(rx, count, conn, after, cmds, interleaved));
         }
     }
 }

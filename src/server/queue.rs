@@ -47,13 +47,15 @@ impl Conn {
     }
 
     /// Whether a cache reply can ride in the batch, between its forwarded requests' replies
-    /// (see [`Interleaved`](super::pending::Interleaved)): on corral's shared connections
-    /// in standalone mode, where the batch's replies are one frame per request, never
-    /// redirected.
+    /// (see [`Interleaved`](super::pending::Interleaved)): on corral's shared connections,
+    /// where the batch's replies are one frame per request (a redirected one replaced by
+    /// the retried request's). In cluster mode, after a request of the batch's open run
+    /// (`gather.rs`): written with that run's segment.
     pub(super) fn may_interleave(&self) -> bool {
         self.batch.takes_interleaved()
             && self.pin.is_none()
-            && self.shared.upstream.cluster.is_none()
+            && (self.shared.upstream.cluster.is_none()
+                || (self.batch.count() > self.gather.run_start() && self.may_gather()))
     }
 
     /// Queues a pending reply, silenced if CLIENT REPLY says so. (Un)subscribe confirmations never

@@ -35,10 +35,10 @@ impl Conn {
         };
         let slot = key_slot(k);
         let (proto, id) = (self.session.proto, self.session.id);
-        let room = if get && self.shared.cache.is_some() {
-            self.write_room()
+        let (room, interleave) = if get && self.shared.cache.is_some() {
+            (self.write_room(), self.may_interleave())
         } else {
-            None
+            (None, false)
         };
         let Some(cluster) = &self.shared.upstream.cluster else {
             return false;
@@ -67,19 +67,22 @@ impl Conn {
         let lead = match &self.shared.cache {
             Some(cache) if get => {
                 let hash = hash.unwrap_or_else(|| cache.hash(k));
-                let (wbuf, w) = (&mut self.wbuf, &mut self.writes);
+                let (wbuf, batch, w) = (&mut self.wbuf, &mut self.batch, &mut self.writes);
                 // A GET's step adds nothing to a batch's part (no key, hold or mark): it
                 // needs no `Writes::apart`.
                 let step = match unlooked(cache, || conn, w, k, hash) {
                     Some(step) => step,
                     None => {
-                        // A hit is written at once where nothing is pending before it;
-                        // else it ends the batch's run (`handle_now`).
+                        // A hit is written at once where nothing is pending before it, or
+                        // rides in the batch's open run; else it ends the run (`handle_now`).
                         let write = |e: &Entry| {
-                            room.is_some_and(|room| e.reply_len() <= room) && {
+                            if room.is_some_and(|room| e.reply_len() <= room) {
                                 e.encode(proto, wbuf);
-                                true
+                                return true;
                             }
+                            interleave
+                                && batch
+                                    .interleave_encoded(e.reply_len(), |out| e.encode(proto, out))
                         };
                         get_step_writing(cache, (|| conn, Some(master)), w, k, hash, write)
                     }

@@ -9,8 +9,9 @@ use bytes::{Bytes, BytesMut};
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::oneshot;
 
+use super::cache_reply::Merge;
 use super::client::Conn;
-use super::pending::{AfterAck, Effect};
+use super::pending::{AfterAck, Between, Effect};
 use crate::cluster::Redirect;
 use crate::error::UpstreamError;
 use crate::tls::Stream;
@@ -34,6 +35,8 @@ pub(super) struct SentJob {
     count: u32,
     /// The error that ended its replies: it answers those that did not come.
     failed: Option<UpstreamError>,
+    /// Cache replies that rode in the job, written between its replies.
+    merge: Merge,
 }
 
 impl SentJob {
@@ -44,6 +47,7 @@ impl SentJob {
         conn: UpstreamConn,
         after: AfterAck,
         cmds: Vec<(Bytes, Option<u16>)>,
+        interleaved: Between,
     ) -> SentJob {
         SentJob {
             first: Some(rx),
@@ -56,6 +60,7 @@ impl SentJob {
             done: 0,
             count,
             failed: None,
+            merge: Merge::new(interleaved),
         }
     }
 }
@@ -108,14 +113,25 @@ impl Conn {
         client: &mut Stream,
     ) -> Option<Effect> {
         let mut left = count;
-        while left > 0 {
-            if let Some(e) = &j.failed {
-                let e = e.clone();
-                self.upstream_error(&e, left);
-                j.done += left;
+        loop {
+            // The cache replies that came before the next reply, or after the run's last.
+            self.merge_due(&mut j.merge, j.done).await;
+            if left == 0 {
                 break;
             }
-            let (written, redirected) = self.copy_replies(j, left);
+            // Replies up to the next cache reply (one at least: those due are written).
+            let upto = j
+                .merge
+                .next_before()
+                .map_or(left, |b| b.saturating_sub(j.done).clamp(1, left));
+            if let Some(e) = &j.failed {
+                let e = e.clone();
+                self.upstream_error(&e, upto);
+                j.done += upto;
+                left -= upto;
+                continue;
+            }
+            let (written, redirected) = self.copy_replies(j, upto);
             left -= written;
             if let Some(Redirected { redirect, end }) = redirected {
                 let reply = match j.cmds.get(j.done as usize) {
@@ -129,8 +145,8 @@ impl Conn {
                 left -= 1;
                 continue;
             }
-            if left == 0 {
-                break;
+            if written == upto {
+                continue;
             }
             if self.wbuf.len() >= STREAM_PART {
                 if !matches!(self.send_replies(client).await, Ok(true)) {
