@@ -561,3 +561,62 @@ async fn a_pipeline_gathered_per_master_follows_redirections_inside_its_runs() {
         proxy.stop().await;
     }
 }
+
+/// A request corral adds to a node's batch without its slot (CLIENT CACHING without
+/// tracking goes to Redis as it is) leaves the batch's list of retriable requests short: a
+/// redirection later in that batch is then passed on, as on Redis, and never retried as
+/// another request (it read the next key's value for it). The pipeline's last GET, for
+/// another master, makes the batch one of a round gathered per node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redirection_after_a_request_without_a_slot_is_never_retried_as_another() {
+    let mut cluster = RedisCluster::start(3, 0);
+    let (proxy, mut c) = common::ready_cluster_proxy(&cluster, |cfg| {
+        // The map is not refreshed while the test runs: the moved slot stays unknown.
+        cfg.cluster.refresh_ms = 600_000;
+        cfg.cache.enabled = false;
+    })
+    .await;
+    let masters = cluster.master_ports();
+    let (x, y, z) = (masters[0], masters[1], masters[2]);
+    let mut on_x: Vec<String> = Vec::new();
+    let mut on_y = String::new();
+    for i in 0.. {
+        let k = format!("slotless:{i}");
+        let slot = key_slot(k.as_bytes());
+        let owner = cluster.master_for_slot(slot);
+        if owner == x && on_x.len() < 3 && on_x.iter().all(|o| key_slot(o.as_bytes()) != slot) {
+            on_x.push(k);
+        } else if owner == y && on_y.is_empty() {
+            on_y = k;
+        }
+        if on_x.len() == 3 && !on_y.is_empty() {
+            break;
+        }
+    }
+    let (a, b, other) = (&on_x[0], &on_x[1], &on_x[2]);
+    assert_eq!(c.cmd(&format!("SET {other} value")).await, b"+OK\r\n");
+    // b's slot, empty, moves to another master behind corral's back.
+    cluster.move_empty_slot(key_slot(b.as_bytes()), z);
+    let mut pipe = Vec::new();
+    for line in [
+        format!("SET {a} 1"),
+        "CLIENT CACHING yes".to_string(),
+        format!("GET {b}"),
+        format!("GET {other}"),
+        format!("GET {on_y}"),
+    ] {
+        let w: Vec<&[u8]> = line.split(' ').map(str::as_bytes).collect();
+        pipe.extend(common::encode(&w));
+    }
+    c.send(&pipe).await;
+    let got = c.read_replies(5).await;
+    assert_eq!(got[0], b"+OK\r\n");
+    assert!(
+        got[2] == b"$-1\r\n" || got[2].starts_with(b"-MOVED"),
+        "GET {b}: {}",
+        show(&got[2])
+    );
+    assert_eq!(got[3], bulk("value"), "GET {other}");
+    assert_eq!(got[4], b"$-1\r\n", "GET {on_y}");
+    proxy.stop().await;
+}

@@ -25,7 +25,7 @@ pub(super) struct Batch {
     conn: Option<UpstreamConn>,
     /// Cluster mode: where each request is in `bytes`, and its slot, to retry it after a
     /// redirection (sliced from the sent bytes then: no copy of each request).
-    cmds: Vec<(u32, u32, Option<u16>)>,
+    cmds: Vec<(usize, usize, Option<u16>)>,
     /// GETs in the batch that other clients' GETs wait for: (position in the batch, lead).
     leads: Vec<(u32, Lead)>,
     /// Cache replies between its requests: (forwarded requests before it, reply).
@@ -89,6 +89,11 @@ impl Batch {
         self.count
     }
 
+    /// Bytes its buffers hold room for (what is in them included).
+    pub(super) fn capacity(&self) -> usize {
+        self.bytes.capacity() + self.encoded.capacity()
+    }
+
     /// Whether a request for `conn` can join the batch (it is empty or goes there too).
     pub(super) fn fits(&self, conn: &UpstreamConn) -> bool {
         self.count == 0 || self.conn.as_ref().is_some_and(|c| c.same(conn))
@@ -100,10 +105,10 @@ impl Batch {
         if self.count == 0 {
             self.conn = Some(conn);
         }
-        let start = self.bytes.len() as u32;
+        let start = self.bytes.len();
         self.bytes.extend_from_slice(req);
         self.count += 1;
-        self.cmds.push((start, self.bytes.len() as u32, slot));
+        self.cmds.push((start, self.bytes.len(), slot));
     }
 
     /// The next request added is a GET others wait for.
@@ -169,7 +174,7 @@ impl Batch {
         let cmds = self
             .cmds
             .drain(..)
-            .map(|(start, end, slot)| (bytes.slice(start as usize..end as usize), slot))
+            .map(|(start, end, slot)| (bytes.slice(start..end), slot))
             .collect();
         Some(Taken {
             bytes,

@@ -19,6 +19,9 @@ use crate::upstream::UpstreamConn;
 /// Most batches set aside at once (a round reaching more node connections sends them);
 /// also the most emptied batches kept for their buffers.
 const MAX_PARKED: usize = 32;
+/// Largest buffers an emptied batch may hold to be kept: one that carried a large request
+/// is let go, so a client's spare batches stay small.
+const SPARE_MAX_BYTES: usize = 64 * 1024;
 
 /// A round's batches for other nodes than the current one, and its gathered jobs.
 #[derive(Default)]
@@ -170,10 +173,13 @@ impl Conn {
             job,
         } in parked
         {
+            // Looked at before the requests are taken: the buffers sent share one
+            // allocation with what the batch keeps.
+            let small = batch.capacity() <= SPARE_MAX_BYTES;
             if let Some(taken) = batch.take() {
                 self.send_gathered(job, taken, part.into_after()).await;
             }
-            if self.gather.spare.len() < MAX_PARKED {
+            if small && self.gather.spare.len() < MAX_PARKED {
                 self.gather.spare.push(batch);
             }
         }

@@ -49,6 +49,14 @@ impl SentJob {
         cmds: Vec<(Bytes, Option<u16>)>,
         interleaved: Between,
     ) -> SentJob {
+        // A request added without its slot (one corral answers through Redis in cluster
+        // mode, CLIENT CACHING without tracking) leaves the list short of the job: a
+        // redirection is then passed on as it came rather than retried as another request.
+        let cmds = if cmds.len() == count as usize {
+            cmds
+        } else {
+            Vec::new()
+        };
         SentJob {
             first: Some(rx),
             rest: None,
