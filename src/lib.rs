@@ -147,6 +147,10 @@ pub async fn run_with(
         shared.metrics.clone(),
         upstream_token.child_token(),
     ));
+    tokio::spawn(server::reroute_on_dropped_pools(
+        shared.clone(),
+        upstream_token.child_token(),
+    ));
     if let Some(cluster) = &shared.upstream.cluster {
         // Until corral has the slot map, every request would get CLUSTERDOWN: clients that
         // connect meanwhile wait in the listen backlog instead, for as long as one try at a

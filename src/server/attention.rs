@@ -1,5 +1,6 @@
 //! What ends a client's wait for input besides input: pushes queued in its inboxes (CLIENT
-//! TRACKING), or the client killed (CLIENT KILL, a full inbox or pub/sub queue, shutdown).
+//! TRACKING), the client killed (CLIENT KILL, a full inbox or pub/sub queue, shutdown), or
+//! in cluster mode a node's connections let go of (its routes must go too).
 //!
 //! The connection loop checks this at every wait, so it must be cheap: one atomic load when
 //! nothing happened. Polling a registered `Notify` and a cancellation token instead took a
@@ -15,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 const PUSHED: u8 = 1;
 const KILLED: u8 = 2;
+const REROUTED: u8 = 4;
 
 /// A client's pending signals, raised from any thread and taken by its connection task.
 #[derive(Debug, Default)]
@@ -30,12 +32,20 @@ pub(super) enum Signal {
     Killed,
     /// Pushes wait in an inbox.
     Pushed,
+    /// The cluster's connections to a node were let go of: the client's routes, which may
+    /// hold some of them, are to be dropped.
+    Rerouted,
 }
 
 impl Attention {
     /// Pushes were queued for the client.
     pub(super) fn pushed(&self) {
         self.raise(PUSHED);
+    }
+
+    /// The cluster's connections to a node were let go of (see [`Signal::Rerouted`]).
+    pub(super) fn rerouted(&self) {
+        self.raise(REROUTED);
     }
 
     fn raise(&self, bit: u8) {
@@ -53,7 +63,8 @@ impl Attention {
         });
     }
 
-    /// Takes what was raised, a kill first; `None` when nothing was.
+    /// Takes what was raised, a kill first, then pushes; `None` when nothing was. What ranks
+    /// lower is left raised for the next take.
     pub(super) fn take(&self) -> Option<Signal> {
         if self.raised.load(Ordering::Acquire) == 0 {
             return None;
@@ -64,7 +75,12 @@ impl Attention {
             self.raised.fetch_or(KILLED, Ordering::Release);
             Some(Signal::Killed)
         } else if bits & PUSHED != 0 {
+            if bits & REROUTED != 0 {
+                self.raised.fetch_or(REROUTED, Ordering::Release);
+            }
             Some(Signal::Pushed)
+        } else if bits & REROUTED != 0 {
+            Some(Signal::Rerouted)
         } else {
             None
         }
@@ -108,6 +124,19 @@ mod tests {
         a.pushed();
         a.raise(KILLED);
         assert_eq!(a.take(), Some(Signal::Killed));
+        assert_eq!(a.take(), Some(Signal::Killed));
+    }
+
+    #[test]
+    fn a_reroute_waits_behind_pushes_and_is_taken_once() {
+        let a = Attention::default();
+        a.rerouted();
+        a.pushed();
+        assert_eq!(a.take(), Some(Signal::Pushed));
+        assert_eq!(a.take(), Some(Signal::Rerouted));
+        assert_eq!(a.take(), None);
+        a.rerouted();
+        a.raise(KILLED);
         assert_eq!(a.take(), Some(Signal::Killed));
     }
 

@@ -111,8 +111,10 @@ impl Conn {
         };
         let authenticated = !shared.auth.requirepass.is_set();
         let session = Session::new(id, addr, laddr, authenticated);
-        let entry = shared.clients.add(&session, kill.clone());
         let attention = Arc::new(Attention::default());
+        let entry = shared
+            .clients
+            .add(&session, kill.clone(), attention.clone());
         let redirected = Inbox::new(attention.clone(), kill.clone());
         shared.tracking.register(id, redirected.clone());
         Conn {

@@ -8,6 +8,7 @@ use bytes::{Bytes, BytesMut};
 use dashmap::DashMap;
 use tokio_util::sync::CancellationToken;
 
+use super::attention::Attention;
 use crate::commands::Session;
 use crate::error::replies;
 use crate::resp::Args;
@@ -24,6 +25,8 @@ pub struct ClientEntry {
     /// server-side client id CLIENT UNBLOCK must name. Its id is read when CLIENT UNBLOCK
     /// runs: a fresh connection learns it from HELLO after the client was shown blocked.
     blocked_on: Mutex<Option<UpstreamConn>>,
+    /// What wakes the client's connection task between requests.
+    attention: Arc<Attention>,
 }
 
 /// All connected clients.
@@ -33,15 +36,31 @@ pub struct Registry {
 }
 
 impl Registry {
-    /// Registers a client; `kill` is cancelled by CLIENT KILL.
-    pub fn add(&self, session: &Session, kill: CancellationToken) -> Arc<ClientEntry> {
+    /// Registers a client; `kill` is cancelled by CLIENT KILL, `attention` wakes its
+    /// connection task.
+    pub(super) fn add(
+        &self,
+        session: &Session,
+        kill: CancellationToken,
+        attention: Arc<Attention>,
+    ) -> Arc<ClientEntry> {
         let e = Arc::new(ClientEntry {
             snapshot: Mutex::new(session.clone()),
             kill,
             blocked_on: Mutex::new(None),
+            attention,
         });
         self.map.insert(session.id, e.clone());
         e
+    }
+
+    /// Tells every client that the cluster let go of a node's connections: a client that
+    /// idles would otherwise keep them, in its routes, for as long as it idles, and with them
+    /// their tasks, still connected to (or reconnecting to) a node that left.
+    pub fn reroute_all(&self) {
+        for e in self.map.iter() {
+            e.attention.rerouted();
+        }
     }
 
     /// Forgets a client that disconnected.
@@ -408,8 +427,8 @@ mod tests {
         let reg = Registry::default();
         let (a, b) = (session(1, 1001), session(2, 1002));
         let (ta, tb) = (CancellationToken::new(), CancellationToken::new());
-        reg.add(&a, ta.clone());
-        reg.add(&b, tb.clone());
+        reg.add(&a, ta.clone(), Arc::default());
+        reg.add(&b, tb.clone(), Arc::default());
         assert_eq!(run(&["CLIENT", "KILL", "ID", "2"], &a, &reg).0, b":1\r\n");
         assert!(tb.is_cancelled() && !ta.is_cancelled());
         assert_eq!(
@@ -424,8 +443,8 @@ mod tests {
         let (a, mut b) = (session(1, 1001), session(2, 1002));
         b.user = Some(bytes::Bytes::from_static(b"bob"));
         let (ta, tb) = (CancellationToken::new(), CancellationToken::new());
-        reg.add(&a, ta.clone());
-        reg.add(&b, tb.clone());
+        reg.add(&a, ta.clone(), Arc::default());
+        reg.add(&b, tb.clone(), Arc::default());
         let kill = |user| run(&["CLIENT", "KILL", "USER", user, "SKIPME", "no"], &a, &reg).0;
         assert_eq!(kill("nobody"), b"-ERR No such user 'nobody'\r\n");
         assert_eq!(kill("bob"), b":1\r\n");
@@ -438,8 +457,8 @@ mod tests {
     fn list_shows_every_client() {
         let reg = Registry::default();
         let a = session(1, 1001);
-        reg.add(&a, CancellationToken::new());
-        reg.add(&session(2, 1002), CancellationToken::new());
+        reg.add(&a, CancellationToken::new(), Arc::default());
+        reg.add(&session(2, 1002), CancellationToken::new(), Arc::default());
         let (out, _) = run(&["CLIENT", "LIST"], &a, &reg);
         let text = String::from_utf8_lossy(&out);
         assert!(text.contains("id=1 ") && text.contains("id=2 "), "{text}");

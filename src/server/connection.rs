@@ -216,6 +216,10 @@ impl Conn {
         };
         match signal {
             Signal::Killed => Ok(false),
+            Signal::Rerouted => {
+                self.routes = None;
+                Ok(true)
+            }
             Signal::Pushed => {
                 self.write_inbox(stream).await?;
                 Ok(true)

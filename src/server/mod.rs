@@ -69,6 +69,27 @@ impl Drop for ClientSlot {
     }
 }
 
+/// Cluster mode: each time the cluster lets go of a node's connections (the node left, or
+/// changed role), has every client drop its routes, which may hold some of them, until
+/// `stop`. See `clients::Registry::reroute_all`.
+pub async fn reroute_on_dropped_pools(shared: Arc<Shared>, stop: CancellationToken) {
+    let Some(cluster) = &shared.upstream.cluster else {
+        return;
+    };
+    let mut dropped = cluster.watch_dropped_pools();
+    loop {
+        tokio::select! {
+            changed = dropped.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+            }
+            () = stop.cancelled() => return,
+        }
+        shared.clients.reroute_all();
+    }
+}
+
 /// How long a client of the TLS listener has to complete its handshake.
 const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 

@@ -46,6 +46,9 @@ pub struct ClusterUpstream {
     epoch: std::sync::atomic::AtomicU64,
     /// Tells watchers (the cache's tracking lanes) that the epoch changed.
     epoch_tx: tokio::sync::watch::Sender<u64>,
+    /// Counts the refreshes that let go of a node's pool (see
+    /// [`ClusterUpstream::watch_dropped_pools`]).
+    dropped_tx: tokio::sync::watch::Sender<u64>,
 }
 
 impl ClusterUpstream {
@@ -71,6 +74,7 @@ impl ClusterUpstream {
             read_from,
             epoch: std::sync::atomic::AtomicU64::new(0),
             epoch_tx: tokio::sync::watch::Sender::new(0),
+            dropped_tx: tokio::sync::watch::Sender::new(0),
         });
         tokio::spawn(refresh_loop(c.clone(), refresh_every));
         c
@@ -90,6 +94,13 @@ impl ClusterUpstream {
     /// Wakes up when [`ClusterUpstream::epoch`] changes, to follow the set of masters.
     pub fn watch_epoch(&self) -> tokio::sync::watch::Receiver<u64> {
         self.epoch_tx.subscribe()
+    }
+
+    /// Wakes up when a refresh let go of the pool of a node that left the cluster or changed
+    /// role. Its connections' tasks end once no handle is left: whoever keeps one (a
+    /// client's routes) is to let it go.
+    pub fn watch_dropped_pools(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.dropped_tx.subscribe()
     }
 
     fn bump_epoch(&self) {
@@ -343,8 +354,13 @@ impl ClusterUpstream {
             })
         };
         let mut nodes = self.nodes.lock().unwrap_or_else(|p| p.into_inner());
+        let before = nodes.len();
         nodes.retain(|a, pool| role(a) == Some(pool.readonly));
+        let dropped = nodes.len() < before;
         drop(nodes);
+        if dropped {
+            self.dropped_tx.send_modify(|n| *n = n.wrapping_add(1));
+        }
         // Announced once the new map is in place, so watchers read the new masters.
         if changed {
             self.bump_epoch();
