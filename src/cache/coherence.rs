@@ -22,6 +22,7 @@ use super::entry::{self, Entry};
 use super::epochs::ReadEpochs;
 use super::flight::Fill;
 use super::leads::{Leads, Slot};
+use super::lone::Lone;
 use super::lost::LostFills;
 use super::presence::{Counts, Held, Presence};
 use super::recent::RecentReads;
@@ -51,6 +52,8 @@ pub(super) struct Core {
     pub(super) leads: Leads,
     /// Cold GETs forwarded lately, so a second one soon after is joinable.
     pub(super) recent: RecentReads,
+    /// Whether the reads GETs lead are left alone lately (`lone.rs`).
+    pub(super) lone: Lone,
     /// Keys whose fills were lost with their lane lately.
     pub(super) lost: LostFills,
     /// When reads were last registered, by key hash (a write's second invalidation).
@@ -292,6 +295,7 @@ impl Core {
             fills: DashMap::default(),
             leads: Leads::default(),
             recent: RecentReads::default(),
+            lone: Lone::default(),
             lost: LostFills::default(),
             epochs: ReadEpochs::default(),
             unacked: Arc::default(),

@@ -54,6 +54,7 @@ mod lane;
 mod lasting;
 mod lately;
 mod leads;
+mod lone;
 mod lost;
 mod presence;
 mod read;
@@ -140,6 +141,10 @@ impl Cache {
         let (counted, steered) = (core.clone(), core.clone());
         let react = move |gets, served| {
             bar::follow(&steered, gets, served);
+            let stats = &steered.stats;
+            steered
+                .lone
+                .follow(stats.misses.get(), stats.coalesced.get());
             steered.presence.follow_store(steered.store.len());
             if let Some(status) = &holds_follow {
                 holds::follow(status, gets, served);
@@ -436,6 +441,7 @@ impl Cache {
             inflight: self.core.fills.len() + self.core.leads.len(),
             noise_floor: self.core.admission.noise_floor(),
             long_window: self.core.admission.long_window(),
+            lone_reads: self.core.lone.on(),
         }
     }
 }
@@ -465,6 +471,7 @@ fn new_core(cfg: &Config) -> Core {
         fills: DashMap::default(),
         leads: leads::Leads::default(),
         recent: recent::RecentReads::default(),
+        lone: lone::Lone::default(),
         lost: lost::LostFills::default(),
         epochs: epochs::ReadEpochs::default(),
         unacked: Arc::default(),

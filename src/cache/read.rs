@@ -169,8 +169,12 @@ impl Core {
             .flatten()
             .filter(|l| self.admission.admit(reads.count, hash, &l.info));
         // A key written lately is not worth a read others join (`written.rs`), unless it is
-        // admitted: then its tracked fill is what its next GETs hit.
-        if lane.is_none() && self.admission.written_lately(hash) {
+        // admitted: then its tracked fill is what its next GETs hit. Nor, while reads are
+        // left alone (`lone.rs`), is one nobody else read lately.
+        if lane.is_none()
+            && (self.admission.written_lately(hash)
+                || (!reading && self.lone.on() && !self.recent.read_again(hash)))
+        {
             self.stats.reads.inc();
             return Lookup::Forward;
         }
@@ -755,6 +759,38 @@ mod tests {
         assert!(matches!(get(b"written"), Lookup::Forward), "one look later");
         core.admission.look();
         assert!(leads(b"written"), "two looks later");
+    }
+
+    /// While reads are left alone (`lone.rs`), a GET of a key read before (settled) but not
+    /// lately is forwarded where it would have led a read; the next GET of it soon after
+    /// leads one. Once joins come back, such a key leads at once again.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn while_reads_are_left_alone_a_key_not_read_lately_leads_no_read() {
+        let core = Arc::new(Core::for_test());
+        let conn = idle_conn();
+        let settled = |key: &[u8]| {
+            let hash = core.admission.hash(key);
+            core.admission.record_get(hash, key);
+        };
+        let get = |key: &[u8]| {
+            let route = Route {
+                conn: &conn,
+                lane: || None,
+            };
+            core.lookup(key, core.admission.hash(key), route, &mut Clock::default())
+        };
+        let leads = |key: &[u8]| matches!(get(key), Lookup::Lead(_));
+        settled(b"before");
+        assert!(leads(b"before"), "reads not left alone: the key leads");
+        core.lone.follow(100_000, 0);
+        assert!(core.lone.on());
+        settled(b"alone");
+        assert!(matches!(get(b"alone"), Lookup::Forward), "not read lately");
+        assert!(leads(b"alone"), "read again soon after");
+        core.lone.follow(200_000, 50_000);
+        assert!(!core.lone.on(), "joins came back");
+        settled(b"joined");
+        assert!(leads(b"joined"));
     }
 
     /// Two GETs of a key read again, racing on two threads, make one lead: the other joins it.

@@ -37,6 +37,7 @@ pub(super) struct Stats {
     evictions: Gauge,
     stale_window_ms: Gauge,
     long_window: Gauge,
+    lone_reads: Gauge,
     /// Per lane (label `node`): its state as [`Tracking::as_gauge`].
     lane_state: Family<Labels, Gauge>,
     /// Per lane: losses and resets since it was created.
@@ -57,6 +58,8 @@ pub(super) struct Sources<'a> {
     pub(super) noise_floor: u8,
     /// Whether the sketch counts over its long window (`window.rs`).
     pub(super) long_window: bool,
+    /// Whether reads GETs lead are left alone lately (`lone.rs`).
+    pub(super) lone_reads: bool,
 }
 
 impl Stats {
@@ -147,7 +150,7 @@ impl Stats {
     }
 
     /// Gauges with their Prometheus names and help.
-    fn gauges(&self) -> [(&'static str, &'static str, &Gauge); 5] {
+    fn gauges(&self) -> [(&'static str, &'static str, &Gauge); 6] {
         [
             ("cache_entries", "Entries in the local cache", &self.entries),
             (
@@ -169,6 +172,11 @@ impl Stats {
                 "cache_long_window",
                 "1 while the admission sketch counts over its long window (the cache serves most GETs and few keys are written), else 0",
                 &self.long_window,
+            ),
+            (
+                "cache_lone_reads",
+                "1 while few GETs join the reads others lead, so a key neither cached nor read again lately is read with no lead (a stampede on it costs two reads), else 0",
+                &self.lone_reads,
             ),
         ]
     }
@@ -203,6 +211,7 @@ impl Stats {
         self.stale_window_ms
             .set(src.health.window().as_millis() as i64);
         self.long_window.set(i64::from(src.long_window));
+        self.lone_reads.set(i64::from(src.lone_reads));
         // Rebuilt at each scrape, so lanes dropped with the topology leave no series behind.
         self.lane_state.clear();
         self.lane_resets.clear();
@@ -283,6 +292,7 @@ impl Stats {
                 "cache_admission_window",
                 if src.long_window { "long" } else { "short" }.to_string(),
             ),
+            ("cache_lone_reads", u8::from(src.lone_reads).to_string()),
         ];
         let mut out: Vec<(String, String)> =
             out.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
