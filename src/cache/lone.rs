@@ -1,5 +1,5 @@
 //! Whether the reads GETs lead are left alone: looked at every 250 ms (`served.rs`), from how
-//! many GETs missed and how many of them joined a read in flight since the last look.
+//! many GETs went to lead (or fill) a read and how many joined one since the last look.
 //!
 //! A GET that misses leads a read others may join (`leads.rs`): it is registered by its
 //! key's hash, counted in `presence.rs` and `epochs.rs`, and taken out again when its reply
@@ -12,39 +12,54 @@
 //! nor read again lately (`recent.rs`) is forwarded with no lead, as a cold key's is: a
 //! stampede on such a key then costs two reads (the second GET finds the first in
 //! `recent.rs` and leads, the rest join it), as one on a key never read before does. A key
-//! admitted to the store still fills once for all its GETs.
+//! admitted to the store still fills once for all its GETs; a key that would be but for its
+//! lane (down, say) is read as any key not admitted.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 
-/// Fewer than one miss in this many joined a read over a look: reads are left alone.
+use crate::striped::StripedCounter;
+
+/// Fewer than one read in this many was joined over a look: reads are left alone.
 const JOINED_AT: u64 = 64;
-/// Misses a look must see before it says reads are left alone: under this (16,384 a
-/// second), leading every read costs too little to matter, and a stampede keeps its one read.
-const LEAST_MISSES: u64 = 4096;
+/// Reads a look must see before it says they are left alone: under this (16,384 a second),
+/// leading every read costs too little to matter, and a stampede keeps its one read.
+const LEAST_READS: u64 = 4096;
 
 /// See the module.
 #[derive(Debug, Default)]
 pub(super) struct Lone {
     on: AtomicBool,
-    /// The counters at the last look: misses, joined.
-    misses: AtomicU64,
+    /// GETs that went to lead a read (or fill one) or, reads being left alone, would have.
+    /// Cold GETs and those of keys written lately never do: they do not count.
+    reads: StripedCounter,
+    /// The counts at the last look: reads, and GETs that joined one.
+    seen: AtomicU64,
     joined: AtomicU64,
 }
 
 impl Lone {
-    /// Whether reads are left alone now.
+    /// A GET is about to lead a read (or fill one) unless reads are left alone: counts it,
+    /// and says whether they are.
     #[inline]
+    pub(super) fn read_to_lead(&self) -> bool {
+        self.reads.inc();
+        self.on.load(Relaxed)
+    }
+
+    /// Whether reads are left alone now.
     pub(super) fn on(&self) -> bool {
         self.on.load(Relaxed)
     }
 
-    /// A look at the counters since start: `misses` GETs missed, `joined` of them joined a
-    /// read. One caller (the look's task).
-    pub(super) fn follow(&self, misses: u64, joined: u64) {
-        let missed = misses.saturating_sub(self.misses.swap(misses, Relaxed));
+    /// A look, with `joined` GETs counted since start as having joined a read. One caller
+    /// (the look's task). Once reads are left alone, those not led cannot be joined: the
+    /// joins that end it come from the keys read again lately, which still lead.
+    pub(super) fn follow(&self, joined: u64) {
+        let reads = self.reads.get();
+        let read = reads.saturating_sub(self.seen.swap(reads, Relaxed));
         let joins = joined.saturating_sub(self.joined.swap(joined, Relaxed));
         self.on.store(
-            missed >= LEAST_MISSES && joins.saturating_mul(JOINED_AT) < missed,
+            read >= LEAST_READS && joins.saturating_mul(JOINED_AT) < read,
             Relaxed,
         );
     }
@@ -54,19 +69,31 @@ impl Lone {
 mod tests {
     use super::*;
 
+    /// Counts `n` GETs that lead (or would lead) a read.
+    fn read(l: &Lone, n: u64) {
+        for _ in 0..n {
+            l.read_to_lead();
+        }
+    }
+
     #[test]
-    fn reads_are_left_alone_while_many_miss_and_few_join() {
+    fn reads_are_left_alone_while_many_are_led_and_few_joined() {
         let l = Lone::default();
         assert!(!l.on(), "not before a look");
-        l.follow(100_000, 0);
-        assert!(l.on(), "100,000 misses, none joined");
-        l.follow(200_000, 1_000);
+        read(&l, 100_000);
+        l.follow(0);
+        assert!(l.on(), "100,000 reads, none joined");
+        read(&l, 100_000);
+        l.follow(1_000);
         assert!(l.on(), "one in 100 joined");
-        l.follow(300_000, 3_000);
+        read(&l, 100_000);
+        l.follow(3_000);
         assert!(!l.on(), "one in 50 joined");
-        l.follow(400_000, 3_000);
+        read(&l, 100_000);
+        l.follow(3_000);
         assert!(l.on());
-        l.follow(404_000, 3_000);
-        assert!(!l.on(), "too few misses to matter");
+        read(&l, 4_000);
+        l.follow(3_000);
+        assert!(!l.on(), "too few reads to matter");
     }
 }

@@ -141,10 +141,7 @@ impl Cache {
         let (counted, steered) = (core.clone(), core.clone());
         let react = move |gets, served| {
             bar::follow(&steered, gets, served);
-            let stats = &steered.stats;
-            steered
-                .lone
-                .follow(stats.misses.get(), stats.coalesced.get());
+            steered.lone.follow(steered.stats.coalesced.get());
             steered.presence.follow_store(steered.store.len());
             if let Some(status) = &holds_follow {
                 holds::follow(status, gets, served);

@@ -171,10 +171,11 @@ impl Core {
         // A key written lately is not worth a read others join (`written.rs`), unless it is
         // admitted: then its tracked fill is what its next GETs hit. Nor, while reads are
         // left alone (`lone.rs`), is one nobody else read lately.
-        if lane.is_none()
-            && (self.admission.written_lately(hash)
-                || (!reading && self.lone.on() && !self.recent.read_again(hash)))
-        {
+        if lane.is_none() && self.admission.written_lately(hash) {
+            self.stats.reads.inc();
+            return Lookup::Forward;
+        }
+        if self.lone.read_to_lead() && lane.is_none() && !reading && !self.recent.read_again(hash) {
             self.stats.reads.inc();
             return Lookup::Forward;
         }
@@ -782,12 +783,18 @@ mod tests {
         let leads = |key: &[u8]| matches!(get(key), Lookup::Lead(_));
         settled(b"before");
         assert!(leads(b"before"), "reads not left alone: the key leads");
-        core.lone.follow(100_000, 0);
+        for _ in 0..100_000 {
+            core.lone.read_to_lead();
+        }
+        core.lone.follow(0);
         assert!(core.lone.on());
         settled(b"alone");
         assert!(matches!(get(b"alone"), Lookup::Forward), "not read lately");
         assert!(leads(b"alone"), "read again soon after");
-        core.lone.follow(200_000, 50_000);
+        for _ in 0..100_000 {
+            core.lone.read_to_lead();
+        }
+        core.lone.follow(50_000);
         assert!(!core.lone.on(), "joins came back");
         settled(b"joined");
         assert!(leads(b"joined"));

@@ -63,8 +63,9 @@ impl Attention {
         });
     }
 
-    /// Takes what was raised, a kill first, then pushes; `None` when nothing was. What ranks
-    /// lower is left raised for the next take.
+    /// Takes what was raised, a kill first, then a reroute (rare, and quick to act on: pushes
+    /// coming faster than the client's loop turns must not hold it back), then pushes; `None`
+    /// when nothing was. What ranks lower is left raised for the next take.
     pub(super) fn take(&self) -> Option<Signal> {
         if self.raised.load(Ordering::Acquire) == 0 {
             return None;
@@ -74,13 +75,13 @@ impl Attention {
             // A kill is final: later takes must see it too.
             self.raised.fetch_or(KILLED, Ordering::Release);
             Some(Signal::Killed)
-        } else if bits & PUSHED != 0 {
-            if bits & REROUTED != 0 {
-                self.raised.fetch_or(REROUTED, Ordering::Release);
-            }
-            Some(Signal::Pushed)
         } else if bits & REROUTED != 0 {
+            if bits & PUSHED != 0 {
+                self.raised.fetch_or(PUSHED, Ordering::Release);
+            }
             Some(Signal::Rerouted)
+        } else if bits & PUSHED != 0 {
+            Some(Signal::Pushed)
         } else {
             None
         }
@@ -128,12 +129,12 @@ mod tests {
     }
 
     #[test]
-    fn a_reroute_waits_behind_pushes_and_is_taken_once() {
+    fn a_reroute_goes_before_pushes_and_is_taken_once() {
         let a = Attention::default();
-        a.rerouted();
         a.pushed();
-        assert_eq!(a.take(), Some(Signal::Pushed));
+        a.rerouted();
         assert_eq!(a.take(), Some(Signal::Rerouted));
+        assert_eq!(a.take(), Some(Signal::Pushed), "pushes stay raised");
         assert_eq!(a.take(), None);
         a.rerouted();
         a.raise(KILLED);

@@ -64,6 +64,9 @@ pub async fn run(
         }
         c.after_round();
         if c.monitor {
+            // It relays until the client leaves, never waiting for input: routes kept here
+            // would hold their connections as long (see `Signal::Rerouted`).
+            c.routes = None;
             if c.relay_monitor(&mut stream).await? {
                 return Ok(());
             }

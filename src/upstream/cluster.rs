@@ -339,6 +339,13 @@ impl ClusterUpstream {
             );
         }
         *self.map.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(map);
+        // Announced once the new map is in place, so watchers read the new masters; and
+        // before the pools below are dropped, so a client's routes of the old map, checked
+        // against the epoch at each request, no longer ask for a pool of a node that left
+        // (which would make one anew).
+        if changed {
+            self.bump_epoch();
+        }
         // Pools of nodes that are gone, or changed role (their READONLY state would be
         // wrong), are dropped; their tasks end when unused.
         let map = self.map();
@@ -360,10 +367,6 @@ impl ClusterUpstream {
         drop(nodes);
         if dropped {
             self.dropped_tx.send_modify(|n| *n = n.wrapping_add(1));
-        }
-        // Announced once the new map is in place, so watchers read the new masters.
-        if changed {
-            self.bump_epoch();
         }
     }
 }
