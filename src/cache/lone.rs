@@ -3,17 +3,18 @@
 //!
 //! A GET that misses leads a read others may join (`leads.rs`): it is registered by its
 //! key's hash, counted in `presence.rs` and `epochs.rs`, and taken out again when its reply
-//! comes, about ten locked operations in all. That is what holds a stampede to one read, but
-//! on a key space read a few times per key (uniform GETs over 100,000 keys, each key
-//! settled above the sketch's noise floor but under the admission bar) nearly no read is
-//! joined: of 1.5M such GETs, 833,000 missed and 2,471 joined a read (one in 340), and
-//! through `corral --cluster` leading the reads took 95 ns per request of 1.32 µs (perf).
-//! While fewer than one miss in [`JOINED_AT`] joins a read, a GET of a key neither admitted
-//! nor read again lately (`recent.rs`) is forwarded with no lead, as a cold key's is: a
-//! stampede on such a key then costs two reads (the second GET finds the first in
-//! `recent.rs` and leads, the rest join it), as one on a key never read before does. A key
-//! admitted to the store still fills once for all its GETs; a key that would be but for its
-//! lane (down, say) is read as any key not admitted.
+//! comes: some eight locked operations in all (the map shard's lock, the presence count,
+//! the read epoch, the lead's reference, each on the way in and out). That is what holds a
+//! stampede to one read, but on a key space read a few times per key (uniform GETs over
+//! 100,000 keys, each key settled above the sketch's noise floor but under the admission
+//! bar) nearly no read is joined: of 1.5M such GETs, 833,000 missed and 2,471 joined a read
+//! (one in 340), and through `corral --cluster` leading the reads took 95 ns per request of
+//! 1.32 µs (perf). While fewer than one read in [`JOINED_AT`] is joined, a GET of a key
+//! neither admitted nor read again lately (`recent.rs`) is forwarded with no lead, as a
+//! cold key's is: a stampede on such a key then costs two reads (the second GET finds the
+//! first in `recent.rs` and leads, the rest join it), as one on a key never read before
+//! does. A key admitted to the store still fills once for all its GETs; a key that would be
+//! but for its lane (down, say) is read as any key not admitted.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 
