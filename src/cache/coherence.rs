@@ -26,6 +26,7 @@ use super::lone::Lone;
 use super::lost::LostFills;
 use super::presence::{Counts, Held, Presence};
 use super::recent::RecentReads;
+use super::renew::Renewal;
 use super::stats::Stats;
 use super::store::Store;
 use super::tracking::Tracking;
@@ -54,6 +55,8 @@ pub(super) struct Core {
     pub(super) recent: RecentReads,
     /// Whether the reads GETs lead are left alone lately (`lone.rs`).
     pub(super) lone: Lone,
+    /// When the lanes are due for a renewal (`renew.rs`).
+    pub(super) renewal: Renewal,
     /// Keys whose fills were lost with their lane lately.
     pub(super) lost: LostFills,
     /// When reads were last registered, by key hash (a write's second invalidation).
@@ -296,6 +299,7 @@ impl Core {
             leads: Leads::default(),
             recent: RecentReads::default(),
             lone: Lone::default(),
+            renewal: Renewal::default(),
             lost: LostFills::default(),
             epochs: ReadEpochs::default(),
             unacked: Arc::default(),

@@ -136,6 +136,16 @@ impl Lanes {
         }
     }
 
+    /// Renews every tracking lane (`renew.rs`): each one up and tracking ends its connection
+    /// and makes a new one at once, and Redis forgets the keys it tracked for the old one.
+    pub(super) fn renew_all(&self) {
+        for lane in self.lock().values() {
+            if lane.info.tracking() == Tracking::On {
+                lane.conn.renew();
+            }
+        }
+    }
+
     /// Every lane, ordered by address.
     pub(super) fn all(&self) -> Vec<Arc<LaneHandle>> {
         let mut v: Vec<Arc<LaneHandle>> = self.lock().values().cloned().collect();
@@ -179,6 +189,9 @@ pub(super) struct Lane {
 impl LinkObserver for Lane {
     fn up(&self, tracking: bool) {
         self.core.flush();
+        // The new connection tracks nothing yet.
+        let stats = &self.core.stats;
+        (self.core.renewal).rebase(stats.fills.get(), stats.invalidations.get());
         let state = if tracking {
             info!(node = %self.info.addr, "cache tracking connection up");
             Tracking::On
@@ -201,6 +214,15 @@ impl LinkObserver for Lane {
             self.info.record_reset(cause);
             warn!(node = %self.info.addr, %cause, "cache tracking connection reset: entries dropped, reads uncached until it is back");
         }
+    }
+
+    fn renewed(&self) {
+        // As `down`, but no fault: counted apart, and what is in flight is read again
+        // elsewhere (a renewal's end fails it as a timeout, which `lost.rs` does not count).
+        self.info.set(Tracking::Down);
+        self.core.flush();
+        self.core.stats.renewals.inc();
+        info!(node = %self.info.addr, "cache tracking connection renewed: Redis tracked many keys the cache no longer holds");
     }
 
     fn push(&self, frame: &[u8]) {

@@ -59,6 +59,7 @@ mod lost;
 mod presence;
 mod read;
 mod recent;
+mod renew;
 mod served;
 mod short_key;
 mod sketch;
@@ -138,17 +139,6 @@ impl Cache {
         let core = Arc::new(new_core(cfg));
         tokio::spawn(core.admission.clone().decay(shutdown.clone()));
         let holds_follow = cfg.holds_follow_cache().then(|| status.clone());
-        let (counted, steered) = (core.clone(), core.clone());
-        let react = move |gets, served| {
-            bar::follow(&steered, gets, served);
-            steered.lone.follow(steered.stats.coalesced.get());
-            steered.presence.follow_store(steered.store.len());
-            if let Some(status) = &holds_follow {
-                holds::follow(status, gets, served);
-            }
-        };
-        let seen = move || served::Seen::of(&counted.stats);
-        tokio::spawn(served::watch(seen, react, shutdown.clone()));
         let health = Health {
             strict: true,
             ..cfg.health()
@@ -172,6 +162,22 @@ impl Cache {
             status,
             shutdown.clone(),
         ));
+        let (counted, steered, renewed) = (core.clone(), core.clone(), lanes.clone());
+        let react = move |gets, served| {
+            bar::follow(&steered, gets, served);
+            steered.lone.follow(steered.stats.coalesced.get());
+            steered.presence.follow_store(steered.store.len());
+            let (fills, invalidated) =
+                (steered.stats.fills.get(), steered.stats.invalidations.get());
+            if steered.renewal.due(fills, invalidated, steered.store.len()) {
+                renewed.renew_all();
+            }
+            if let Some(status) = &holds_follow {
+                holds::follow(status, gets, served);
+            }
+        };
+        let seen = move || served::Seen::of(&counted.stats);
+        tokio::spawn(served::watch(seen, react, shutdown.clone()));
         let default_lane = match &cluster {
             // Standalone: connect the lane now, so the first hot key finds it up.
             None => Some(lanes.start(&upstream_addr)),
@@ -469,6 +475,7 @@ fn new_core(cfg: &Config) -> Core {
         leads: leads::Leads::default(),
         recent: recent::RecentReads::default(),
         lone: lone::Lone::default(),
+        renewal: renew::Renewal::default(),
         lost: lost::LostFills::default(),
         epochs: epochs::ReadEpochs::default(),
         unacked: Arc::default(),

@@ -27,6 +27,7 @@ pub(super) struct Stats {
     pub(super) invalidations: StripedCounter,
     pub(super) local_invalidations: StripedCounter,
     pub(super) flushes: StripedCounter,
+    pub(super) renewals: StripedCounter,
     pub(super) refreshes: StripedCounter,
     pub(super) oversized: StripedCounter,
     pub(super) barriers: StripedCounter,
@@ -77,7 +78,7 @@ impl Stats {
     }
 
     /// Counters with their Prometheus names and help.
-    fn counters(&self) -> [(&'static str, &'static str, &StripedCounter); 15] {
+    fn counters(&self) -> [(&'static str, &'static str, &StripedCounter); 16] {
         [
             (
                 "cache_hits",
@@ -120,6 +121,11 @@ impl Stats {
                 "cache_flushes",
                 "Whole-cache flushes (FLUSHALL, lost tracking)",
                 &self.flushes,
+            ),
+            (
+                "cache_lane_renewals",
+                "Tracking connections renewed on purpose: Redis tracked many keys the cache no longer held",
+                &self.renewals,
             ),
             (
                 "cache_refreshes",
@@ -275,6 +281,7 @@ impl Stats {
                 self.local_invalidations.get().to_string(),
             ),
             ("cache_flushes", self.flushes.get().to_string()),
+            ("cache_lane_renewals", self.renewals.get().to_string()),
             ("cache_refreshes", self.refreshes.get().to_string()),
             ("cache_oversized", self.oversized.get().to_string()),
             ("cache_barriers", self.barriers.get().to_string()),

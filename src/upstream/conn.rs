@@ -32,7 +32,7 @@ pub struct UpstreamConn(Arc<Handle>);
 #[derive(Debug)]
 struct Handle {
     tx: mpsc::Sender<Job>,
-    reset: Arc<Notify>,
+    reset: Arc<Reset>,
     addr: Arc<str>,
     dead: Arc<AtomicBool>,
     /// A connection that does not reconnect failed to connect at all: nothing sent to it ever
@@ -66,6 +66,15 @@ impl Up {
     }
 }
 
+/// How a handle ends the live connection for a new one: [`UpstreamConn::reset`] and
+/// [`UpstreamConn::renew`].
+#[derive(Debug, Default)]
+pub(super) struct Reset {
+    pub(super) notify: Notify,
+    /// The reset asked for is a renewal, not a fault.
+    pub(super) renew: AtomicBool,
+}
+
 /// Most jobs queued per connection before senders wait (backpressure, bounded memory).
 const QUEUE: usize = 4096;
 
@@ -78,7 +87,7 @@ impl UpstreamConn {
         observer: Option<Arc<dyn LinkObserver>>,
     ) -> UpstreamConn {
         let (tx, rx) = mpsc::channel(QUEUE);
-        let reset = Arc::new(Notify::new());
+        let reset = Arc::new(Reset::default());
         let dead = Arc::new(AtomicBool::new(false));
         let never_up = Arc::new(AtomicBool::new(false));
         let client_id = Arc::new(AtomicU64::new(0));
@@ -167,7 +176,15 @@ impl UpstreamConn {
     pub fn reset(&self) {
         // Wakes only a live connection's waiter: no permit is stored, so a reset asked for
         // while reconnecting cannot kill the next, healthy connection.
-        self.0.reset.notify_waiters();
+        self.0.reset.notify.notify_waiters();
+    }
+
+    /// Ends the live connection on purpose and makes a new one at once, failing what is in
+    /// flight as a reset does; not reported as an upstream error. A tracking lane is renewed
+    /// so that Redis forgets the keys it tracked for the old connection.
+    pub fn renew(&self) {
+        self.0.reset.renew.store(true, Ordering::Relaxed);
+        self.0.reset.notify.notify_waiters();
     }
 
     /// The upstream address, for error messages.

@@ -152,6 +152,11 @@ pub trait LinkObserver: Send + Sync + std::fmt::Debug {
     /// The connection is gone (`cause` says why): anything learnt through it may have missed
     /// invalidations.
     fn down(&self, cause: &str);
+    /// The connection was ended on purpose ([`super::UpstreamConn::renew`]) and a new one
+    /// follows: by default, as [`LinkObserver::down`].
+    fn renewed(&self) {
+        self.down("renewed");
+    }
     /// A RESP3 push frame arrived (whole frame bytes).
     fn push(&self, frame: &[u8]);
     /// A push frame arrived while a job is in flight. An observer for a connection whose

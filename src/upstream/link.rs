@@ -47,6 +47,8 @@ pub(super) struct End {
     pub(super) cause: String,
     /// No reply came in time: in-flight jobs get `timed out` rather than `connection lost`.
     pub(super) timed_out: bool,
+    /// Ended on purpose for a new connection ([`super::UpstreamConn::renew`]).
+    pub(super) renewed: bool,
 }
 
 impl End {
@@ -54,6 +56,7 @@ impl End {
         End {
             cause: cause.into(),
             timed_out: false,
+            renewed: false,
         }
     }
 
@@ -61,6 +64,17 @@ impl End {
         End {
             cause: cause.into(),
             timed_out: true,
+            renewed: false,
+        }
+    }
+
+    /// Ended for a new connection: what is in flight fails as after a timeout, since the
+    /// server is not at fault, and a caller reads it again elsewhere.
+    pub(super) fn renewed() -> End {
+        End {
+            cause: "renewed".into(),
+            timed_out: true,
+            renewed: true,
         }
     }
 }

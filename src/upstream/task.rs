@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use rand::Rng;
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::mpsc;
 use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
@@ -24,8 +24,8 @@ pub(super) struct Task {
     pub(super) s: ConnSettings,
     pub(super) status: Arc<UpstreamStatus>,
     pub(super) rx: mpsc::Receiver<Job>,
-    /// Woken by [`super::UpstreamConn::reset`].
-    pub(super) reset: Arc<Notify>,
+    /// Woken by [`super::UpstreamConn::reset`] and [`super::UpstreamConn::renew`].
+    pub(super) reset: Arc<super::conn::Reset>,
     /// The server's client id for the live connection.
     pub(super) client_id: Arc<AtomicU64>,
     /// Set live once a connection's handshake is done, and not live when it ends.
@@ -110,6 +110,8 @@ impl Task {
     /// Serves a live connection until it fails, is reset or shut down.
     async fn serve(&mut self, stream: Stream, tracking: bool, id: Option<u64>) -> After {
         let s = &self.s;
+        // A renewal asked for while no connection was live is not this one's.
+        self.reset.renew.store(false, Ordering::Relaxed);
         self.client_id.store(id.unwrap_or(0), Ordering::Relaxed);
         self.up.set(true);
         // Registered by `connect` (for MONITOR) until the connection closes.
@@ -133,7 +135,10 @@ impl Task {
         link.request_timeout = s.request_timeout.filter(|_| s.reconnect);
         let end = tokio::select! {
             r = link.serve(stream, &mut self.rx) => r,
-            _ = self.reset.notified() => End::timed_out("reset after a request timed out"),
+            _ = self.reset.notify.notified() => match self.reset.renew.swap(false, Ordering::Relaxed) {
+                true => End::renewed(),
+                false => End::timed_out("reset after a request timed out"),
+            },
             _ = self.shutdown.cancelled() => End::lost("shutting down"),
         };
         link.fail_all(&end);
@@ -144,12 +149,15 @@ impl Task {
             self.status.remove_conn(a);
         }
         if let Some(o) = &self.observer {
-            o.down(&cause);
+            match end.renewed {
+                true => o.renewed(),
+                false => o.down(&cause),
+            }
         }
         self.status.lost();
-        // A connection ended on purpose (a lane or hub no longer needed, or corral shutting
-        // down) is no upstream error for INFO's `upstream_last_error`.
-        if !self.shutdown.is_cancelled() {
+        // A connection ended on purpose (a lane or hub no longer needed, a lane renewed, or
+        // corral shutting down) is no upstream error for INFO's `upstream_last_error`.
+        if !self.shutdown.is_cancelled() && !end.renewed {
             self.status.disconnected(&cause);
         }
         // Shut down, or every handle dropped: nothing left to serve.
@@ -170,7 +178,11 @@ impl Task {
             debug!(upstream = %s.addr, %cause, "ACL user's connection lost");
             return After::Stop;
         }
-        warn!(upstream = %s.addr, %cause, "upstream connection lost");
+        if end.renewed {
+            debug!(upstream = %s.addr, "connection renewed");
+        } else {
+            warn!(upstream = %s.addr, %cause, "upstream connection lost");
+        }
         After::Reconnect
     }
 
