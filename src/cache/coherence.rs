@@ -299,7 +299,7 @@ impl Core {
             leads: Leads::default(),
             recent: RecentReads::default(),
             lone: Lone::default(),
-            renewal: Renewal::default(),
+            renewal: Renewal::new(65_536),
             lost: LostFills::default(),
             epochs: ReadEpochs::default(),
             unacked: Arc::default(),

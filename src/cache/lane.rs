@@ -138,12 +138,16 @@ impl Lanes {
 
     /// Renews every tracking lane (`renew.rs`): each one up and tracking ends its connection
     /// and makes a new one at once, and Redis forgets the keys it tracked for the old one.
-    pub(super) fn renew_all(&self) {
+    /// Returns whether any was.
+    pub(super) fn renew_all(&self) -> bool {
+        let mut any = false;
         for lane in self.lock().values() {
             if lane.info.tracking() == Tracking::On {
                 lane.conn.renew();
+                any = true;
             }
         }
+        any
     }
 
     /// Every lane, ordered by address.
@@ -190,8 +194,7 @@ impl LinkObserver for Lane {
     fn up(&self, tracking: bool) {
         self.core.flush();
         // The new connection tracks nothing yet.
-        let stats = &self.core.stats;
-        (self.core.renewal).rebase(stats.fills.get(), stats.invalidations.get());
+        (self.core.renewal).rebase(self.core.stats.invalidations.get());
         let state = if tracking {
             info!(node = %self.info.addr, "cache tracking connection up");
             Tracking::On
@@ -219,8 +222,11 @@ impl LinkObserver for Lane {
     fn renewed(&self) {
         // As `down`, but no fault: counted apart, and what is in flight is read again
         // elsewhere (a renewal's end fails it as a timeout, which `lost.rs` does not count).
-        self.info.set(Tracking::Down);
+        // Flushed before the lane is down, unlike a lost lane: the read barrier skips a lane
+        // that is down, and the old connection's unread invalidations are lost for good,
+        // but nothing it filled can be inserted any more (its fills failed already).
         self.core.flush();
+        self.info.set(Tracking::Down);
         self.core.stats.renewals.inc();
         info!(node = %self.info.addr, "cache tracking connection renewed: Redis tracked many keys the cache no longer holds");
     }
@@ -242,8 +248,11 @@ impl LinkObserver for Lane {
                         core.stats.invalidations.inc();
                     }
                 } else if is_null(keys) {
-                    // FLUSHALL/FLUSHDB anywhere, or tracking table overflow.
+                    // FLUSHALL/FLUSHDB anywhere, or tracking table overflow; Redis may have
+                    // dropped the keys it tracked, which the renewal's estimate must not
+                    // count on.
                     core.flush();
+                    core.renewal.rebase(core.stats.invalidations.get());
                 } else {
                     debug!("unexpected invalidate payload");
                 }

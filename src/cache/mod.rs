@@ -167,10 +167,9 @@ impl Cache {
             bar::follow(&steered, gets, served);
             steered.lone.follow(steered.stats.coalesced.get());
             steered.presence.follow_store(steered.store.len());
-            let (fills, invalidated) =
-                (steered.stats.fills.get(), steered.stats.invalidations.get());
-            if steered.renewal.due(fills, invalidated, steered.store.len()) {
-                renewed.renew_all();
+            let invalidated = steered.stats.invalidations.get();
+            if steered.renewal.due(invalidated, steered.store.len()) && renewed.renew_all() {
+                steered.renewal.rebase(invalidated);
             }
             if let Some(status) = &holds_follow {
                 holds::follow(status, gets, served);
@@ -475,7 +474,7 @@ fn new_core(cfg: &Config) -> Core {
         leads: leads::Leads::default(),
         recent: recent::RecentReads::default(),
         lone: lone::Lone::default(),
-        renewal: renew::Renewal::default(),
+        renewal: renew::Renewal::new(c.lane_renew_keys),
         lost: lost::LostFills::default(),
         epochs: epochs::ReadEpochs::default(),
         unacked: Arc::default(),

@@ -222,7 +222,7 @@ impl Core {
                 other => drop(other),
             }
             return match fill {
-                Ok(fill) => self.start_tracked(key, fill, &lane, clock),
+                Ok(fill) => self.start_tracked(key, hash, fill, &lane, clock),
                 Err(rx) => self.joined(rx, clock),
             };
         }
@@ -369,6 +369,7 @@ impl Core {
     fn start_tracked(
         self: &Arc<Self>,
         key: Key,
+        hash: u64,
         fill: Arc<Fill>,
         lane: &LaneHandle,
         clock: &mut Clock,
@@ -376,6 +377,8 @@ impl Core {
         if self.admission.filled() {
             clock.filled();
         }
+        // Redis tracks the key from now on (a refresh's key it tracks already).
+        self.renewal.filled(hash);
         let rx = fill.waiter();
         self.start_fill(key, fill, lane);
         Lookup::Wait(rx)

@@ -142,6 +142,9 @@ pub struct CacheConfig {
     /// How often the hottest keys the cache served are touched on Redis (`TOUCH`), so that
     /// an LRU or LFU `maxmemory-policy` sees them used; 0 turns it off (`cache/touch.rs`).
     pub touch_ms: u64,
+    /// Renews the tracking lanes once Redis is estimated to track this many keys for them
+    /// and the store holds few (`cache/renew.rs`); 0 never does.
+    pub lane_renew_keys: u64,
 }
 
 /// A password: shown as `MASKED` in logs and debug output.
@@ -214,6 +217,7 @@ impl Default for CacheConfig {
             lane_deadline_ms: 500,
             read_barrier: false,
             touch_ms: 250,
+            lane_renew_keys: 65_536,
         }
     }
 }

@@ -175,7 +175,9 @@ impl UpstreamConn {
     /// reply is overdue, since nothing after it on this connection can arrive sooner.
     pub fn reset(&self) {
         // Wakes only a live connection's waiter: no permit is stored, so a reset asked for
-        // while reconnecting cannot kill the next, healthy connection.
+        // while reconnecting cannot kill the next, healthy connection. A fault, even if a
+        // renewal was asked for too.
+        self.0.reset.renew.store(false, Ordering::Relaxed);
         self.0.reset.notify.notify_waiters();
     }
 

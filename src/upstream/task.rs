@@ -110,8 +110,13 @@ impl Task {
     /// Serves a live connection until it fails, is reset or shut down.
     async fn serve(&mut self, stream: Stream, tracking: bool, id: Option<u64>) -> After {
         let s = &self.s;
-        // A renewal asked for while no connection was live is not this one's.
-        self.reset.renew.store(false, Ordering::Relaxed);
+        // A renewal asked for while no connection was live is not this one's; one asked for
+        // from now on is (the observer learns the connection is up only after this).
+        let reset = self.reset.clone();
+        reset.renew.store(false, Ordering::Relaxed);
+        let reset_asked = reset.notify.notified();
+        tokio::pin!(reset_asked);
+        reset_asked.as_mut().enable();
         self.client_id.store(id.unwrap_or(0), Ordering::Relaxed);
         self.up.set(true);
         // Registered by `connect` (for MONITOR) until the connection closes.
@@ -135,7 +140,7 @@ impl Task {
         link.request_timeout = s.request_timeout.filter(|_| s.reconnect);
         let end = tokio::select! {
             r = link.serve(stream, &mut self.rx) => r,
-            _ = self.reset.notify.notified() => match self.reset.renew.swap(false, Ordering::Relaxed) {
+            _ = &mut reset_asked => match reset.renew.swap(false, Ordering::Relaxed) {
                 true => End::renewed(),
                 false => End::timed_out("reset after a request timed out"),
             },
