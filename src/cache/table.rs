@@ -395,10 +395,9 @@ impl Table {
         Some(e)
     }
 
-    /// Removes every entry, a shard's bucket array at a time: what it returns goes over the
-    /// entries taken out, for the caller to let go of where it chooses (see `drops.rs`).
-    /// Gone over here, under the lock, the buckets of a settled store (600,000 entries) held
-    /// corral's thread for 8-9 ms.
+    /// Removes every entry, a shard's bucket array at a time; the caller lets go of them where
+    /// it chooses (`drops.rs`): gone over under the lock, a settled store's held corral's
+    /// thread for 8-9 ms (600,000 entries).
     pub(super) fn clear(&self) -> impl Iterator<Item = Arc<Entry>> + Send + use<> {
         let old: Vec<Box<[Bucket]>> = self
             .shards
@@ -420,11 +419,10 @@ impl Table {
 
     /// Removes every entry `keep` refuses, each handed to `leave`. `keep` runs with no lock
     /// held: the entries of [`RETAIN_BUCKETS`] buckets at a time are read under the shard's
-    /// read lock, and each refused one is then removed under its write lock, if it is still
-    /// there. Held across a whole shard (a full one of the default budget holds some 16,000
-    /// entries of short values, a larger budget's more, each loaded, hashed and looked up in
-    /// the sketch), the write lock stalled every lookup of that shard, and with it the
-    /// worker thread making it. An entry a rebuild moved meanwhile may be passed over, and
+    /// read lock, and each refused one is then removed under its write lock, if still there.
+    /// Held across a whole shard (some 16,000 entries of short values at the default budget,
+    /// each loaded, hashed and looked up in the sketch), the write lock stalled every lookup
+    /// of that shard, and the worker thread making it. An entry a rebuild moved meanwhile may be passed over, and
     /// stays. Returns the entries taken out, for the caller to drop where it chooses (see
     /// `drops.rs`).
     pub(super) fn retain(
@@ -465,6 +463,22 @@ impl Table {
             }
         }
         taken
+    }
+
+    /// (Entries seen, entries `kept`) in about `buckets` buckets spread over the table.
+    pub(super) fn sample(&self, buckets: usize, kept: impl Fn(&Entry) -> bool) -> (usize, usize) {
+        let per = buckets.div_ceil(self.shards.len());
+        let mut seen = (0, 0);
+        for shard in &self.shards {
+            let slots = shard.read();
+            let step = (slots.buckets.len() / per).max(1);
+            for b in slots.buckets.iter().step_by(step) {
+                for e in b.entries.iter().flatten() {
+                    seen = (seen.0 + 1, seen.1 + usize::from(kept(e)));
+                }
+            }
+        }
+        seen
     }
 
     /// Entries held.
