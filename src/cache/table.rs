@@ -465,20 +465,17 @@ impl Table {
         taken
     }
 
-    /// (Entries seen, entries `kept`) in about `buckets` buckets spread over the table.
-    pub(super) fn sample(&self, buckets: usize, kept: impl Fn(&Entry) -> bool) -> (usize, usize) {
-        let per = buckets.div_ceil(self.shards.len());
-        let mut seen = (0, 0);
+    /// The entries of about `buckets` buckets spread over the table, taken under each shard's
+    /// read lock, to be looked at with none held.
+    pub(super) fn sample(&self, buckets: usize) -> Vec<Arc<Entry>> {
+        let (per, mut out) = (buckets.div_ceil(self.shards.len()), Vec::new());
         for shard in &self.shards {
             let slots = shard.read();
             let step = (slots.buckets.len() / per).max(1);
-            for b in slots.buckets.iter().step_by(step) {
-                for e in b.entries.iter().flatten() {
-                    seen = (seen.0 + 1, seen.1 + usize::from(kept(e)));
-                }
-            }
+            let taken = slots.buckets.iter().step_by(step);
+            out.extend(taken.flat_map(|b| b.entries.iter().flatten().cloned()));
         }
-        seen
+        out
     }
 
     /// Entries held.
