@@ -72,8 +72,8 @@ pub(super) const CLEAR_FROM: usize = 16_384;
 /// A sweep that would keep at most one entry in this many clears the store instead...
 const CLEAR_KEEPING: usize = 16;
 /// ...and at most this many: what a clear drops beyond the sweep is filled again in moments.
-/// A sweep keeping the short window's tens of thousands of hot keys after a settled long
-/// window's 630,000 entries keeps them, and the fronts sized for them.
+/// A sweep that would keep a short window's tens of thousands of hot keys out of a settled
+/// long window's 630,000 entries stays a sweep, and the fronts sized for them stay.
 const CLEAR_MOST_KEPT: usize = 4096;
 /// Buckets looked at to tell (some 1,500 entries in a full table, at most three a bucket).
 const SAMPLE_BUCKETS: usize = 512;
