@@ -36,6 +36,7 @@ pub(super) struct Stats {
     entries: Gauge,
     bytes: Gauge,
     evictions: Gauge,
+    sweep_clears: Gauge,
     stale_window_ms: Gauge,
     long_window: Gauge,
     lone_reads: Gauge,
@@ -156,7 +157,7 @@ impl Stats {
     }
 
     /// Gauges with their Prometheus names and help.
-    fn gauges(&self) -> [(&'static str, &'static str, &Gauge); 6] {
+    fn gauges(&self) -> [(&'static str, &'static str, &Gauge); 7] {
         [
             ("cache_entries", "Entries in the local cache", &self.entries),
             (
@@ -168,6 +169,11 @@ impl Stats {
                 "cache_evictions",
                 "Entries evicted for the memory budget",
                 &self.evictions,
+            ),
+            (
+                "cache_sweep_clears",
+                "Sweeps of the admission bar's return that cleared the store instead, as they would have kept few entries",
+                &self.sweep_clears,
             ),
             (
                 "cache_stale_window_ms",
@@ -214,6 +220,7 @@ impl Stats {
         self.entries.set(st.len() as i64);
         self.bytes.set(st.bytes() as i64);
         self.evictions.set(st.evictions() as i64);
+        self.sweep_clears.set(st.sweep_clears() as i64);
         self.stale_window_ms
             .set(src.health.window().as_millis() as i64);
         self.long_window.set(i64::from(src.long_window));
@@ -291,6 +298,7 @@ impl Stats {
             ),
             ("cache_touches", self.touches.get().to_string()),
             ("cache_evictions", st.evictions().to_string()),
+            ("cache_sweep_clears", st.sweep_clears().to_string()),
             ("cache_entries", st.len().to_string()),
             ("cache_bytes", st.bytes().to_string()),
             ("cache_inflight_reads", src.inflight.to_string()),

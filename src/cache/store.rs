@@ -62,6 +62,8 @@ pub struct Store {
     front_cap: usize,
     /// A [`Store::retain`] is under way.
     sweeping: AtomicBool,
+    /// Sweeps that cleared the store instead ([`Store::retain`]).
+    sweep_clears: AtomicU64,
 }
 
 /// Inserts between two looks at the table's length (which reads a count from every shard).
@@ -94,6 +96,7 @@ impl Store {
             front_slots: AtomicUsize::new(front::MIN_SLOTS),
             front_cap: front::max_slots(max_bytes),
             sweeping: AtomicBool::new(false),
+            sweep_clears: AtomicU64::new(0),
         }
     }
 
@@ -335,6 +338,7 @@ impl Store {
                     entries = len,
                     seen, kept, "store cleared: a sweep would keep few"
                 );
+                self.sweep_clears.fetch_add(1, Ordering::Relaxed);
                 self.clear();
                 return true;
             }
@@ -368,6 +372,11 @@ impl Store {
     /// Bytes charged against the budget.
     pub fn bytes(&self) -> u64 {
         self.table.bytes()
+    }
+
+    /// Sweeps that cleared the store instead, since start (see [`Store::retain`]).
+    pub fn sweep_clears(&self) -> u64 {
+        self.sweep_clears.load(Ordering::Relaxed)
     }
 
     /// Entries evicted to stay within the budget, since start.
@@ -409,11 +418,12 @@ mod tests {
         // One in 32 kept: all gone, the few with the rest.
         let s = filled(many);
         assert!(s.retain(keeps(8)));
-        assert_eq!(s.len(), 0);
+        assert_eq!((s.len(), s.sweep_clears()), (0, 1));
         // One in 8 kept: swept, the kept ones stay.
         let s = filled(many);
         assert!(s.retain(keeps(32)));
         assert!((2_000..3_200).contains(&s.len()), "{}", s.len());
+        assert_eq!(s.sweep_clears(), 0);
         // One in 21 of 150,000, some 7,000 kept: more than a clear may drop.
         let s = filled(150_000);
         assert!(s.retain(keeps(12)));
