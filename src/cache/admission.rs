@@ -17,6 +17,7 @@ use super::hotkeys::{self, HotKey, HotKeys};
 use super::lasting::{self, Lasting};
 use super::lately::ReadLately;
 use super::sketch::FrequencySketch;
+use super::touched::Touched;
 use super::tracking::{LaneState, Tracking};
 use super::window::Window;
 use super::written::WrittenLately;
@@ -101,6 +102,8 @@ pub(super) struct Admission {
     /// Keys written lately: not worth a read others may join.
     written: WrittenLately,
     hot: HotKeys,
+    /// Keys a sampled GET read since `touch.rs` last looked.
+    touched: Touched,
     hasher: foldhash::fast::RandomState,
     bar: Bar,
     /// Whether `reads` counts over its long window (see `window.rs`).
@@ -127,6 +130,7 @@ impl Admission {
             lasting: Lasting::default(),
             written: WrittenLately::default(),
             hot: HotKeys::default(),
+            touched: Touched::new(false),
             hasher: foldhash::fast::RandomState::default(),
             bar: Bar::new(hot_threshold, hot_threshold),
             window: Window::new(false),
@@ -141,6 +145,12 @@ impl Admission {
     /// Lets the bar come down to `least` while the cache serves most GETs (see `bar.rs`).
     pub(super) fn lowering_to(mut self, least: u8) -> Admission {
         self.bar = Bar::new(self.bar.top(), least);
+        self
+    }
+
+    /// Keeps the keys sampled GETs read for `touch.rs` to take ([`Admission::touched`]).
+    pub(super) fn touching(mut self, on: bool) -> Admission {
+        self.touched = Touched::new(on);
         self
     }
 
@@ -178,7 +188,8 @@ impl Admission {
         self.reads.prefetch(hash);
     }
 
-    /// Counts a GET of `key` (hash `hash`), and samples it for the top keys. Returns the
+    /// Counts a GET of `key` (hash `hash`), and samples it for the keys to touch and the top
+    /// keys. Returns the
     /// key's read estimate, for [`Admission::may_be_cached`] and [`Admission::admit`].
     pub(super) fn record_get(&self, hash: u64, key: &[u8]) -> Reads {
         let count = self.reads.increment(hash);
@@ -187,14 +198,18 @@ impl Admission {
         let warm = count > floor;
         let settled = count > floor.saturating_add(u8::from(floor > 0));
         // A key at the noise floor (on a large key space, nearly every GET) is neither a top
-        // key nor one whose writes need weighing: it costs the sketch alone. Only keys hot
-        // enough to be admitted are sampled for the top keys: on a long tail most sampled
-        // keys would otherwise evict one another from its 64 slots, each with a copy of the
-        // key.
+        // key nor one whose writes need weighing: it costs the sketch alone. A key past the
+        // floor may be cached, and is sampled for the keys to touch (`touched.rs`); only keys
+        // hot enough to be admitted at the top bar are sampled for the top keys: on a long
+        // tail most sampled keys would otherwise evict one another from its 64 slots, each
+        // with a copy of the key.
         if warm {
             self.lately.note(hash);
-            if count >= self.top_bar(floor) && one_in(hotkeys::SAMPLE_EVERY) {
-                self.hot.record(hash, key);
+            if one_in(hotkeys::SAMPLE_EVERY) {
+                self.touched.sampled(hash, key);
+                if count >= self.top_bar(floor) {
+                    self.hot.record(hash, key);
+                }
             }
         }
         Reads {
@@ -205,10 +220,11 @@ impl Admission {
     }
 
     /// A front hit served without counting it ([`Admission::record_get`]): sampled for the
-    /// top keys at the rate a counted GET of a key past the bar is, so keys the front serves
-    /// rank among the others by their real rates.
+    /// keys to touch and the top keys at the rate a counted GET of a key past the bar is, so
+    /// keys the front serves rank among the others by their real rates.
     pub(super) fn sample_hit(&self, hash: u64, key: &[u8]) {
         if one_in(hotkeys::SAMPLE_EVERY) {
+            self.touched.sampled(hash, key);
             self.hot.record(hash, key);
         }
     }
@@ -431,9 +447,9 @@ impl Admission {
         self.hot.top(n)
     }
 
-    /// The hottest keys a sampled GET read since the last call (`touch.rs`).
-    pub(super) fn sampled_hot(&self) -> Vec<bytes::Bytes> {
-        self.hot.take_sampled()
+    /// The keys a sampled GET read since the last call (`touch.rs`), each once.
+    pub(super) fn touched(&self) -> Vec<bytes::Bytes> {
+        self.touched.take()
     }
 
     /// Ages the top keys, the writes weighed and the churn scores; and (more often) looks at

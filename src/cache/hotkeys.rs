@@ -20,8 +20,6 @@ struct Inner {
     hashes: Vec<u64>,
     counts: Vec<u64>,
     keys: Vec<Bytes>,
-    /// Sampled since the last [`HotKeys::take_sampled`].
-    sampled: Vec<bool>,
     since: Instant,
 }
 
@@ -56,7 +54,6 @@ impl Default for HotKeys {
                 hashes: Vec::with_capacity(SLOTS),
                 counts: Vec::with_capacity(SLOTS),
                 keys: Vec::with_capacity(SLOTS),
-                sampled: Vec::with_capacity(SLOTS),
                 since: Instant::now(),
             }),
         }
@@ -71,18 +68,15 @@ impl HotKeys {
         };
         if let Some(i) = inner.slot_of(hash, key) {
             inner.counts[i] += 1;
-            inner.sampled[i] = true;
         } else if inner.hashes.len() < SLOTS {
             inner.hashes.push(hash);
             inner.counts.push(1);
             inner.keys.push(Bytes::copy_from_slice(key));
-            inner.sampled.push(true);
         } else if let Some((i, _)) = inner.counts.iter().enumerate().min_by_key(|&(_, c)| *c) {
             // Space-saving: the newcomer inherits the evicted count, an upper bound.
             inner.hashes[i] = hash;
             inner.keys[i] = Bytes::copy_from_slice(key);
             inner.counts[i] += 1;
-            inner.sampled[i] = true;
         }
     }
 
@@ -103,21 +97,6 @@ impl HotKeys {
             .collect()
     }
 
-    /// The tracked keys sampled since the last call (a GET of each read them since), which
-    /// are then no longer counted as sampled.
-    pub fn take_sampled(&self) -> Vec<Bytes> {
-        let Ok(mut inner) = self.inner.lock() else {
-            return Vec::new();
-        };
-        let inner = &mut *inner;
-        inner
-            .sampled
-            .iter_mut()
-            .zip(&inner.keys)
-            .filter_map(|(sampled, key)| std::mem::take(sampled).then(|| key.clone()))
-            .collect()
-    }
-
     /// Halves all counts so the list follows current traffic; called periodically.
     pub fn decay(&self) {
         if let Ok(mut inner) = self.inner.lock() {
@@ -129,7 +108,6 @@ impl HotKeys {
                     inner.counts.swap_remove(i);
                     inner.hashes.swap_remove(i);
                     inner.keys.swap_remove(i);
-                    inner.sampled.swap_remove(i);
                 } else {
                     i += 1;
                 }
@@ -170,22 +148,5 @@ mod tests {
         let top = h.top(64);
         assert_eq!(&top[0].key[..], b"hot");
         assert!(top.len() < SLOTS, "{} keys left", top.len());
-    }
-
-    #[test]
-    fn keys_sampled_since_the_last_take_are_taken_once() {
-        let h = HotKeys::default();
-        let record = |key: &[u8]| record(&h, key);
-        record(b"a");
-        record(b"b");
-        record(b"a");
-        let mut taken = h.take_sampled();
-        taken.sort();
-        assert_eq!(taken, [&b"a"[..], &b"b"[..]]);
-        assert!(h.take_sampled().is_empty(), "each sample is taken once");
-        record(b"b");
-        assert_eq!(h.take_sampled(), [&b"b"[..]]);
-        // Still tracked, and ranked, after being taken.
-        assert_eq!(&h.top(1)[0].key[..], b"a");
     }
 }

@@ -30,10 +30,11 @@
 //! - `stats.rs`: counters and their INFO / Prometheus forms.
 //! - `holds.rs`: whether shared upstream connections hold writes, by the share of GETs
 //!   hit.
-//! - `touch.rs`: the hottest cached keys touched on Redis every `touch_ms`, so its LRU/LFU
-//!   sees them used → lane.
+//! - `touch.rs`: the cached keys a sampled GET read (`touched.rs`) touched on Redis every
+//!   `touch_ms`, so its LRU/LFU sees them used → lane.
 //! - `store.rs`: the entries, bounded in bytes → `front.rs`: each thread's recent hits.
-//! - `entry.rs`, `value.rs`, `sketch.rs`, `hotkeys.rs`, `tracking.rs`, `short_key.rs`: leaves.
+//! - `entry.rs`, `value.rs`, `sketch.rs`, `hotkeys.rs`, `touched.rs`, `tracking.rs`,
+//!   `short_key.rs`: leaves.
 
 mod admission;
 mod ahead;
@@ -67,6 +68,7 @@ mod stats;
 mod store;
 mod table;
 mod touch;
+mod touched;
 mod tracking;
 mod unacked;
 mod value;
@@ -464,7 +466,8 @@ fn new_core(cfg: &Config) -> Core {
     let admission = Admission::new(candidates, c.hot_threshold, c.refresh_beta);
     let admission = admission
         .lowering_to(c.hot_threshold_min)
-        .growing_window(c.long_window);
+        .growing_window(c.long_window)
+        .touching(c.touch_ms > 0);
     let admission = Arc::new(admission);
     let presence = Arc::new(presence::Presence::default());
     Core {

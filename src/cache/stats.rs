@@ -150,7 +150,7 @@ impl Stats {
             ),
             (
                 "cache_touches",
-                "Hot keys served locally, touched on Redis (TOUCH) so its LRU/LFU sees them used",
+                "Keys served locally, touched on Redis (TOUCH) so its LRU/LFU sees them used",
                 &self.touches,
             ),
         ]

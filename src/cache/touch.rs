@@ -1,16 +1,18 @@
-//! The hottest cached keys, touched on Redis now and then.
+//! The cached keys the cache served lately, touched on Redis now and then.
 //!
 //! A GET the cache serves never reaches Redis, so Redis's idea of when a key was last used
 //! (`OBJECT IDLETIME`, the LRU clock) and how often (the LFU counter) stops at the read that
 //! filled it. Under an `allkeys-lru` or `allkeys-lfu` `maxmemory-policy`, Redis would then
 //! take the keys read most through corral for the least used, and evict them first: a hot
 //! key's entry invalidated, its next read a miss that the application reloads from its
-//! database. Every `touch_ms`, the keys of [`super::hotkeys`]'s top that a sampled GET read
-//! since the last look and that are cached now go to Redis as `TOUCH key`, on the tracking
-//! lane of their node (at most [`super::hotkeys::SLOTS`] a look). To Redis, a key sampled in
-//! every look is then used within the last `touch_ms`, about as it would be without the
-//! cache (and counted as one read per look, not one per GET); a key sampled less often (read
-//! less than some hundreds of times a second) is touched as often as it is sampled.
+//! database. Every `touch_ms`, the keys a sampled GET (one in
+//! [`super::hotkeys::SAMPLE_EVERY`]) read since the last look (`touched.rs`, at most
+//! [`super::touched::MOST`]) that are cached now go to Redis as `TOUCH`, on the tracking lane
+//! of their node: standalone one `TOUCH` of them all, in cluster mode one per key (a
+//! `TOUCH` of several keys must name one slot). To Redis, a key sampled in every look is
+//! then used within the last `touch_ms`, about as it would be without the cache (and counted
+//! as one read per look, not one per GET); a key sampled less often (read less than some
+//! hundreds of times a second) is touched as often as it is sampled.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -48,7 +50,7 @@ impl Route {
     }
 }
 
-/// Touches the hot keys the cache served, every `every`, until `shutdown`.
+/// Touches the cached keys sampled GETs read, every `every`, until `shutdown`.
 pub(super) async fn run(
     core: Arc<Core>,
     route: Route,
@@ -64,12 +66,18 @@ pub(super) async fn run(
         }
         let keys: Vec<Bytes> = core
             .admission
-            .sampled_hot()
+            .touched()
             .into_iter()
             .filter(|k| core.store.contains(k))
             .collect();
-        for (lane, bytes, count) in batches(&route, &keys) {
-            core.stats.touches.inc_by(u64::from(count));
+        for Batch {
+            lane,
+            bytes,
+            requests,
+            keys,
+        } in batches(&route, &keys)
+        {
+            core.stats.touches.inc_by(keys);
             // Nothing waits for the replies: a key deleted meanwhile is touched by no one, and
             // an error (a Redis user without TOUCH) changes nothing corral serves.
             let done = |r: crate::upstream::JobResult| {
@@ -78,16 +86,26 @@ pub(super) async fn run(
                 }
             };
             lane.conn
-                .send_to(bytes, count, ReplyTo::Call(Box::new(done)))
+                .send_to(bytes, requests, ReplyTo::Call(Box::new(done)))
                 .await;
         }
     }
 }
 
-/// `keys` as `TOUCH key` requests, one batch per lane that tracks (a lane down holds none of
-/// them), with how many each holds.
-fn batches(route: &Route, keys: &[Bytes]) -> Vec<(Arc<LaneHandle>, Bytes, u32)> {
-    let mut out: Vec<(Arc<LaneHandle>, BytesMut, u32)> = Vec::new();
+/// The `TOUCH` requests of one lane.
+struct Batch {
+    lane: Arc<LaneHandle>,
+    bytes: Bytes,
+    /// Requests in `bytes`: replies to wait for.
+    requests: u32,
+    /// Keys they touch.
+    keys: u64,
+}
+
+/// `keys` as `TOUCH` requests, one batch per lane that tracks (a lane down holds none of
+/// them): standalone one `TOUCH` of all its keys, in cluster mode one `TOUCH key` per key.
+fn batches(route: &Route, keys: &[Bytes]) -> Vec<Batch> {
+    let mut per_lane: Vec<(Arc<LaneHandle>, Vec<&[u8]>)> = Vec::new();
     for key in keys {
         let Some(lane) = route.lane(key) else {
             continue;
@@ -95,18 +113,32 @@ fn batches(route: &Route, keys: &[Bytes]) -> Vec<(Arc<LaneHandle>, Bytes, u32)> 
         if lane.info.tracking() != Tracking::On {
             continue;
         }
-        let i = match out.iter().position(|(l, ..)| Arc::ptr_eq(l, &lane)) {
-            Some(i) => i,
-            None => {
-                out.push((lane, BytesMut::new(), 0));
-                out.len() - 1
-            }
-        };
-        let (_, bytes, count) = &mut out[i];
-        encode_request(&[b"TOUCH", key], bytes);
-        *count += 1;
+        match per_lane.iter_mut().find(|(l, _)| Arc::ptr_eq(l, &lane)) {
+            Some((_, keys)) => keys.push(key),
+            None => per_lane.push((lane, vec![b"TOUCH", key])),
+        }
     }
-    out.into_iter()
-        .map(|(lane, bytes, count)| (lane, bytes.freeze(), count))
+    per_lane
+        .into_iter()
+        .map(|(lane, args)| {
+            let keys = &args[1..];
+            let mut bytes = BytesMut::new();
+            let requests = if route.cluster.is_some() {
+                for key in keys {
+                    encode_request(&[b"TOUCH", key], &mut bytes);
+                }
+                keys.len()
+            } else {
+                encode_request(&args, &mut bytes);
+                1
+            };
+            Batch {
+                lane,
+                bytes: bytes.freeze(),
+                // At most `touched::MOST` keys a look.
+                requests: u32::try_from(requests).unwrap_or(u32::MAX),
+                keys: keys.len() as u64,
+            }
+        })
         .collect()
 }
