@@ -498,7 +498,7 @@ async fn every_key_the_cache_serves_often_stays_recently_used_in_redis() {
                 break;
             }
             assert!(
-                now - start < Duration::from_secs(60),
+                now - start < Duration::from_secs(20),
                 "too slow: {} passes in the last 2 s",
                 window.1
             );

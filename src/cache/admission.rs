@@ -102,7 +102,7 @@ pub(super) struct Admission {
     /// Keys written lately: not worth a read others may join.
     written: WrittenLately,
     hot: HotKeys,
-    /// Keys a sampled GET read since `touch.rs` last looked.
+    /// Keys of sampled hits since `touch.rs` last looked.
     touched: Touched,
     hasher: foldhash::fast::RandomState,
     bar: Bar,
@@ -130,7 +130,7 @@ impl Admission {
             lasting: Lasting::default(),
             written: WrittenLately::default(),
             hot: HotKeys::default(),
-            touched: Touched::new(false),
+            touched: Touched::new(Duration::ZERO),
             hasher: foldhash::fast::RandomState::default(),
             bar: Bar::new(hot_threshold, hot_threshold),
             window: Window::new(false),
@@ -148,9 +148,10 @@ impl Admission {
         self
     }
 
-    /// Keeps the keys sampled GETs read for `touch.rs` to take ([`Admission::touched`]).
-    pub(super) fn touching(mut self, on: bool) -> Admission {
-        self.touched = Touched::new(on);
+    /// Keeps the keys of sampled hits for `touch.rs`, looking every `every` (zero: never), to
+    /// take ([`Admission::touched`]).
+    pub(super) fn touching(mut self, every: Duration) -> Admission {
+        self.touched = Touched::new(every);
         self
     }
 
@@ -188,8 +189,7 @@ impl Admission {
         self.reads.prefetch(hash);
     }
 
-    /// Counts a GET of `key` (hash `hash`), and samples it for the keys to touch and the top
-    /// keys. Returns the
+    /// Counts a GET of `key` (hash `hash`), and samples it for the top keys. Returns the
     /// key's read estimate, for [`Admission::may_be_cached`] and [`Admission::admit`].
     pub(super) fn record_get(&self, hash: u64, key: &[u8]) -> Reads {
         let count = self.reads.increment(hash);
@@ -198,24 +198,29 @@ impl Admission {
         let warm = count > floor;
         let settled = count > floor.saturating_add(u8::from(floor > 0));
         // A key at the noise floor (on a large key space, nearly every GET) is neither a top
-        // key nor one whose writes need weighing: it costs the sketch alone. A key past the
-        // floor may be cached, and is sampled for the keys to touch (`touched.rs`); only keys
-        // hot enough to be admitted at the top bar are sampled for the top keys: on a long
-        // tail most sampled keys would otherwise evict one another from its 64 slots, each
-        // with a copy of the key.
+        // key nor one whose writes need weighing: it costs the sketch alone. Only keys hot
+        // enough to be admitted are sampled for the top keys: on a long tail most sampled
+        // keys would otherwise evict one another from its 64 slots, each with a copy of the
+        // key.
         if warm {
             self.lately.note(hash);
-            if one_in(hotkeys::SAMPLE_EVERY) {
-                self.touched.sampled(hash, key);
-                if count >= self.top_bar(floor) {
-                    self.hot.record(hash, key);
-                }
+            if count >= self.top_bar(floor) && one_in(hotkeys::SAMPLE_EVERY) {
+                self.hot.record(hash, key);
             }
         }
         Reads {
             count,
             warm,
             settled,
+        }
+    }
+
+    /// A hit the store served (counted by [`Admission::record_get`] or
+    /// [`Admission::record_read`]): sampled for the keys to touch (`touched.rs`). Hits only:
+    /// a GET that reaches Redis is a use Redis sees.
+    pub(super) fn sample_touch(&self, hash: u64, key: &[u8]) {
+        if one_in(hotkeys::SAMPLE_EVERY) {
+            self.touched.sampled(hash, key);
         }
     }
 
@@ -447,7 +452,7 @@ impl Admission {
         self.hot.top(n)
     }
 
-    /// The keys a sampled GET read since the last call (`touch.rs`), each once.
+    /// The keys of sampled hits since the last call (`touch.rs`), each once.
     pub(super) fn touched(&self) -> Vec<bytes::Bytes> {
         self.touched.take()
     }

@@ -83,6 +83,7 @@ impl Core {
         L: Fn() -> Option<Arc<LaneHandle>>,
     {
         let now = clock.now();
+        self.admission.sample_touch(hash, key);
         if self.hit(&e, now, clock)
             && let Some(lane) = (route.lane)()
         {

@@ -30,7 +30,7 @@
 //! - `stats.rs`: counters and their INFO / Prometheus forms.
 //! - `holds.rs`: whether shared upstream connections hold writes, by the share of GETs
 //!   hit.
-//! - `touch.rs`: the cached keys a sampled GET read (`touched.rs`) touched on Redis every
+//! - `touch.rs`: the cached keys of sampled hits (`touched.rs`) touched on Redis every
 //!   `touch_ms`, so its LRU/LFU sees them used → lane.
 //! - `store.rs`: the entries, bounded in bytes → `front.rs`: each thread's recent hits.
 //! - `entry.rs`, `value.rs`, `sketch.rs`, `hotkeys.rs`, `touched.rs`, `tracking.rs`,
@@ -467,7 +467,7 @@ fn new_core(cfg: &Config) -> Core {
     let admission = admission
         .lowering_to(c.hot_threshold_min)
         .growing_window(c.long_window)
-        .touching(c.touch_ms > 0);
+        .touching(Duration::from_millis(c.touch_ms));
     let admission = Arc::new(admission);
     let presence = Arc::new(presence::Presence::default());
     Core {
@@ -480,7 +480,7 @@ fn new_core(cfg: &Config) -> Core {
         renewal: renew::Renewal::new(c.lane_renew_keys),
         lost: lost::LostFills::default(),
         epochs: epochs::ReadEpochs::default(),
-        unacked: Arc::default(),
+        unacked: Arc::new(unacked::UnackedTable::for_this_runtime()),
         joined: DashMap::default(),
         admission,
         stats: Stats::default(),

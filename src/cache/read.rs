@@ -438,6 +438,7 @@ impl Core {
                 Some(e) => {
                     self.stats.hits.inc();
                     e.mark_hit();
+                    self.admission.sample_touch(hash, key);
                     Some(Value::Cached(e))
                 }
                 None => {

@@ -5,14 +5,16 @@
 //! filled it. Under an `allkeys-lru` or `allkeys-lfu` `maxmemory-policy`, Redis would then
 //! take the keys read most through corral for the least used, and evict them first: a hot
 //! key's entry invalidated, its next read a miss that the application reloads from its
-//! database. Every `touch_ms`, the keys a sampled GET (one in
-//! [`super::hotkeys::SAMPLE_EVERY`]) read since the last look (`touched.rs`, at most
-//! [`super::touched::MOST`]) that are cached now go to Redis as `TOUCH`, on the tracking lane
-//! of their node: standalone one `TOUCH` of them all, in cluster mode one per key (a
-//! `TOUCH` of several keys must name one slot). To Redis, a key sampled in every look is
-//! then used within the last `touch_ms`, about as it would be without the cache (and counted
-//! as one read per look, not one per GET); a key sampled less often (read less than some
-//! hundreds of times a second) is touched as often as it is sampled.
+//! database. Every `touch_ms`, the keys that hits the cache served and a sample (one in
+//! [`super::hotkeys::SAMPLE_EVERY`]) took since the last look (`touched.rs`: at most 4,096
+//! a second, and [`super::touched::MOST`] a look) and that are still cached go to Redis as
+//! `TOUCH`, on the tracking lane of their node, in batches of at most [`BATCH_KEYS`] keys
+//! spread over the look: standalone one `TOUCH` of a batch's keys, in cluster mode one per
+//! key (a `TOUCH` of several keys must name one slot). To Redis, a key sampled in every look
+//! is then used within the last `touch_ms`, about as it would be without the cache (and
+//! counted as one read per look, not one per GET); a key sampled less often (read less than
+//! some hundreds of times a second) is touched as often as it is sampled, unless the look's
+//! bound was reached first.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -50,7 +52,7 @@ impl Route {
     }
 }
 
-/// Touches the cached keys sampled GETs read, every `every`, until `shutdown`.
+/// Touches the cached keys of sampled hits, every `every`, until `shutdown`.
 pub(super) async fn run(
     core: Arc<Core>,
     route: Route,
@@ -70,19 +72,32 @@ pub(super) async fn run(
             .into_iter()
             .filter(|k| core.store.contains(k))
             .collect();
-        for Batch {
-            lane,
-            bytes,
-            requests,
-            keys,
-        } in batches(&route, &keys)
+        let batches = batches(&route, &keys);
+        // Spread over the look: Redis runs a connection's requests back to back, so one
+        // batch of a look's 1,024 keys would hold it for about 0.9 ms at once.
+        let gap = every / u32::try_from(batches.len().max(1)).unwrap_or(u32::MAX);
+        for (
+            i,
+            Batch {
+                lane,
+                bytes,
+                requests,
+                keys,
+            },
+        ) in batches.into_iter().enumerate()
         {
+            if i > 0 {
+                tokio::select! {
+                    _ = tokio::time::sleep(gap) => {}
+                    _ = shutdown.cancelled() => return,
+                }
+            }
             core.stats.touches.inc_by(keys);
             // Nothing waits for the replies: a key deleted meanwhile is touched by no one, and
             // an error (a Redis user without TOUCH) changes nothing corral serves.
             let done = |r: crate::upstream::JobResult| {
                 if let Err(e) = r {
-                    debug!(error = %e, "TOUCH of hot keys failed");
+                    debug!(error = %e, "TOUCH of cached keys failed");
                 }
             };
             lane.conn
@@ -92,7 +107,10 @@ pub(super) async fn run(
     }
 }
 
-/// The `TOUCH` requests of one lane.
+/// Keys in one batch at most: about 0.1 ms of Redis's time.
+const BATCH_KEYS: usize = 128;
+
+/// `TOUCH` requests for one lane.
 struct Batch {
     lane: Arc<LaneHandle>,
     bytes: Bytes,
@@ -102,8 +120,9 @@ struct Batch {
     keys: u64,
 }
 
-/// `keys` as `TOUCH` requests, one batch per lane that tracks (a lane down holds none of
-/// them): standalone one `TOUCH` of all its keys, in cluster mode one `TOUCH key` per key.
+/// `keys` as batches of `TOUCH` requests of at most [`BATCH_KEYS`] keys, for the lanes that
+/// track (a lane down holds none of them): standalone one `TOUCH` of a batch's keys, in
+/// cluster mode one `TOUCH key` per key.
 fn batches(route: &Route, keys: &[Bytes]) -> Vec<Batch> {
     let mut per_lane: Vec<(Arc<LaneHandle>, Vec<&[u8]>)> = Vec::new();
     for key in keys {
@@ -115,30 +134,33 @@ fn batches(route: &Route, keys: &[Bytes]) -> Vec<Batch> {
         }
         match per_lane.iter_mut().find(|(l, _)| Arc::ptr_eq(l, &lane)) {
             Some((_, keys)) => keys.push(key),
-            None => per_lane.push((lane, vec![b"TOUCH", key])),
+            None => per_lane.push((lane, vec![key])),
         }
     }
-    per_lane
-        .into_iter()
-        .map(|(lane, args)| {
-            let keys = &args[1..];
+    let mut out = Vec::new();
+    for (lane, keys) in per_lane {
+        for chunk in keys.chunks(BATCH_KEYS) {
             let mut bytes = BytesMut::new();
             let requests = if route.cluster.is_some() {
-                for key in keys {
+                for key in chunk {
                     encode_request(&[b"TOUCH", key], &mut bytes);
                 }
-                keys.len()
+                chunk.len()
             } else {
+                let args: Vec<&[u8]> = std::iter::once(&b"TOUCH"[..])
+                    .chain(chunk.iter().copied())
+                    .collect();
                 encode_request(&args, &mut bytes);
                 1
             };
-            Batch {
-                lane,
+            out.push(Batch {
+                lane: lane.clone(),
                 bytes: bytes.freeze(),
-                // At most `touched::MOST` keys a look.
+                // At most `BATCH_KEYS`.
                 requests: u32::try_from(requests).unwrap_or(u32::MAX),
-                keys: keys.len() as u64,
-            }
-        })
-        .collect()
+                keys: chunk.len() as u64,
+            });
+        }
+    }
+    out
 }
