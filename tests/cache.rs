@@ -615,6 +615,17 @@ read_your_writes_tests! {
 ///   runs of this test with `MONO_INCRS=20000` and four runs at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_clients_reads_of_a_key_never_go_back() {
+    reads_never_go_back().await;
+}
+
+/// [`a_clients_reads_of_a_key_never_go_back`] with corral on one thread, as it runs with
+/// `threads = 1` (the default): the writes' holds then change by plain loads and stores.
+#[tokio::test(flavor = "current_thread")]
+async fn a_clients_reads_of_a_key_never_go_back_on_one_thread() {
+    reads_never_go_back().await;
+}
+
+async fn reads_never_go_back() {
     const KEYS: usize = 4;
     // More makes the test longer and likelier to catch a read going back.
     let incrs: usize = std::env::var("MONO_INCRS")

@@ -8,13 +8,13 @@
 //! database. Every `touch_ms`, the keys that hits the cache served and a sample (one in
 //! [`super::hotkeys::SAMPLE_EVERY`]) took since the last look (`touched.rs`: at most 4,096
 //! a second, and [`super::touched::MOST`] a look) and that are still cached go to Redis as
-//! `TOUCH`, on the tracking lane of their node, in batches of at most [`BATCH_KEYS`] keys
-//! spread over the look: standalone one `TOUCH` of a batch's keys, in cluster mode one per
-//! key (a `TOUCH` of several keys must name one slot). To Redis, a key sampled in every look
-//! is then used within the last `touch_ms`, about as it would be without the cache (and
-//! counted as one read per look, not one per GET); a key sampled less often (read less than
-//! some hundreds of times a second) is touched as often as it is sampled, unless the look's
-//! bound was reached first.
+//! `TOUCH`, on the tracking lane of their node, in batches of at most [`BATCH_KEYS`] keys,
+//! each lane's spread over three quarters of the look (a second at most): standalone one
+//! `TOUCH` of a batch's keys, in cluster mode one per key (a `TOUCH` of several keys must
+//! name one slot). To Redis, a key sampled in every look is then used within about the last
+//! two looks, about as it would be without the cache (and counted as one read per look, not
+//! one per GET); a key sampled less often (read less than some hundreds of times a second)
+//! is touched as often as it is sampled, unless the look's bound was reached first.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -72,40 +72,47 @@ pub(super) async fn run(
             .into_iter()
             .filter(|k| core.store.contains(k))
             .collect();
-        let batches = batches(&route, &keys);
-        // Spread over the look: Redis runs a connection's requests back to back, so one
-        // batch of a look's 1,024 keys would hold it for about 0.9 ms at once.
-        let gap = every / u32::try_from(batches.len().max(1)).unwrap_or(u32::MAX);
-        for (
-            i,
-            Batch {
-                lane,
-                bytes,
-                requests,
-                keys,
-            },
-        ) in batches.into_iter().enumerate()
-        {
-            if i > 0 {
+        let per_lane = batches(&route, &keys);
+        // Spread over most of the look, and a second at most: Redis runs a connection's
+        // requests back to back, so one batch of a look's 1,024 keys would hold it for about
+        // 0.9 ms at once. Each lane's batches are spaced; lanes (cluster nodes) go alike.
+        let steps = per_lane.iter().map(Vec::len).max().unwrap_or(0);
+        let spread = (every * 3 / 4).min(SPREAD_AT_MOST);
+        let start = tokio::time::Instant::now();
+        let mut per_lane: Vec<_> = per_lane.into_iter().map(Vec::into_iter).collect();
+        for step in 0..steps {
+            if step > 0 {
+                let at = start + spread.mul_f64(step as f64 / steps as f64);
                 tokio::select! {
-                    _ = tokio::time::sleep(gap) => {}
+                    _ = tokio::time::sleep_until(at) => {}
                     _ = shutdown.cancelled() => return,
                 }
             }
-            core.stats.touches.inc_by(keys);
-            // Nothing waits for the replies: a key deleted meanwhile is touched by no one, and
-            // an error (a Redis user without TOUCH) changes nothing corral serves.
-            let done = |r: crate::upstream::JobResult| {
-                if let Err(e) = r {
-                    debug!(error = %e, "TOUCH of cached keys failed");
-                }
-            };
-            lane.conn
-                .send_to(bytes, requests, ReplyTo::Call(Box::new(done)))
-                .await;
+            for batch in per_lane.iter_mut().filter_map(Iterator::next) {
+                send(&core, batch).await;
+            }
         }
     }
 }
+
+/// Sends one batch; nothing waits for the replies: a key deleted meanwhile is touched by no
+/// one, and an error (a Redis user without TOUCH) changes nothing corral serves.
+async fn send(core: &Core, batch: Batch) {
+    core.stats.touches.inc_by(batch.keys);
+    let done = |r: crate::upstream::JobResult| {
+        if let Err(e) = r {
+            debug!(error = %e, "TOUCH of cached keys failed");
+        }
+    };
+    batch
+        .lane
+        .conn
+        .send_to(batch.bytes, batch.requests, ReplyTo::Call(Box::new(done)))
+        .await;
+}
+
+/// The longest a look's batches are spread over.
+const SPREAD_AT_MOST: Duration = Duration::from_secs(1);
 
 /// Keys in one batch at most: about 0.1 ms of Redis's time.
 const BATCH_KEYS: usize = 128;
@@ -120,10 +127,10 @@ struct Batch {
     keys: u64,
 }
 
-/// `keys` as batches of `TOUCH` requests of at most [`BATCH_KEYS`] keys, for the lanes that
-/// track (a lane down holds none of them): standalone one `TOUCH` of a batch's keys, in
-/// cluster mode one `TOUCH key` per key.
-fn batches(route: &Route, keys: &[Bytes]) -> Vec<Batch> {
+/// `keys` as batches of `TOUCH` requests of at most [`BATCH_KEYS`] keys, lane by lane, for
+/// the lanes that track (a lane down holds none of them): standalone one `TOUCH` of a
+/// batch's keys, in cluster mode one `TOUCH key` per key.
+fn batches(route: &Route, keys: &[Bytes]) -> Vec<Vec<Batch>> {
     let mut per_lane: Vec<(Arc<LaneHandle>, Vec<&[u8]>)> = Vec::new();
     for key in keys {
         let Some(lane) = route.lane(key) else {
@@ -139,6 +146,7 @@ fn batches(route: &Route, keys: &[Bytes]) -> Vec<Batch> {
     }
     let mut out = Vec::new();
     for (lane, keys) in per_lane {
+        let mut batches = Vec::new();
         for chunk in keys.chunks(BATCH_KEYS) {
             let mut bytes = BytesMut::new();
             let requests = if route.cluster.is_some() {
@@ -153,7 +161,7 @@ fn batches(route: &Route, keys: &[Bytes]) -> Vec<Batch> {
                 encode_request(&args, &mut bytes);
                 1
             };
-            out.push(Batch {
+            batches.push(Batch {
                 lane: lane.clone(),
                 bytes: bytes.freeze(),
                 // At most `BATCH_KEYS`.
@@ -161,6 +169,7 @@ fn batches(route: &Route, keys: &[Bytes]) -> Vec<Batch> {
                 keys: chunk.len() as u64,
             });
         }
+        out.push(batches);
     }
     out
 }

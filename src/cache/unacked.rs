@@ -124,9 +124,10 @@ impl UnackedTable {
         crate::prefetch::read(self.slot(hash));
     }
 
-    /// A write of the key with this hash is about to be invalidated and forwarded. `SeqCst`,
-    /// as every access here: a fill that completes under its map's lock either sees the hold,
-    /// or completed before the write's first invalidation, which then removes its entry.
+    /// A write of the key with this hash is about to be invalidated and forwarded. `SeqCst`
+    /// on several threads (on one, program order): a fill that completes under its map's
+    /// lock either sees the hold, or completed before the write's first invalidation, which
+    /// then removes its entry.
     fn hold(&self, hash: u64) {
         self.change(self.slot(hash), 1, true);
     }
@@ -144,7 +145,9 @@ impl UnackedTable {
 
 /// The writes one batch (or one transaction, or one blocking command) holds: released once
 /// its acknowledgement has been applied, or when it is dropped (the client gone, the
-/// transaction discarded), so no slot stays held.
+/// transaction discarded), so no slot stays held. With a cache started on a current-thread
+/// runtime, holds are taken, released and dropped on that runtime's thread only (see
+/// `UnackedTable::one_thread`): never hand one to another thread.
 #[derive(Debug, Default)]
 pub struct Unacked {
     table: Option<Arc<UnackedTable>>,
@@ -179,7 +182,9 @@ impl Unacked {
     pub fn release(&mut self) {
         if let Some(table) = &self.table {
             self.hashes.drain(..).for_each(|h| table.release(h));
-            table.change(&table.all, std::mem::take(&mut self.all), false);
+            if self.all > 0 {
+                table.change(&table.all, std::mem::take(&mut self.all), false);
+            }
         }
     }
 
