@@ -198,7 +198,8 @@ impl Cache {
     /// ([`Cache::prefetch_next`]): only once a slot has arrived is its entry known. Unless
     /// the connection's last round served a hit ([`Clock::warm`]), neither is: the slots of
     /// keys that are not cached hold other keys' entries, and loading them would only cost.
-    /// A cool connection's GETs ([`Clock::cool`]) need their presence counts only. Nothing
+    /// A cool connection's GETs ([`Clock::cool`]) need their bits of the presence summary
+    /// only. Nothing
     /// is looked at on a connection whose rounds lately had no GET (see
     /// `clock::LOOK_AGAIN`). `ahead` is filled with what was found (emptied first).
     pub fn prefetch<'a>(
@@ -241,11 +242,16 @@ impl Cache {
                 }
             };
             let hash = core.admission.hash(key);
-            core.presence.prefetch(hash);
+            if cool {
+                core.presence.prefetch_summary(hash);
+            } else {
+                core.presence.prefetch(hash);
+            }
             gets += 1;
             ahead.push(hash, plain, key.len());
             if cool {
                 if gets == sampled + 1 {
+                    core.presence.prefetch(hash);
                     core.admission.prefetch(hash);
                     core.recent.prefetch(hash);
                 }

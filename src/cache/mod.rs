@@ -169,6 +169,7 @@ impl Cache {
             bar::follow(&steered, gets, served);
             steered.lone.follow(steered.stats.coalesced.get());
             steered.presence.follow_store(steered.store.len());
+            steered.presence.mend();
             let invalidated = steered.stats.invalidations.get();
             if steered.renewal.due(invalidated, steered.store.len()) && renewed.renew_all() {
                 steered.renewal.rebase(invalidated);

@@ -12,8 +12,17 @@
 //! Entries and reads are counted apart (see [`Held`]): a GET looks in the store only for a
 //! key that may have an entry, and for a read to join only for one that may have a read,
 //! and a write touches only the maps its key may be in.
+//!
+//! A summary, one bit per slot (16 KiB), says which slots are not at zero, for a cool
+//! connection's GETs alone ([`Presence::may_hold`]): the slots themselves (256 KiB) were a
+//! cache miss on nearly every such GET. A bit is set when its slot leaves zero and cleared
+//! when it comes back; on several threads two changes of one slot may set and clear out of
+//! order, and every 250 ms look sets the bits of slots not at zero again
+//! ([`Presence::mend`]). A bit wrongly clear only sends a cool connection's GET to Redis
+//! unlooked, which is what such a GET is anyway and always reads the current value; a
+//! write's invalidations and every other look read the slots.
 
-use std::sync::atomic::{AtomicBool, AtomicU16, Ordering::Relaxed, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
 
 /// Slots: 256 KiB. A slot shared by keys only costs a look in the maps that finds nothing,
 /// but with the store's lookup a few cache misses deep, that look costs: on Zipf GETs over
@@ -68,6 +77,8 @@ impl Counts {
 #[derive(Debug)]
 pub(super) struct Presence {
     slots: Box<[AtomicU16]>,
+    /// A bit per slot: set while the slot may not be at zero.
+    summary: Box<[AtomicU64]>,
     /// The store held at least as many entries as there are slots when last looked at.
     crowded: AtomicBool,
 }
@@ -76,15 +87,26 @@ impl Default for Presence {
     fn default() -> Self {
         Presence {
             slots: (0..SLOTS).map(|_| AtomicU16::new(0)).collect(),
+            summary: (0..SLOTS / 64).map(|_| AtomicU64::new(0)).collect(),
             crowded: AtomicBool::new(false),
         }
     }
 }
 
 impl Presence {
-    fn slot(&self, hash: u64) -> &AtomicU16 {
+    fn index(hash: u64) -> usize {
         // Middle bits: `recent.rs` indexes by the low ones, `epochs.rs` by the top ones.
-        &self.slots[(hash >> 24) as usize % SLOTS]
+        (hash >> 24) as usize % SLOTS
+    }
+
+    fn slot(&self, hash: u64) -> &AtomicU16 {
+        &self.slots[Presence::index(hash)]
+    }
+
+    /// The summary's word and bit of the key with this hash.
+    fn bit(&self, hash: u64) -> (&AtomicU64, u64) {
+        let i = Presence::index(hash);
+        (&self.summary[i / 64], 1 << (i % 64))
     }
 
     /// Notes how many entries the store holds (looked at every 250 ms). From as many as
@@ -106,10 +128,15 @@ impl Presence {
         crate::prefetch::read(self.slot(hash));
     }
 
+    /// Asks the CPU to load the key's bit of the summary (see [`Presence::may_hold`]).
+    pub(super) fn prefetch_summary(&self, hash: u64) {
+        crate::prefetch::read(self.bit(hash).0);
+    }
+
     /// Counts one more or one less `what` in the key's slot, unless that count is stuck.
     fn change(&self, hash: u64, what: Held, up: bool) {
         let shift = what.shift();
-        let _ = self.slot(hash).fetch_update(SeqCst, SeqCst, |w| {
+        let next = |w: u16| {
             let n = match (w >> shift) & STUCK {
                 STUCK => return None,
                 n if up => n + 1,
@@ -119,7 +146,32 @@ impl Presence {
                 }
             };
             Some(w & !(STUCK << shift) | n << shift)
-        });
+        };
+        let Ok(was) = self.slot(hash).fetch_update(SeqCst, SeqCst, next) else {
+            return;
+        };
+        let now = next(was).unwrap_or(was);
+        let (word, bit) = self.bit(hash);
+        if was == 0 && now != 0 {
+            word.fetch_or(bit, SeqCst);
+        } else if was != 0 && now == 0 {
+            word.fetch_and(!bit, SeqCst);
+        }
+    }
+
+    /// Sets the summary's bits of the slots not at zero (see the module's doc): called at
+    /// every 250 ms look. Reads the 256 KiB of slots, some tens of microseconds.
+    pub(super) fn mend(&self) {
+        for (w, word) in self.summary.iter().enumerate() {
+            let held = self.slots[w * 64..(w + 1) * 64]
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| s.load(Relaxed) != 0)
+                .fold(0u64, |bits, (i, _)| bits | 1 << i);
+            if held & !word.load(Relaxed) != 0 {
+                word.fetch_or(held, SeqCst);
+            }
+        }
     }
 
     /// Something of the key with this hash is about to be put in a map.
@@ -137,10 +189,12 @@ impl Presence {
         Counts(self.slot(hash).load(SeqCst))
     }
 
-    /// Whether the key with this hash may have an entry or a read in flight: false only if
-    /// it has neither.
+    /// Whether the key with this hash may have an entry or a read in flight, by the summary:
+    /// false if it has neither, and, on several threads, for a moment after two changes of
+    /// its slot crossed (see the module's doc). For a cool connection's GETs only.
     pub(super) fn may_hold(&self, hash: u64) -> bool {
-        self.counts(hash).any()
+        let (word, bit) = self.bit(hash);
+        word.load(SeqCst) & bit != 0
     }
 
     /// Whether every count is zero: for unit tests.
@@ -178,6 +232,25 @@ mod tests {
         assert!(p.may_hold(a), "b is still there");
         p.remove(b, Held::Read);
         assert!(!p.may_hold(a));
+    }
+
+    #[test]
+    fn the_summary_follows_the_slots_and_a_look_mends_it() {
+        let p = Presence::default();
+        let (a, b) = (9u64 << 24, 10u64 << 24);
+        p.add(a, Held::Read);
+        p.add(a, Held::Entry);
+        p.remove(a, Held::Read);
+        assert!(p.may_hold(a) && !p.may_hold(b));
+        p.remove(a, Held::Entry);
+        assert!(!p.may_hold(a), "back at zero");
+        // A bit cleared by two changes that crossed on other threads: the look sets it again.
+        p.add(b, Held::Entry);
+        let (word, bit) = p.bit(b);
+        word.fetch_and(!bit, SeqCst);
+        assert!(!p.may_hold(b));
+        p.mend();
+        assert!(p.may_hold(b) && !p.may_hold(a));
     }
 
     #[test]
