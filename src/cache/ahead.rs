@@ -187,8 +187,8 @@ impl Ahead {
 
 impl Cache {
     /// Starts loading what the GETs of these keys will read first: their sketch counters,
-    /// their slots among the recent cold reads, their presence counts and (see below) their
-    /// slots in the store's front; and for SETs, their keys' presence counts, read counters
+    /// their slots among the recent cold reads, their presence counts (a cool connection's:
+    /// their bits of the presence summary) and (see below) their slots in the store's front; and for SETs, their keys' presence counts, read counters
     /// and `unacked.rs` slots, their hashes kept in `ahead` for the SETs' invalidations.
     /// Called for the requests of a round before any is handled, so that the loads' cache
     /// misses overlap, where each lookup would otherwise wait for its own in turn: on a

@@ -187,7 +187,7 @@ mod tests {
         assert!(held(b"hot"), "read often enough for the top bar");
         assert!(!held(b"warm") && !held(b"cold"));
         assert!(!warm.live(), "retired: no front serves it");
-        assert!(!core.presence.may_hold(core.admission.hash(b"warm")));
+        assert!(!core.presence.counts(core.admission.hash(b"warm")).any());
         put(&core, b"warm");
         assert!(follow(&core, 100, 0).is_none(), "already at the top");
         assert!(held(b"warm"), "only a return to the top drops entries");

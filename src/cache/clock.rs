@@ -65,7 +65,8 @@ pub(super) const QUIET_AFTER: u8 = 4;
 /// as it is, uncounted, unless it is one of the [`COOL_SAMPLE`]: a cold GET then costs about
 /// what forwarding does, where counting and looking it up cost another 40% (instructions,
 /// uniform GET -P 16). The GETs of keys with an entry or a read in flight are still looked
-/// up, so they hit or join as before.
+/// up, so they hit or join as before (but for up to a 250 ms look after two changes of the
+/// key's presence slot crossed on two threads, see `presence.rs`).
 pub(super) const COOL_WINDOW: u32 = 1024;
 /// A window needs at least one local hit in this many GETs to keep a connection warm. Hits
 /// are what pay for a warm connection's work on every GET (counting, lookup, a read others
@@ -162,7 +163,7 @@ impl Clock {
     }
 
     /// Whether the connection is cool (see `COOL_WINDOW`): its rounds prefetch only the
-    /// presence counts its GETs are checked against.
+    /// presence summary's bits its GETs are checked against.
     pub fn cool(&self) -> bool {
         self.cool
     }

@@ -682,7 +682,7 @@ mod tests {
             }
             for key in [key, &keys[i - i % 6]] {
                 if c.store.contains(key) {
-                    assert!(c.presence.may_hold(c.admission.hash(key)), "{key:?}");
+                    assert!(c.presence.counts(c.admission.hash(key)).entry(), "{key:?}");
                 }
             }
         }

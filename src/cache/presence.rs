@@ -19,8 +19,11 @@
 //! when it comes back; on several threads two changes of one slot may set and clear out of
 //! order, and every 250 ms look sets the bits of slots not at zero again
 //! ([`Presence::mend`]). A bit wrongly clear only sends a cool connection's GET to Redis
-//! unlooked, which is what such a GET is anyway and always reads the current value; a
-//! write's invalidations and every other look read the slots.
+//! unlooked, which is what such a GET is anyway and always reads the current value (within
+//! a round it then goes behind any read of the key in the batch, and a round that waits on
+//! a joined read checks its notes first, `server/cached.rs`); a bit wrongly set (a look that
+//! crossed a change) costs a lookup until the slot next comes back to zero. A write's
+//! invalidations and every other look read the slots.
 
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
 
@@ -77,7 +80,8 @@ impl Counts {
 #[derive(Debug)]
 pub(super) struct Presence {
     slots: Box<[AtomicU16]>,
-    /// A bit per slot: set while the slot may not be at zero.
+    /// A bit per slot: clear when the slot is at zero, else set, but for changes that
+    /// crossed on two threads, mended at the next look.
     summary: Box<[AtomicU64]>,
     /// The store held at least as many entries as there are slots when last looked at.
     crowded: AtomicBool,
@@ -190,8 +194,9 @@ impl Presence {
     }
 
     /// Whether the key with this hash may have an entry or a read in flight, by the summary:
-    /// false if it has neither, and, on several threads, for a moment after two changes of
-    /// its slot crossed (see the module's doc). For a cool connection's GETs only.
+    /// false if it has neither, and, after two changes of its slot crossed on two threads,
+    /// until the next look mends it (see the module's doc). For a cool connection's GETs
+    /// only.
     pub(super) fn may_hold(&self, hash: u64) -> bool {
         let (word, bit) = self.bit(hash);
         word.load(SeqCst) & bit != 0
@@ -201,6 +206,7 @@ impl Presence {
     #[cfg(test)]
     pub(super) fn is_clear(&self) -> bool {
         self.slots.iter().all(|s| s.load(SeqCst) == 0)
+            && self.summary.iter().all(|w| w.load(SeqCst) == 0)
     }
 }
 
