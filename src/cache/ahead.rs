@@ -188,8 +188,9 @@ impl Ahead {
 impl Cache {
     /// Starts loading what the GETs of these keys will read first: their sketch counters,
     /// their slots among the recent cold reads, their presence counts (a cool connection's:
-    /// their bits of the presence summary) and (see below) their slots in the store's front; and for SETs, their keys' presence counts, read counters
-    /// and `unacked.rs` slots, their hashes kept in `ahead` for the SETs' invalidations.
+    /// their bits of the presence summary) and (see below) their slots in the store's front;
+    /// and for SETs, their keys' presence counts, read counters and `unacked.rs` slots,
+    /// their hashes kept in `ahead` for the SETs' invalidations.
     /// Called for the requests of a round before any is handled, so that the loads' cache
     /// misses overlap, where each lookup would otherwise wait for its own in turn: on a
     /// large key space, about half of what the cache added to a cold GET, most of what a
@@ -199,8 +200,7 @@ impl Cache {
     /// the connection's last round served a hit ([`Clock::warm`]), neither is: the slots of
     /// keys that are not cached hold other keys' entries, and loading them would only cost.
     /// A cool connection's GETs ([`Clock::cool`]) need their bits of the presence summary
-    /// only. Nothing
-    /// is looked at on a connection whose rounds lately had no GET (see
+    /// only. Nothing is looked at on a connection whose rounds lately had no GET (see
     /// `clock::LOOK_AGAIN`). `ahead` is filled with what was found (emptied first).
     pub fn prefetch<'a>(
         &self,

@@ -164,7 +164,7 @@ impl Presence {
     }
 
     /// Sets the summary's bits of the slots not at zero (see the module's doc): called at
-    /// every 250 ms look. Reads the 256 KiB of slots, some tens of microseconds.
+    /// every 250 ms look. Reads the 256 KiB of slots.
     pub(super) fn mend(&self) {
         for (w, word) in self.summary.iter().enumerate() {
             let held = self.slots[w * 64..(w + 1) * 64]
