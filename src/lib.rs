@@ -10,9 +10,9 @@
 //! coalescing, tracking lanes) and [`pubsub`], [`server`] (accept loop and client
 //! connections), [`admin`].
 //!
-//! No `unsafe` code but two places, each allowed on its item with its reason: the CPU
-//! prefetch hint in `prefetch.rs`, and the global allocator's calls into mimalloc in
-//! [`heap`].
+//! No `unsafe` code but three places, each allowed on its item with its reason: the CPU
+//! prefetch hint in `prefetch.rs`, the global allocator's calls into mimalloc in [`heap`],
+//! and the cache's tables mapped on huge pages in `huge.rs`.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -24,6 +24,7 @@ pub mod commands;
 pub mod config;
 pub mod error;
 pub mod heap;
+mod huge;
 pub mod metrics;
 mod prefetch;
 pub mod pubsub;

@@ -1,7 +1,7 @@
 //! A hint to the CPU to start loading memory that will be read soon.
 //!
-//! One of the crate's two homes of `unsafe` code ([`line()`]; the other is the allocator,
-//! `heap.rs`). Measured reason, at pipeline depth 16
+//! One of the crate's three homes of `unsafe` code ([`line()`]; the others are the
+//! allocator, `heap.rs`, and the tables on huge pages, `huge.rs`). Measured reason, at pipeline depth 16
 //! (perf profiles of corral-load over a million keys): prefetching the sketch blocks of a
 //! round's GETs took the time a cold GET spends counting itself in the sketch from 47-75 ns
 //! to 10-13 ns; with the store's front (`cache/front.rs`), whose slots and then entries are

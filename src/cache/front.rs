@@ -32,6 +32,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::entry::Entry;
 use super::short_key::{INLINE, ShortKey};
+use crate::huge::HugeSlice;
 
 /// Slots a thread's front starts with (a power of two): 64 bytes each, 1 MiB. With 8,192,
 /// on Zipf GETs over 1M keys (about 6,600 entries) one hit in 14 missed the front for a slot
@@ -86,7 +87,7 @@ struct Slot {
 
 thread_local! {
     /// Allocated at the thread's first lookup: threads that never serve a GET pay nothing.
-    static FRONT: RefCell<Option<Box<[Slot]>>> = const { RefCell::new(None) };
+    static FRONT: RefCell<Option<HugeSlice<Slot>>> = const { RefCell::new(None) };
 }
 
 /// Slots a key may take: the key's hash picks a set of this many neighbouring slots. With
@@ -212,9 +213,11 @@ pub(super) fn fit(size: usize) {
 
 /// Drops a front let go of a step at a time (`drops.rs`): each of its slots may hold the
 /// last reference to an entry, so dropping one of 131,072 slots walks that many lines and may
-/// free as many entries, which a worker thread's clients would wait for.
-fn retire(old: Box<[Slot]>) {
-    super::drops::drop_in_steps(old.into_vec());
+/// free as many entries, which a worker thread's clients would wait for. The slots' memory
+/// goes with the last step.
+fn retire(mut old: HugeSlice<Slot>) {
+    let slots = 0..old.len();
+    super::drops::in_steps(slots, move |i| drop(old[i].entry.take()));
 }
 
 /// Puts a store hit in this thread's front for `hash`: in the slot of its set that holds the
@@ -237,7 +240,7 @@ pub(super) fn put(owner: u32, hash: u64, key: &[u8], entry: &Arc<Entry>, reads: 
         };
         let size = size.max(WAYS);
         if f.as_ref().is_none_or(|s| s.len() != size) {
-            let old = f.replace((0..size).map(|_| Slot::default()).collect());
+            let old = f.replace(HugeSlice::new(size, Slot::default));
             if let Some(old) = old {
                 retire(old);
             }

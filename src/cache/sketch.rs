@@ -4,6 +4,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 
+use crate::huge::HugeSlice;
 use crate::striped::{self, Stripes};
 
 /// 16 four-bit counters per word, 8 words per 64-byte block; a key's 4 counters (one per
@@ -15,7 +16,7 @@ use crate::striped::{self, Stripes};
 /// [`FrequencySketch::set_long`]).
 #[derive(Debug)]
 pub struct FrequencySketch {
-    table: Box<[Block]>,
+    table: HugeSlice<Block>,
     /// Blocks in use, less one: the short window's, or the long one's.
     mask: AtomicU64,
     /// Increments counted so far towards the sample, in batches of `batch` from each thread.
@@ -76,7 +77,7 @@ impl FrequencySketch {
     fn with_table(capacity: usize, times: usize) -> Self {
         let words = capacity.clamp(64, 1 << 24).next_power_of_two();
         FrequencySketch {
-            table: (0..words * times / 8).map(|_| Block::default()).collect(),
+            table: HugeSlice::new(words * times / 8, Block::default),
             mask: AtomicU64::new((words / 8 - 1) as u64),
             additions: AtomicUsize::new(0),
             pending: Stripes::default(),
