@@ -27,8 +27,6 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
 
-use crate::huge::HugeSlice;
-
 /// Slots: 256 KiB. A slot shared by keys only costs a look in the maps that finds nothing,
 /// but with the store's lookup a few cache misses deep, that look costs: on Zipf GETs over
 /// 1M keys (about 33,000 entries), four times the slots read the store for 9.7% of
@@ -81,7 +79,7 @@ impl Counts {
 /// The counts.
 #[derive(Debug)]
 pub(super) struct Presence {
-    slots: HugeSlice<AtomicU16>,
+    slots: Box<[AtomicU16]>,
     /// A bit per slot: clear when the slot is at zero, else set, but for changes that
     /// crossed on two threads, mended at the next look.
     summary: Box<[AtomicU64]>,
@@ -92,7 +90,7 @@ pub(super) struct Presence {
 impl Default for Presence {
     fn default() -> Self {
         Presence {
-            slots: HugeSlice::new(SLOTS, || AtomicU16::new(0)),
+            slots: (0..SLOTS).map(|_| AtomicU16::new(0)).collect(),
             summary: (0..SLOTS / 64).map(|_| AtomicU64::new(0)).collect(),
             crowded: AtomicBool::new(false),
         }
