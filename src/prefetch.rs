@@ -1,11 +1,12 @@
 //! A hint to the CPU to start loading memory that will be read soon.
 //!
 //! One of the crate's three homes of `unsafe` code ([`line()`]; the others are the
-//! allocator, `heap.rs`, and the tables on huge pages, `huge.rs`). Measured reason, at pipeline depth 16
-//! (perf profiles of corral-load over a million keys): prefetching the sketch blocks of a
-//! round's GETs took the time a cold GET spends counting itself in the sketch from 47-75 ns
-//! to 10-13 ns; with the store's front (`cache/front.rs`), whose slots and then entries are
-//! prefetched, a Zipfian GET's time in the store fell from 81-123 ns to 27-45.
+//! allocator, `heap.rs`, and the tables on huge pages, `huge.rs`). Measured reason, at
+//! pipeline depth 16 (perf profiles of corral-load over a million keys): prefetching the
+//! sketch blocks of a round's GETs took the time a cold GET spends counting itself in the
+//! sketch from 47-75 ns to 10-13 ns; with the store's front (`cache/front.rs`), whose slots
+//! and then entries are prefetched, a Zipfian GET's time in the store fell from 81-123 ns to
+//! 27-45.
 
 /// Starts loading the cache line holding `*p` into the CPU's caches, without waiting for it.
 /// Several in a row overlap their cache misses, where plain loads used one after another
