@@ -5,7 +5,8 @@
 # first loaded for WARM seconds (unmeasured), then ROUNDS interleaved rounds of SECS seconds
 # each print the target's requests/s and corral's CPU per request, with its user and system
 # parts (utime and stime from /proc/PID/stat around the run), and the shared redis-server's
-# CPU per request over the same run. Compare targets within a run, round by round. The
+# CPU per request over the same run, with the commands Redis ran per read of a client's socket
+# (its INFO stats: how many requests corral gathered into each write). Compare targets within a run, round by round. The
 # warm-up goes round the targets in slices of 5 s (their caches about the same age), and
 # each slice and round reads keys of its own (corral-load --seed 1000 + slice, then the
 # round's number): no run repeats keys a cache was just shown. --pin
@@ -70,6 +71,10 @@ for t in "${TARGETS[@]}"; do
   NAMES+=("$name") PORTS+=("$port") CPIDS+=("$pid")
 done
 
+redis_io() { # Redis's commands run and socket reads so far
+  redis-cli -p "$REDIS_PORT" info stats |
+    awk -F: '/^total_(commands|reads)_processed:/ { sub(/\r$/, "", $2); printf "%s ", $2 }'
+}
 run() { # PORT SECONDS SEED: prints the requests/s corral-load reports
   "$LOAD" --addr "127.0.0.1:$1" -c 50 -P "$DEPTH" -k "$KEYS" --dist "$DIST" \
     --get-ratio "$RATIO" -d 64 --duration "$2" --seed "$3" 2>&1 |
@@ -92,13 +97,16 @@ for r in $(seq 1 "$ROUNDS"); do
   for i in "${!NAMES[@]}"; do
     read -r u0 s0 <<< "$(cpu_split "${CPIDS[$i]}")"
     read -r ru0 rs0 <<< "$(cpu_split "$REDIS_PID")"
+    read -r c0 d0 <<< "$(redis_io)"
     rps=$(run "${PORTS[$i]}" "$SECS" "$r")
     read -r u1 s1 <<< "$(cpu_split "${CPIDS[$i]}")"
     read -r ru1 rs1 <<< "$(cpu_split "$REDIS_PID")"
+    read -r c1 d1 <<< "$(redis_io)"
     awk -v n="${NAMES[$i]}" -v r="$r" -v rps="${rps:-0}" -v u=$((u1 - u0)) -v k=$((s1 - s0)) \
       -v rc=$((ru1 + rs1 - ru0 - rs0)) -v s="$SECS" -v t="$CLK_TCK" \
+      -v cmds=$((c1 - c0)) -v reads=$((d1 - d0)) \
       'BEGIN { per = (rps > 0) ? 1e6 / t / (rps * s) : 0
-               printf "%-12s round %d  %10.0f req/s  corral %.3f us/req (user %.3f, system %.3f)  redis %.3f\n",
-                 n, r, rps, (u + k) * per, u * per, k * per, rc * per }'
+               printf "%-12s round %d  %10.0f req/s  corral %.3f us/req (user %.3f, system %.3f)  redis %.3f (%.1f commands/read)\n",
+                 n, r, rps, (u + k) * per, u * per, k * per, rc * per, (reads > 0) ? cmds / reads : 0 }'
   done
 done
