@@ -19,9 +19,9 @@ RUN groupadd --system --gid 10001 corral \
 COPY --from=build /usr/local/bin/corral /usr/local/bin/corral
 COPY conf/corral.toml /etc/corral/corral.toml
 USER corral
-# No transparent huge pages for corral's heap, even on a host where they are `always` on:
-# faulting in 2 MiB at a time stalls requests while the cache grows (README, "Local cache").
-ENV MIMALLOC_ALLOW_THP=0
+# No MIMALLOC_ALLOW_THP=0 here: it would turn transparent huge pages off for the whole process,
+# the cache's tables too. corral keeps its heap off them itself on a host where they are
+# `always` on (README, "No transparent huge pages for the heap").
 EXPOSE 6380 9121
 # The image has no curl: bash's /dev/tcp sends the request, and /healthz answers 200 only
 # while at least one upstream connection is up.

@@ -9,7 +9,8 @@
 //!
 //! A [`HugeSlice`] of at least [`MAPPED_FROM`] bytes is mapped on its own, rounded up to
 //! 2 MiB, and the kernel is asked for transparent huge pages there (`MADV_HUGEPAGE`), so one
-//! TLB entry covers 2 MiB of the table. The heap itself stays off huge pages (`heap.rs`):
+//! TLB entry covers 2 MiB of the table. The heap itself stays off huge pages (`heap.rs`, and
+//! on a host that gives them to every mapping, [`keep_heap_off_huge_pages`]):
 //! its growth under load is what faulting 2 MiB at a time stalled, where these tables are
 //! made once (the front, each time it is resized), and faulting one of them in on huge
 //! pages took less time than on small ones (8 MiB of memory the VM's host had backed:
@@ -94,6 +95,32 @@ mod mapped {
     use std::ptr::NonNull;
 
     use super::HUGE;
+
+    /// `PR_SET_THP_DISABLE`'s mode that leaves huge pages to mappings advised
+    /// `MADV_HUGEPAGE` (Linux 6.18 on; older kernels refuse any argument but 0).
+    const PR_THP_DISABLE_EXCEPT_ADVISED: libc::c_ulong = 1 << 1;
+
+    /// Whether transparent huge pages are already off for the process, in any mode.
+    #[allow(unsafe_code)]
+    pub(super) fn thp_disabled() -> bool {
+        // SAFETY: PR_GET_THP_DISABLE takes no pointer and changes nothing; it returns the
+        // process's setting (0 when not set) or -1.
+        unsafe { libc::prctl(libc::PR_GET_THP_DISABLE, 0, 0, 0, 0) > 0 }
+    }
+
+    /// Turns transparent huge pages off for the process: but for mappings advised
+    /// `MADV_HUGEPAGE` if `except_advised`. Whether the kernel took it.
+    #[allow(unsafe_code)]
+    pub(super) fn disable_thp(except_advised: bool) -> bool {
+        let mode = if except_advised {
+            PR_THP_DISABLE_EXCEPT_ADVISED
+        } else {
+            0
+        };
+        // SAFETY: PR_SET_THP_DISABLE takes integers only and changes nothing but which
+        // mappings the kernel backs with huge pages from now on, a matter of speed alone.
+        unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1 as libc::c_ulong, mode, 0, 0) == 0 }
+    }
 
     /// `len` initialised elements at the start of an anonymous mapping of `bytes` bytes
     /// that nothing else refers to.
@@ -185,12 +212,74 @@ mod mapped {
     }
 }
 
+/// What corral asked of the kernel so that its heap stays off transparent huge pages: see
+/// [`keep_heap_off_huge_pages`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeapPages {
+    /// Nothing asked: the host gives huge pages only to mappings that ask for them
+    /// (`madvise`) or to none (`never`), or its mode could not be read, or they were already
+    /// off for the process (`MIMALLOC_ALLOW_THP=0` in the environment, say).
+    AsIs,
+    /// The host gives them to every mapping (`always`): off for the process but where a
+    /// mapping asks for them (Linux 6.18 on), so the heap is off them and the cache's
+    /// tables on them.
+    OffButAdvised,
+    /// `always`, on a kernel without that mode: off for the whole process, the cache's
+    /// tables too.
+    Off,
+}
+
+/// The host's mode, the bracketed word of `/sys/kernel/mm/transparent_hugepage/enabled`
+/// (`always [madvise] never`).
+fn thp_mode(text: &str) -> Option<&str> {
+    text.split_whitespace()
+        .find_map(|w| w.strip_prefix('[')?.strip_suffix(']'))
+}
+
+/// Keeps the heap off transparent huge pages where the host gives them to every mapping
+/// (`always`), as corral's allocator does not ask for them itself (`heap.rs`): faulting the
+/// heap in 2 MiB at a time stalled requests while the cache grew (README, "No transparent
+/// huge pages for the heap"). The process is told to take huge pages only where a mapping
+/// asks for them (`PR_SET_THP_DISABLE` with `PR_THP_DISABLE_EXCEPT_ADVISED`), which keeps
+/// them for the tables of this module; a kernel before 6.18 refuses that mode, and there
+/// they are turned off for the whole process, as `MIMALLOC_ALLOW_THP=0` does. Called once,
+/// at start.
+pub fn keep_heap_off_huge_pages() -> HeapPages {
+    #[cfg(target_os = "linux")]
+    {
+        let Ok(text) = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
+        else {
+            return HeapPages::AsIs;
+        };
+        if thp_mode(&text) != Some("always") || mapped::thp_disabled() {
+            return HeapPages::AsIs;
+        }
+        if mapped::disable_thp(true) {
+            HeapPages::OffButAdvised
+        } else if mapped::disable_thp(false) {
+            HeapPages::Off
+        } else {
+            HeapPages::AsIs
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    HeapPages::AsIs
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicU64, Ordering};
 
     use super::*;
+
+    #[test]
+    fn the_hosts_mode_is_the_bracketed_word() {
+        assert_eq!(thp_mode("always [madvise] never\n"), Some("madvise"));
+        assert_eq!(thp_mode("[always] madvise never"), Some("always"));
+        assert_eq!(thp_mode("always madvise [never]"), Some("never"));
+        assert_eq!(thp_mode(""), None);
+    }
 
     #[test]
     fn elements_are_made_in_order_read_written_and_dropped_once() {

@@ -46,6 +46,7 @@ use tracing::{info, warn};
 pub use config::Config;
 pub use error::{Error, Result};
 pub use heap::Heap;
+pub use huge::{HeapPages, keep_heap_off_huge_pages};
 pub use reload::Reloader;
 
 /// corral's version.

@@ -71,6 +71,15 @@ fn main() -> ExitCode {
         .or_else(|_| EnvFilter::try_new(&cfg.log_level))
         .unwrap_or_else(|_| EnvFilter::new("info"));
     tracing_subscriber::fmt().with_env_filter(filter).init();
+    match corral::keep_heap_off_huge_pages() {
+        corral::HeapPages::AsIs => {}
+        corral::HeapPages::OffButAdvised => tracing::info!(
+            "transparent huge pages are `always` on this host: off for corral's heap, on for the cache's tables"
+        ),
+        corral::HeapPages::Off => tracing::info!(
+            "transparent huge pages are `always` on this host: off for corral (this kernel cannot keep them for the cache's tables alone)"
+        ),
+    }
     // One thread: a current-thread runtime, with no cross-thread wake-ups at all.
     let mut builder = if cfg.threads == 1 {
         tokio::runtime::Builder::new_current_thread()
