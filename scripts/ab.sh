@@ -6,10 +6,10 @@
 # each print the target's requests/s and corral's CPU per request, with its user and system
 # parts (utime and stime from /proc/PID/stat around the run), and the shared redis-server's
 # CPU per request over the same run, with the commands Redis ran per read of a client's socket
-# (its INFO stats: how many requests corral gathered into each write). Compare targets within a run, round by round. The
-# warm-up goes round the targets in slices of 5 s (their caches about the same age), and
-# each slice and round reads keys of its own (corral-load --seed 1000 + slice, then the
-# round's number): no run repeats keys a cache was just shown. --pin
+# (its INFO stats: how many requests corral gathered into each write). Compare targets within
+# a run, round by round. The warm-up goes round the targets in slices of 5 s (their caches
+# about the same age), and each slice and round reads keys of its own (corral-load --seed
+# 1000 + slice, then the round's number): no run repeats keys a cache was just shown. --pin
 # CLIENT_CPUS:SERVER_CPUS runs corral-load on the first CPUs (taskset lists) and
 # redis-server and every corral on the second, as scripts/bench.sh --pin does.
 #

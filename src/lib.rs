@@ -12,7 +12,8 @@
 //!
 //! No `unsafe` code but three places, each allowed on its item with its reason: the CPU
 //! prefetch hint in `prefetch.rs`, the global allocator's calls into mimalloc in [`heap`],
-//! and the cache's tables mapped on huge pages in `huge.rs`.
+//! and in `huge.rs` the cache's tables mapped on huge pages and the process's huge-page
+//! setting (`prctl`).
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
